@@ -1,0 +1,83 @@
+"""The batch: everything an executor needs for one step, passed explicitly.
+
+All scheduled tokens of a step are flattened into one list (no padding). Sequence ``i`` owns
+``token_ids[query_start_loc[i]:query_start_loc[i + 1]]``. Plain Python lists keep the planning
+side free of torch; a real executor turns them into tensors once per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One step's work for the executor.
+
+    - ``seq_ids``: one id per scheduled sequence (stable for the life of a request).
+    - ``token_ids`` / ``positions`` / ``slot_mapping``: one entry per scheduled token. The slot of a
+      token is ``block_table[position // block_size] * block_size + position % block_size``: the
+      executor writes that token's K/V there before attending.
+    - ``query_start_loc``: offsets into the flat token list, ``len == num_seqs + 1``.
+    - ``context_lens``: tokens in the KV cache for each sequence once this step's tokens are written
+      (cached prefix + new tokens). ``num_computed_tokens[i] = context_lens[i] - query_len(i)`` are
+      already cached: a prefill segment may continue a cached prefix (chunked prefill, recompute).
+    - ``block_tables``: the KV blocks each sequence owns, in order.
+    - ``is_prefill``: True when the sequence's segment is (part of) its prompt processing.
+    - ``sample``: True when the executor must produce a next token for the sequence (decode, or the
+      last chunk of a prefill). Rows of the output follow the sequences with ``sample`` set, in order.
+    - ``num_prompt_tokens`` / ``seeds``: per-sequence request facts for executors that need them
+      (the mock derives its tokens from them; real executors can ignore them).
+    """
+
+    seq_ids: list[int]
+    token_ids: list[int]
+    positions: list[int]
+    slot_mapping: list[int]
+    query_start_loc: list[int]
+    context_lens: list[int]
+    block_tables: list[list[int]]
+    is_prefill: list[bool]
+    sample: list[bool]
+    num_prompt_tokens: list[int]
+    seeds: list[int | None]
+    block_size: int
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def query_len(self, i: int) -> int:
+        return self.query_start_loc[i + 1] - self.query_start_loc[i]
+
+    def num_computed_tokens(self, i: int) -> int:
+        return self.context_lens[i] - self.query_len(i)
+
+    @property
+    def sample_indices(self) -> list[int]:
+        """Indices (into the sequences) that need a next token, in output-row order."""
+        return [i for i, flag in enumerate(self.sample) if flag]
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        return max((len(t) for t in self.block_tables), default=0)
+
+
+@dataclass(frozen=True)
+class ExecutorOutput:
+    """What an executor returns for a batch: next tokens, or logits for core's sampler.
+
+    Exactly one of the two is set. Either has one row per sequence with ``batch.sample`` set, in
+    batch order: ``token_ids`` a list of ints, ``logits`` a ``[num_rows, vocab_size]`` tensor.
+    """
+
+    token_ids: list[int] | None = None
+    logits: object | None = None
+
+    def __post_init__(self) -> None:
+        if (self.token_ids is None) == (self.logits is None):
+            raise ValueError("ExecutorOutput needs exactly one of token_ids or logits")

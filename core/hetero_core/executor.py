@@ -1,0 +1,39 @@
+"""The executor seam: what an executor plugin receives and must provide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from hetero_core.engine.batch import Batch, ExecutorOutput
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs the model (or a stand-in) on one batch per step.
+
+    The executor owns its KV cache: ``num_blocks`` blocks of ``block_size`` token slots, addressed
+    by the batch's ``slot_mapping`` and ``block_tables``. It must not keep per-request state
+    beyond what the KV cache holds: everything else arrives in the batch.
+    """
+
+    def execute(self, batch: Batch) -> ExecutorOutput: ...
+
+    def shutdown(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    """What an executor factory receives."""
+
+    settings: Any  # hetero_core.settings.HeteroSettings
+    options: Any  # the plugin's validated options model instance, or None
+    model_dir: Path | None  # local model directory (None for executors that need no model)
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    eos_token_id: int | None
+    vocab_size: int

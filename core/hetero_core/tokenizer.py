@@ -1,0 +1,40 @@
+"""The tokenizer seam: what the engine needs from any tokenizer plugin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Turns text into token ids and back.
+
+    ``decode`` must be a pure function of its ids; the engine's incremental detokenizer
+    (``hetero_core.detokenizer``) builds streaming text on top of it.
+    """
+
+    eos_token_id: int | None
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Apply the model's chat template (with the generation prompt) and encode.
+
+        Raise ``hetero_core.errors.InvalidRequestError`` if the tokenizer has no chat template.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class TokenizerContext:
+    """What a tokenizer factory receives."""
+
+    settings: Any  # hetero_core.settings.HeteroSettings
+    options: Any  # the plugin's validated options model instance, or None
+    model_dir: Path | None  # local model directory when the executor runs a real model
