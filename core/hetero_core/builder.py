@@ -1,0 +1,112 @@
+"""Build an Engine from settings: pick each seam's component by name and hand it its options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hetero_core.engine.engine import Engine
+from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
+from hetero_core.errors import ConfigError, InvalidRequestError, PluginError
+from hetero_core.executor import ExecutorContext
+from hetero_core.plugins import PluginSet, load_plugins
+from hetero_core.registry import SEAMS, Component, Registry
+from hetero_core.settings import HeteroSettings, load_settings
+from hetero_core.tokenizer import TokenizerContext
+
+
+def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | None = None) -> Engine:
+    settings = settings or load_settings()
+    plugins = plugins or load_plugins(allow=settings.plugins)
+    registry = plugins.registry
+    check_sections(settings, registry)
+
+    executor_c = registry.get("executor", settings.executor.name)
+    executor_options = executor_c.validate_options(settings.executor.section(executor_c.name))
+    preflight = executor_c.traits.get("preflight")
+    reasons = preflight() if preflight else []
+    if reasons:
+        raise PluginError(f"executor '{executor_c.name}' cannot run here: " + "; ".join(reasons))
+    model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None
+
+    tokenizer_name = settings.tokenizer.name
+    if tokenizer_name == "auto":
+        tokenizer_name = "hf" if model_dir is not None else "byte"
+    tokenizer_c = registry.get("tokenizer", tokenizer_name)
+    tokenizer_options = tokenizer_c.validate_options(settings.tokenizer.section(tokenizer_name))
+    tokenizer = tokenizer_c.factory(TokenizerContext(settings, tokenizer_options, model_dir))
+
+    policy_c = registry.get("scheduler_policy", settings.scheduler_policy.name)
+    policy = policy_c.factory(policy_c.validate_options(settings.scheduler_policy.section(policy_c.name)))
+    allocator_c = registry.get("kv_allocator", settings.kv_allocator.name)
+    allocator = allocator_c.factory(
+        settings.max_num_blocks,
+        settings.block_size,
+        allocator_c.validate_options(settings.kv_allocator.section(allocator_c.name)),
+    )
+    executor = executor_c.factory(
+        ExecutorContext(
+            settings=settings,
+            options=executor_options,
+            model_dir=model_dir,
+            num_blocks=settings.max_num_blocks,
+            block_size=settings.block_size,
+            max_model_len=settings.max_model_len,
+            max_num_batched_tokens=settings.max_total_tokens,
+            max_num_seqs=settings.max_batch_size,
+            eos_token_id=tokenizer.eos_token_id,
+            vocab_size=tokenizer.vocab_size,
+        )
+    )
+    limits = SchedulerLimits(
+        max_batch_size=settings.max_batch_size,
+        max_num_seqs=settings.max_num_seqs,
+        max_total_tokens=settings.max_total_tokens,
+        max_model_len=settings.max_model_len,
+        memory_threshold=settings.memory_threshold,
+    )
+    return Engine(
+        tokenizer=tokenizer,
+        executor=executor,
+        scheduler=Scheduler(policy, allocator, limits),
+        max_model_len=settings.max_model_len,
+        default_params=default_sampling_params(settings),
+        sampler_seed=settings.seed,
+    )
+
+
+def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:
+    values = dict(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        min_p=settings.min_p,
+        max_tokens=settings.max_tokens,
+        seed=settings.seed,
+    )
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return SamplingParams(**values)
+    except InvalidRequestError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_sections(settings: HeteroSettings, registry: Registry) -> None:
+    """Every options section must name a known component and pass that component's model."""
+    for seam in SEAMS:
+        for name, section in getattr(settings, seam).sections().items():
+            if not isinstance(section, dict):
+                raise ConfigError(f"{seam}.{name}: expected a table of options, got {section!r}")
+            if name in registry.names(seam):
+                component: Component = registry.get(seam, name)
+                component.validate_options(section)
+            elif not any(f.plugin == name for f in registry.failures):
+                available = ", ".join(registry.names(seam))
+                raise ConfigError(f"settings section [{seam}.{name}]: unknown {seam} '{name}'; available: {available}")
+
+
+def resolve_model_dir(settings: HeteroSettings) -> Path:
+    """The local HF-layout directory for ``settings.model`` (converting or downloading once)."""
+    from hetero_core.model.source import resolve_model
+
+    return resolve_model(settings.model, settings.cache_dir)

@@ -1,0 +1,62 @@
+"""Core's own components, registered through the same hooks as any installed plugin.
+
+Factories import their heavy dependencies (torch, tokenizers) only when called, so listing plugins
+or running the mock executor never imports torch.
+"""
+
+from hetero_core.hookspecs import hookimpl
+
+
+@hookimpl
+def register_tokenizers(register):
+    from hetero_core.default_plugins.hf_options import HFTokenizerOptions
+
+    register("byte", _create_byte_tokenizer)
+    register("hf", _create_hf_tokenizer, options=HFTokenizerOptions)
+
+
+@hookimpl
+def register_scheduler_policies(register):
+    register("fcfs", _create_fcfs_policy)
+
+
+@hookimpl
+def register_kv_allocators(register):
+    register("paged", _create_paged_allocator)
+
+
+@hookimpl
+def register_executors(register):
+    from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+
+    register("torch", _create_torch_executor, options=TorchExecutorOptions, needs_model=True)
+
+
+def _create_byte_tokenizer(ctx):
+    from hetero_core.default_plugins.byte_tokenizer import create_byte_tokenizer
+
+    return create_byte_tokenizer(ctx)
+
+
+def _create_hf_tokenizer(ctx):
+    from hetero_core.default_plugins.hf_tokenizer import create_hf_tokenizer
+
+    return create_hf_tokenizer(ctx)
+
+
+def _create_fcfs_policy(options):
+    from hetero_core.engine.policy import FcfsPolicy
+
+    return FcfsPolicy()
+
+
+def _create_paged_allocator(num_blocks, block_size, options):
+    from hetero_core.engine.block_allocator import PagedBlockAllocator
+
+    return PagedBlockAllocator(num_blocks, block_size)
+
+
+def _create_torch_executor(ctx):
+    from hetero_core.default_plugins.torch_executor import TorchExecutor
+
+    return TorchExecutor(ctx)

@@ -1,0 +1,75 @@
+"""Sequence: one request's tokens, state and KV block table as it moves through the engine."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from hetero_core.engine.params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    PENDING = "pending"  # waiting for admission (new, or preempted and waiting to recompute)
+    PREFILL = "prefill"  # admitted; prompt (or recompute) tokens still being processed
+    DECODE = "decode"  # generating one token per step
+    FINISHED = "finished"
+    FAILED = "failed"
+
+    @property
+    def is_done(self) -> bool:
+        return self in (SequenceStatus.FINISHED, SequenceStatus.FAILED)
+
+
+class FinishReason(enum.Enum):
+    LENGTH = "length"
+    EOS = "eos"
+    STOP = "stop"
+    ABORT = "abort"
+
+
+@dataclass(eq=False)
+class Sequence:
+    seq_id: int  # arrival order, unique for the engine's lifetime
+    request_id: str
+    prompt: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    output_token_ids: list[int] = field(default_factory=list)
+    output_logprobs: list = field(default_factory=list)
+    output_text: str = ""
+    status: SequenceStatus = SequenceStatus.PENDING
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    num_computed_tokens: int = 0  # tokens whose K/V are in the cache
+    block_table: list[int] = field(default_factory=list)
+    num_preemptions: int = 0
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    def token_id(self, index: int) -> int:
+        n = len(self.prompt_token_ids)
+        return self.prompt_token_ids[index] if index < n else self.output_token_ids[index - n]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Tokens not yet in the KV cache (the whole prompt at first, then one per decode step)."""
+        return self.num_tokens - self.num_computed_tokens
+
+    def reset_for_recompute(self) -> None:
+        """After preemption: forget the cache; prompt + outputs are prefilled again later."""
+        self.status = SequenceStatus.PENDING
+        self.num_computed_tokens = 0
+        self.num_preemptions += 1

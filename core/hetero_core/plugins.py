@@ -1,0 +1,146 @@
+"""Plugin discovery: core's defaults plus every installed ``hetero`` entry point.
+
+A plugin that fails to import, fails pluggy's signature validation or raises while registering is
+recorded as a failure; the other plugins keep working, and selecting a component from the broken one
+raises an error that names it, its version and the cause.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pluggy
+
+from hetero_core import hookspecs
+from hetero_core.registry import SEAMS, Component, PluginFailure, Registry
+
+ENTRY_POINT_GROUP = "hetero"
+AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
+HOOK_FOR_SEAM = {
+    "tokenizer": "register_tokenizers",
+    "scheduler_policy": "register_scheduler_policies",
+    "kv_allocator": "register_kv_allocators",
+    "executor": "register_executors",
+}
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    status: str = "loaded"  # loaded | failed | not allowed
+    error: str | None = None
+    components: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status,
+            "error": self.error,
+            "components": self.components,
+        }
+
+
+@dataclass
+class PluginSet:
+    manager: pluggy.PluginManager
+    registry: Registry
+    plugins: list[PluginInfo]
+
+
+def load_plugins(
+    allow: Iterable[str] | None = None,
+    entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    extra_plugins: Iterable[tuple[str, object]] = (),
+) -> PluginSet:
+    """Build a fresh plugin manager and registry.
+
+    ``allow``: names of entry-point plugins that may load (None: all). Core always loads.
+    ``entry_points``: override discovery (tests pass fake distributions' entry points).
+    ``extra_plugins``: (name, module-or-object) registered directly, as if installed.
+    """
+    from hetero_core import default_plugins
+
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    registry = Registry()
+    infos: list[PluginInfo] = []
+    allowed = None if allow is None else set(allow)
+
+    candidates: list[tuple[PluginInfo, object]] = [(PluginInfo("core", *_core_dist()), default_plugins)]
+    if entry_points is None:
+        entry_points = _discover() if not os.environ.get(AUTOLOAD_ENV) else []
+    for ep in sorted(entry_points, key=lambda e: e.name):
+        dist = getattr(ep, "dist", None)
+        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+        if allowed is not None and ep.name not in allowed:
+            info.status = "not allowed"
+            infos.append(info)
+            continue
+        try:
+            candidates.append((info, ep.load()))
+        except Exception as exc:  # a broken optional plugin must not block the others
+            _fail(info, registry, f"{type(exc).__name__}: {exc}")
+            infos.append(info)
+    candidates.extend((PluginInfo(name), obj) for name, obj in extra_plugins)
+
+    for info, plugin in candidates:
+        infos.append(info)
+        try:
+            manager.register(plugin, name=info.name)
+        except Exception as exc:
+            _fail(info, registry, str(exc))
+            continue
+        try:
+            components = _collect(manager, info)
+        except Exception as exc:
+            manager.unregister(name=info.name)
+            _fail(info, registry, str(exc))
+            continue
+        for component in components:
+            registry.add(component)
+            info.components.setdefault(component.seam, []).append(component.name)
+    return PluginSet(manager, registry, infos)
+
+
+def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]:
+    """Call this plugin's register hooks; all or nothing (raises on the first failure)."""
+    collected: list[Component] = []
+    for seam in SEAMS:
+        hook = getattr(manager.hook, HOOK_FOR_SEAM[seam])
+        for impl in hook.get_hookimpls():
+            if impl.plugin_name != info.name:
+                continue
+
+            def register(name, factory, *, options=None, _seam=seam, **traits):
+                if not isinstance(name, str) or not name:
+                    raise ValueError(f"{_seam} names must be non-empty strings, got {name!r}")
+                collected.append(Component(_seam, name, factory, info.name, options, traits))
+
+            try:
+                impl.function(register=register)
+            except Exception as exc:
+                raise RuntimeError(f"{HOOK_FOR_SEAM[seam]} raised {type(exc).__name__}: {exc}") from exc
+    return collected
+
+
+def _fail(info: PluginInfo, registry: Registry, error: str) -> None:
+    info.status, info.error = "failed", error
+    registry.failures.append(PluginFailure(info.name, info.distribution, info.version, error))
+
+
+def _discover() -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _core_dist() -> tuple[str, str | None]:
+    try:
+        return "hetero-core", importlib.metadata.version("hetero-core")
+    except importlib.metadata.PackageNotFoundError:
+        return "hetero-core", None

@@ -1,0 +1,89 @@
+"""Registry: every component of every seam, by name, with the plugin that registered it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetero_core.errors import PluginError, UnknownComponentError
+
+SEAMS = ("tokenizer", "scheduler_policy", "kv_allocator", "executor")
+SEAM_LABELS = {
+    "tokenizer": "tokenizer",
+    "scheduler_policy": "scheduler policy",
+    "kv_allocator": "KV allocator",
+    "executor": "executor",
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    seam: str
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+    options: type | None = None  # a pydantic model validating this component's settings section
+    traits: dict[str, Any] = field(default_factory=dict)
+
+    def validate_options(self, section: dict[str, Any] | None):
+        """Validate this component's settings section with its own model (None if it has none)."""
+        from hetero_core.settings import validate_section
+
+        return validate_section(self, section or {})
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    plugin: str
+    distribution: str | None
+    version: str | None
+    error: str
+
+    def describe(self) -> str:
+        dist = f" ({self.distribution} {self.version})" if self.distribution else ""
+        return f"plugin '{self.plugin}'{dist} failed to load: {self.error}"
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._components: dict[str, dict[str, Component]] = {seam: {} for seam in SEAMS}
+        self.conflicts: dict[tuple[str, str], list[str]] = {}
+        self.failures: list[PluginFailure] = []
+
+    def add(self, component: Component) -> None:
+        seam_components = self._components[component.seam]
+        key = (component.seam, component.name)
+        existing = seam_components.get(component.name)
+        if existing is not None or key in self.conflicts:
+            owners = self.conflicts.setdefault(key, [existing.plugin] if existing else [])
+            owners.append(component.plugin)
+            seam_components.pop(component.name, None)
+            return
+        seam_components[component.name] = component
+
+    def names(self, seam: str) -> list[str]:
+        conflicted = [name for (s, name) in self.conflicts if s == seam]
+        return sorted(set(self._components[seam]) | set(conflicted))
+
+    def components(self, seam: str) -> list[Component]:
+        return [self._components[seam][n] for n in sorted(self._components[seam])]
+
+    def get(self, seam: str, name: str) -> Component:
+        label = SEAM_LABELS[seam]
+        if (seam, name) in self.conflicts:
+            owners = " and ".join(f"'{p}'" for p in self.conflicts[(seam, name)])
+            raise PluginError(
+                f"{label} '{name}' is registered by more than one plugin: {owners}; "
+                "uninstall one of them or restrict plugins with the 'plugins' allow-list"
+            )
+        component = self._components[seam].get(name)
+        if component is not None:
+            return component
+        for failure in self.failures:
+            if failure.plugin == name or (failure.distribution or "").endswith(f"-{name}"):
+                raise PluginError(f"{label} '{name}' is unavailable: {failure.describe()}")
+        message = f"unknown {label} '{name}'; available: {', '.join(self.names(seam)) or '(none)'}"
+        if self.failures:
+            message += "; " + "; ".join(f.describe() for f in self.failures)
+        raise UnknownComponentError(message)

@@ -1,0 +1,198 @@
+"""Settings: one validated model, from CLI flags > HETERO_* environment > settings file > defaults.
+
+Component choices (``tokenizer``, ``scheduler_policy``, ``kv_allocator``, ``executor``) are either a
+name (``executor = "mock"``) or a table with a ``name`` and one options section per component,
+validated later by the component's own model (``[executor]`` / ``name = "mock"`` /
+``[executor.mock]`` / ``vocab_size = 64``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from hetero_core.errors import ConfigError
+
+COMPONENT_DEFAULTS = {"tokenizer": "auto", "scheduler_policy": "fcfs", "kv_allocator": "paged", "executor": "torch"}
+COMPONENT_FIELDS = tuple(COMPONENT_DEFAULTS)
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
+
+
+class ComponentChoice(BaseModel):
+    """A component picked by name, with per-component option sections as extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+
+    def section(self, component_name: str) -> dict[str, Any]:
+        value = (self.model_extra or {}).get(component_name)
+        return value if isinstance(value, dict) else {}
+
+    def sections(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class HeteroSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HETERO_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    # Model
+    model: str = Field(DEFAULT_MODEL, description="embedded model name, local HF dir, GGUF file or hub id")
+    cache_dir: Path | None = Field(None, description="where converted models are cached (~/.cache/hetero)")
+    # Paged KV cache and scheduling budgets (hetero-paged-infer's options)
+    block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
+    max_num_blocks: int = Field(1024, ge=1, description="KV blocks in the pool")
+    max_batch_size: int = Field(32, ge=1, description="sequences in one step")
+    max_num_seqs: int = Field(256, ge=1, description="sequences admitted (running) at once")
+    max_model_len: int = Field(2048, ge=1, description="prompt + output tokens per request")
+    max_total_tokens: int = Field(4096, ge=1, description="tokens processed in one step")
+    memory_threshold: float = Field(0.9, gt=0, le=1, description="fraction of blocks new requests may fill")
+    # Default sampling
+    temperature: float = Field(1.0, ge=0, description="default sampling temperature (0: greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="default nucleus sampling mass")
+    top_k: int = Field(-1, ge=-1, description="default top-k (-1: off)")
+    min_p: float = Field(0.0, ge=0, le=1, description="default min-p")
+    max_tokens: int = Field(256, ge=1, description="default tokens to generate")
+    seed: int | None = Field(None, description="default per-request seed")
+    chat: bool = Field(False, description="apply the model's chat template to prompts by default")
+    # Components
+    tokenizer: ComponentChoice = Field(default_factory=ComponentChoice)
+    scheduler_policy: ComponentChoice = Field(default_factory=ComponentChoice)
+    kv_allocator: ComponentChoice = Field(default_factory=ComponentChoice)
+    executor: ComponentChoice = Field(default_factory=ComponentChoice)
+    plugins: list[str] | None = Field(None, description="allow-list of installed plugins to load")
+    # Logging
+    log_format: Literal["console", "json"] = Field("console", description="log lines on stderr")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator(*COMPONENT_FIELDS, mode="before")
+    @classmethod
+    def _name_or_table(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("plugins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _default_component_names(self) -> "HeteroSettings":
+        for seam, default in COMPONENT_DEFAULTS.items():
+            choice = getattr(self, seam)
+            if choice.name is None:
+                choice.name = default
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return (init_settings, HeteroEnvSource(settings_cls), ConfigFileSource(settings_cls))
+
+    def component_name(self, seam: str) -> str:
+        return getattr(self, seam).name
+
+
+class HeteroEnvSource(EnvSettingsSource):
+    """HETERO_* variables; a component may be a bare name and ``plugins`` a comma-separated list."""
+
+    def prepare_field_value(self, field_name, field, value, value_is_complex):
+        if isinstance(value, str) and field_name in COMPONENT_FIELDS and not value.startswith("{"):
+            return {"name": value}
+        if isinstance(value, str) and field_name == "plugins" and not value.startswith("["):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return super().prepare_field_value(field_name, field, value, value_is_complex)
+
+    def __call__(self) -> dict[str, Any]:
+        try:
+            return super().__call__()
+        except Exception as exc:  # pydantic-settings raises SettingsError for undecodable values
+            raise ConfigError(f"invalid environment settings: {exc}") from None
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """The settings file named by ``--config``: TOML, or a flat/nested JSON object."""
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = _config_file.get()
+        return normalize_components(read_config_file(path)) if path is not None else {}
+
+
+def normalize_components(values: dict[str, Any]) -> dict[str, Any]:
+    values = dict(values)
+    for key in COMPONENT_FIELDS:
+        if isinstance(values.get(key), str):
+            values[key] = {"name": values[key]}
+    return values
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"settings file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
+        raise ConfigError(f"settings file {path} is not valid {kind}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"settings file {path} must hold a table/object of settings")
+    return data
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> HeteroSettings:
+    """Build settings from all sources; ``overrides`` (CLI flags) win. Raises ConfigError."""
+    overrides = normalize_components({k: v for k, v in overrides.items() if v is not None})
+    token = _config_file.set(Path(config_file) if config_file is not None else None)
+    try:
+        return HeteroSettings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, "settings")) from None
+    finally:
+        _config_file.reset(token)
+
+
+def validate_section(component, section: dict[str, Any]):
+    """Validate one component's options section with the component's own model."""
+    label = f"{component.seam}.{component.name}"
+    if component.options is None:
+        if section:
+            raise ConfigError(f"{label}: this component takes no options (got {', '.join(section)})")
+        return None
+    try:
+        return component.options(**section)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, label)) from None
+
+
+def describe_validation_error(exc: ValidationError, where: str) -> str:
+    problems = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"]) or "(root)"
+        if error["type"] == "extra_forbidden":
+            problems.append(f"{loc}: unknown setting")
+        else:
+            value = error.get("input")
+            shown = f" (got {value!r})" if not isinstance(value, dict) else ""
+            problems.append(f"{loc}: {error['msg']}{shown}")
+    return f"invalid {where}: " + "; ".join(problems)

@@ -1,0 +1,20 @@
+"""hetero-plugins-cuda: the flash-attn executor. Imports neither torch.cuda nor flash_attn here."""
+
+from hetero_core.hookspecs import hookimpl
+
+
+@hookimpl
+def register_executors(register):
+    register("cuda", _create_cuda_executor, needs_model=True, preflight=_missing_requirements)
+
+
+def _missing_requirements():
+    from hetero_plugins_cuda.executor import missing_requirements
+
+    return missing_requirements()
+
+
+def _create_cuda_executor(ctx):
+    from hetero_plugins_cuda.executor import create_cuda_executor
+
+    return create_cuda_executor(ctx)

@@ -1,0 +1,106 @@
+"""MockExecutor: deterministic tokens from (seed, prompt tokens, position), through a real paged cache.
+
+The "KV cache" holds token ids: every scheduled token is written to its slot, and the prompt is
+read back through the block table, exactly as attention would read K/V. A scheduler bug (wrong slot,
+stale block table, lost prefix) therefore changes the output, so tests catch it. The token at a
+position depends only on the seed, the prompt and the position: not on the batch, the block size or
+preemption.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+from array import array
+
+from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.errors import ConfigError
+from hetero_core.executor import ExecutorContext
+
+from hetero_plugins_mock.options import MockExecutorOptions
+
+EMPTY_SLOT = -1
+
+
+class BatchInconsistency(RuntimeError):
+    """The batch broke a paged-cache invariant (a scheduler bug)."""
+
+
+class MockExecutor:
+    def __init__(self, ctx: ExecutorContext) -> None:
+        self.options: MockExecutorOptions = ctx.options or MockExecutorOptions()
+        if self.options.vocab_size > ctx.vocab_size:
+            raise ConfigError(
+                f"executor.mock.vocab_size ({self.options.vocab_size}) exceeds the tokenizer's "
+                f"vocabulary ({ctx.vocab_size})"
+            )
+        self.eos_token_id = ctx.eos_token_id
+        self.block_size = ctx.block_size
+        self.num_blocks = ctx.num_blocks
+        self.slots = array("q", [EMPTY_SLOT]) * (ctx.num_blocks * ctx.block_size)
+
+    def execute(self, batch: Batch) -> ExecutorOutput:
+        self._check(batch)
+        for slot, token in zip(batch.slot_mapping, batch.token_ids):
+            self.slots[slot] = token
+        token_ids = [self._next_token(batch, i) for i in batch.sample_indices]
+        self._simulate_latency(batch)
+        return ExecutorOutput(token_ids=token_ids)
+
+    def shutdown(self) -> None:
+        self.slots = array("q")
+
+    def _next_token(self, batch: Batch, i: int) -> int:
+        opts = self.options
+        prompt = self._read_context(batch.block_tables[i], batch.num_prompt_tokens[i])
+        position = batch.context_lens[i]  # the position of the token being produced
+        output_index = position - batch.num_prompt_tokens[i]  # 0 for the first output token
+        seed = batch.seeds[i] if batch.seeds[i] is not None else 0
+        digest = hashlib.blake2b(
+            struct.pack("<qqq", opts.seed, seed, position) + prompt.tobytes(), digest_size=16
+        ).digest()
+        value, chance = struct.unpack("<QQ", digest)
+        if self.eos_token_id is not None:
+            if opts.eos_after is not None and output_index + 1 >= opts.eos_after:
+                return self.eos_token_id
+            if chance / 2**64 < opts.eos_probability:
+                return self.eos_token_id
+        return opts.first_token_id + value % (opts.vocab_size - opts.first_token_id)
+
+    def _read_context(self, block_table: list[int], num_tokens: int) -> array:
+        bs = self.block_size
+        tokens = array("q")
+        for block_index in range(-(-num_tokens // bs)):
+            start = block_table[block_index] * bs
+            tokens.extend(self.slots[start : start + min(bs, num_tokens - block_index * bs)])
+        if EMPTY_SLOT in tokens:
+            raise BatchInconsistency("prompt read through the block table hits an unwritten slot")
+        return tokens
+
+    def _check(self, batch: Batch) -> None:
+        """Invariants a real paged executor relies on; violations are scheduler bugs."""
+        bs = batch.block_size
+        if len(set(batch.slot_mapping)) != len(batch.slot_mapping):
+            raise BatchInconsistency("two tokens of one step write the same slot")
+        for i in range(batch.num_seqs):
+            start, end = batch.query_start_loc[i], batch.query_start_loc[i + 1]
+            table = batch.block_tables[i]
+            if len(table) * bs < batch.context_lens[i]:
+                raise BatchInconsistency(f"sequence {batch.seq_ids[i]}: block table too short")
+            expected = range(batch.num_computed_tokens(i), batch.context_lens[i])
+            if list(batch.positions[start:end]) != list(expected):
+                raise BatchInconsistency(f"sequence {batch.seq_ids[i]}: positions not contiguous")
+            for pos, slot in zip(batch.positions[start:end], batch.slot_mapping[start:end]):
+                if slot != table[pos // bs] * bs + pos % bs:
+                    raise BatchInconsistency(f"sequence {batch.seq_ids[i]}: slot outside its blocks")
+
+    def _simulate_latency(self, batch: Batch) -> None:
+        opts = self.options
+        seconds = opts.prefill_latency_per_token * sum(
+            batch.query_len(i) for i in range(batch.num_seqs) if batch.is_prefill[i]
+        )
+        if not all(batch.is_prefill):
+            seconds += opts.decode_latency_per_step
+        if seconds:
+            time.sleep(seconds)
