@@ -52,7 +52,7 @@ def test_eos_after_n_tokens(make_mock_engine):
 
 def test_eos_probability_ends_some_requests_early(make_mock_engine):
     outs = make_mock_engine(mock_options={"eos_probability": 0.2}).generate(
-        [f"prompt {i}" for i in range(20)], greedy(40)
+        [f"prompt {i}" for i in range(20)], greedy(5)
     )
     reasons = {o.finish_reason for o in outs}
     assert reasons == {"eos", "length"}

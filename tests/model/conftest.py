@@ -1,0 +1,45 @@
+"""Fixtures for the model tests: tiny random HF models saved locally, and a TorchExecutor factory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+# Helper modules of this folder (tiny_models, paged_batches) import by name under any import mode.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from hetero_core.default_plugins.torch_executor import TorchExecutor  # noqa: E402
+from hetero_core.executor import ExecutorContext  # noqa: E402
+from tiny_models import TINY_MODELS, save_tiny_model  # noqa: E402
+
+
+@pytest.fixture
+def make_executor():
+    def make(model_dir, *, num_blocks: int = 64, block_size: int = 16, options=None) -> TorchExecutor:
+        ctx = ExecutorContext(
+            settings=None,
+            options=options,
+            model_dir=Path(model_dir),
+            num_blocks=num_blocks,
+            block_size=block_size,
+            max_model_len=4096,
+            max_num_batched_tokens=4096,
+            max_num_seqs=16,
+            eos_token_id=None,
+            vocab_size=0,
+        )
+        return TorchExecutor(ctx)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory):
+    """Every tiny model saved once per session: name -> (directory, HF model)."""
+    root = tmp_path_factory.mktemp("tiny_models")
+    return {name: (root / name, save_tiny_model(name, root / name)) for name in TINY_MODELS}

@@ -1,0 +1,67 @@
+"""Tiny randomly initialised HF models (built from a transformers config, never downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+VOCAB = 96
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    eos_token_id=1,
+    bos_token_id=0,
+)
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
+
+# name -> (config class name, extra config fields)
+TINY_MODELS = {
+    "llama": ("LlamaConfig", {}),
+    "llama3_rope": ("LlamaConfig", {"rope_parameters": LLAMA3_ROPE}),
+    "llama_mqa_tied": ("LlamaConfig", {"num_key_value_heads": 1, "tie_word_embeddings": True}),
+    "llama_bias": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
+    "qwen2": ("Qwen2Config", {"tie_word_embeddings": False}),
+    "qwen3": ("Qwen3Config", {"head_dim": 32, "tie_word_embeddings": False}),
+}
+
+
+def build_tiny_hf_model(name: str, seed: int = 0):
+    """A randomly initialised HF model with weights large enough to make mistakes visible."""
+    class_name, extra = TINY_MODELS[name]
+    config = getattr(transformers, class_name)(**{**_COMMON, **extra})
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if "norm" in param_name:
+                param.uniform_(0.5, 1.5)
+            else:
+                param.normal_(0.0, 0.15)
+    return model.eval()
+
+
+def save_tiny_model(name: str, directory: Path, **save_kwargs):
+    model = build_tiny_hf_model(name)
+    model.save_pretrained(directory, safe_serialization=True, **save_kwargs)
+    return model
+
+
+def hf_logits(hf_model, token_ids: list[int]):
+    """Logits of the HF implementation for every position of ``token_ids``: [len, vocab]."""
+    with torch.no_grad():
+        return hf_model(torch.tensor([token_ids])).logits[0]
