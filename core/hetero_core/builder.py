@@ -11,7 +11,7 @@ from hetero_core.errors import ConfigError, InvalidRequestError, PluginError
 from hetero_core.executor import ExecutorContext
 from hetero_core.plugins import PluginSet, load_plugins
 from hetero_core.registry import SEAMS, Component, Registry
-from hetero_core.settings import HeteroSettings, load_settings
+from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
 from hetero_core.tokenizer import TokenizerContext
 
 
@@ -107,6 +107,15 @@ def check_sections(settings: HeteroSettings, registry: Registry) -> None:
 
 def resolve_model_dir(settings: HeteroSettings) -> Path:
     """The local HF-layout directory for ``settings.model`` (converting or downloading once)."""
-    from hetero_core.model.source import resolve_model
+    from hetero_core.model.embedded import ensure_embedded_model
+    from hetero_core.model.gguf_cache import ensure_gguf_converted
+    from hetero_core.model.loader import resolve_model_source
 
-    return resolve_model(settings.model, settings.cache_dir)
+    if settings.model == DEFAULT_MODEL:
+        return ensure_embedded_model(settings.cache_dir)
+    path = resolve_model_source(settings.model)
+    if path.is_file() and path.suffix == ".gguf":
+        return ensure_gguf_converted(path, settings.cache_dir)
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"model {settings.model!r}: expected an HF model directory (with config.json) or a .gguf file")
+    return path
