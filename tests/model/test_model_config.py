@@ -67,7 +67,9 @@ def test_unsupported_architecture_lists_supported_ones():
         ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "unsupported rope_scaling type 'yarn'"),
         ({"rope_scaling": {"type": "llama3", "factor": 8.0}}, "missing low_freq_factor"),
         ({"use_sliding_window": True}, "sliding-window attention is not supported"),
-        ({"hidden_size": None} , "hidden_size"),
+        ({"hidden_size": None}, "missing required field 'hidden_size'"),
+        ({"vocab_size": "lots"}, "invalid field value"),
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
     ],
 )
 def test_unsupported_or_broken_configs(change, message):

@@ -30,7 +30,7 @@ def test_tensor_names():
         hf_tensor_name("blk.0.ssm_a")
 
 
-@pytest.mark.parametrize("name", ["llama", "llama_mqa_tied", "qwen2", "qwen3"])
+@pytest.mark.parametrize("name", ["llama", "llama31_rope", "llama_mqa_tied", "qwen2", "qwen3"])
 def test_tiny_gguf_loads_to_hf_logits(name, tiny_model_dirs, tmp_path):
     _, hf_model = tiny_model_dirs[name]
     path = tmp_path / f"{name}.gguf"
@@ -38,6 +38,8 @@ def test_tiny_gguf_loads_to_hf_logits(name, tiny_model_dirs, tmp_path):
     config, state = read_checkpoint(path)
     assert config.architecture == hf_model.config.architectures[0]
     assert config.tie_word_embeddings == hf_model.config.tie_word_embeddings
+    if name == "llama31_rope":  # recovered from the rope_freqs tensor
+        assert config.rope_scaling["factor"] == 8.0 and config.rope_scaling["rope_type"] == "llama3"
     for hf_name, tensor in state.items():
         assert torch.equal(tensor, hf_model.state_dict()[hf_name]), hf_name
 
@@ -60,7 +62,9 @@ def test_embedded_weights_equal_transformers_gguf_loading(smollm2_dir):
     from transformers import AutoModelForCausalLM
 
     gguf_path = find_embedded_gguf()
-    reference = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+    )
     expected = reference.state_dict()
     ours = load_file(str(smollm2_dir / "model.safetensors"))
     assert set(ours) == set(expected) - {"lm_head.weight"}  # tied embeddings

@@ -3,6 +3,7 @@ own tensor map, q/k permuted for ``llama``), so GGUF loading is tested without t
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import gguf
@@ -20,6 +21,24 @@ def llama_cpp_permute(weights: np.ndarray, num_heads: int) -> np.ndarray:
     )
 
 
+def llama_cpp_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's ``rope_freqs`` for Llama 3 scaling (divisors of each frequency)."""
+    freqs = 1.0 / (rope["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old_context_len = rope["original_max_position_embeddings"]
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_context_len / high:
+            factors.append(1.0)
+        elif wavelen > old_context_len / low:
+            factors.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
 def write_tiny_gguf(hf_model, path: Path) -> None:
     config = hf_model.config
     arch_name = config.model_type
@@ -31,11 +50,14 @@ def write_tiny_gguf(hf_model, path: Path) -> None:
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_key_length(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    writer.add_key_length(head_dim)
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
     writer.add_eos_token_id(config.eos_token_id)
+    if config.rope_parameters.get("rope_type") == "llama3":
+        writer.add_tensor("rope_freqs.weight", llama_cpp_rope_factors(config.rope_parameters, head_dim))
     for hf_name, tensor in hf_model.state_dict().items():
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
             continue

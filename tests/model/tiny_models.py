@@ -33,6 +33,10 @@ LLAMA3_ROPE = {
 TINY_MODELS = {
     "llama": ("LlamaConfig", {}),
     "llama3_rope": ("LlamaConfig", {"rope_parameters": LLAMA3_ROPE}),
+    "llama31_rope": ("LlamaConfig", {
+        "rope_parameters": {**LLAMA3_ROPE, "original_max_position_embeddings": 8192},
+        "max_position_embeddings": 16384,
+    }),
     "llama_mqa_tied": ("LlamaConfig", {"num_key_value_heads": 1, "tie_word_embeddings": True}),
     "llama_bias": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
     "qwen2": ("Qwen2Config", {"tie_word_embeddings": False}),

@@ -1,0 +1,90 @@
+"""The built-in torch executor: runs a Llama-family model with the torch paged attention backend.
+
+Only its factory imports this module, so torch loads only when this executor is selected.
+Per step it builds every tensor (token ids, positions, attention metadata, sample rows) once,
+runs the model under ``torch.inference_mode()`` and returns fp32 CPU logits for the sampled rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.errors import ConfigError, ModelLoadError
+from hetero_core.executor import ExecutorContext
+from hetero_core.model.loader import load_model
+from hetero_core.model.torch_attention import TorchPagedAttention
+
+__all__ = ["TorchExecutor", "TorchExecutorOptions"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TorchExecutor:
+    """Owns the model and its paged KV cache (``num_layers`` x K/V ``[num_blocks, block_size,
+    num_kv_heads, head_dim]``); ``execute(batch)`` returns logits rows in ``batch.sample_indices`` order."""
+
+    def __init__(self, ctx: ExecutorContext):
+        options = ctx.options if ctx.options is not None else TorchExecutorOptions()
+        if ctx.model_dir is None:
+            raise ModelLoadError("the torch executor needs a model; set `model` to an HF directory or .gguf file")
+        if options.num_threads is not None:
+            torch.set_num_threads(options.num_threads)
+        self.device = _device(options.device)
+        self.dtype = DTYPES[options.dtype]
+        self.block_size = ctx.block_size
+        self.backend = TorchPagedAttention()
+        self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
+        config = self.model.config
+        self.kv_caches = self.backend.allocate_kv_cache(
+            num_layers=config.num_hidden_layers,
+            num_blocks=ctx.num_blocks,
+            block_size=ctx.block_size,
+            num_kv_heads=config.num_key_value_heads,
+            head_dim=config.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logits rows (the model's vocabulary, which may exceed the tokenizer's)."""
+        return self.model.config.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.model.config.eos_token_id
+
+    def execute(self, batch: Batch) -> ExecutorOutput:
+        if batch.block_size != self.block_size:
+            raise ValueError(f"batch block_size {batch.block_size} != executor block_size {self.block_size}")
+        with torch.inference_mode():
+            input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
+            positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
+            metadata = self.backend.build_metadata(batch, self.device)
+            hidden = self.model(input_ids, positions, metadata, self.kv_caches)
+            rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
+            row_index = torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
+            logits = self.model.compute_logits(hidden[row_index])
+            return ExecutorOutput(logits=logits.to(device="cpu", dtype=torch.float32))
+
+    def shutdown(self) -> None:
+        self.kv_caches = []
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"executor.torch.device: invalid device {name!r}; use e.g. 'cpu' or 'cuda:0'") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"executor.torch.device is {name!r} but this torch build sees no CUDA device; use device = 'cpu'"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"executor.torch.device is {name!r} but MPS is not available; use device = 'cpu'")
+    return device

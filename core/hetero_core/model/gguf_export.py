@@ -1,0 +1,77 @@
+"""Write a GGUF file out as a Hugging Face model directory (config, fp32 safetensors, tokenizer).
+
+The result loads like any HF checkpoint: our loader reads it in seconds, and the tokenizer files
+(tokenizer.json, tokenizer_config.json with the chat template, special_tokens_map.json,
+generation_config.json) work with ``AutoTokenizer`` or the bare ``tokenizers`` library.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hetero_core.errors import ModelLoadError
+from hetero_core.model.gguf_checkpoint import field_value, gguf_config, gguf_state_dict, open_gguf
+
+WEIGHTS_FILE = "model.safetensors"
+# Keys transformers writes that describe the load call, not the tokenizer.
+_DROPPED_TOKENIZER_KEYS = ("is_local", "local_files_only", "backend")
+
+
+def export_gguf(gguf_path: Path, out_dir: Path) -> None:
+    """Convert ``gguf_path`` into an HF directory at ``out_dir`` (which must exist and be empty)."""
+    from safetensors.torch import save_file
+
+    reader = open_gguf(gguf_path)
+    config = gguf_config(reader, gguf_path)
+    state = gguf_state_dict(reader, config)
+    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
+    _write_json(out_dir / "config.json", config)
+    _write_json(out_dir / "generation_config.json", _generation_config(reader))
+    if field_value(reader, "tokenizer.ggml.model") is not None:  # weights-only GGUFs have none
+        export_tokenizer(gguf_path, out_dir, max_length=config["max_position_embeddings"])
+
+
+def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int) -> None:
+    """Save the GGUF's tokenizer through transformers, then make the files self-describing."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise ModelLoadError("converting a GGUF tokenizer needs transformers; run: pip install transformers") from exc
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    except Exception as exc:  # transformers raises many types for GGUF tokenizers it cannot convert
+        raise ModelLoadError(
+            f"cannot convert the tokenizer in {gguf_path}: {exc}; use the model's HF directory instead"
+        ) from exc
+    tokenizer.save_pretrained(str(out_dir))
+    config_path = out_dir / "tokenizer_config.json"
+    tokenizer_config: dict[str, Any] = json.loads(config_path.read_text())
+    for key in _DROPPED_TOKENIZER_KEYS:
+        tokenizer_config.pop(key, None)
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tokenizer_config["model_max_length"] = max_length
+    if tokenizer.chat_template:
+        tokenizer_config["chat_template"] = tokenizer.chat_template
+    _write_json(config_path, tokenizer_config)
+    special = {
+        name: getattr(tokenizer, name)
+        for name in ("bos_token", "eos_token", "unk_token", "pad_token")
+        if getattr(tokenizer, name, None) is not None
+    }
+    _write_json(out_dir / "special_tokens_map.json", special)
+
+
+def _generation_config(reader) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for name in ("bos_token_id", "eos_token_id", "padding_token_id"):
+        value = field_value(reader, f"tokenizer.ggml.{name}")
+        if value is not None:
+            config[name.replace("padding_", "pad_")] = int(value)
+    return config
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
