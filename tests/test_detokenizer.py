@@ -130,3 +130,10 @@ def test_sentencepiece_spaces_merge_with_their_neighbours(output, text):
     # The one documented difference from decode(output): the first token keeps its leading space.
     assert streamed == tok.decode([11, *output])[len(tok.decode([11])) :]
     assert streamed.lstrip(" ") == tok.decode(output).lstrip(" ")
+
+
+def test_a_prompt_cut_inside_a_character_keeps_that_character():
+    # Documented exception: the character the output completes belongs to the prompt.
+    tok = ByteTokenizer()
+    _, text = stream(tok, [0xE4], [0xBD, 0xA0, 0x61])
+    assert text == "a"

@@ -1,0 +1,191 @@
+"""The Hugging Face tokenizer: a model directory's tokenizer.json and chat template.
+
+Built on the light ``tokenizers`` library and ``jinja2`` (both imported when a tokenizer is
+created, not with this module) rather than ``transformers``, whose import alone takes about a
+second. It follows what ``transformers.AutoTokenizer`` does for a directory with a tokenizer.json
+and a generic tokenizer class:
+
+- ``encode`` adds special tokens as tokenizer.json's post-processor says (transformers ignores
+  ``add_bos_token`` / ``add_eos_token`` in tokenizer_config.json when tokenizer.json exists);
+  the named special tokens of tokenizer_config.json are registered as special tokens;
+- ``decode`` skips special tokens, without transformers' (off by default) space clean-up;
+- the chat template comes from chat_template.jinja, else tokenizer_config.json's
+  ``chat_template``, and renders in a sandboxed jinja2 environment set up like transformers'
+  (trim_blocks, lstrip_blocks, loopcontrols, ``tojson``, ``raise_exception``, ``strftime_now``),
+  with the special tokens as variables; the result is encoded without adding special tokens.
+
+Model-specific transformers tokenizer classes that rebuild the pipeline in Python are not
+mirrored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hetero_core.default_plugins.hf_options import HFTokenizerOptions
+from hetero_core.errors import ConfigError, InvalidRequestError, ModelLoadError
+from hetero_core.tokenizer import TokenizerContext
+
+__all__ = ["HFTokenizer", "HFTokenizerOptions", "create_hf_tokenizer"]
+
+SPECIAL_TOKEN_NAMES = (
+    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"
+)  # fmt: skip
+
+
+class HFTokenizer:
+    """Implements ``hetero_core.tokenizer.Tokenizer`` for a local Hugging Face model directory."""
+
+    def __init__(self, model_dir: Path, options: HFTokenizerOptions | None = None) -> None:
+        from tokenizers import AddedToken, Tokenizer
+
+        self.options = options or HFTokenizerOptions()
+        model_dir = Path(model_dir)
+        tokenizer_file = model_dir / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise ModelLoadError(f"the hf tokenizer needs {tokenizer_file}, which does not exist")
+        try:
+            self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+            raise ModelLoadError(f"cannot read {tokenizer_file}: {exc}") from exc
+        config = _read_json(model_dir / "tokenizer_config.json")
+        self.special_tokens = {
+            name: content
+            for name in SPECIAL_TOKEN_NAMES
+            if (content := _token_content(config.get(name))) is not None
+        }
+        named = [AddedToken(c, special=True, normalized=False) for c in self.special_tokens.values()]
+        self._tokenizer.add_special_tokens(named)
+        self.vocab_size: int = self._tokenizer.get_vocab_size(with_added_tokens=True)
+        self.eos_token_id: int | None = self._find_eos_token_id(model_dir, config)
+        self.chat_template: str | None = self._find_chat_template(model_dir, config)
+        self._template = _compile_chat_template(self.chat_template) if self.chat_template else None
+
+    def encode(self, text: str) -> list[int]:
+        add_special_tokens = self.options.add_special_tokens
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """The chat template with the generation prompt, encoded (its special tokens included)."""
+        return self._tokenizer.encode(self.render_chat(messages), add_special_tokens=False).ids
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        if self._template is None:
+            raise InvalidRequestError(
+                "this model has no chat template; send a plain prompt, or set the hf tokenizer's "
+                "chat_template option to a jinja file"
+            )
+        if not isinstance(messages, list) or not messages:
+            raise InvalidRequestError("a chat request needs a non-empty list of messages")
+        if not all(isinstance(m, dict) for m in messages):
+            raise InvalidRequestError("each chat message must be an object with 'role' and 'content'")
+        # Like transformers: a key whose value is None is left out, not rendered as "None".
+        messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        from jinja2 import TemplateError
+
+        try:
+            return self._template.render(
+                messages=messages, add_generation_prompt=True, **self.special_tokens
+            )
+        except TemplateError as exc:
+            raise InvalidRequestError(f"the chat template rejected the messages: {exc}") from exc
+
+    def _find_eos_token_id(self, model_dir: Path, config: dict[str, Any]) -> int | None:
+        """generation_config.json's eos_token_id (of a list, the tokenizer's own eos if listed,
+        else the first), else the eos_token of tokenizer_config.json or special_tokens_map.json.
+        """
+        eos_content = self.special_tokens.get("eos_token") or _token_content(
+            _read_json(model_dir / "special_tokens_map.json").get("eos_token")
+        )
+        tokenizer_eos = self._tokenizer.token_to_id(eos_content) if eos_content else None
+        generation_eos = _read_json(model_dir / "generation_config.json").get("eos_token_id")
+        if isinstance(generation_eos, int):
+            return generation_eos
+        if isinstance(generation_eos, list) and generation_eos:
+            return tokenizer_eos if tokenizer_eos in generation_eos else generation_eos[0]
+        return tokenizer_eos
+
+    def _find_chat_template(self, model_dir: Path, config: dict[str, Any]) -> str | None:
+        if self.options.chat_template is not None:
+            path = Path(self.options.chat_template).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"hf tokenizer option chat_template: no such file: {path}")
+            return path.read_text(encoding="utf-8")
+        template_file = model_dir / "chat_template.jinja"
+        if template_file.is_file():
+            return template_file.read_text(encoding="utf-8")
+        template = config.get("chat_template")
+        if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        return template if isinstance(template, str) and template else None
+
+
+def create_hf_tokenizer(ctx: TokenizerContext) -> HFTokenizer:
+    """Factory for the ``hf`` tokenizer: reads the model directory the executor runs."""
+    if ctx.model_dir is None:
+        raise ConfigError(
+            "the hf tokenizer needs a model directory, and the selected executor runs no model; "
+            "choose an executor with a model, or the 'byte' tokenizer"
+        )
+    return HFTokenizer(ctx.model_dir, ctx.options)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def _token_content(value: Any) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def _compile_chat_template(source: str):
+    """Compile ``source`` in a sandbox set up like transformers' chat template environment."""
+    import jinja2
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationBlock(Extension):
+        """``{% generation %}...{% endgeneration %}`` (assistant-mask markers): body as is."""
+
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, loopcontrols]
+    )
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(f"the chat template does not compile: {exc}") from exc
