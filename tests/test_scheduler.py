@@ -125,3 +125,25 @@ def test_outputs_do_not_depend_on_batch_composition(make_mock_engine):
     alone = make_mock_engine().generate([PROMPTS[3]], greedy(10))[0]
     crowd = make_mock_engine(max_batch_size=2).generate(PROMPTS, greedy(10))[3]
     assert crowd.output_token_ids == alone.output_token_ids
+
+
+def test_decodes_go_before_an_older_sequence_that_is_prefilling_again():
+    from hetero_core.engine.block_allocator import PagedBlockAllocator
+    from hetero_core.engine.policy import FcfsPolicy
+    from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
+    from hetero_core.engine.sequence import Sequence, SequenceStatus
+
+    allocator = PagedBlockAllocator(64, 4)
+    limits = SchedulerLimits(max_batch_size=8, max_num_seqs=8, max_total_tokens=8, max_model_len=256,
+                             memory_threshold=1.0)
+    scheduler = Scheduler(FcfsPolicy(), allocator, limits)
+    older = Sequence(0, "old", "", list(range(20)), greedy(8), 0.0, output_token_ids=[1, 2],
+                     status=SequenceStatus.PREFILL)  # preempted earlier: recomputing 22 tokens
+    newer = Sequence(1, "new", "", list(range(5)), greedy(8), 0.0, output_token_ids=[3],
+                     status=SequenceStatus.DECODE, num_computed_tokens=5)
+    allocator.grow(newer.block_table, 5)
+    scheduler.running = [older, newer]
+    step = scheduler.schedule()
+    assert step.batch.seq_ids == [1, 0]
+    assert step.num_new_tokens == [1, 7]
+    assert step.batch.sample == [True, False]

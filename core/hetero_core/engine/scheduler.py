@@ -1,6 +1,6 @@
 """Scheduler: continuous batching over a paged KV pool.
 
-Each step, running sequences come first (decodes and unfinished prefills, in policy order), then
+Each step, running sequences come first (decodes, then unfinished prefills, in policy order), then
 waiting ones are admitted in policy order while the budgets allow: ``max_batch_size`` sequences and
 ``max_total_tokens`` tokens per step, ``max_num_seqs`` running at once, and ``memory_threshold`` of
 the pool for new admissions. A prompt longer than the token budget left is prefilled in chunks. When a
@@ -78,7 +78,11 @@ class Scheduler:
         chosen: list[tuple[Sequence, int]] = []
         preempted: list[Sequence] = []
 
-        for seq in sorted(self.running, key=self.policy.priority):
+        # Decodes first (one token each), then unfinished prefills; each group in policy order.
+        def decode_first(seq: Sequence):
+            return (seq.status is SequenceStatus.PREFILL, self.policy.priority(seq))
+
+        for seq in sorted(self.running, key=decode_first):
             if seq not in self.running:  # preempted earlier in this loop
                 continue
             if len(chosen) == self.limits.max_batch_size or token_budget == 0:
