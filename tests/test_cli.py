@@ -5,8 +5,11 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+
+DATA = Path(__file__).parent / "data"
 
 
 def hetero(*args, env=None, timeout=120):
@@ -58,6 +61,9 @@ def test_mock_path_starts_fast_and_imports_no_torch():
         (["run", "--executor", "mock"], "no prompt given"),
         (["run", "--executor", "mock", "--top-p", "0", "hi"], "top_p"),
         (["run", "--executor", "triton", "hi"], "executor 'triton' cannot run here"),
+        (["run", "--executor", "cuda", "hi"], "executor 'cuda' cannot run here: no CUDA device"),
+        (["run", "--executor", "mock", "--config", str(DATA / "unknown-section.toml"), "hi"],
+         "unknown executor 'mokc'"),
     ],
 )
 def test_user_mistakes_give_one_line_and_exit_2(args, message):
