@@ -8,6 +8,7 @@ import torch
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.embedded import find_embedded_gguf
+from hetero_core.model.fusion import split_state
 from hetero_core.model.gguf_checkpoint import hf_tensor_name, reverse_permute
 from hetero_core.model.loader import load_model, read_checkpoint
 from paged_batches import BlockPool, PagedSequence, step
@@ -82,7 +83,9 @@ def test_gguf_converts_once_into_a_loadable_hf_directory(tiny_model_dirs, tmp_pa
     assert model_dir.parent == tmp_path / "cache" and (model_dir / "model.safetensors").is_file()
     assert ensure_gguf_converted(path, tmp_path / "cache") == model_dir
     model = load_model(model_dir)
-    for name, tensor in model.state_dict().items():
+    state = split_state(model.state_dict(), model.config)
+    assert state.keys() == hf_model.state_dict().keys()
+    for name, tensor in state.items():
         assert torch.equal(tensor, hf_model.state_dict()[name]), name
     with pytest.raises(ModelLoadError, match="GGUF file .* not found"):
         ensure_gguf_converted(tmp_path / "missing.gguf", tmp_path / "cache")

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hetero_core.errors import ModelLoadError
+from hetero_core.model.fusion import split_state
 from hetero_core.model.loader import load_model, resolve_model_source
 from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
 from tiny_models import save_tiny_model
@@ -20,7 +21,9 @@ def test_sharded_checkpoint_loads_every_shard(tmp_path):
     assert (tmp_path / INDEX_FILE).is_file() and len(shards) > 2
     model = load_model(tmp_path)
     expected = hf_model.state_dict()
-    for name, tensor in model.state_dict().items():
+    state = split_state(model.state_dict(), model.config)  # fused q/k/v and gate/up back to HF names
+    assert state.keys() == expected.keys()
+    for name, tensor in state.items():
         assert torch.equal(tensor, expected[name]), name
 
 

@@ -10,6 +10,7 @@ from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecu
 from hetero_core.engine.batch import ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import Executor, ExecutorContext
+from hetero_core.model.cpu_linear import PackedLinear, can_pack
 from paged_batches import BlockPool, PagedSequence, step
 from tiny_models import VOCAB, hf_logits
 
@@ -62,6 +63,21 @@ def test_num_threads_sets_torch_threads(tiny_model_dirs, make_executor):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("prepack", [True, False])
+def test_prepack_weights_switches_linears_to_onednn(prepack, tiny_model_dirs, make_executor):
+    if not can_pack(torch.device("cpu"), torch.float32):
+        pytest.skip("this torch build has no oneDNN")
+    model_dir, hf_model = tiny_model_dirs["llama_mqa_tied"]
+    executor = make_executor(model_dir, options=TorchExecutorOptions(prepack_weights=prepack))
+    model = executor.model
+    linears = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
+    assert len(linears) == 4 * 2 + prepack  # per layer: qkv, o, gate_up, down; the tied lm_head once packed
+    assert all(isinstance(m, PackedLinear) == prepack for m in linears)
+    assert (model.lm_head is None) != prepack
+    logits = run_prompt(executor).logits
+    assert (logits[0] - hf_logits(hf_model, PROMPT)[-1]).abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("device", ["cuda:0", "not-a-device"])

@@ -3,6 +3,8 @@
 Only its factory imports this module, so torch loads only when this executor is selected.
 Per step it builds every tensor (token ids, positions, attention metadata, sample rows) once,
 runs the model under ``torch.inference_mode()`` and returns fp32 CPU logits for the sampled rows.
+In fp32 on CPU the linears run through oneDNN with weights packed once at load (``cpu_linear``;
+option ``prepack_weights``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
+from hetero_core.model.cpu_linear import can_pack, pack_linears
 from hetero_core.model.loader import load_model
 from hetero_core.model.torch_attention import TorchPagedAttention
 
@@ -36,6 +39,9 @@ class TorchExecutor:
         self.block_size = ctx.block_size
         self.backend = TorchPagedAttention()
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
+        if options.prepack_weights and can_pack(self.device, self.dtype):
+            self.model.untie_lm_head()
+            pack_linears(self.model)
         config = self.model.config
         self.kv_caches = self.backend.allocate_kv_cache(
             num_layers=config.num_hidden_layers,

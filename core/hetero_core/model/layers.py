@@ -26,16 +26,16 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """``down(silu(gate(x)) * up(x))``."""
+    """``down(silu(gate(x)) * up(x))``, with gate and up as one matmul (see ``fusion``)."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate).mul_(up))
 
 
 class RotaryEmbedding:
@@ -49,17 +49,24 @@ class RotaryEmbedding:
         self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[num_tokens, 1, head_dim // 2]`` each (both halves of a head share the frequencies)."""
         inv_freq = self.inv_freq.to(positions.device)
-        freqs = positions.float()[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        freqs = positions.float()[:, None, None] * inv_freq[None, None, :]
+        return freqs.cos().to(dtype), freqs.sin().to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x``: [num_tokens, num_heads, head_dim]; ``cos``/``sin``: [num_tokens, head_dim]."""
+    """``x``: [num_tokens, num_heads, head_dim] (any strides); returns a new contiguous tensor.
+
+    Rotate-half written per half: ``[x1 cos - x2 sin, x2 cos + x1 sin]``.
+    """
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out1, out2 = out[..., :half], out[..., half:]
+    torch.mul(x1, cos, out=out1).sub_(x2 * sin)
+    torch.mul(x2, cos, out=out2).add_(x1 * sin)
+    return out
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:

@@ -28,9 +28,7 @@ class LlamaAttention(nn.Module):
         self.scale = config.head_dim**-0.5
         hidden = config.hidden_size
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(hidden, q_size, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(hidden, kv_size, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(hidden, kv_size, bias=config.qkv_bias)
+        self.qkv_proj = nn.Linear(hidden, q_size + 2 * kv_size, bias=config.qkv_bias)  # q, k, v (see fusion)
         self.o_proj = nn.Linear(q_size, hidden, bias=config.o_proj_bias)
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -40,13 +38,15 @@ class LlamaAttention(nn.Module):
 
     def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any) -> torch.Tensor:
         num_tokens = hidden.shape[0]
-        q = self.q_proj(hidden).view(num_tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(hidden).view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(hidden).view(num_tokens, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out = self.backend.forward(q, k, v, kv_cache, attn_metadata, self.scale)
+        qkv = self.qkv_proj(hidden).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        num_qk = self.num_heads + self.num_kv_heads
+        if self.q_norm is None:  # q and k are adjacent: rotate both in one pass
+            qk = apply_rotary(qkv[:, :num_qk], cos, sin)
+            q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        else:
+            q = apply_rotary(self.q_norm(qkv[:, : self.num_heads]), cos, sin)
+            k = apply_rotary(self.k_norm(qkv[:, self.num_heads : num_qk]), cos, sin)
+        out = self.backend.forward(q, k, qkv[:, num_qk:], kv_cache, attn_metadata, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
 
 
@@ -99,5 +99,14 @@ class LlamaForCausalLM(nn.Module):
         return self.model.norm(hidden)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight)
+        if self.lm_head is None:
+            return F.linear(hidden, self.model.embed_tokens.weight)
+        return self.lm_head(hidden)
+
+    def untie_lm_head(self) -> None:
+        """Give tied embeddings an ``lm_head`` module sharing their weight (so weight packing sees it)."""
+        if self.lm_head is None:
+            weight = self.model.embed_tokens.weight
+            with torch.device("meta"):
+                self.lm_head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+            self.lm_head.weight = weight

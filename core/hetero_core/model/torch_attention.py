@@ -1,11 +1,16 @@
 """The torch paged attention backend: pure PyTorch, any device, the reference for other backends.
 
-Per step, sequences are split into at most two groups: single-token queries (decode, or a
-one-token prefill chunk) and longer queries (prefill, possibly continuing a cached prefix). Each
-group gets index tensors built once per step: where its tokens sit in a ``[num_seqs,
-max_query_len]`` padding, which cache slots hold each sequence's context (through its block
-table), and a mask (causal with the cached-prefix offset, and key < context_len). Per layer, each
-group is one gather + one ``scaled_dot_product_attention`` call: no Python loop over sequences.
+Per step the sequences split in two kinds, each with index tensors built once (``build_metadata``)
+and shared by every layer:
+
+- single-token queries (decode, or a one-token prefill chunk) are attended together: one
+  ``index_select`` of whole KV blocks (the padded block tables, flattened) and one
+  ``scaled_dot_product_attention`` with a key-padding mask;
+- multi-token queries (prefill) are attended one sequence at a time, without padding, so memory
+  stays proportional to the step's tokens (and on CPU it is faster than one padded call: 7 ms vs
+  13 ms per layer for 32 prompts of 16-128 tokens). A prompt with no cached prefix attends its own
+  new K/V (no gather, plain causal SDPA); one continuing a cached prefix gathers its context and
+  uses a causal mask shifted by the prefix length.
 """
 
 from __future__ import annotations
@@ -20,21 +25,30 @@ from hetero_core.model.attention import KVCache
 
 
 @dataclass(frozen=True)
-class AttentionGroup:
-    """Sequences attended together in one padded SDPA call."""
+class DecodeGroup:
+    """Single-token queries attended in one padded SDPA call."""
 
-    token_index: torch.Tensor | None  # [group_tokens] flat token indices; None: all tokens, in order
-    padded_index: torch.Tensor | None  # [group_tokens] row in the [num_seqs * max_query_len] padding
-    context_slots: torch.Tensor  # [num_seqs, max_context_len] cache slot of each context position
-    mask: torch.Tensor  # [num_seqs, 1, max_query_len, max_context_len] bool, True = attend
+    token_index: torch.Tensor | None  # [num_seqs] flat token rows; None: every token of the step, in order
+    block_index: torch.Tensor  # [num_seqs * max_blocks] block tables padded with block 0, flattened
+    key_mask: torch.Tensor  # [num_seqs, 1, 1, max_blocks * block_size] bool, True = inside the context
     num_seqs: int
-    max_query_len: int
+
+
+@dataclass(frozen=True)
+class PrefillSegment:
+    """One sequence's multi-token query: flat rows ``start:end``."""
+
+    start: int
+    end: int
+    context_slots: torch.Tensor | None  # [context_len] cache slots; None: no cached prefix
+    mask: torch.Tensor | None  # [query_len, context_len] bool causal mask after the prefix; None: no prefix
 
 
 @dataclass(frozen=True)
 class TorchPagedMetadata:
     slot_mapping: torch.Tensor  # [num_tokens] where each new token's K/V goes
-    groups: tuple[AttentionGroup, ...]
+    decode: DecodeGroup | None
+    prefills: tuple[PrefillSegment, ...]
 
 
 class TorchPagedAttention:
@@ -53,81 +67,92 @@ class TorchPagedAttention:
         _check_block_tables(batch)
         single = [i for i in range(batch.num_seqs) if batch.query_len(i) == 1]
         multi = [i for i in range(batch.num_seqs) if batch.query_len(i) > 1]
-        whole = len(single) == batch.num_seqs or len(multi) == batch.num_seqs
-        groups = tuple(_build_group(batch, seqs, whole) for seqs in (single, multi) if seqs)
-        slot_mapping = torch.tensor(batch.slot_mapping, dtype=torch.long)
         return TorchPagedMetadata(
-            slot_mapping=slot_mapping.to(device),
-            groups=tuple(_group_to(group, device) for group in groups),
+            slot_mapping=_to(torch.tensor(batch.slot_mapping, dtype=torch.long), device),
+            decode=_decode_group(batch, single, whole=not multi, device=device) if single else None,
+            prefills=tuple(_prefill_segment(batch, i, device) for i in multi),
         )
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         num_kv_heads, head_dim = kv_cache.key.shape[-2:]
-        key_slots = kv_cache.key.view(-1, num_kv_heads, head_dim)
-        value_slots = kv_cache.value.view(-1, num_kv_heads, head_dim)
-        key_slots.index_copy_(0, metadata.slot_mapping, key)
-        value_slots.index_copy_(0, metadata.slot_mapping, value)
+        kv_cache.key.view(-1, num_kv_heads, head_dim).index_copy_(0, metadata.slot_mapping, key)
+        kv_cache.value.view(-1, num_kv_heads, head_dim).index_copy_(0, metadata.slot_mapping, value)
 
-        if len(metadata.groups) == 1 and metadata.groups[0].token_index is None:
-            return _attend(query, key_slots, value_slots, metadata.groups[0], scale)
+        decode = metadata.decode
+        if decode is not None and decode.token_index is None:  # a pure decode step
+            return _attend_decode(query, kv_cache, decode, scale)
         out = torch.empty_like(query)
-        for group in metadata.groups:  # at most two: single-token and multi-token queries
-            out[group.token_index] = _attend(query[group.token_index], key_slots, value_slots, group, scale)
+        if decode is not None:
+            decoded = _attend_decode(query[decode.token_index], kv_cache, decode, scale)
+            out.index_copy_(0, decode.token_index, decoded)
+        for segment in metadata.prefills:
+            rows = slice(segment.start, segment.end)
+            out[rows] = _attend_prefill(query[rows], key[rows], value[rows], kv_cache, segment, scale)
         return out
 
 
-def _attend(query, key_slots, value_slots, group: AttentionGroup, scale: float) -> torch.Tensor:
-    num_heads, head_dim = query.shape[1:]
-    rows = group.num_seqs * group.max_query_len
-    if group.padded_index is None:
-        padded = query
-    else:
-        padded = query.new_zeros(rows, num_heads, head_dim)
-        padded[group.padded_index] = query
-    q = padded.view(group.num_seqs, group.max_query_len, num_heads, head_dim).transpose(1, 2)
-    k = key_slots[group.context_slots].transpose(1, 2)  # [seqs, kv_heads, ctx, head_dim]
-    v = value_slots[group.context_slots].transpose(1, 2)
+def _attend_decode(query, kv_cache: KVCache, group: DecodeGroup, scale: float) -> torch.Tensor:
+    """``query`` [num_seqs, num_heads, head_dim] -> the same shape."""
+    num_heads = query.shape[1]
+    num_kv_heads, head_dim = kv_cache.key.shape[-2:]
+    shape = (group.num_seqs, -1, num_kv_heads, head_dim)  # [seqs, max_blocks * block_size, kv_heads, dim]
+    k = kv_cache.key.index_select(0, group.block_index).view(shape).transpose(1, 2)
+    v = kv_cache.value.index_select(0, group.block_index).view(shape).transpose(1, 2)
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=group.mask, scale=scale, enable_gqa=k.shape[1] != num_heads
+        query[:, :, None, :], k, v, attn_mask=group.key_mask, scale=scale, enable_gqa=num_kv_heads != num_heads
     )
-    out = out.transpose(1, 2).reshape(rows, num_heads, head_dim)
-    return out if group.padded_index is None else out[group.padded_index]
+    return out.view(group.num_seqs, num_heads, head_dim)
 
 
-def _build_group(batch: Batch, seqs: list[int], whole: bool) -> AttentionGroup:
-    """Index tensors (on CPU) for the sequences ``seqs``; ``whole``: they hold every token."""
-    query_lens = torch.tensor([batch.query_len(i) for i in seqs], dtype=torch.long)
-    context_lens = torch.tensor([batch.context_lens[i] for i in seqs], dtype=torch.long)
-    starts = torch.tensor([batch.query_start_loc[i] for i in seqs], dtype=torch.long)
-    num_seqs, max_query_len = len(seqs), int(query_lens.max())
-    max_context_len = int(context_lens.max())
+def _attend_prefill(query, key, value, kv_cache: KVCache, segment: PrefillSegment, scale: float):
+    """One sequence: ``query`` [query_len, num_heads, head_dim] and its new ``key``/``value``
+    [query_len, num_kv_heads, head_dim] -> [query_len, num_heads, head_dim]."""
+    num_kv_heads, head_dim = kv_cache.key.shape[-2:]
+    if segment.context_slots is not None:  # continue a cached prefix: attend the whole context
+        key = kv_cache.key.view(-1, num_kv_heads, head_dim).index_select(0, segment.context_slots)
+        value = kv_cache.value.view(-1, num_kv_heads, head_dim).index_select(0, segment.context_slots)
+    out = F.scaled_dot_product_attention(
+        query.transpose(0, 1)[None],
+        key.transpose(0, 1)[None],
+        value.transpose(0, 1)[None],
+        attn_mask=segment.mask,
+        is_causal=segment.mask is None,
+        scale=scale,
+        enable_gqa=num_kv_heads != query.shape[1],
+    )
+    return out[0].transpose(0, 1)
 
-    seq_of_token = torch.repeat_interleave(torch.arange(num_seqs), query_lens)
-    group_starts = torch.cumsum(query_lens, 0) - query_lens
-    offset = torch.arange(int(query_lens.sum())) - group_starts[seq_of_token]
-    token_index = None if whole else starts[seq_of_token] + offset
-    padded_index = None if max_query_len == 1 else seq_of_token * max_query_len + offset
 
+def _decode_group(batch: Batch, seqs: list[int], whole: bool, device: torch.device) -> DecodeGroup:
+    """Index tensors for the single-token sequences ``seqs``; ``whole``: they hold all the step's tokens."""
     max_blocks = max(len(batch.block_tables[i]) for i in seqs)
-    tables = torch.tensor([batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs])
-    key_pos = torch.arange(max_context_len)
-    slots = tables[:, key_pos // batch.block_size] * batch.block_size + key_pos % batch.block_size
-    in_context = key_pos[None, :] < context_lens[:, None]
-    context_slots = torch.where(in_context, slots, 0)
-
-    query_pos = (context_lens - query_lens)[:, None] + torch.arange(max_query_len)[None, :]
-    mask = (key_pos[None, None, :] <= query_pos[:, :, None]) & in_context[:, None, :]
-    return AttentionGroup(token_index, padded_index, context_slots, mask[:, None], num_seqs, max_query_len)
-
-
-def _group_to(group: AttentionGroup, device: torch.device) -> AttentionGroup:
-    def move(t):
-        return None if t is None else t.to(device, non_blocking=True)
-
-    return AttentionGroup(
-        move(group.token_index), move(group.padded_index), move(group.context_slots), move(group.mask),
-        group.num_seqs, group.max_query_len,
+    tables = [batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs]
+    context_lens = torch.tensor([batch.context_lens[i] for i in seqs], dtype=torch.long)
+    key_mask = torch.arange(max_blocks * batch.block_size)[None, :] < context_lens[:, None]
+    token_index = None if whole else torch.tensor([batch.query_start_loc[i] for i in seqs], dtype=torch.long)
+    return DecodeGroup(
+        token_index=None if token_index is None else _to(token_index, device),
+        block_index=_to(torch.tensor(tables, dtype=torch.long).flatten(), device),
+        key_mask=_to(key_mask[:, None, None, :], device),
+        num_seqs=len(seqs),
     )
+
+
+def _prefill_segment(batch: Batch, i: int, device: torch.device) -> PrefillSegment:
+    start, end = batch.query_start_loc[i], batch.query_start_loc[i + 1]
+    context_len, num_cached = batch.context_lens[i], batch.num_computed_tokens(i)
+    if num_cached == 0:
+        return PrefillSegment(start, end, context_slots=None, mask=None)
+    key_pos = torch.arange(context_len)
+    table = torch.tensor(batch.block_tables[i], dtype=torch.long)
+    slots = table[key_pos // batch.block_size] * batch.block_size + key_pos % batch.block_size
+    query_pos = num_cached + torch.arange(end - start)
+    mask = key_pos[None, :] <= query_pos[:, None]
+    return PrefillSegment(start, end, context_slots=_to(slots, device), mask=_to(mask, device))
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor.to(device, non_blocking=True)
 
 
 def _check_block_tables(batch: Batch) -> None:
