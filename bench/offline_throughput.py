@@ -20,6 +20,7 @@ import transformers
 
 from hetero_core.builder import build_engine
 from hetero_core.engine.params import SamplingParams
+from hetero_core.logging import configure_logging
 from hetero_core.model.embedded import ensure_embedded_model
 from hetero_core.plugins import load_plugins
 from hetero_core.settings import load_settings
@@ -37,7 +38,7 @@ def make_workload(num_requests: int, vocab_size: int, seed: int = 0):
 
 
 def run_engine(model_dir, requests, **settings) -> tuple[float, list[list[int]]]:
-    engine = build_engine(load_settings(model=str(model_dir), executor="torch", log_level="warning", **settings),
+    engine = build_engine(load_settings(model=str(model_dir), executor="torch", **settings),
                           load_plugins(entry_points=[]))
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in requests]
     engine.generate([requests[0][0]], SamplingParams(temperature=0, max_tokens=2))  # warm-up
@@ -77,7 +78,7 @@ def run_hf_static(model, requests, pad_id, batch_size: int) -> float:
 
 def decode_latency_engine(model_dir, prompt, n: int) -> float:
     """Seconds per decoded token for one request (time after the first token / tokens after it)."""
-    engine = build_engine(load_settings(model=str(model_dir), executor="torch", log_level="warning"),
+    engine = build_engine(load_settings(model=str(model_dir), executor="torch"),
                           load_plugins(entry_points=[]))
     engine.generate([prompt], SamplingParams(temperature=0, max_tokens=2))
     engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=n + 1, ignore_eos=True))
@@ -106,6 +107,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--skip-sequential", action="store_true", help="skip the slow HF batch-1 run")
     args = parser.parse_args()
+    configure_logging(level="warning")
     if args.threads:
         torch.set_num_threads(args.threads)
     model_dir = args.model or ensure_embedded_model()

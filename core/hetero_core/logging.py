@@ -1,4 +1,10 @@
-"""Logging: events with fields. Only the CLI configures output; everyone else just gets a logger."""
+"""Logging: structlog events with fields, delivered through the stdlib ``hetero`` logger tree.
+
+Library code only calls ``get_logger``. Until an application configures logging, Python's defaults
+apply (warnings and errors on stderr, nothing else), so embedding the engine prints no per-step
+noise. The CLI calls ``configure_logging`` once: console lines or JSON lines on stderr, at the
+configured level.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,12 @@ import sys
 
 import structlog
 
+ROOT_LOGGER = "hetero"
+
 
 def get_logger(name: str):
-    """A structlog logger for ``name``; library code never configures logging itself."""
-    return structlog.get_logger(name)
+    """A structlog logger writing to the stdlib logger ``name`` (use names under ``hetero.``)."""
+    return structlog.wrap_logger(logging.getLogger(name))
 
 
 def configure_logging(log_format: str = "console", level: str = "info", stream=None) -> None:
@@ -29,6 +37,11 @@ def configure_logging(log_format: str = "console", level: str = "info", stream=N
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger(ROOT_LOGGER)
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
