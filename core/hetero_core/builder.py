@@ -21,8 +21,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     registry = plugins.registry
     check_sections(settings, registry)
 
-    executor_c = registry.get("executor", settings.executor.name)
-    executor_options = executor_c.validate_options(settings.executor.section(executor_c.name))
+    executor_c, executor_options = select(settings, registry, "executor")
     preflight = executor_c.traits.get("preflight")
     reasons = preflight() if preflight else []
     if reasons:
@@ -32,18 +31,13 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     tokenizer_name = settings.tokenizer.name
     if tokenizer_name == "auto":
         tokenizer_name = "hf" if model_dir is not None else "byte"
-    tokenizer_c = registry.get("tokenizer", tokenizer_name)
-    tokenizer_options = tokenizer_c.validate_options(settings.tokenizer.section(tokenizer_name))
+    tokenizer_c, tokenizer_options = select(settings, registry, "tokenizer", tokenizer_name)
     tokenizer = tokenizer_c.factory(TokenizerContext(settings, tokenizer_options, model_dir))
 
-    policy_c = registry.get("scheduler_policy", settings.scheduler_policy.name)
-    policy = policy_c.factory(policy_c.validate_options(settings.scheduler_policy.section(policy_c.name)))
-    allocator_c = registry.get("kv_allocator", settings.kv_allocator.name)
-    allocator = allocator_c.factory(
-        settings.max_num_blocks,
-        settings.block_size,
-        allocator_c.validate_options(settings.kv_allocator.section(allocator_c.name)),
-    )
+    policy_c, policy_options = select(settings, registry, "scheduler_policy")
+    policy = policy_c.factory(policy_options)
+    allocator_c, allocator_options = select(settings, registry, "kv_allocator")
+    allocator = allocator_c.factory(settings.max_num_blocks, settings.block_size, allocator_options)
     executor = executor_c.factory(
         ExecutorContext(
             settings=settings,
@@ -89,6 +83,12 @@ def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingPa
         return SamplingParams(**values)
     except InvalidRequestError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def select(settings: HeteroSettings, registry: Registry, seam: str, name: str | None = None):
+    """The component chosen for ``seam`` (or ``name``) and its validated options section."""
+    component = registry.get(seam, name or settings.component_name(seam))
+    return component, component.validate_options(getattr(settings, seam).section(component.name))
 
 
 def check_sections(settings: HeteroSettings, registry: Registry) -> None:

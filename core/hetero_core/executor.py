@@ -33,7 +33,7 @@ class ExecutorContext:
     num_blocks: int
     block_size: int
     max_model_len: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
+    max_num_batched_tokens: int  # tokens in one step (max_total_tokens)
+    max_num_seqs: int  # sequences in one step (max_batch_size)
     eos_token_id: int | None
     vocab_size: int
