@@ -41,9 +41,14 @@ def test_component_table_with_plugin_sections_merges_with_a_name_from_env(tmp_pa
     assert s.executor.name == "mock" and s.executor.section("mock") == {"eos_after": 3}
 
 
-def test_plugin_section_from_env_nested_variables(monkeypatch):
+def test_plugin_section_from_env_nested_variables(monkeypatch, tmp_path):
     monkeypatch.setenv("HETERO_EXECUTOR__MOCK__EOS_AFTER", "4")
     assert load_settings().executor.section("mock") == {"eos_after": "4"}
+    monkeypatch.setenv("HETERO_EXECUTOR", "mock")  # a name and a section, both from the environment
+    config = tmp_path / "hetero.toml"
+    config.write_text('[executor]\nname = "torch"\n[executor.mock]\neos_after = 20\nseed = 3\n')
+    s = load_settings(config)
+    assert s.executor.name == "mock" and s.executor.section("mock") == {"eos_after": "4", "seed": 3}
 
 
 def test_plugin_sections_are_validated_by_the_plugin_model(tmp_path):

@@ -112,7 +112,8 @@ class HeteroEnvSource(EnvSettingsSource):
 
     def prepare_field_value(self, field_name, field, value, value_is_complex):
         if isinstance(value, str) and field_name in COMPONENT_FIELDS and not value.startswith("{"):
-            return {"name": value}
+            # HETERO_EXECUTOR=mock beside HETERO_EXECUTOR__MOCK__EOS_AFTER=5: keep both.
+            return {**self.explode_env_vars(field_name, field, self.env_vars), "name": value}
         if isinstance(value, str) and field_name == "plugins" and not value.startswith("["):
             return [part.strip() for part in value.split(",") if part.strip()]
         return super().prepare_field_value(field_name, field, value, value_is_complex)
