@@ -49,3 +49,12 @@ def test_a_bad_request_fails_alone_in_a_batch(make_mock_engine):
     engine.add_request("x", ok, request_id="dup")
     with pytest.raises(InvalidRequestError, match="already in use"):
         engine.add_request("y", ok, request_id="dup")
+
+
+def test_automatic_request_ids_never_clash_with_chosen_ones(make_mock_engine):
+    engine = make_mock_engine()
+    ok = SamplingParams(temperature=0, max_tokens=2)
+    engine.add_request("mine", ok, request_id="1")
+    first = engine.add_request("auto", ok)
+    second = engine.add_request("auto", ok)
+    assert len({"1", first, second}) == 3

@@ -49,8 +49,9 @@ class Engine:
         params = params or self.default_params
         token_ids = self._tokenize(prompt)
         seq_id = next(self._seq_counter)
-        request_id = request_id if request_id is not None else str(seq_id)
-        if request_id in self._seqs:
+        if request_id is None:
+            request_id = self._auto_request_id(seq_id)
+        elif request_id in self._seqs:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text = prompt if isinstance(prompt, str) else self.tokenizer.decode(token_ids)
         seq = Sequence(seq_id, request_id, text, token_ids, params, time.time())
@@ -132,10 +133,18 @@ class Engine:
     def _reject(self, prompt: Prompt, params: SamplingParams | None, error: str) -> str:
         seq_id = next(self._seq_counter)
         text = prompt if isinstance(prompt, str) else ""
-        seq = Sequence(seq_id, str(seq_id), text, [], params or self.default_params, time.time())
+        seq = Sequence(seq_id, self._auto_request_id(seq_id), text, [], params or self.default_params, time.time())
         self._seqs[seq.request_id] = seq
         self._finish(seq, error=error)
         return seq.request_id
+
+    def _auto_request_id(self, seq_id: int) -> str:
+        """The sequence number as an id, suffixed if a caller already chose that id."""
+        request_id, n = str(seq_id), 0
+        while request_id in self._seqs:
+            n += 1
+            request_id = f"{seq_id}-{n}"
+        return request_id
 
     def _next_tokens(self, scheduled: ScheduledStep, output) -> tuple[list[int], list]:
         if output.token_ids is not None:
