@@ -66,9 +66,6 @@ class Registry:
         conflicted = [name for (s, name) in self.conflicts if s == seam]
         return sorted(set(self._components[seam]) | set(conflicted))
 
-    def components(self, seam: str) -> list[Component]:
-        return [self._components[seam][n] for n in sorted(self._components[seam])]
-
     def get(self, seam: str, name: str) -> Component:
         label = SEAM_LABELS[seam]
         if (seam, name) in self.conflicts:

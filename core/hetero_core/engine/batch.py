@@ -62,10 +62,6 @@ class Batch:
         """Indices (into the sequences) that need a next token, in output-row order."""
         return [i for i, flag in enumerate(self.sample) if flag]
 
-    @property
-    def max_blocks_per_seq(self) -> int:
-        return max((len(t) for t in self.block_tables), default=0)
-
 
 @dataclass(frozen=True)
 class ExecutorOutput:
