@@ -28,8 +28,11 @@ class TorchExecutor:
     """Owns the model and its paged KV cache (``num_layers`` x K/V ``[num_blocks, block_size,
     num_kv_heads, head_dim]``); ``execute(batch)`` returns logits rows in ``batch.sample_indices`` order."""
 
-    def __init__(self, ctx: ExecutorContext):
-        options = ctx.options if ctx.options is not None else TorchExecutorOptions()
+    def __init__(self, ctx: ExecutorContext, backend=None, options: TorchExecutorOptions | None = None):
+        """``backend``: the attention backend (default: the torch paged reference). GPU executor
+        plugins reuse this class with their own backend and an options model with the same fields
+        (``device``, ``dtype``, ``num_threads``, ``prepack_weights``)."""
+        options = options or (ctx.options if ctx.options is not None else TorchExecutorOptions())
         if ctx.model_dir is None:
             raise ModelLoadError("the torch executor needs a model; set `model` to an HF directory or .gguf file")
         if options.num_threads is not None:
@@ -37,7 +40,7 @@ class TorchExecutor:
         self.device = _device(options.device)
         self.dtype = DTYPES[options.dtype]
         self.block_size = ctx.block_size
-        self.backend = TorchPagedAttention()
+        self.backend = backend if backend is not None else TorchPagedAttention()
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
         if options.prepack_weights and can_pack(self.device, self.dtype):
             self.model.untie_lm_head()
