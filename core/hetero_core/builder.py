@@ -37,7 +37,6 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     policy_c, policy_options = select(settings, registry, "scheduler_policy")
     policy = policy_c.factory(policy_options)
     allocator_c, allocator_options = select(settings, registry, "kv_allocator")
-    allocator = allocator_c.factory(settings.max_num_blocks, settings.block_size, allocator_options)
     executor = executor_c.factory(
         ExecutorContext(
             settings=settings,
@@ -52,6 +51,9 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             vocab_size=tokenizer.vocab_size,
         )
     )
+    # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
+    num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
+    allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
     limits = SchedulerLimits(
         max_batch_size=settings.max_batch_size,
         max_num_seqs=settings.max_num_seqs,

@@ -1,15 +1,18 @@
-"""hetero-plugins-cuda: the flash-attn executor. Imports neither torch.cuda nor flash_attn here."""
+"""hetero-plugins-cuda: the flash-attn executor. Imports neither torch nor flash_attn here."""
 
 from hetero_core.hookspecs import hookimpl
 
 
 @hookimpl
 def register_executors(register):
-    register("cuda", _create_cuda_executor, needs_model=True, preflight=_missing_requirements)
+    from hetero_plugins_cuda.options import CudaExecutorOptions
+
+    register("cuda", _create_cuda_executor, options=CudaExecutorOptions, needs_model=True,
+             preflight=_missing_requirements)
 
 
 def _missing_requirements():
-    from hetero_plugins_cuda.executor import missing_requirements
+    from hetero_plugins_cuda.preflight import missing_requirements
 
     return missing_requirements()
 

@@ -1,31 +1,168 @@
-"""The flash-attn executor's factory: checks what it needs, then says what is missing."""
+"""The cuda executor: core's Llama-family model code on flash-attn's paged kernels, with decode
+steps replayed from CUDA graphs.
+
+Start-up, in order: the kernels' capabilities are checked against the settings (block size,
+dtype, device, head size) before any weight is read; the model loads on the device; the KV pool
+is sized (``max_num_blocks``, or a GPU memory share after a profiling forward) with one extra
+scratch block for padded graph rows; decode graphs are captured. Per step, a pure decode that fits
+a captured size replays a graph; anything else (prefills, mixed steps, ``cuda_graphs = false``)
+runs eagerly. Logits come back as fp32 CPU rows for the sampled sequences.
+"""
 
 from __future__ import annotations
 
-from hetero_core.errors import PluginError
+import torch
+
+from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.errors import ConfigError, ModelLoadError, PluginError
+from hetero_core.executor import ExecutorContext
+from hetero_core.logging import get_logger
+from hetero_core.model.config import ModelConfig
+from hetero_core.model.loader import load_model
+from hetero_plugins_cuda.attention import FlashAttnBackend
+from hetero_plugins_cuda.graph_runner import DecodeGraphRunner, default_batch_sizes
+from hetero_plugins_cuda.kernels import FlashAttnKernels, load_flash_attn
+from hetero_plugins_cuda.kv_sizing import blocks_for_memory_share, bytes_per_block
+from hetero_plugins_cuda.options import CudaExecutorOptions
+from hetero_plugins_cuda.preflight import missing_requirements
+
+__all__ = ["CudaExecutor", "create_cuda_executor", "missing_requirements"]
+
+log = get_logger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def missing_requirements() -> list[str]:
-    """Reasons this machine cannot run the cuda executor (empty when it can)."""
-    reasons = []
+class CudaExecutor:
+    """``kernels``: flash-attn's (default) or another provider with the same API (a test double)."""
+
+    def __init__(self, ctx: ExecutorContext, options: CudaExecutorOptions | None = None,
+                 kernels: FlashAttnKernels | None = None):
+        options = options or (ctx.options if ctx.options is not None else CudaExecutorOptions())
+        if ctx.model_dir is None:
+            raise ModelLoadError("the cuda executor needs a model; set `model` to an HF directory or .gguf file")
+        self.kernels = kernels if kernels is not None else load_flash_attn()
+        self.device = _device(options.device)
+        self.dtype = DTYPES[options.dtype]
+        self.block_size = ctx.block_size
+        self.max_model_len = ctx.max_model_len
+        self.max_num_seqs = ctx.max_num_seqs
+        self.max_num_batched_tokens = ctx.max_num_batched_tokens
+        self.max_blocks_per_seq = -(-ctx.max_model_len // ctx.block_size)
+        config = ModelConfig.from_dir(ctx.model_dir)
+        problems = self.kernels.problems(
+            block_size=ctx.block_size, dtype=self.dtype, device=self.device, head_dim=config.head_dim
+        )
+        problems += _option_problems(options, ctx)
+        if problems:
+            raise ConfigError("executor 'cuda' cannot run these settings: " + "; ".join(problems))
+
+        self.backend = FlashAttnBackend(self.kernels)
+        self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
+        rotary = self.model.rotary
+        rotary.inv_freq = rotary.inv_freq.to(self.device)  # fp32 still; no host copy inside a graph
+        if options.gpu_memory_utilization is not None:
+            self.num_kv_blocks = blocks_for_memory_share(
+                self, options.gpu_memory_utilization, ctx.num_blocks, graphs=options.cuda_graphs
+            )
+        else:
+            self.num_kv_blocks = ctx.num_blocks
+        self.kv_caches = self._allocate_kv_cache(self.num_kv_blocks + 1)  # + the scratch block
+        self.graph_runner = None
+        if options.cuda_graphs:
+            sizes = options.cuda_graph_batch_sizes or default_batch_sizes(ctx.max_num_seqs)
+            self.graph_runner = DecodeGraphRunner(
+                self.model, self.kv_caches, batch_sizes=sizes, max_blocks_per_seq=self.max_blocks_per_seq,
+                scratch_block=self.num_kv_blocks, block_size=self.block_size, device=self.device,
+            )  # fmt: skip
+            with torch.inference_mode():
+                self.graph_runner.capture()
+        log.info("executor.ready", executor="cuda", kernels=self.kernels.name, device=str(self.device),
+                 dtype=options.dtype, num_kv_blocks=self.num_kv_blocks, cuda_graphs=options.cuda_graphs)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.model.config.eos_token_id
+
+    def execute(self, batch: Batch) -> ExecutorOutput:
+        if batch.block_size != self.block_size:
+            raise ValueError(f"batch block_size {batch.block_size} != executor block_size {self.block_size}")
+        with torch.inference_mode():
+            if self.graph_runner is not None and self.graph_runner.can_run(batch):
+                logits = self.graph_runner.run(batch)
+                if len(batch.sample_indices) != batch.num_seqs:
+                    logits = logits[torch.tensor(batch.sample_indices, device=self.device)]
+            else:
+                logits = self.forward_logits(batch, self.kv_caches)
+            return ExecutorOutput(logits=logits.to(device="cpu", dtype=torch.float32))
+
+    def forward_logits(self, batch: Batch, kv_caches) -> torch.Tensor:
+        """One eager step: logits (device, model dtype) of the sampled sequences."""
+        input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
+        metadata = self.backend.build_metadata(batch, self.device)
+        hidden = self.model(input_ids, positions, metadata, kv_caches)
+        rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
+        return self.model.compute_logits(hidden[torch.tensor(rows, dtype=torch.long).to(self.device)])
+
+    def shutdown(self) -> None:
+        self.graph_runner = None
+        self.kv_caches = []
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _allocate_kv_cache(self, num_blocks: int):
+        config = self.model.config
+        if self.device.type == "cuda":
+            needed = num_blocks * bytes_per_block(config, self.block_size, self.dtype)
+            free, _ = torch.cuda.mem_get_info(self.device)
+            if needed > free:
+                raise ConfigError(
+                    f"max_num_blocks = {num_blocks - 1} needs {needed / 2**30:.2f} GiB of KV cache but "
+                    f"{free / 2**30:.2f} GiB are free on {self.device}; lower max_num_blocks or set "
+                    "executor.cuda.gpu_memory_utilization (e.g. 0.9) to size the pool from memory"
+                )
+        return self.backend.allocate_kv_cache(
+            config.num_hidden_layers, num_blocks, self.block_size, config.num_key_value_heads, config.head_dim,
+            self.dtype, self.device,
+        )  # fmt: skip
+
+
+def _option_problems(options: CudaExecutorOptions, ctx: ExecutorContext) -> list[str]:
+    problems = []
+    sizes = options.cuda_graph_batch_sizes or []
+    too_big = [s for s in sizes if s > ctx.max_num_seqs]
+    if too_big:
+        problems.append(
+            f"executor.cuda.cuda_graph_batch_sizes {too_big} exceed max_batch_size {ctx.max_num_seqs} "
+            "(a step never has more sequences); drop them or raise max_batch_size"
+        )
+    if sizes and not options.cuda_graphs:
+        problems.append("executor.cuda.cuda_graph_batch_sizes is set but cuda_graphs is false; drop one of them")
+    if options.gpu_memory_utilization is not None and not options.device.startswith("cuda"):
+        problems.append(
+            f"executor.cuda.gpu_memory_utilization needs a CUDA device (device is {options.device!r}); "
+            "unset it to use max_num_blocks"
+        )
+    return problems
+
+
+def _device(name: str) -> torch.device:
     try:
-        import torch
-    except ImportError:
-        return ["torch is not installed (pip install 'hetero-core[torch]')"]
-    if not torch.cuda.is_available():
-        reasons.append("no CUDA device is visible to torch (torch.cuda.is_available() is False)")
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
-        reasons.append("flash-attn is not installed (pip install flash-attn --no-build-isolation, needs CUDA)")
-    return reasons
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"executor.cuda.device: invalid device {name!r}; use e.g. 'cuda' or 'cuda:1'") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"executor.cuda.device is {name!r} but this torch build sees no CUDA device")
+    return device
 
 
-def create_cuda_executor(ctx):
+def create_cuda_executor(ctx: ExecutorContext) -> CudaExecutor:
     reasons = missing_requirements()
     if reasons:
         raise PluginError("executor 'cuda' cannot run here: " + "; ".join(reasons))
-    raise PluginError(
-        "executor 'cuda' (flash-attn) is not implemented yet in hetero-plugins-cuda 0.1.0; "
-        "use --executor torch"
-    )
+    return CudaExecutor(ctx)

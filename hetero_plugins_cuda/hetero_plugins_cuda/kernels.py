@@ -1,0 +1,85 @@
+"""The attention kernels the cuda executor calls, and what they can do.
+
+``FlashAttnKernels`` bundles flash-attn's two entry points with the capabilities the executor
+checks at start-up (before loading weights), so an unsupported setting fails with one clear
+message instead of a CUDA error inside a step:
+
+- ``flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...,
+  softmax_scale, causal, block_table)`` for steps with prefills,
+- ``flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=..., block_table=...,
+  softmax_scale, causal)`` for pure decode steps.
+
+flash-attn 2.x reads a paged KV cache (``block_table``) only when a page holds a multiple of 256
+tokens. Another provider with the same call signatures (a test double) declares its own limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from hetero_core.errors import PluginError
+from hetero_plugins_cuda.preflight import FLASH_ATTN_INSTALL
+
+
+@dataclass(frozen=True)
+class FlashAttnKernels:
+    name: str  # e.g. "flash-attn 2.7.4"
+    varlen: Callable  # flash_attn_varlen_func
+    with_kvcache: Callable  # flash_attn_with_kvcache
+    page_block_multiple: int  # paged KV needs block_size % page_block_multiple == 0
+    dtypes: tuple[torch.dtype, ...]
+    device_types: tuple[str, ...]
+    max_head_dim: int = 256
+
+    def problems(self, *, block_size: int, dtype: torch.dtype, device: torch.device, head_dim: int) -> list[str]:
+        """Reasons these kernels cannot run this configuration (empty when they can)."""
+        reasons = []
+        if block_size % self.page_block_multiple:
+            fits = -(-block_size // self.page_block_multiple) * self.page_block_multiple
+            reasons.append(
+                f"block_size {block_size} is not a multiple of {self.page_block_multiple}, which "
+                f"{self.name}'s paged KV cache requires; set block_size = {fits}"
+            )
+        if dtype not in self.dtypes:
+            names = ", ".join(str(d).removeprefix("torch.") for d in self.dtypes)
+            reasons.append(
+                f"executor.cuda.dtype {str(dtype).removeprefix('torch.')} is not supported by {self.name} "
+                f"(supported: {names}); set executor.cuda.dtype = 'bfloat16'"
+            )
+        if device.type not in self.device_types:
+            reasons.append(
+                f"executor.cuda.device {str(device)!r}: {self.name} runs on {', '.join(self.device_types)} "
+                "devices only; set executor.cuda.device = 'cuda'"
+            )
+        if head_dim > self.max_head_dim or head_dim % 8:
+            reasons.append(
+                f"the model's head_dim {head_dim} is not supported by {self.name} "
+                f"(a multiple of 8, at most {self.max_head_dim})"
+            )
+        return reasons
+
+
+def load_flash_attn() -> FlashAttnKernels:
+    """flash-attn 2.x's kernels, or a PluginError saying what to install."""
+    try:
+        import flash_attn
+        from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+    except ImportError as exc:
+        raise PluginError(f"executor 'cuda' needs flash-attn: {exc}; {FLASH_ATTN_INSTALL}") from exc
+    version = getattr(flash_attn, "__version__", "unknown")
+    if not version.startswith("2."):
+        raise PluginError(
+            f"executor 'cuda' supports flash-attn 2.x; found flash-attn {version} "
+            "(pip install 'flash-attn>=2.6,<3' --no-build-isolation)"
+        )
+    return FlashAttnKernels(
+        name=f"flash-attn {version}",
+        varlen=flash_attn_varlen_func,
+        with_kvcache=flash_attn_with_kvcache,
+        page_block_multiple=256,
+        dtypes=(torch.float16, torch.bfloat16),
+        device_types=("cuda",),
+    )

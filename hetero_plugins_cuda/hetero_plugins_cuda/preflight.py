@@ -1,0 +1,27 @@
+"""What this machine lacks to run the cuda executor (checked before any model is loaded)."""
+
+from __future__ import annotations
+
+FLASH_ATTN_INSTALL = (
+    "pip install 'hetero-plugins-cuda[flash-attn]' --no-build-isolation "
+    "(builds flash-attn 2.x against the installed torch; needs the CUDA toolkit)"
+)
+
+
+def missing_requirements() -> list[str]:
+    """Reasons this machine cannot run the cuda executor (empty when it can)."""
+    try:
+        import torch
+    except ImportError:
+        return ["torch is not installed (pip install 'hetero-core[torch]')"]
+    reasons = []
+    if not torch.cuda.is_available():
+        reasons.append(
+            f"no CUDA device is visible to torch {torch.__version__} (torch.cuda.is_available() is False; "
+            "install a CUDA build of torch on a machine with an NVIDIA GPU)"
+        )
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        reasons.append(f"flash-attn is not installed ({FLASH_ATTN_INSTALL})")
+    return reasons
