@@ -1,21 +1,30 @@
-"""hetero-plugins-triton: the Triton flash-decoding executor. Imports no triton here."""
+"""hetero-plugins-triton: the Triton flash-decoding executor. Imports neither torch nor triton here."""
 
 from hetero_core.hookspecs import hookimpl
+
+from hetero_plugins_triton.capabilities import CAPABILITIES
+from hetero_plugins_triton.options import TritonExecutorOptions
 
 
 @hookimpl
 def register_executors(register):
-    register("triton", _create_triton_executor, needs_model=True, preflight=_not_implemented)
+    register(
+        "triton",
+        _create_triton_executor,
+        options=TritonExecutorOptions,
+        needs_model=True,
+        preflight=_missing_packages,
+        capabilities=CAPABILITIES,
+    )
 
 
-def _not_implemented():
-    return ["the Triton flash-decoding executor is not implemented yet in hetero-plugins-triton 0.1.0"]
+def _missing_packages():
+    from hetero_plugins_triton.requirements import missing_packages
+
+    return missing_packages()
 
 
 def _create_triton_executor(ctx):
-    from hetero_core.errors import PluginError
+    from hetero_plugins_triton.executor import create_triton_executor
 
-    raise PluginError(
-        "executor 'triton' (flash-decoding) is not implemented yet in hetero-plugins-triton 0.1.0; "
-        "use --executor torch"
-    )
+    return create_triton_executor(ctx)

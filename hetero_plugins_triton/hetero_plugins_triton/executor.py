@@ -1,0 +1,96 @@
+"""The Triton executor: core's model code and ``TorchExecutor`` with the Triton attention backend.
+
+The factory settles where and how to run (GPU, or Triton's CPU interpreter when asked), checks the
+kernels' capabilities against the model's config and the settings, and only then imports triton
+and loads the weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions
+from hetero_core.errors import ConfigError, PluginError
+from hetero_core.executor import ExecutorContext
+from hetero_core.logging import get_logger
+from hetero_core.model.config import ModelConfig
+from hetero_plugins_triton.capabilities import incompatibilities
+from hetero_plugins_triton.options import TritonExecutorOptions
+from hetero_plugins_triton.requirements import interpreter_problem, interpreter_requested
+
+log = get_logger("hetero.executor.triton")
+
+
+class TritonExecutor(TorchExecutor):
+    """``TorchExecutor`` whose attention runs the Triton kernels (``backend.TritonPagedAttention``)."""
+
+
+def create_triton_executor(ctx: ExecutorContext) -> TritonExecutor:
+    options = ctx.options if ctx.options is not None else TritonExecutorOptions()
+    interpret = interpreter_requested(options.interpreter)
+    device = _device(options, interpret)
+    dtype = _dtype(options, interpret, device)
+    if ctx.model_dir is None:
+        raise ConfigError("the triton executor needs a model; set `model` to an HF directory or .gguf file")
+    config = ModelConfig.from_dir(ctx.model_dir)
+    reasons = incompatibilities(
+        block_size=ctx.block_size, head_dim=config.head_dim, num_heads=config.num_attention_heads,
+        num_kv_heads=config.num_key_value_heads, dtype=dtype, interpret=interpret,
+        bf16_supported=interpret or torch.cuda.is_bf16_supported(),
+    )
+    if reasons:
+        raise ConfigError("executor 'triton' cannot run this model with these settings: " + "; ".join(reasons))
+
+    from hetero_plugins_triton.kernels.compile import import_triton
+
+    import_triton(interpret)
+    from hetero_plugins_triton.backend import KernelSettings, TritonPagedAttention
+
+    num_sms = 1 if interpret else torch.cuda.get_device_properties(device).multi_processor_count
+    backend = TritonPagedAttention(KernelSettings(
+        interpret=interpret, num_sms=num_sms, num_splits=options.num_splits,
+        decode_block_n=options.decode_block_n, prefill_block_m=options.prefill_block_m,
+        prefill_block_n=options.prefill_block_n,
+    ))
+    torch_options = TorchExecutorOptions(device=str(device), dtype=dtype, num_threads=options.num_threads,
+                                         prepack_weights=False)
+    log.info("executor.triton.ready", device=str(device), dtype=dtype, interpreter=interpret, num_sms=num_sms,
+             num_splits=options.num_splits or "auto")
+    return TritonExecutor(ctx, backend=backend, options=torch_options)
+
+
+def _device(options: TritonExecutorOptions, interpret: bool) -> torch.device:
+    name = options.device or ("cpu" if interpret else "cuda")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"executor.triton.device: invalid device {name!r}; use e.g. 'cuda:0'") from exc
+    if interpret:
+        if device.type != "cpu":
+            raise ConfigError(f"executor.triton.device is {name!r} but interpreter mode runs on the CPU; "
+                              "set device = 'cpu' or turn the interpreter off")
+        problem = interpreter_problem()
+        if problem:
+            raise PluginError(f"executor 'triton' cannot run here: {problem}")
+        return device
+    if device.type != "cuda":
+        raise ConfigError(f"executor.triton.device is {name!r}; the Triton kernels run on a CUDA device "
+                          "(or on the CPU with executor.triton.interpreter = true)")
+    if not torch.cuda.is_available():
+        raise PluginError(
+            "executor 'triton' cannot run here: no CUDA device is visible to torch; set "
+            "executor.triton.interpreter = true (or TRITON_INTERPRET=1) to run its kernels on the CPU "
+            "through Triton's interpreter (slow), or use --executor torch"
+        )
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"executor.triton.device is {name!r} but only {torch.cuda.device_count()} "
+                          "CUDA device(s) are visible")
+    return device
+
+
+def _dtype(options: TritonExecutorOptions, interpret: bool, device: torch.device) -> str:
+    if options.dtype != "auto":
+        return options.dtype
+    if interpret:
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
