@@ -17,20 +17,12 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "model"))
 
 from flash_attn_double import FlashAttnDouble  # noqa: E402
 from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions  # noqa: E402
-from hetero_core.executor import ExecutorContext  # noqa: E402
 from hetero_plugins_cuda.executor import CudaExecutor  # noqa: E402
 from hetero_plugins_cuda.options import CudaExecutorOptions  # noqa: E402
+from cuda_contexts import executor_context  # noqa: E402
 from tiny_models import save_tiny_model  # noqa: E402
 
 TINY_NAMES = ("llama", "qwen3")
-
-
-def executor_context(model_dir, *, num_blocks=64, block_size=16, max_model_len=256, max_num_seqs=8, options=None):
-    return ExecutorContext(
-        settings=None, options=options, model_dir=Path(model_dir), num_blocks=num_blocks, block_size=block_size,
-        max_model_len=max_model_len, max_num_batched_tokens=512, max_num_seqs=max_num_seqs, eos_token_id=None,
-        vocab_size=0,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -95,7 +95,7 @@ def test_unsupported_settings_fail_before_loading_weights(kwargs, message, tiny_
 
 
 def test_kernels_limited_to_cuda_refuse_a_cpu_device(tiny_dirs):
-    from conftest import executor_context
+    from cuda_contexts import executor_context
     from hetero_plugins_cuda.executor import CudaExecutor
 
     model_dir, _ = tiny_dirs["llama"]
