@@ -30,10 +30,11 @@ FACTORY_ARGUMENTS = {
     "executor": ("ctx",),
 }
 
-# seam -> (methods core calls, attributes core reads) on the object a factory returns
+# seam -> (methods core calls, attributes core reads) on the object a factory returns;
+# "a|b": either will do (the scheduler calls whichever the policy has)
 REQUIRED = {
     "tokenizer": (("encode", "decode", "encode_chat"), ("eos_token_id", "vocab_size")),
-    "scheduler_policy": (("priority",), ()),
+    "scheduler_policy": (("priority|decide",), ()),
     "kv_allocator": (
         ("num_blocks_for", "num_new_blocks", "can_grow", "grow", "fork", "free"),
         ("num_blocks", "block_size", "num_free_blocks", "num_used_blocks"),
@@ -75,7 +76,8 @@ def check_components(plugins, built: dict[str, tuple[Any, Any]]) -> None:
     first object that lacks what core calls."""
     for seam, (component, obj) in built.items():
         methods, attributes = REQUIRED[seam]
-        missing = [m for m in methods if not callable(getattr(obj, m, None))]
+        missing = [m.replace("|", " or ") for m in methods
+                   if not any(callable(getattr(obj, alt, None)) for alt in m.split("|"))]
         missing += [a for a in attributes if not hasattr(obj, a)]
         problem = None
         if missing:

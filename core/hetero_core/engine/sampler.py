@@ -101,7 +101,7 @@ class Sampler:
         self._penalise(scores, rows)
         randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if randoms:
-            apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
+            _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
@@ -156,7 +156,7 @@ class Sampler:
         return torch.minimum(token_ids, last_allowed).squeeze(1)
 
 
-def apply_temperature_rows(scores: torch.Tensor, picked: list[int], temperatures: list[float]) -> None:
+def _apply_temperature_rows(scores: torch.Tensor, picked: list[int], temperatures: list[float]) -> None:
     """``apply_temperature`` on the rows ``picked`` of ``scores`` (in place)."""
     if len(picked) == scores.shape[0]:
         apply_temperature(scores, temperatures)
