@@ -201,7 +201,7 @@ def _logprobs(
     logprobs = logits[wanted].to(torch.float32).log_softmax(dim=-1)
     chosen_ids = token_ids[wanted]
     chosen = logprobs.gather(1, chosen_ids.unsqueeze(1)).squeeze(1).tolist()
-    num_top = max(rows[i].params.logprobs for i in wanted)
+    num_top = min(max(rows[i].params.logprobs for i in wanted), logits.shape[1])
     if num_top:
         top_values, top_ids = (t.tolist() for t in logprobs.topk(num_top, dim=-1))
     else:
