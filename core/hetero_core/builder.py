@@ -9,6 +9,7 @@ from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
 from hetero_core.errors import ConfigError, InvalidRequestError, PluginError
 from hetero_core.executor import ExecutorContext
+from hetero_core.plugin_checks import check_components
 from hetero_core.plugins import PluginSet, load_plugins
 from hetero_core.registry import SEAMS, Component, Registry
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
@@ -36,6 +37,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
 
     policy_c, policy_options = select(settings, registry, "scheduler_policy")
     policy = policy_c.factory(policy_options)
+    check_components(plugins, {"tokenizer": (tokenizer_c, tokenizer), "scheduler_policy": (policy_c, policy)})
     allocator_c, allocator_options = select(settings, registry, "kv_allocator")
     executor = executor_c.factory(
         ExecutorContext(
@@ -54,6 +56,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
     num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
     allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
+    check_components(plugins, {"kv_allocator": (allocator_c, allocator), "executor": (executor_c, executor)})
     limits = SchedulerLimits(
         max_batch_size=settings.max_batch_size,
         max_num_seqs=settings.max_num_seqs,

@@ -23,6 +23,10 @@ delta contains a U+FFFD that the final text does not. Exceptions:
   streams ``"a"`` where ``decode(output_ids)`` is ``"\ufffd\ufffda"``).
 - If a window stays unfinished for more than ``MAX_HELD_TOKENS`` tokens (only possible for
   output that is not valid UTF-8), its text is handed out as is, U+FFFD included.
+- Output that stops inside a multi-byte character: ``flush()`` drops the cut character (its
+  U+FFFD), so ``text`` ends on the last whole character. ``decode`` cannot tell a cut character
+  from a real U+FFFD, so a replacement character at the very end of the output is dropped too
+  (vLLM's detokenizer does the same).
 """
 
 from __future__ import annotations
@@ -70,11 +74,15 @@ class IncrementalDetokenizer:
         return self._advance(new_text[len(prefix_text) :])
 
     def flush(self) -> str:
-        """Hand out any held-back text (call once the request has finished)."""
+        """Hand out any held-back text (call once the request has finished).
+
+        A character cut short by the end of the output (the U+FFFD its lone bytes decode to at the
+        very end) is dropped: the final text never ends in a cut character.
+        """
         if self.num_held_tokens == 0:
             return ""
         prefix_text, new_text = self._decode_window()
-        return self._advance(new_text[len(prefix_text) :])
+        return self._advance(new_text[len(prefix_text) :].rstrip(REPLACEMENT_CHAR))
 
     def _decode_window(self) -> tuple[str, str]:
         decode = self._tokenizer.decode

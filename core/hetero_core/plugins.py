@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pluggy
 
 from hetero_core import hookspecs
+from hetero_core.plugin_checks import check_registration
 from hetero_core.registry import SEAMS, Component, PluginFailure, Registry
 
 ENTRY_POINT_GROUP = "hetero"
@@ -119,8 +120,7 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
                 continue
 
             def register(name, factory, *, options=None, _seam=seam, **traits):
-                if not isinstance(name, str) or not name:
-                    raise ValueError(f"{_seam} names must be non-empty strings, got {name!r}")
+                check_registration(_seam, name, factory, options)
                 collected.append(Component(_seam, name, factory, info.name, options, traits))
 
             try:

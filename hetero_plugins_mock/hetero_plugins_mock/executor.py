@@ -58,7 +58,8 @@ class MockExecutor:
         output_index = position - batch.num_prompt_tokens[i]  # 0 for the first output token
         seed = batch.seeds[i] if batch.seeds[i] is not None else 0
         digest = hashlib.blake2b(
-            struct.pack("<qqq", opts.seed, seed, position) + prompt.tobytes(), digest_size=16
+            struct.pack("<qqq", _seed_word(opts.seed), _seed_word(seed), position) + prompt.tobytes(),
+            digest_size=16,
         ).digest()
         value, chance = struct.unpack("<QQ", digest)
         if self.eos_token_id is not None:
@@ -104,3 +105,12 @@ class MockExecutor:
             seconds += opts.decode_latency_per_step
         if seconds:
             time.sleep(seconds)
+
+
+def _seed_word(seed: int) -> int:
+    """A signed 64-bit word for any Python int: seeds in range as they are (outputs stay the same),
+    others (2**64, -2**70, ...) through a hash of their decimal digits."""
+    if -(2**63) <= seed < 2**63:
+        return seed
+    digest = hashlib.blake2b(str(seed).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)

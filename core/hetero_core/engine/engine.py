@@ -1,14 +1,27 @@
-"""Engine: requests in, tokens out. ``step()`` is schedule, execute, postprocess."""
+"""Engine: requests in, tokens out. ``step()`` is schedule, execute, postprocess.
+
+Bookkeeping guarantees (tested by a hypothesis state machine, tests/test_engine_state_machine.py):
+- every request that ``add_request`` accepted ends with exactly one final output: finished
+  (length, eos, stop), aborted, or failed with a reason in ``RequestOutput.error``;
+- ``add_request`` raises ``InvalidRequestError`` for what can never run (bad prompt or parameters,
+  longer than ``max_model_len``, more KV blocks than the pool has) and then keeps nothing;
+- a request that fails (non-finite logits, an executor error) fails alone, or with the batch it ran
+  in; the next step runs normally;
+- no exception from the executor, the sampler or the tokenizer escapes ``step()``;
+- a finished request leaves nothing behind: request table, detokenizer and KV blocks are freed.
+"""
 
 from __future__ import annotations
 
 import itertools
 import time
 from collections.abc import Iterable
+from dataclasses import asdict
 
 from hetero_core.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.prompts import Prompt, prompt_text, tokenize_prompt
 from hetero_core.engine.scheduler import ScheduledStep, Scheduler
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
 from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
@@ -16,7 +29,9 @@ from hetero_core.errors import InvalidRequestError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.engine")
-Prompt = str | list[int] | list[dict[str, str]]  # text, token ids, or chat messages
+Params = SamplingParams | dict | None
+
+__all__ = ["Engine", "Prompt"]
 
 
 class Engine:
@@ -33,6 +48,7 @@ class Engine:
         self._detokenizers: dict[int, IncrementalDetokenizer] = {}
         self._seq_counter = itertools.count()
         self._finished_outputs: list[RequestOutput] = []
+        self._held_outputs: dict[str, RequestOutput] = {}  # other callers' outputs seen by generate()
         self.num_steps = 0
 
     @classmethod
@@ -42,24 +58,24 @@ class Engine:
         return build_engine(settings, plugins)
 
     # -- requests ---------------------------------------------------------------------------------
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
-                    request_id: str | None = None) -> str:
-        """Queue a request. Invalid input raises InvalidRequestError; a request that can never fit
-        the limits is accepted and fails at admission (see its RequestOutput.error)."""
-        params = params or self.default_params
-        token_ids = self._tokenize(prompt)
-        seq_id = next(self._seq_counter)
-        if request_id is None:
-            request_id = self._auto_request_id(seq_id)
-        elif request_id in self._seqs:
+    def add_request(self, prompt: Prompt, params: Params = None, request_id: str | None = None) -> str:
+        """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
+        (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
+        keeps nothing, for a request that is invalid or can never run within the engine's limits."""
+        params = self._params(params)
+        if request_id is not None and not isinstance(request_id, str):
+            raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
+        token_ids = tokenize_prompt(self.tokenizer, prompt)
+        if request_id in self._seqs or request_id in self._held_outputs:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        seq_id = next(self._seq_counter)
+        request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
         text = prompt if isinstance(prompt, str) else self.tokenizer.decode(token_ids)
         seq = Sequence(seq_id, request_id, text, token_ids, params, time.time())
-        self._seqs[request_id] = seq
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
-            self._finish(seq, error=reason)
-            return request_id
+            raise InvalidRequestError(reason)
+        self._seqs[request_id] = seq
         self._detokenizers[seq_id] = IncrementalDetokenizer(self.tokenizer, token_ids)
         self.scheduler.add(seq)
         log.info("request.admitted", request_id=request_id, num_prompt_tokens=len(token_ids))
@@ -67,7 +83,7 @@ class Engine:
 
     def abort(self, request_id: str) -> bool:
         """Stop a request; its blocks are freed at once. False if unknown or already done."""
-        seq = self._seqs.get(request_id)
+        seq = self._seqs.get(request_id) if isinstance(request_id, str) else None
         if seq is None or seq.status.is_done:
             return False
         self._finish(seq, reason=FinishReason.ABORT)
@@ -78,21 +94,37 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Run one step; return outputs of requests that progressed or ended since the last step."""
+        """Run one step; return outputs of requests that progressed or ended since the last step
+        (including those another caller's ``generate()`` ran but did not own)."""
         scheduled = self.scheduler.schedule()
+        if scheduled is None and self.scheduler.has_work:
+            # A step that only preempted (everything running) leaves room for the next one; if
+            # that one schedules nothing either, nothing will ever change.
+            scheduled = self.scheduler.schedule()
+            if scheduled is None:
+                self._fail_unschedulable()
         if scheduled is not None:
-            output = self.executor.execute(scheduled.batch)
-            self._postprocess(scheduled, self._next_tokens(scheduled, output))
+            self._run(scheduled)
         outputs, self._finished_outputs = self._finished_outputs, []
         for out in outputs:  # reported once; the engine forgets finished requests
             self._seqs.pop(out.request_id, None)
         if scheduled is not None:
             outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
+        if self._held_outputs:
+            held, self._held_outputs = self._held_outputs, {}
+            fresh = {o.request_id for o in outputs}
+            outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
         return outputs
 
-    def generate(self, prompts: Iterable[Prompt], params: SamplingParams | list[SamplingParams] | None = None
+    def generate(self, prompts: Iterable[Prompt] | str, params: Params | list[Params] = None
                  ) -> list[RequestOutput]:
-        """Run prompts to completion; outputs in prompt order. A bad prompt fails alone."""
+        """Run prompts to completion; outputs in prompt order. A bad prompt fails alone (its
+        output carries the error). Outputs of requests added with ``add_request`` are kept for
+        the next ``step()`` caller."""
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, Iterable):
+            raise InvalidRequestError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
         prompts = list(prompts)
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
@@ -103,37 +135,39 @@ class Engine:
                 ids.append(self.add_request(prompt, p))
             except InvalidRequestError as exc:
                 ids.append(self._reject(prompt, p, str(exc)))
-        finished: dict[str, RequestOutput] = {}
-        while self.has_unfinished_requests() or self._finished_outputs:
-            finished.update((o.request_id, o) for o in self.step() if o.finished)
+        own, finished = set(ids), {}
+        while len(finished) < len(ids):
+            if not (self.has_unfinished_requests() or self._finished_outputs):
+                missing = sorted(own - set(finished))
+                raise RuntimeError(f"engine bug: requests {missing} ended without a final output")
+            for out in self.step():
+                if out.request_id not in own:
+                    self._held_outputs[out.request_id] = out
+                elif out.finished:
+                    finished[out.request_id] = out
         return [finished[i] for i in ids]
 
     def shutdown(self) -> None:
         self.executor.shutdown()
 
     # -- internals --------------------------------------------------------------------------------
-    def _tokenize(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            token_ids = self.tokenizer.encode(prompt)
-        elif prompt and all(isinstance(m, dict) for m in prompt):
-            token_ids = self.tokenizer.encode_chat(prompt)
-        elif all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            token_ids = list(prompt)
-            bad = [t for t in token_ids if not 0 <= t < self.tokenizer.vocab_size]
-            if bad:
-                raise InvalidRequestError(
-                    f"prompt token ids out of range [0, {self.tokenizer.vocab_size}): {bad[:5]}"
-                )
-        else:
-            raise InvalidRequestError("a prompt is a string, a list of token ids or a list of chat messages")
-        if not token_ids:
-            raise InvalidRequestError("the prompt is empty")
-        return token_ids
+    def _params(self, params: Params) -> SamplingParams:
+        if params is None:
+            return self.default_params
+        if isinstance(params, SamplingParams):
+            return params
+        if isinstance(params, dict):
+            SamplingParams.from_dict(params)  # unknown keys are named against the given dict
+            return SamplingParams.from_dict({**asdict(self.default_params), **params})
+        raise InvalidRequestError(
+            f"sampling parameters must be a SamplingParams or a dict, got {type(params).__name__}"
+        )
 
-    def _reject(self, prompt: Prompt, params: SamplingParams | None, error: str) -> str:
+    def _reject(self, prompt, params, error: str) -> str:
+        """A failed output for a prompt that ``generate()`` could not add."""
         seq_id = next(self._seq_counter)
-        text = prompt if isinstance(prompt, str) else ""
-        seq = Sequence(seq_id, self._auto_request_id(seq_id), text, [], params or self.default_params, time.time())
+        params = params if isinstance(params, SamplingParams) else self.default_params
+        seq = Sequence(seq_id, self._auto_request_id(seq_id), prompt_text(prompt), [], params, time.time())
         self._seqs[seq.request_id] = seq
         self._finish(seq, error=error)
         return seq.request_id
@@ -141,14 +175,32 @@ class Engine:
     def _auto_request_id(self, seq_id: int) -> str:
         """The sequence number as an id, suffixed if a caller already chose that id."""
         request_id, n = str(seq_id), 0
-        while request_id in self._seqs:
+        while request_id in self._seqs or request_id in self._held_outputs:
             n += 1
             request_id = f"{seq_id}-{n}"
         return request_id
 
-    def _next_tokens(self, scheduled: ScheduledStep, output) -> tuple[list[int], list]:
+    def _run(self, scheduled: ScheduledStep) -> None:
+        for seq in scheduled.preempted:
+            log.info("request.preempted", request_id=seq.request_id, num_preemptions=seq.num_preemptions)
+        try:
+            output = self.executor.execute(scheduled.batch)
+            sampled = self._next_tokens(scheduled, output)
+        except Exception as exc:  # a failing executor fails this batch's requests, not the engine
+            log.exception("executor.failed", num_seqs=scheduled.batch.num_seqs)
+            for seq in scheduled.seqs:
+                self._finish(seq, error=f"the executor failed on this request's batch: {type(exc).__name__}: {exc}")
+            return
+        self._postprocess(scheduled, sampled)
+
+    def _next_tokens(self, scheduled: ScheduledStep, output) -> list[tuple[int, object, str | None]]:
+        """(token id, logprobs, error) for each sampled row."""
+        num_rows = sum(scheduled.batch.sample)
         if output.token_ids is not None:
-            return list(output.token_ids), [None] * len(output.token_ids)
+            if len(output.token_ids) != num_rows:
+                raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")
+            vocab_size = max(self.tokenizer.vocab_size, getattr(self.executor, "vocab_size", 0) or 0)
+            return [(t, None, _token_error(t, vocab_size)) for t in output.token_ids]
         from hetero_core.engine.sampler import Sampler, SamplingRow
 
         if self._sampler is None:
@@ -158,39 +210,64 @@ class Engine:
             for s, flag in zip(scheduled.seqs, scheduled.batch.sample) if flag
         ]
         result = self._sampler.sample(output.logits, rows)
-        return result.token_ids, result.logprobs
+        return [(t, lp, result.error(i)) for i, (t, lp) in enumerate(zip(result.token_ids, result.logprobs))]
 
-    def _postprocess(self, scheduled: ScheduledStep, sampled: tuple[list[int], list]) -> None:
-        for seq in scheduled.preempted:
-            log.info("request.preempted", request_id=seq.request_id, num_preemptions=seq.num_preemptions)
-        tokens = iter(zip(*sampled))
+    def _postprocess(self, scheduled: ScheduledStep, sampled: list[tuple[int, object, str | None]]) -> None:
+        tokens = iter(sampled)
         now = time.time()
         for seq, num_new, sample in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.batch.sample):
             seq.num_computed_tokens += num_new
             if not sample:
                 continue
-            token_id, logprobs = next(tokens)
+            token_id, logprobs, error = next(tokens)
+            if error is not None:
+                self._finish(seq, error=error)
+                continue
             seq.status = SequenceStatus.DECODE
             seq.first_token_time = seq.first_token_time or now
             seq.output_token_ids.append(token_id)
             if seq.params.logprobs is not None:
                 seq.output_logprobs.append(logprobs)
-            reason = check_stop_token(seq, token_id, self.tokenizer.eos_token_id)
-            if reason is None:
-                delta = self._detokenizers[seq.seq_id].add(token_id)
-                seq.output_text += delta
-                reason = check_stop_string(seq, len(delta)) or check_length(seq, self.max_model_len)
-            if reason is not None:
-                self._finish(seq, reason=reason)
+            self._check_stop(seq, token_id)
         self.num_steps += 1
         log.debug("engine.step", step=self.num_steps, num_seqs=scheduled.batch.num_seqs,
                   num_tokens=scheduled.batch.num_tokens, num_preempted=len(scheduled.preempted),
                   num_free_blocks=self.scheduler.allocator.num_free_blocks)
 
-    def _finish(self, seq: Sequence, reason: FinishReason | None = None, error: str | None = None) -> None:
-        if seq.seq_id in self._detokenizers:
+    def _check_stop(self, seq: Sequence, token_id: int) -> None:
+        reason = check_stop_token(seq, token_id, self.tokenizer.eos_token_id)
+        if reason is not None:
+            self._finish(seq, reason=reason)
+            return
+        try:
+            delta = self._detokenizers[seq.seq_id].add(token_id)
+        except Exception as exc:  # a tokenizer that cannot decode this id fails this request alone
+            self._finish(seq, error=f"the tokenizer could not decode token {token_id}: {type(exc).__name__}: {exc}")
+            return
+        seq.output_text += delta
+        if check_stop_string(seq, len(delta)) is not None:
+            self._finish(seq, reason=FinishReason.STOP, keep_held_text=False)  # text after the stop is cut
+        elif check_length(seq, self.max_model_len) is not None:
+            self._finish(seq, reason=FinishReason.LENGTH)
+
+    def _fail_unschedulable(self) -> None:
+        """Nothing could be scheduled although requests wait: nothing will change, so fail them."""
+        allocator = self.scheduler.allocator
+        for seq in [s for s in self._seqs.values() if not s.status.is_done]:
+            needed = allocator.num_blocks_for(seq.num_tokens)
+            self._finish(seq, error=(
+                f"request can never be scheduled: it needs {needed} KV blocks for {seq.num_tokens} tokens, "
+                f"{allocator.num_free_blocks} of {allocator.num_blocks} are free and nothing else is running"
+            ))
+
+    def _finish(self, seq: Sequence, reason: FinishReason | None = None, error: str | None = None,
+                keep_held_text: bool = True) -> None:
+        detokenizer = self._detokenizers.pop(seq.seq_id, None)
+        if detokenizer is not None:  # the request was queued: release its place and blocks
             self.scheduler.remove(seq)
-            seq.output_text += self._detokenizers.pop(seq.seq_id).flush() if reason != FinishReason.STOP else ""
+            tail = _safe_flush(detokenizer)
+            if keep_held_text:
+                seq.output_text += tail
         seq.status = SequenceStatus.FAILED if error else SequenceStatus.FINISHED
         seq.finish_reason, seq.error, seq.finish_time = reason, error, time.time()
         self._finished_outputs.append(RequestOutput.from_sequence(seq))
@@ -199,3 +276,16 @@ class Engine:
         else:
             log.info("request.finished", request_id=seq.request_id, finish_reason=reason.value,
                      num_output_tokens=seq.num_output_tokens, num_preemptions=seq.num_preemptions)
+
+
+def _token_error(token_id, vocab_size: int) -> str | None:
+    if isinstance(token_id, int) and not isinstance(token_id, bool) and 0 <= token_id < vocab_size:
+        return None
+    return f"the executor returned token id {token_id!r}, outside the vocabulary [0, {vocab_size})"
+
+
+def _safe_flush(detokenizer: IncrementalDetokenizer) -> str:
+    try:
+        return detokenizer.flush()
+    except Exception:  # the text so far stands; the held tail is lost
+        return ""

@@ -1,17 +1,41 @@
-"""SamplingParams: what a request asks of the sampler, validated once at the edge."""
+"""SamplingParams: what a request asks of the sampler, validated once at the edge.
+
+Validation is strict and reports every problem at once, each named by its field: types first (an
+int field takes no bool, a float field takes no string; ints are accepted for floats), then ranges.
+Values that would make the sampler's arithmetic overflow are made safe or rejected:
+
+- a ``temperature`` below ``GREEDY_TEMPERATURE`` (1e-5, vLLM's ``_SAMPLING_EPS``) is greedy and is
+  stored as ``0.0``: dividing logits by 1e-38 would overflow them to inf;
+- ``repetition_penalty`` must lie in ``[MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY]``: 0 or a
+  denormal divides logits into inf.
+
+As in vLLM, ``stop=None`` and ``stop_token_ids=None`` mean "none"; a single stop string is accepted
+as well as a list. ``seed`` takes any Python int (negative or beyond 64 bits).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+import math
+import numbers
+from dataclasses import dataclass, fields
+from typing import Any
 
 from hetero_core.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
+GREEDY_TEMPERATURE = 1e-5
+MIN_REPETITION_PENALTY = 1e-4
+MAX_REPETITION_PENALTY = 1e4
+
+_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+_INT_FIELDS = ("top_k", "max_tokens")
+_BOOL_FIELDS = ("ignore_eos", "include_stop_str_in_output")
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 1.0
+    temperature: float = 1.0  # 0 (or below 1e-5): greedy
     top_p: float = 1.0
     top_k: int = -1  # -1 (or 0): disabled
     min_p: float = 0.0
@@ -19,48 +43,110 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     max_tokens: int = 256
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # also accepts a single string, a list, or None
+    stop_token_ids: tuple[int, ...] = ()  # also accepts a list or None
     ignore_eos: bool = False
     logprobs: int | None = None  # top-n logprobs per generated token
     seed: int | None = None
     include_stop_str_in_output: bool = False
 
+    @classmethod
+    def from_dict(cls, values: Any) -> SamplingParams:
+        """Build from a mapping of field names (the vLLM/OpenAI-style convenience); unknown names
+        are an InvalidRequestError that lists the valid ones."""
+        if not isinstance(values, dict):
+            raise InvalidRequestError(
+                f"sampling parameters must be a SamplingParams or a dict, got {type(values).__name__}"
+            )
+        known = [f.name for f in fields(cls)]
+        unknown = [k for k in values if k not in known]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise InvalidRequestError(
+                f"unknown sampling parameter {', '.join(hints)}; valid: {', '.join(known)}"
+            )
+        return cls(**values)
+
     def __post_init__(self) -> None:
-        # Accept lists / a single string from callers and store tuples (hashable, immutable).
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        object.__setattr__(self, "stop", tuple(self.stop))
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        problems = list(self._problems())
+        problems = list(self._type_problems())
+        if not problems:
+            given = {f.name: getattr(self, f.name) for f in fields(self)}
+            self._normalise()
+            problems = list(self._range_problems(given))
         if problems:
             raise InvalidRequestError("invalid sampling parameters: " + "; ".join(problems))
 
-    def _problems(self):
+    def _type_problems(self):
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if not _is_number(value):
+                yield f"{name} must be a number, got {_describe(value)}"
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if not _is_int(value):
+                yield f"{name} must be an integer, got {_describe(value)}"
+        for name in _BOOL_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                yield f"{name} must be true or false, got {_describe(value)}"
+        for name in ("logprobs", "seed"):
+            value = getattr(self, name)
+            if value is not None and not _is_int(value):
+                yield f"{name} must be an integer or None, got {_describe(value)}"
+        stop = self.stop
+        if not (stop is None or isinstance(stop, str) or _is_list_of(stop, lambda s: isinstance(s, str))):
+            yield f"stop must be a string, a list of strings or None, got {_describe(stop)}"
+        if not (self.stop_token_ids is None or _is_list_of(self.stop_token_ids, _is_int)):
+            yield f"stop_token_ids must be a list of integers or None, got {_describe(self.stop_token_ids)}"
+
+    def _normalise(self) -> None:
+        """Store plain Python types: floats, ints, tuples (hashable, immutable)."""
+        set_ = object.__setattr__
+        for name in _FLOAT_FIELDS:
+            set_(self, name, float(getattr(self, name)))
+        for name in (*_INT_FIELDS, "logprobs", "seed"):
+            value = getattr(self, name)
+            set_(self, name, None if value is None else int(value))
+        stop = self.stop
+        set_(self, "stop", () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop))
+        set_(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids or ()))
+        if 0 <= self.temperature < GREEDY_TEMPERATURE:
+            set_(self, "temperature", 0.0)  # greedy, as vLLM treats temperatures below 1e-5
+
+    def _range_problems(self, given: dict[str, Any]):
+        """Checked on the normalised values; messages quote the values as given."""
         if not self.temperature >= 0:
-            yield f"temperature must be >= 0, got {self.temperature}"
+            yield f"temperature must be >= 0, got {given['temperature']}"
+        elif not math.isfinite(self.temperature):
+            yield f"temperature must be finite (0 is greedy), got {given['temperature']}"
         if not 0 < self.top_p <= 1:
-            yield f"top_p must be in (0, 1], got {self.top_p}"
-        if not isinstance(self.top_k, int) or self.top_k < -1:
-            yield f"top_k must be -1 (disabled), 0 (disabled) or >= 1, got {self.top_k}"
+            yield f"top_p must be in (0, 1], got {given['top_p']}"
+        if self.top_k < -1:
+            yield f"top_k must be -1 (disabled), 0 (disabled) or >= 1, got {given['top_k']}"
         if not 0 <= self.min_p <= 1:
-            yield f"min_p must be in [0, 1], got {self.min_p}"
-        if not self.repetition_penalty > 0:
-            yield f"repetition_penalty must be > 0, got {self.repetition_penalty}"
+            yield f"min_p must be in [0, 1], got {given['min_p']}"
+        if not MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            yield (
+                f"repetition_penalty must be between {MIN_REPETITION_PENALTY:g} and {MAX_REPETITION_PENALTY:g} "
+                f"(1: off; 0 or a denormal would overflow the logits), got {given['repetition_penalty']}"
+            )
         if not -2 <= self.presence_penalty <= 2:
-            yield f"presence_penalty must be in [-2, 2], got {self.presence_penalty}"
+            yield f"presence_penalty must be in [-2, 2], got {given['presence_penalty']}"
         if not -2 <= self.frequency_penalty <= 2:
-            yield f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}"
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            yield f"max_tokens must be >= 1, got {self.max_tokens}"
-        if any(not isinstance(s, str) or not s for s in self.stop):
+            yield f"frequency_penalty must be in [-2, 2], got {given['frequency_penalty']}"
+        if self.max_tokens < 1:
+            yield f"max_tokens must be >= 1, got {given['max_tokens']}"
+        if any(not s for s in self.stop):
             yield "stop strings must be non-empty strings"
-        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+        elif any(_has_lone_surrogate(s) for s in self.stop):
+            yield "stop strings must be valid Unicode (one contains a lone surrogate)"
+        if any(t < 0 for t in self.stop_token_ids):
             yield "stop_token_ids must be non-negative integers"
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            yield f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
-        if self.seed is not None and not isinstance(self.seed, int):
-            yield f"seed must be an integer, got {self.seed!r}"
+            yield f"logprobs must be in [0, {MAX_LOGPROBS}], got {given['logprobs']}"
 
     @property
     def is_greedy(self) -> bool:
@@ -73,3 +159,30 @@ class SamplingParams:
             or self.presence_penalty != 0.0
             or self.frequency_penalty != 0.0
         )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_list_of(value: Any, check) -> bool:
+    return isinstance(value, (list, tuple)) and all(check(v) for v in value)
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{text} ({type(value).__name__})"

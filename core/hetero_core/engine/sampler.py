@@ -10,6 +10,11 @@ prompt, parameters and seed: never on its batch neighbours, its row position or 
 Unseeded rows draw from the sampler's own generator.
 
 Stop strings, stop ids, EOS and ``max_tokens`` are the engine's business, not the sampler's.
+
+A row whose logits are not usable (NaN, +inf, or every entry -inf; checked with one ``amax`` per
+row, before and after penalties and temperature) is not sampled: its entry in
+``SamplerOutput.errors`` says why, its token id is a placeholder, and the other rows are sampled
+as usual. Every token id returned for a row without an error lies in ``[0, vocab_size)``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ class TokenLogprobs:
 class SamplerOutput:
     token_ids: list[int]
     logprobs: list[TokenLogprobs | None]  # None for rows whose params.logprobs is None
+    errors: list[str | None] | None = None  # per row: why it could not be sampled (None: fine)
+
+    def error(self, row: int) -> str | None:
+        return self.errors[row] if self.errors else None
 
 
 def seeded_uniform(seed: int, step: int) -> float:
@@ -78,11 +87,27 @@ class Sampler:
             )
         if not rows:
             return SamplerOutput(token_ids=[], logprobs=[])
+        errors: list[str | None] = [None] * len(rows)
+        broken = _broken_rows(logits)
+        if broken:
+            logits = logits.clone()
+            logits[broken] = 0.0  # sampled as a placeholder, reported as failed
+            for i in broken:
+                errors[i] = "the model's logits for this request are not finite (NaN or inf)"
         if all(_is_plain_greedy(row.params) for row in rows):
-            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * len(rows))
+            return _checked(logits.argmax(dim=-1).tolist(), [None] * len(rows), errors, logits.shape[1])
 
         scores = logits.to(torch.float32, copy=True)
         self._penalise(scores, rows)
+        randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
+        if randoms:
+            _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
+        for i in _broken_rows(scores):
+            scores[i] = 0.0
+            errors[i] = errors[i] or (
+                "penalties or temperature made this request's logits non-finite; "
+                "use a temperature and repetition_penalty closer to 1"
+            )
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
             token_ids = scores.argmax(dim=-1)
@@ -93,7 +118,7 @@ class Sampler:
             randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
             random_scores = scores if not greedy else scores[randoms]
             token_ids[randoms] = self._sample_random(random_scores, [rows[i] for i in randoms])
-        return SamplerOutput(token_ids.tolist(), _logprobs(logits, token_ids, rows))
+        return _checked(token_ids.tolist(), _logprobs(logits, token_ids, rows), errors, logits.shape[1])
 
     def _penalise(self, scores: torch.Tensor, rows: list[SamplingRow]) -> None:
         picked = [i for i, row in enumerate(rows) if row.params.has_penalties]
@@ -114,7 +139,6 @@ class Sampler:
     def _sample_random(self, scores: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         """Filter ``scores`` in place and draw one token per row (all rows non-greedy)."""
         params = [row.params for row in rows]
-        apply_temperature(scores, [p.temperature for p in params])
         apply_top_k_top_p(scores, [p.top_k for p in params], [p.top_p for p in params])
         apply_min_p(scores, [p.min_p for p in params])
         # float32 is accurate enough (about 1e-7 over 49k tokens on CPU), and a token of
@@ -132,6 +156,36 @@ class Sampler:
         return torch.minimum(token_ids, last_allowed).squeeze(1)
 
 
+def _apply_temperature_rows(scores: torch.Tensor, picked: list[int], temperatures: list[float]) -> None:
+    """``apply_temperature`` on the rows ``picked`` of ``scores`` (in place)."""
+    if len(picked) == scores.shape[0]:
+        apply_temperature(scores, temperatures)
+        return
+    sub = scores[picked]
+    apply_temperature(sub, temperatures)
+    scores[picked] = sub
+
+
+def _broken_rows(logits: torch.Tensor) -> list[int]:
+    """Rows with a NaN or +inf, or with no finite entry: one ``amax`` per row (NaN propagates)."""
+    best = logits.amax(dim=-1)
+    bad = ~torch.isfinite(best)
+    if not bool(bad.any()):
+        return []
+    return bad.nonzero().flatten().tolist()
+
+
+def _checked(token_ids: list[int], logprobs: list, errors: list[str | None], vocab_size: int) -> SamplerOutput:
+    """The last guard: an id outside ``[0, vocab_size)`` fails its row instead of leaving the sampler."""
+    for i, token_id in enumerate(token_ids):
+        if errors[i] is None and not 0 <= token_id < vocab_size:
+            errors[i] = f"the sampler drew token id {token_id} outside the vocabulary [0, {vocab_size})"
+        if errors[i] is not None:
+            token_ids[i] = 0
+            logprobs[i] = None
+    return SamplerOutput(token_ids, logprobs, errors if any(e is not None for e in errors) else None)
+
+
 def _is_plain_greedy(params: SamplingParams) -> bool:
     return params.is_greedy and not params.has_penalties and params.logprobs is None
 
@@ -147,7 +201,7 @@ def _logprobs(
     logprobs = logits[wanted].to(torch.float32).log_softmax(dim=-1)
     chosen_ids = token_ids[wanted]
     chosen = logprobs.gather(1, chosen_ids.unsqueeze(1)).squeeze(1).tolist()
-    num_top = max(rows[i].params.logprobs for i in wanted)
+    num_top = min(max(rows[i].params.logprobs for i in wanted), logits.shape[1])
     if num_top:
         top_values, top_ids = (t.tolist() for t in logprobs.topk(num_top, dim=-1))
     else:

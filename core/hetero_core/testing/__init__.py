@@ -1,0 +1,10 @@
+"""Contract test kits for plugin authors: subclass one in your test suite and inherit every test.
+
+``ExecutorContract``: what every executor must do with a paged batch (see its module docstring).
+Importing this package imports neither torch nor pytest.
+"""
+
+from hetero_core.testing.executor_contract import ExecutorContract
+from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
+
+__all__ = ["BlockPool", "ContractSequence", "ExecutorContract", "build_batch"]

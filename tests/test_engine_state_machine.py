@@ -1,0 +1,239 @@
+"""A hypothesis state machine drives add / abort / step / generate with random valid and invalid
+input, plus injected executor faults, on the mock executor (and, shorter, on the real embedded model).
+
+After every step: no exception escaped, the allocator is consistent (free + used == total, every
+owned block counted once per owner, no free block owned), no request ended twice. At the end:
+every accepted request ended exactly once and the engine is empty.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import lru_cache
+
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
+
+from hetero_core.engine.batch import ExecutorOutput
+from hetero_core.engine.params import SamplingParams
+from hetero_core.errors import InvalidRequestError
+
+# -- input strategies: valid and invalid ------------------------------------------------------------
+TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=24)
+PROMPTS = st.one_of(
+    TEXT,
+    TEXT.filter(bool),
+    st.lists(st.integers(-3, 300), max_size=24),
+    st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", ""]), "content": TEXT}),
+             min_size=0, max_size=3),
+    st.sampled_from([None, 42, "caf\ud800", [{"role": "user"}], [{"role": "user", "content": 1}], b"x", 3.5]),
+)
+PARAM_VALUES = {
+    "temperature": st.one_of(st.sampled_from([0, 0.0, 1e-38, 1e-5, 0.7, 1, 2.0, -1, "0.5", float("nan")])),
+    "top_p": st.sampled_from([1.0, 0.9, 0.5, 0, 1.5]),
+    "top_k": st.sampled_from([-1, 0, 1, 5, True, 2.5]),
+    "min_p": st.sampled_from([0.0, 0.1, 2]),
+    "repetition_penalty": st.sampled_from([1.0, 1.3, 0.8, 0, 1e-45, 1e-4]),
+    "presence_penalty": st.sampled_from([0.0, 0.5, -2, 3]),
+    "frequency_penalty": st.sampled_from([0.0, 0.5, 2]),
+    "max_tokens": st.one_of(st.integers(-1, 12), st.sampled_from([200, 1.5, None])),
+    "stop": st.sampled_from([None, (), "a", ["b", "zz"], 5, [""], ["c", 1]]),
+    "stop_token_ids": st.sampled_from([None, [], [40, 41], [-1], 7]),
+    "ignore_eos": st.sampled_from([False, True, 1]),
+    "logprobs": st.sampled_from([None, 0, 2, 1.5, True, 21]),
+    "seed": st.sampled_from([None, 0, -5, 2**64, 10**30, "1"]),
+    "include_stop_str_in_output": st.booleans(),
+}
+VALID_VALUES = {
+    "temperature": st.sampled_from([0, 1e-38, 1e-5, 0.7, 1]),
+    "top_p": st.sampled_from([1.0, 0.9]),
+    "top_k": st.sampled_from([-1, 5]),
+    "min_p": st.sampled_from([0.0, 0.1]),
+    "repetition_penalty": st.sampled_from([1.0, 1.3, 1e-4, 1e4]),
+    "presence_penalty": st.sampled_from([0.0, 0.5]),
+    "max_tokens": st.integers(1, 12),
+    "stop": st.sampled_from([None, "a", ["e", "t", "a", "o", "i", "n", "s"]]),
+    "stop_token_ids": st.sampled_from([None, list(range(40, 60))]),
+    "ignore_eos": st.booleans(),
+    "logprobs": st.sampled_from([None, 0, 2]),
+    "seed": st.sampled_from([None, 0, -5, 2**64, 10**30]),
+    "include_stop_str_in_output": st.booleans(),
+}
+PARAMS = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({}, optional=VALID_VALUES),
+    st.fixed_dictionaries({}, optional=VALID_VALUES),
+    st.fixed_dictionaries({}, optional=PARAM_VALUES),  # a dict (the convenience form), maybe invalid
+    st.fixed_dictionaries({}, optional={**PARAM_VALUES, "temprature": st.just(1)}),
+    st.sampled_from(["greedy", 7, [("temperature", 0)]]),
+)
+
+
+def as_params(raw):
+    """Half of the dicts go through SamplingParams first (which may raise InvalidRequestError)."""
+    if isinstance(raw, dict) and raw.get("ignore_eos") is True and "temprature" not in raw:
+        return SamplingParams(**raw)
+    return raw
+
+
+class FaultyExecutor:
+    """Wraps an executor; on demand the next step raises, or (logits executors) one row turns NaN."""
+
+    def __init__(self, inner):
+        self.inner, self.raise_next, self.nan_next = inner, False, False
+
+    def execute(self, batch):
+        if self.raise_next:
+            self.raise_next = False
+            raise RuntimeError("injected executor fault")
+        output = self.inner.execute(batch)
+        if self.nan_next and output.logits is not None and output.logits.shape[0]:
+            self.nan_next = False
+            logits = output.logits.clone()
+            logits[0, 0] = float("nan")
+            return ExecutorOutput(logits=logits)
+        return output
+
+    def shutdown(self):
+        self.inner.shutdown()
+
+
+class EngineMachine(RuleBasedStateMachine):
+    make_engine = None  # set by subclasses: () -> Engine (empty)
+
+    requests = Bundle("requests")
+
+    def __init__(self):
+        super().__init__()
+        self.engine = type(self).make_engine()
+        self.executor = FaultyExecutor(self.engine.executor)
+        self.engine.executor = self.executor
+        self.accepted: set[str] = set()
+        self.finals: Counter[str] = Counter()
+
+    def record(self, outputs):
+        for out in outputs:
+            if out.finished:
+                self.finals[out.request_id] += 1
+                event(f"request ended: {out.finish_reason or 'failed'}")
+                assert self.finals[out.request_id] == 1, f"request {out.request_id} ended twice"
+                assert out.failed == (out.finish_reason is None), out
+                assert "\ufffd" not in out.text[-1:], "text ends in a cut character"
+
+    @rule(target=requests, prompt=PROMPTS, raw=PARAMS)
+    def add(self, prompt, raw):
+        try:
+            request_id = self.engine.add_request(prompt, as_params(raw))
+        except InvalidRequestError:
+            event("add_request: rejected")
+            return multiple()
+        event("add_request: accepted")
+        self.accepted.add(request_id)
+        return request_id
+
+    @rule(request_id=consumes(requests))
+    def abort(self, request_id):
+        self.engine.abort(request_id)
+
+    @rule()
+    def abort_unknown(self):
+        assert not self.engine.abort("no such request")
+
+    @rule()
+    def step(self):
+        self.record(self.engine.step())
+
+    @rule(prompts=st.lists(PROMPTS, max_size=3), raw=PARAMS)
+    def generate(self, prompts, raw):
+        try:
+            params = as_params(raw)
+        except InvalidRequestError:
+            return
+        if isinstance(params, list) and len(params) != len(prompts):  # one params per prompt, or an error
+            with pytest.raises(InvalidRequestError, match="sampling params for"):
+                self.engine.generate(prompts, params)
+            return
+        outputs = self.engine.generate(prompts, params)
+        assert len(outputs) == len(prompts) and all(o.finished for o in outputs)
+        for out in outputs:  # generate's own requests: one final output each, never seen by step()
+            assert out.request_id not in self.finals
+            self.finals[out.request_id] = 1
+
+    @rule()
+    def fail_next_step(self):
+        self.executor.raise_next = True
+
+    @rule()
+    def poison_next_step(self):
+        self.executor.nan_next = True
+
+    @invariant()
+    def allocator_is_consistent(self):
+        scheduler = self.engine.scheduler
+        allocator = scheduler.allocator
+        assert allocator.num_free_blocks + allocator.num_used_blocks == allocator.num_blocks
+        owners = Counter(b for seq in scheduler.running + scheduler.waiting for b in seq.block_table)
+        assert sum(allocator.ref_count(b) > 0 for b in range(allocator.num_blocks)) == allocator.num_used_blocks
+        for block, count in owners.items():
+            assert allocator.ref_count(block) == count, f"block {block}: {count} owners, count {allocator.ref_count(block)}"
+
+    def teardown(self):
+        engine = self.engine
+        for _ in range(2000):
+            if not (engine.has_unfinished_requests() or engine._finished_outputs or engine._held_outputs):
+                break
+            self.record(engine.step())
+        assert self.accepted <= set(self.finals), f"never ended: {self.accepted - set(self.finals)}"
+        assert all(n == 1 for n in self.finals.values())
+        assert engine._seqs == {} and engine._detokenizers == {} and engine._held_outputs == {}
+        assert not engine.scheduler.waiting and not engine.scheduler.running
+        allocator = engine.scheduler.allocator
+        assert allocator.num_free_blocks == allocator.num_blocks
+        engine.executor = self.executor.inner
+
+
+def build_mock_engine():
+    from hetero_core.builder import build_engine
+    from hetero_core.plugins import load_plugins
+    from hetero_core.settings import load_settings
+
+    import hetero_plugins_mock
+
+    settings = load_settings(
+        executor={"name": "mock", "mock": {"eos_probability": 0.05}}, max_num_blocks=24, block_size=4,
+        max_model_len=96, max_batch_size=4, max_total_tokens=24, max_num_seqs=6, max_tokens=8,
+    )
+    plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
+    return build_engine(settings, plugins)
+
+
+class MockEngineMachine(EngineMachine):
+    make_engine = staticmethod(build_mock_engine)
+
+
+TestEngineOnTheMock = MockEngineMachine.TestCase
+TestEngineOnTheMock.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+                                        suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.slow
+def test_engine_on_the_real_model(smollm2_dir):
+    from hetero_core.builder import build_engine
+    from hetero_core.plugins import load_plugins
+    from hetero_core.settings import load_settings
+
+    @lru_cache(maxsize=1)
+    def shared_engine():  # loading the model once; each example starts (and must end) empty
+        settings = load_settings(model=str(smollm2_dir), executor="torch", max_num_blocks=32, block_size=16,
+                                 max_model_len=256, max_batch_size=4, max_tokens=6)
+        return build_engine(settings, load_plugins(entry_points=[]))
+
+    class RealEngineMachine(EngineMachine):
+        make_engine = staticmethod(shared_engine)
+
+    run = RealEngineMachine.TestCase
+    run.settings = settings(max_examples=4, stateful_step_count=10, deadline=None,
+                            suppress_health_check=list(HealthCheck))
+    run().runTest()
