@@ -35,12 +35,6 @@ class Engine:
         self._finished_outputs: list[RequestOutput] = []
         self.num_steps = 0
 
-    @classmethod
-    def from_settings(cls, settings=None, plugins=None) -> Engine:
-        from hetero_core.builder import build_engine
-
-        return build_engine(settings, plugins)
-
     # -- requests ---------------------------------------------------------------------------------
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
