@@ -12,7 +12,13 @@ from pathlib import Path
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
-from hetero_core.errors import ConfigError, InvalidRequestError, ModelLoadError, PluginError, UnknownComponentError
+from hetero_core.errors import (
+    ConfigError,
+    InvalidRequestError,
+    ModelLoadError,
+    PluginError,
+    UnknownComponentError,
+)
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.plugins import AUTOLOAD_ENV, PluginSet, load_plugins
@@ -146,9 +152,9 @@ def check_sections(settings: HeteroSettings, registry: Registry) -> None:
                 component: Component = registry.get(seam, name)
                 component.validate_options(section)
             elif not any(f.plugin == name for f in registry.failures):
-                available = ", ".join(registry.names(seam))
-                raise ConfigError(f"settings section [{seam}.{name}]: unknown {seam} '{name}'; available: {available}"
-                                  + did_you_mean(name, registry.names(seam)))
+                names = registry.names(seam)
+                raise ConfigError(f"settings section [{seam}.{name}]: unknown {seam} '{name}'; "
+                                  f"available: {', '.join(names)}{did_you_mean(name, names)}")
 
 
 def resolve_model_dir(settings: HeteroSettings) -> Path:

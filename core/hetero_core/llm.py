@@ -25,7 +25,8 @@ from hetero_core.errors import InvalidRequestError
 from hetero_core.plugins import PluginSet
 from hetero_core.settings import HeteroSettings, load_settings
 
-PromptInput = str | list[int] | dict[str, Any]  # text, token ids, or {"prompt": ...} / {"prompt_token_ids": ...}
+# text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}
+PromptInput = str | list[int] | dict[str, Any]
 Messages = list[dict[str, Any]]
 ParamsInput = SamplingParams | Sequence[SamplingParams | None] | None
 
@@ -149,5 +150,7 @@ def _params_per_prompt(params: ParamsInput, num_prompts: int) -> list[SamplingPa
         raise InvalidRequestError(f"got {len(params)} sampling params for {num_prompts} prompts")
     for i, p in enumerate(params):
         if p is not None and not isinstance(p, SamplingParams):
-            raise InvalidRequestError(f"sampling_params[{i}] must be a SamplingParams, got {type(p).__name__}")
+            raise InvalidRequestError(
+                f"sampling_params[{i}] must be a SamplingParams, got {type(p).__name__}"
+            )
     return list(params)

@@ -18,8 +18,10 @@ class Seam:
 
 SEAM_TABLE: tuple[Seam, ...] = (
     Seam("tokenizer", "tokenizer", "auto", "register_tokenizers", "factory(TokenizerContext)"),
-    Seam("scheduler_policy", "scheduler policy", "fcfs", "register_scheduler_policies", "factory(options)"),
-    Seam("kv_allocator", "KV allocator", "paged", "register_kv_allocators", "factory(num_blocks, block_size, options)"),
+    Seam("scheduler_policy", "scheduler policy", "fcfs", "register_scheduler_policies",
+         "factory(options)"),
+    Seam("kv_allocator", "KV allocator", "paged", "register_kv_allocators",
+         "factory(num_blocks, block_size, options)"),
     Seam("executor", "executor", "torch", "register_executors", "factory(ExecutorContext)"),
 )
 

@@ -17,7 +17,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -61,7 +69,7 @@ class ComponentChoice(BaseModel):
 _SeamFields = create_model(
     "_SeamFields",
     **{
-        seam.name: (ComponentChoice, Field(default_factory=ComponentChoice, description=f"{seam.label} by name, with options sections"))
+        seam.name: (ComponentChoice, Field(default_factory=ComponentChoice, description=f"{seam.label} by name"))
         for seam in SEAM_TABLE
     },
 )
@@ -90,12 +98,12 @@ class HeteroSettings(BaseSettings, _SeamFields):
     min_p: float = Field(0.0, ge=0, le=1, description="default min-p")
     max_tokens: int = Field(128, ge=1, description="default tokens to generate")
     seed: int | None = Field(None, description="default per-request seed")
-    chat: bool | None = Field(None, description="hetero run: apply the chat template (unset: when the model has one)")
+    chat: bool | None = Field(None, description="hetero run: apply the chat template (None: if the model has one)")
     # Components: one field per seam (see _SeamFields), plus the plugin allow-list
     plugins: list[str] | None = Field(None, description="allow-list of installed plugins to load")
     # Logging
     log_format: Literal["console", "json"] = Field("console", description="log lines on stderr")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="lowest level logged")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="lowest level shown")
 
     @field_validator(*COMPONENT_FIELDS, mode="before")
     @classmethod
@@ -218,7 +226,8 @@ def warn_unknown_env_variables(environ: dict[str, str] | None = None) -> list[st
             continue
         unknown.append(variable)
         hint = did_you_mean(upper, sorted(known), quote=False)
-        warnings.warn(f"unknown environment variable {variable}, ignored{hint}", SettingsWarning, stacklevel=3)
+        message = f"unknown environment variable {variable}, ignored{hint}"
+        warnings.warn(message, SettingsWarning, stacklevel=3)
     return unknown
 
 
