@@ -55,16 +55,16 @@ def test_streaming_holds_back_a_possible_stop_string_and_never_prints_it():
 
 
 def test_several_prompts_print_in_input_order_each_labelled():
-    # The long first prompt is prefilled in chunks, so the second finishes first; output order stays.
-    first = "a long prompt " * 4
-    llm = mock_llm(max_total_tokens=8)
-    params = SamplingParams(temperature=0, max_tokens=3)
-    expected = llm.generate([first, "b"], params)
-    out = io.StringIO()
-    outputs = print_each_when_done(llm.engine, [first, "b"], [first, "b"], params, out)
+    # With this mock seed "seven" ends (EOS) after 17 tokens and "three" after 4: the second is done
+    # first but waits, and is printed right after the first.
+    llm = LLM(executor={"name": "mock", "mock": {"eos_probability": 0.1}})
+    params = SamplingParams(temperature=0, max_tokens=30)
+    expected = llm.generate(["seven", "three"], params)
+    assert [len(o.output_token_ids) for o in expected] == [17, 4]
+    out = ChunkRecorder()
+    outputs = print_each_when_done(llm.engine, ["seven", "three"], ["seven", "three"], params, out)
     assert [o.text for o in outputs] == [e.text for e in expected]
-    assert out.getvalue() == (f"=== [1] {' '.join(first.split())}\n{expected[0].text}\n"
-                              f"=== [2] b\n{expected[1].text}\n")
+    assert out.getvalue() == f"=== [1] seven\n{expected[0].text}\n=== [2] three\n{expected[1].text}\n"
 
 
 def test_a_failed_prompt_among_several_fails_alone_with_exit_1():
@@ -137,3 +137,11 @@ def test_hetero_run_answers_a_question_with_the_defaults(smollm2_dir):
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
     assert "Traceback" not in result.stderr and "request.finished" not in result.stderr
+
+
+def test_one_prompt_that_cannot_fit_fails_with_exit_1_and_a_reason():
+    result = hetero("run", "--executor", "mock", "--max-model-len", "16", "--max-tokens", "8", "x" * 20)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "hetero: request failed:" in result.stderr and "max_model_len" in result.stderr
+    assert result.stderr.count("failed") == 1  # reported once, not also as a log event
+    assert "Traceback" not in result.stderr

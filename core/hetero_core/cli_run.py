@@ -36,7 +36,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     prompts = read_prompts(list(args.prompts) + list(args.input), sys.stdin)
     settings = load_cli_settings(args)
-    configure_logging(settings.log_format, settings.log_level)
+    # Below info, a failed request is reported once, by this command (not also as a log event).
+    quiet = ("request.failed",) if settings.log_level in ("warning", "error") else ()
+    configure_logging(settings.log_format, settings.log_level, quiet_events=quiet)
     params = default_sampling_params(settings, stop=args.stop, ignore_eos=args.ignore_eos or None)
     started = time.perf_counter()
     llm = LLM.from_settings(settings)
