@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hetero", description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching)."
+        prog="hetero",
+        description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -81,12 +82,15 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
         flag = "--" + name.replace("_", "-")
         if flag in parser._option_string_actions:
             continue
-        choices = get_args(field.annotation) or None
+        shown = f"{field.description or name} (default: {field.default})" if field.default is not None else None
         if field.annotation is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
-        else:
-            group.add_argument(flag, metavar=name.upper(), choices=choices if choices and all(isinstance(c, str) for c in choices) else None,
-                               default=None, help=field.description)
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=shown)
+            continue
+        choices = get_args(field.annotation) or None  # Literal["a", "b"] -> ("a", "b")
+        if choices and not all(isinstance(c, str) for c in choices):
+            choices = None
+        group.add_argument(flag, metavar=name.upper(), choices=choices, default=None,
+                           help=shown or field.description)
 
 
 def load_cli_settings(args: argparse.Namespace):
@@ -102,9 +106,8 @@ def load_cli_settings(args: argparse.Namespace):
 def _plugins(args: argparse.Namespace) -> int:
     import json
 
-    from hetero_core.plugins import load_plugins
-
     from hetero_core.builder import check_allow_list
+    from hetero_core.plugins import load_plugins
 
     settings = load_cli_settings(args)
     plugin_set = load_plugins(allow=settings.plugins)
