@@ -1,11 +1,18 @@
 """Settings: precedence (CLI > env > file > defaults), file formats, per-plugin sections, errors."""
 
+import re
+import tomllib
+import warnings
+from pathlib import Path
+
 import pytest
 
 from hetero_core.builder import check_sections
 from hetero_core.errors import ConfigError
 from hetero_core.plugins import load_plugins
-from hetero_core.settings import load_settings
+from hetero_core.settings import HeteroSettings, SettingsWarning, load_settings
+
+README = Path(__file__).parent.parent / "README.md"
 
 
 def test_defaults_match_hetero_paged_infer():
@@ -14,6 +21,63 @@ def test_defaults_match_hetero_paged_infer():
     assert (s.max_model_len, s.max_total_tokens, s.memory_threshold) == (2048, 4096, 0.9)
     assert (s.executor.name, s.tokenizer.name, s.scheduler_policy.name, s.kv_allocator.name) == (
         "torch", "auto", "fcfs", "paged")
+
+
+def test_run_defaults_answer_rather_than_ramble():
+    s = load_settings()
+    assert (s.temperature, s.max_tokens, s.chat, s.log_level) == (0.0, 128, None, "warning")
+
+
+def test_the_readme_settings_example_shows_the_real_defaults():
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```toml\n# hetero.toml: the defaults\n(.*?)```", text, re.S)
+    assert block, "README's settings example (a toml block starting '# hetero.toml: the defaults') is missing"
+    shown = tomllib.loads(block.group(1))
+    defaults = load_settings()
+    assert len(shown) >= 10
+    for name, value in shown.items():
+        actual = getattr(defaults, name)
+        assert (actual.name if hasattr(actual, "name") else actual) == value, name
+
+
+def test_unknown_hetero_variables_warn_with_the_closest_setting(monkeypatch):
+    monkeypatch.setenv("HETERO_BLOK_SIZE", "8")
+    monkeypatch.setenv("HETERO_ZZZZZZZZ", "1")
+    monkeypatch.setenv("HETERO_EXECUTOR__MOCK__EOS_AFTER", "3")  # nested values are known
+    monkeypatch.setenv("HETERO_DISABLE_PLUGIN_AUTOLOAD", "")  # a switch, not a setting
+    monkeypatch.setenv("HETERO_block_size", "4")  # names are case-insensitive
+    with pytest.warns(SettingsWarning) as caught:
+        s = load_settings()
+    messages = sorted(str(w.message) for w in caught)
+    assert messages == [
+        "unknown environment variable HETERO_BLOK_SIZE, ignored; did you mean HETERO_BLOCK_SIZE?",
+        "unknown environment variable HETERO_ZZZZZZZZ, ignored",
+    ]
+    assert s.block_size == 4
+
+
+def test_known_variables_do_not_warn(monkeypatch):
+    for name in HeteroSettings.model_fields:
+        monkeypatch.setenv(f"HETERO_{name.upper()}", "")
+        monkeypatch.delenv(f"HETERO_{name.upper()}")
+    monkeypatch.setenv("HETERO_BLOCK_SIZE", "8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingsWarning)
+        assert load_settings().block_size == 8
+
+
+def test_unknown_keywords_name_the_closest_setting():
+    with pytest.raises(ConfigError, match="unknown setting 'max_tokns'; did you mean 'max_tokens'?"):
+        load_settings(max_tokns=3)
+    with pytest.raises(ConfigError, match="^unknown setting 'qqqq'$"):
+        load_settings(qqqq=3)
+
+
+def test_plugin_option_typos_name_the_closest_option(tmp_path):
+    plugins = load_plugins()
+    typo = load_settings(executor={"name": "mock", "mock": {"eos_afer": 3}})
+    with pytest.raises(ConfigError, match="eos_afer: unknown setting; did you mean 'eos_after'?"):
+        check_sections(typo, plugins.registry)
 
 
 def test_precedence_cli_over_env_over_file(tmp_path, monkeypatch):

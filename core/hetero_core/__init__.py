@@ -1,3 +1,62 @@
-"""Hetero: a plugin-based LLM inference engine."""
+"""Hetero: a plugin-based LLM inference engine.
+
+The public names are listed in ``__all__`` and loaded on first use, so ``import hetero_core`` (which
+every plugin does through ``hetero_core.hookspecs``) stays light and never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "LLM": "hetero_core.llm",
+    "SamplingParams": "hetero_core.engine.params",
+    "RequestOutput": "hetero_core.engine.outputs",
+    "RequestMetrics": "hetero_core.engine.metrics",
+    "HeteroSettings": "hetero_core.settings",
+    "load_settings": "hetero_core.settings",
+    "SettingsWarning": "hetero_core.settings",
+    "HeteroError": "hetero_core.errors",
+    "ConfigError": "hetero_core.errors",
+    "PluginError": "hetero_core.errors",
+    "UnknownComponentError": "hetero_core.errors",
+    "InvalidRequestError": "hetero_core.errors",
+    "ModelLoadError": "hetero_core.errors",
+    "hookimpl": "hetero_core.hookspecs",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hetero_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these on demand
+    from hetero_core.engine.metrics import RequestMetrics
+    from hetero_core.engine.outputs import RequestOutput
+    from hetero_core.engine.params import SamplingParams
+    from hetero_core.errors import (
+        ConfigError,
+        HeteroError,
+        InvalidRequestError,
+        ModelLoadError,
+        PluginError,
+        UnknownComponentError,
+    )
+    from hetero_core.hookspecs import hookimpl
+    from hetero_core.llm import LLM
+    from hetero_core.settings import HeteroSettings, SettingsWarning, load_settings

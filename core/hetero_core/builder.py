@@ -1,44 +1,62 @@
-"""Build an Engine from settings: pick each seam's component by name and hand it its options."""
+"""Build an Engine from settings: pick each seam's component by name and hand it its options.
+
+Callers use ``hetero_core.LLM`` (the public facade); this module never imports it.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
-from hetero_core.errors import ConfigError, InvalidRequestError, PluginError
+from hetero_core.errors import (
+    ConfigError,
+    InvalidRequestError,
+    ModelLoadError,
+    PluginError,
+    UnknownComponentError,
+)
 from hetero_core.executor import ExecutorContext
+from hetero_core.logging import get_logger
 from hetero_core.plugin_checks import check_components
-from hetero_core.plugins import PluginSet, load_plugins
-from hetero_core.registry import SEAMS, Component, Registry
+from hetero_core.plugins import AUTOLOAD_ENV, PluginSet, load_plugins
+from hetero_core.registry import Component, Registry
+from hetero_core.seams import SEAM_TABLE
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
+from hetero_core.suggest import did_you_mean
 from hetero_core.tokenizer import TokenizerContext
+
+log = get_logger("hetero.builder")
 
 
 def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | None = None) -> Engine:
     settings = settings or load_settings()
     plugins = plugins or load_plugins(allow=settings.plugins)
-    registry = plugins.registry
-    check_sections(settings, registry)
+    check_allow_list(settings.plugins, plugins)
+    check_sections(settings, plugins.registry)
 
-    executor_c, executor_options = select(settings, registry, "executor")
+    executor_c, executor_options = select(settings, plugins, "executor")
     preflight = executor_c.traits.get("preflight")
     reasons = preflight() if preflight else []
     if reasons:
         raise PluginError(f"executor '{executor_c.name}' cannot run here: " + "; ".join(reasons))
     model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None
+    if model_dir is not None:
+        settings = fit_max_model_len(settings, model_dir)
 
     tokenizer_name = settings.tokenizer.name
     if tokenizer_name == "auto":
         tokenizer_name = "hf" if model_dir is not None else "byte"
-    tokenizer_c, tokenizer_options = select(settings, registry, "tokenizer", tokenizer_name)
+    tokenizer_c, tokenizer_options = select(settings, plugins, "tokenizer", tokenizer_name)
     tokenizer = tokenizer_c.factory(TokenizerContext(settings, tokenizer_options, model_dir))
 
-    policy_c, policy_options = select(settings, registry, "scheduler_policy")
+    policy_c, policy_options = select(settings, plugins, "scheduler_policy")
     policy = policy_c.factory(policy_options)
     check_components(plugins, {"tokenizer": (tokenizer_c, tokenizer), "scheduler_policy": (policy_c, policy)})
-    allocator_c, allocator_options = select(settings, registry, "kv_allocator")
+    allocator_c, allocator_options = select(settings, plugins, "kv_allocator")
     executor = executor_c.factory(
         ExecutorContext(
             settings=settings,
@@ -90,15 +108,46 @@ def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingPa
         raise ConfigError(str(exc)) from None
 
 
-def select(settings: HeteroSettings, registry: Registry, seam: str, name: str | None = None):
+def select(settings: HeteroSettings, plugins: PluginSet, seam: str, name: str | None = None):
     """The component chosen for ``seam`` (or ``name``) and its validated options section."""
-    component = registry.get(seam, name or settings.component_name(seam))
+    name = name or settings.component_name(seam)
+    try:
+        component = plugins.registry.get(seam, name)
+    except UnknownComponentError as exc:
+        raise UnknownComponentError(str(exc) + disabled_hint(plugins, name)) from None
     return component, component.validate_options(getattr(settings, seam).section(component.name))
+
+
+def disabled_hint(plugins: PluginSet, name: str) -> str:
+    """What the plugins allow-list left out, for an "unknown component" message."""
+    left_out = sorted(info.name for info in plugins.plugins if info.status == "not allowed")
+    if not left_out:
+        return ""
+    if name in left_out:
+        return (f"; plugin '{name}' is installed but disabled by the plugins allow-list "
+                "(HETERO_PLUGINS / --plugins); add it to the list")
+    return f"; disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): {', '.join(left_out)}"
+
+
+def check_allow_list(allow: list[str] | None, plugins: PluginSet) -> None:
+    """Every name in the plugins allow-list must be an installed plugin."""
+    if allow is None:
+        return
+    installed = sorted({info.name for info in plugins.plugins} - {"core"})
+    missing = [name for name in allow if name not in installed and name != "core"]
+    if not missing:
+        return
+    hint = did_you_mean(missing[0], installed)
+    autoload = f" (plugin autoload is off: {AUTOLOAD_ENV} is set)" if os.environ.get(AUTOLOAD_ENV) else ""
+    raise PluginError(
+        f"the plugins allow-list (HETERO_PLUGINS / --plugins) names {', '.join(map(repr, missing))}, "
+        f"which is not installed; installed plugins: {', '.join(installed) or '(none)'}{autoload}{hint}"
+    )
 
 
 def check_sections(settings: HeteroSettings, registry: Registry) -> None:
     """Every options section must name a known component and pass that component's model."""
-    for seam in SEAMS:
+    for seam in (s.name for s in SEAM_TABLE):
         for name, section in getattr(settings, seam).sections().items():
             if not isinstance(section, dict):
                 raise ConfigError(f"{seam}.{name}: expected a table of options, got {section!r}")
@@ -106,8 +155,9 @@ def check_sections(settings: HeteroSettings, registry: Registry) -> None:
                 component: Component = registry.get(seam, name)
                 component.validate_options(section)
             elif not any(f.plugin == name for f in registry.failures):
-                available = ", ".join(registry.names(seam))
-                raise ConfigError(f"settings section [{seam}.{name}]: unknown {seam} '{name}'; available: {available}")
+                names = registry.names(seam)
+                raise ConfigError(f"settings section [{seam}.{name}]: unknown {seam} '{name}'; "
+                                  f"available: {', '.join(names)}{did_you_mean(name, names)}")
 
 
 def resolve_model_dir(settings: HeteroSettings) -> Path:
@@ -124,3 +174,31 @@ def resolve_model_dir(settings: HeteroSettings) -> Path:
     if not (path / "config.json").is_file():
         raise ConfigError(f"model {settings.model!r}: expected an HF model directory (with config.json) or a .gguf file")
     return path
+
+
+def fit_max_model_len(settings: HeteroSettings, model_dir: Path) -> HeteroSettings:
+    """Check max_model_len against the model's position limit (config.json, no weights read).
+
+    Set explicitly beyond the limit: refused with both numbers. Left at its default: lowered to it.
+    """
+    limit = model_position_limit(model_dir)
+    if limit is None or settings.max_model_len <= limit:
+        return settings
+    if "max_model_len" in settings.model_fields_set:
+        raise ConfigError(
+            f"max_model_len {settings.max_model_len} exceeds the model's position limit of {limit} "
+            f"(max_position_embeddings in {model_dir / 'config.json'}); set --max-model-len {limit} or less"
+        )
+    log.info("settings.max_model_len_lowered", max_model_len=limit, default=settings.max_model_len)
+    return settings.model_copy(update={"max_model_len": limit})
+
+
+def model_position_limit(model_dir: Path) -> int | None:
+    """``max_position_embeddings`` from the model's config.json, or None if it has none."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from None
+    limit = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None

@@ -1,17 +1,24 @@
-"""The ``hetero`` command: run prompts, list plugins. User mistakes: one line on stderr, exit 2."""
+"""The ``hetero`` command: run prompts, list plugins. User mistakes: one line on stderr, exit 2;
+Ctrl-C: exit 130, keeping what was printed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-import time
+import warnings
 from typing import get_args
 
+from hetero_core.cli_run import add_run_arguments, run_command
 from hetero_core.errors import HeteroError
+from hetero_core.seams import SEAM_TABLE
 
 EXIT_USAGE = 2
-# Settings that get no generated flag: component tables get --NAME flags below; lists get their own.
-_NO_FLAG = {"tokenizer", "scheduler_policy", "kv_allocator", "executor", "plugins"}
+EXIT_INTERRUPTED = 130
+# Settings that get no generated flag: seams get --NAME flags below; the others get their own.
+_NO_FLAG = {seam.name for seam in SEAM_TABLE} | {"plugins", "chat"}
+_VERBOSE_LEVELS = {1: "info", 2: "debug"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,28 +28,32 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return args.handler(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _settings_warnings_as_lines(warnings.showwarning)
+            return args.handler(args)
     except HeteroError as exc:
         print(f"hetero: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        sys.stdout.flush()
+        print(("\n" if sys.stderr.isatty() else "") + "hetero: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `hetero run ... | head -1`: the reader left; stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hetero", description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching)."
+        prog="hetero",
+        description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = commands.add_parser("run", help="generate text for one or more prompts")
-    run.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompt text (several run as one batch)")
-    run.add_argument("--input", action="append", default=[], metavar="TEXT", help="a prompt (repeatable)")
-    run.add_argument("--chat", action="store_true", default=None, help="apply the model's chat template")
-    run.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
-    run.add_argument("--ignore-eos", action="store_true", help="keep generating past EOS")
+    run = commands.add_parser("run", help="answer one prompt (streamed) or several (one batch)")
+    add_run_arguments(run)
     add_settings_arguments(run)
-    run.set_defaults(handler=_run)
+    run.set_defaults(handler=run_command)
 
     plugins = commands.add_parser("plugins", help="list discovered plugins and what they register")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
@@ -60,36 +71,47 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
     group.add_argument("--plugins", metavar="A,B", help="allow-list of installed plugins to load")
     if only_plugins:
         return
-    for seam in ("executor", "tokenizer", "scheduler_policy", "kv_allocator"):
-        group.add_argument(f"--{seam.replace('_', '-')}", metavar="NAME", help=f"{seam.replace('_', ' ')} by name")
+    group.add_argument("-v", "--verbose", action="count", default=0,
+                       help="log request events (-v: info, -vv: debug); default: warnings only")
+    for seam in SEAM_TABLE:
+        group.add_argument(f"--{seam.name.replace('_', '-')}", metavar="NAME",
+                           help=f"{seam.label} by name (default: {seam.default})")
     for name, field in HeteroSettings.model_fields.items():
         if name in _NO_FLAG:
             continue
         flag = "--" + name.replace("_", "-")
         if flag in parser._option_string_actions:
             continue
-        choices = get_args(field.annotation) or None
+        shown = f"{field.description or name} (default: {field.default})" if field.default is not None else None
         if field.annotation is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=field.description)
-        else:
-            group.add_argument(flag, metavar=name.upper(), choices=choices if choices and all(isinstance(c, str) for c in choices) else None,
-                               default=None, help=field.description)
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=shown)
+            continue
+        choices = get_args(field.annotation) or None  # Literal["a", "b"] -> ("a", "b")
+        if choices and not all(isinstance(c, str) for c in choices):
+            choices = None
+        group.add_argument(flag, metavar=name.upper(), choices=choices, default=None,
+                           help=shown or field.description)
 
 
 def load_cli_settings(args: argparse.Namespace):
     from hetero_core.settings import HeteroSettings, load_settings
 
     overrides = {name: getattr(args, name, None) for name in HeteroSettings.model_fields}
+    verbose = getattr(args, "verbose", 0)
+    if verbose and overrides.get("log_level") is None:
+        overrides["log_level"] = _VERBOSE_LEVELS[min(verbose, 2)]
     return load_settings(args.config, **overrides)
 
 
 def _plugins(args: argparse.Namespace) -> int:
     import json
 
+    from hetero_core.builder import check_allow_list
     from hetero_core.plugins import load_plugins
 
     settings = load_cli_settings(args)
     plugin_set = load_plugins(allow=settings.plugins)
+    check_allow_list(settings.plugins, plugin_set)
     if args.json:
         print(json.dumps([p.as_dict() for p in plugin_set.plugins], indent=2))
         return 0
@@ -106,37 +128,14 @@ def _plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
-    from hetero_core.builder import build_engine, default_sampling_params
-    from hetero_core.logging import configure_logging
+def _settings_warnings_as_lines(show_other):
+    """A ``warnings.showwarning`` printing settings warnings as one ``hetero: warning:`` line."""
+    from hetero_core.settings import SettingsWarning
 
-    prompts = list(args.prompts) + list(args.input)
-    if not prompts:
-        raise HeteroError("no prompt given; pass PROMPT or --input TEXT")
-    settings = load_cli_settings(args)
-    configure_logging(settings.log_format, settings.log_level)
-    params = default_sampling_params(settings, stop=args.stop, ignore_eos=args.ignore_eos or None)
-    started = time.perf_counter()
-    engine = build_engine(settings)
-    loaded = time.perf_counter()
-    chat = settings.chat
-    inputs = [[{"role": "user", "content": p}] if chat else p for p in prompts]
-    outputs = engine.generate(inputs, params)
-    elapsed = time.perf_counter() - loaded
-    engine.shutdown()
-    failed = 0
-    for prompt, out in zip(prompts, outputs):
-        if len(prompts) > 1:
-            print(f"=== {prompt}")
-        if out.error:
-            failed += 1
-            print(f"hetero: request failed: {out.error}", file=sys.stderr)
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, SettingsWarning):
+            print(f"hetero: warning: {message}", file=sys.stderr)
         else:
-            print(out.text)
-    num_tokens = sum(len(o.output_token_ids) for o in outputs)
-    print(
-        f"--- {num_tokens} tokens in {elapsed:.2f}s ({num_tokens / elapsed if elapsed else 0:.1f} tokens/s), "
-        f"{len(outputs)} request(s), load {loaded - started:.2f}s",
-        file=sys.stderr,
-    )
-    return 1 if failed else 0
+            show_other(message, category, filename, lineno, file, line)
+
+    return show

@@ -21,8 +21,12 @@ def get_logger(name: str):
     return structlog.wrap_logger(logging.getLogger(name))
 
 
-def configure_logging(log_format: str = "console", level: str = "info", stream=None) -> None:
-    """Readable console lines (coloured on a terminal) or JSON lines, on stderr. CLI only."""
+def configure_logging(log_format: str = "console", level: str = "info", stream=None,
+                      quiet_events: tuple[str, ...] = ()) -> None:
+    """Readable console lines (coloured on a terminal) or JSON lines, on stderr. CLI only.
+
+    ``quiet_events``: events not logged, because the caller reports them in its own words.
+    """
     stream = stream or sys.stderr
     renderer = (
         structlog.processors.JSONRenderer()
@@ -31,6 +35,7 @@ def configure_logging(log_format: str = "console", level: str = "info", stream=N
     )
     structlog.configure(
         processors=[
+            _drop_events(frozenset(quiet_events)),
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -45,3 +50,12 @@ def configure_logging(log_format: str = "console", level: str = "info", stream=N
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def _drop_events(events: frozenset[str]):
+    def drop(logger, method_name, event_dict):
+        if event_dict.get("event") in events:
+            raise structlog.DropEvent
+        return event_dict
+
+    return drop

@@ -17,15 +17,11 @@ import pluggy
 from hetero_core import hookspecs
 from hetero_core.plugin_checks import check_registration
 from hetero_core.registry import SEAMS, Component, PluginFailure, Registry
+from hetero_core.seams import SEAM_TABLE
 
 ENTRY_POINT_GROUP = "hetero"
 AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
-HOOK_FOR_SEAM = {
-    "tokenizer": "register_tokenizers",
-    "scheduler_policy": "register_scheduler_policies",
-    "kv_allocator": "register_kv_allocators",
-    "executor": "register_executors",
-}
+HOOK_FOR_SEAM = {seam.name: seam.hook for seam in SEAM_TABLE}
 
 
 @dataclass

@@ -7,14 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetero_core.errors import PluginError, UnknownComponentError
+from hetero_core.seams import SEAM_BY_NAME, SEAMS
+from hetero_core.suggest import did_you_mean
 
-SEAMS = ("tokenizer", "scheduler_policy", "kv_allocator", "executor")
-SEAM_LABELS = {
-    "tokenizer": "tokenizer",
-    "scheduler_policy": "scheduler policy",
-    "kv_allocator": "KV allocator",
-    "executor": "executor",
-}
+__all__ = ["SEAMS", "Component", "PluginFailure", "Registry"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +63,7 @@ class Registry:
         return sorted(set(self._components[seam]) | set(conflicted))
 
     def get(self, seam: str, name: str) -> Component:
-        label = SEAM_LABELS[seam]
+        label = SEAM_BY_NAME[seam].label
         if (seam, name) in self.conflicts:
             owners = " and ".join(f"'{p}'" for p in self.conflicts[(seam, name)])
             raise PluginError(
@@ -81,6 +77,7 @@ class Registry:
             if failure.plugin == name or (failure.distribution or "").endswith(f"-{name}"):
                 raise PluginError(f"{label} '{name}' is unavailable: {failure.describe()}")
         message = f"unknown {label} '{name}'; available: {', '.join(self.names(seam)) or '(none)'}"
+        message += did_you_mean(name, self.names(seam))
         if self.failures:
             message += "; " + "; ".join(f.describe() for f in self.failures)
         raise UnknownComponentError(message)

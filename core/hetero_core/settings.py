@@ -1,20 +1,31 @@
 """Settings: one validated model, from CLI flags > HETERO_* environment > settings file > defaults.
 
-Component choices (``tokenizer``, ``scheduler_policy``, ``kv_allocator``, ``executor``) are either a
-name (``executor = "mock"``) or a table with a ``name`` and one options section per component,
-validated later by the component's own model (``[executor]`` / ``name = "mock"`` /
-``[executor.mock]`` / ``vocab_size = 64``).
+Component choices (one field per seam of ``seams.SEAM_TABLE``: ``tokenizer``, ``scheduler_policy``,
+``kv_allocator``, ``executor``) are either a name (``executor = "mock"``) or a table with a ``name``
+and one options section per component, validated later by the component's own model
+(``[executor]`` / ``name = "mock"`` / ``[executor.mock]`` / ``vocab_size = 64``).
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
+import os
 import tomllib
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -23,11 +34,20 @@ from pydantic_settings import (
 )
 
 from hetero_core.errors import ConfigError
+from hetero_core.seams import SEAM_TABLE
+from hetero_core.suggest import did_you_mean
 
-COMPONENT_DEFAULTS = {"tokenizer": "auto", "scheduler_policy": "fcfs", "kv_allocator": "paged", "executor": "torch"}
+ENV_PREFIX = "HETERO_"
+COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
 COMPONENT_FIELDS = tuple(COMPONENT_DEFAULTS)
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# HETERO_* variables that are switches read elsewhere, not settings.
+NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD"}
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
+
+
+class SettingsWarning(UserWarning):
+    """A setting that is probably a mistake (e.g. a misspelt HETERO_* variable) but not an error."""
 
 
 class ComponentChoice(BaseModel):
@@ -45,9 +65,19 @@ class ComponentChoice(BaseModel):
         return dict(self.model_extra or {})
 
 
-class HeteroSettings(BaseSettings):
+# One ComponentChoice field per seam, generated from the seam table.
+_SeamFields = create_model(
+    "_SeamFields",
+    **{
+        seam.name: (ComponentChoice, Field(default_factory=ComponentChoice, description=f"{seam.label} by name"))
+        for seam in SEAM_TABLE
+    },
+)
+
+
+class HeteroSettings(BaseSettings, _SeamFields):
     model_config = SettingsConfigDict(
-        env_prefix="HETERO_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True
     )
 
     # Model
@@ -61,23 +91,19 @@ class HeteroSettings(BaseSettings):
     max_model_len: int = Field(2048, ge=1, description="prompt + output tokens per request")
     max_total_tokens: int = Field(4096, ge=1, description="tokens processed in one step")
     memory_threshold: float = Field(0.9, gt=0, le=1, description="fraction of blocks new requests may fill")
-    # Default sampling
-    temperature: float = Field(1.0, ge=0, description="default sampling temperature (0: greedy)")
-    top_p: float = Field(1.0, gt=0, le=1, description="default nucleus sampling mass")
-    top_k: int = Field(-1, ge=-1, description="default top-k (-1: off)")
-    min_p: float = Field(0.0, ge=0, le=1, description="default min-p")
-    max_tokens: int = Field(256, ge=1, description="default tokens to generate")
-    seed: int | None = Field(None, description="default per-request seed")
-    chat: bool = Field(False, description="apply the model's chat template to prompts by default")
-    # Components
-    tokenizer: ComponentChoice = Field(default_factory=ComponentChoice)
-    scheduler_policy: ComponentChoice = Field(default_factory=ComponentChoice)
-    kv_allocator: ComponentChoice = Field(default_factory=ComponentChoice)
-    executor: ComponentChoice = Field(default_factory=ComponentChoice)
+    # Default sampling parameters (for requests that bring none)
+    temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    top_k: int = Field(-1, ge=-1, description="top-k (-1: off)")
+    min_p: float = Field(0.0, ge=0, le=1, description="min-p")
+    max_tokens: int = Field(128, ge=1, description="tokens to generate per request")
+    seed: int | None = Field(None, description="per-request sampling seed")
+    chat: bool | None = Field(None, description="hetero run: apply the chat template (None: if the model has one)")
+    # Components: one field per seam (see _SeamFields), plus the plugin allow-list
     plugins: list[str] | None = Field(None, description="allow-list of installed plugins to load")
     # Logging
     log_format: Literal["console", "json"] = Field("console", description="log lines on stderr")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="lowest level shown")
 
     @field_validator(*COMPONENT_FIELDS, mode="before")
     @classmethod
@@ -162,15 +188,47 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> HeteroSettings:
-    """Build settings from all sources; ``overrides`` (CLI flags) win. Raises ConfigError."""
+    """Build settings from all sources; ``overrides`` (CLI flags) win. Raises ConfigError.
+
+    A ``HETERO_*`` variable that names no setting gets a SettingsWarning with the closest name.
+    """
+    check_setting_names(overrides, "setting")
     overrides = normalize_components({k: v for k, v in overrides.items() if v is not None})
+    warn_unknown_env_variables()
     token = _config_file.set(Path(config_file) if config_file is not None else None)
     try:
         return HeteroSettings(**overrides)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, "settings")) from None
+        raise ConfigError(describe_validation_error(exc, "settings", HeteroSettings.model_fields)) from None
     finally:
         _config_file.reset(token)
+
+
+def check_setting_names(names, kind: str = "setting") -> None:
+    """Raise ConfigError for a name that is not a setting, naming the closest one."""
+    fields = HeteroSettings.model_fields
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        problems = [f"unknown {kind} {name!r}{did_you_mean(name, fields)}" for name in unknown]
+        raise ConfigError("; ".join(problems))
+
+
+def warn_unknown_env_variables(environ: dict[str, str] | None = None) -> list[str]:
+    """Warn about each ``HETERO_*`` variable that names no setting; returns their names."""
+    environ = os.environ if environ is None else environ
+    known = {ENV_PREFIX + name.upper() for name in HeteroSettings.model_fields} | NON_SETTING_ENV_VARIABLES
+    unknown = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        if upper.split("__")[0] in known and "__" in upper:  # HETERO_EXECUTOR__MOCK__SEED: a nested value
+            continue
+        unknown.append(variable)
+        hint = did_you_mean(upper, sorted(known), quote=False)
+        message = f"unknown environment variable {variable}, ignored{hint}"
+        warnings.warn(message, SettingsWarning, stacklevel=3)
+    return unknown
 
 
 def validate_section(component, section: dict[str, Any]):
@@ -183,15 +241,18 @@ def validate_section(component, section: dict[str, Any]):
     try:
         return component.options(**section)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, label)) from None
+        raise ConfigError(describe_validation_error(exc, label, component.options.model_fields)) from None
 
 
-def describe_validation_error(exc: ValidationError, where: str) -> str:
+def describe_validation_error(exc: ValidationError, where: str, known: Iterable[str] = ()) -> str:
+    """One line naming each problem by its field; ``known``: field names to suggest for a typo."""
+    known = list(known)
     problems = []
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"]) or "(root)"
         if error["type"] == "extra_forbidden":
-            problems.append(f"{loc}: unknown setting")
+            hint = did_you_mean(str(error["loc"][-1]), known) if len(error["loc"]) == 1 else ""
+            problems.append(f"{loc}: unknown setting{hint}")
         else:
             value = error.get("input")
             shown = f" (got {value!r})" if not isinstance(value, dict) else ""

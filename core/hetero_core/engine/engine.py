@@ -51,12 +51,6 @@ class Engine:
         self._held_outputs: dict[str, RequestOutput] = {}  # other callers' outputs seen by generate()
         self.num_steps = 0
 
-    @classmethod
-    def from_settings(cls, settings=None, plugins=None) -> Engine:
-        from hetero_core.builder import build_engine
-
-        return build_engine(settings, plugins)
-
     # -- requests ---------------------------------------------------------------------------------
     def add_request(self, prompt: Prompt, params: Params = None, request_id: str | None = None) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields

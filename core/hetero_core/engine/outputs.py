@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetero_core.engine.metrics import RequestMetrics
 from hetero_core.engine.sequence import Sequence
 
 
@@ -26,6 +27,12 @@ class RequestOutput:
     @property
     def failed(self) -> bool:
         return self.error is not None
+
+    @property
+    def metrics(self) -> RequestMetrics:
+        """Timings: arrival, first token, finish; time to first token, latency, decode speed."""
+        return RequestMetrics(self.arrival_time, self.first_token_time, self.finish_time,
+                              len(self.prompt_token_ids), len(self.output_token_ids))
 
     @classmethod
     def from_sequence(cls, seq: Sequence) -> RequestOutput:

@@ -1,0 +1,156 @@
+"""LLM: the public facade, shaped after vLLM's ``LLM``. The one top-level place that builds an engine.
+
+    from hetero_core import LLM, SamplingParams
+
+    llm = LLM(executor="mock")                       # or LLM() for the embedded model on the CPU
+    for out in llm.generate(["Hello", "The sky is"], SamplingParams(max_tokens=16)):
+        print(out.finish_reason, out.text)
+    print(llm.chat([{"role": "user", "content": "Hi!"}])[0].text)
+
+``llm.engine`` is the underlying ``Engine`` (``add_request`` / ``step`` / ``abort``) for callers
+that drive the loop themselves, e.g. to stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hetero_core.builder import build_engine
+from hetero_core.engine.engine import Engine
+from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.params import SamplingParams
+from hetero_core.errors import InvalidRequestError
+from hetero_core.plugins import PluginSet
+from hetero_core.settings import HeteroSettings, load_settings
+
+# text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}
+PromptInput = str | list[int] | dict[str, Any]
+Messages = list[dict[str, Any]]
+ParamsInput = SamplingParams | Sequence[SamplingParams | None] | None
+
+
+class LLM:
+    """An engine built from settings, with batch ``generate`` and ``chat``.
+
+    ``model``: the embedded model's name (default), a local HF directory, a .gguf file or a hub id.
+    ``executor``: an executor name ("torch" unless settings say otherwise: ``HETERO_EXECUTOR``, the
+    settings file) or a table with options (``{"name": "mock", "mock": {"eos_after": 5}}``).
+    ``**settings``: any setting of ``HeteroSettings`` (``max_num_blocks=256``, ``temperature=0.7``);
+    an unknown keyword is a ConfigError naming the closest setting. ``config_file``: a TOML/JSON
+    settings file. ``plugin_set``: a ``load_plugins(...)`` result to use instead of discovery.
+    """
+
+    def __init__(self, model: str | None = None, executor: str | dict | None = None, *,
+                 config_file: str | Path | None = None, plugin_set: PluginSet | None = None,
+                 **settings: Any) -> None:
+        if model is not None:
+            settings["model"] = model
+        if executor is not None:
+            settings["executor"] = executor
+        self._start(load_settings(config_file, **settings), plugin_set)
+
+    @classmethod
+    def from_settings(cls, settings: HeteroSettings, plugin_set: PluginSet | None = None) -> LLM:
+        """An LLM for settings already loaded (the CLI loads them from flags)."""
+        llm = cls.__new__(cls)
+        llm._start(settings, plugin_set)
+        return llm
+
+    def _start(self, settings: HeteroSettings, plugin_set: PluginSet | None) -> None:
+        self.settings = settings
+        self.engine: Engine = build_engine(settings, plugin_set)
+
+    # -- generation -------------------------------------------------------------------------------
+    def generate(self, prompts: PromptInput | Sequence[PromptInput],
+                 sampling_params: ParamsInput = None) -> list[RequestOutput]:
+        """Complete each prompt; outputs in input order. A bad prompt fails alone (``out.error``).
+
+        ``prompts``: one prompt or a list; a prompt is a string, a list of token ids, or a dict
+        with "prompt" or "prompt_token_ids". ``sampling_params``: one for all, one per prompt,
+        or None for the settings' defaults.
+        """
+        prompt_list = [_unwrap_prompt(p) for p in _as_list(prompts)]
+        return self.engine.generate(prompt_list, _params_per_prompt(sampling_params, len(prompt_list)))
+
+    def chat(self, messages: Messages | Sequence[Messages], sampling_params: ParamsInput = None
+             ) -> list[RequestOutput]:
+        """Answer one conversation (a list of {"role", "content"} messages) or a list of them,
+        through the model's chat template; outputs in input order."""
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise InvalidRequestError("chat takes a non-empty list of messages, or a list of conversations")
+        conversations = [messages] if isinstance(messages[0], dict) else list(messages)
+        for i, conversation in enumerate(conversations):
+            if not isinstance(conversation, (list, tuple)):
+                raise InvalidRequestError(
+                    f"conversation {i} must be a list of messages, got {type(conversation).__name__}"
+                )
+        prompts = [list(c) for c in conversations]
+        return self.engine.generate(prompts, _params_per_prompt(sampling_params, len(prompts)))
+
+    # -- the rest ---------------------------------------------------------------------------------
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the model's tokenizer has a chat template (the byte tokenizer has none)."""
+        return getattr(self.engine.tokenizer, "chat_template", None) is not None
+
+    def get_tokenizer(self):
+        return self.engine.tokenizer
+
+    def shutdown(self) -> None:
+        """Release the executor (its KV cache and model); the LLM cannot generate afterwards."""
+        self.engine.shutdown()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"LLM(model={self.settings.model!r}, executor={self.settings.executor.name!r})"
+
+
+def _as_list(prompts) -> list:
+    if isinstance(prompts, (str, dict)) or _is_token_ids(prompts):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)):
+        return list(prompts)
+    raise InvalidRequestError(
+        f"prompts must be a string, a list of token ids, or a list of those; got {type(prompts).__name__}"
+    )
+
+
+def _is_token_ids(value) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
+
+
+def _unwrap_prompt(prompt):
+    """vLLM's prompt dicts to what the engine takes; anything else goes on (and fails alone there)."""
+    if isinstance(prompt, dict) and len(prompt) == 1:
+        if isinstance(prompt.get("prompt"), str):
+            return prompt["prompt"]
+        if isinstance(prompt.get("prompt_token_ids"), (list, tuple)):
+            return list(prompt["prompt_token_ids"])
+    if isinstance(prompt, tuple):
+        return list(prompt)
+    return prompt
+
+
+def _params_per_prompt(params: ParamsInput, num_prompts: int) -> list[SamplingParams | None]:
+    if params is None or isinstance(params, SamplingParams):
+        return [params] * num_prompts
+    if not isinstance(params, (list, tuple)):
+        raise InvalidRequestError(
+            f"sampling_params must be a SamplingParams, a list of them, or None; got {type(params).__name__}"
+        )
+    if len(params) != num_prompts:
+        raise InvalidRequestError(f"got {len(params)} sampling params for {num_prompts} prompts")
+    for i, p in enumerate(params):
+        if p is not None and not isinstance(p, SamplingParams):
+            raise InvalidRequestError(
+                f"sampling_params[{i}] must be a SamplingParams, got {type(p).__name__}"
+            )
+    return list(params)

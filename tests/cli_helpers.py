@@ -1,0 +1,25 @@
+"""Run the hetero command as a user would: a subprocess with a clean HETERO_* environment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETERO_") or k == "HETERO_CACHE_DIR"}
+    env.update(extra or {})
+    return env
+
+
+def hetero_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hetero_core", *args]
+
+
+def hetero(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120):
+    """Run ``hetero ARGS``; stdin is empty (not a terminal) unless text is given."""
+    return subprocess.run(
+        hetero_command(*args), capture_output=True, text=True, env=clean_env(env), timeout=timeout,
+        input=stdin if stdin is not None else "",
+    )
