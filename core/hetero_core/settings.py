@@ -61,6 +61,10 @@ class HeteroSettings(BaseSettings):
     max_model_len: int = Field(2048, ge=1, description="prompt + output tokens per request")
     max_total_tokens: int = Field(4096, ge=1, description="tokens processed in one step")
     memory_threshold: float = Field(0.9, gt=0, le=1, description="fraction of blocks new requests may fill")
+    max_prefill_chunk: int | None = Field(None, ge=1, description="prompt tokens one request prefills per step (default: the token budget)")
+    enable_prefix_caching: bool = Field(True, description="reuse the KV blocks of identical prompt prefixes across requests")
+    preemption_mode: Literal["recompute", "swap"] = Field("recompute", description="when KV blocks run out: recompute the victim later, or swap its blocks to CPU")
+    num_swap_blocks: int = Field(256, ge=1, description="CPU swap space in KV blocks (preemption_mode = swap)")
     # Default sampling
     temperature: float = Field(1.0, ge=0, description="default sampling temperature (0: greedy)")
     top_p: float = Field(1.0, gt=0, le=1, description="default nucleus sampling mass")

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from hetero_core.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.scheduler import ScheduledStep, Scheduler
-from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
+from hetero_core.engine.block_transfer import apply_block_transfers
+from hetero_core.engine.scheduler import ScheduledStep, Scheduler, SchedulerStats
+from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus, check_priority_and_tenant
 from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
 from hetero_core.errors import InvalidRequestError
 from hetero_core.logging import get_logger
@@ -43,10 +44,12 @@ class Engine:
 
     # -- requests ---------------------------------------------------------------------------------
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None,
-                    request_id: str | None = None) -> str:
+                    request_id: str | None = None, *, priority: int = 0, tenant: str | None = None) -> str:
         """Queue a request. Invalid input raises InvalidRequestError; a request that can never fit
-        the limits is accepted and fails at admission (see its RequestOutput.error)."""
+        the limits is accepted and fails at admission (see its RequestOutput.error).
+        ``priority`` (lower first) and ``tenant`` are read by the scheduler policy."""
         params = params or self.default_params
+        check_priority_and_tenant(priority, tenant)
         token_ids = self._tokenize(prompt)
         seq_id = next(self._seq_counter)
         if request_id is None:
@@ -54,7 +57,7 @@ class Engine:
         elif request_id in self._seqs:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         text = prompt if isinstance(prompt, str) else self.tokenizer.decode(token_ids)
-        seq = Sequence(seq_id, request_id, text, token_ids, params, time.time())
+        seq = Sequence(seq_id, request_id, text, token_ids, params, time.time(), priority=priority, tenant=tenant)
         self._seqs[request_id] = seq
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
@@ -81,6 +84,7 @@ class Engine:
         """Run one step; return outputs of requests that progressed or ended since the last step."""
         scheduled = self.scheduler.schedule()
         if scheduled is not None:
+            apply_block_transfers(self.executor, scheduled)
             output = self.executor.execute(scheduled.batch)
             self._postprocess(scheduled, self._next_tokens(scheduled, output))
         outputs, self._finished_outputs = self._finished_outputs, []
@@ -90,8 +94,8 @@ class Engine:
             outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
         return outputs
 
-    def generate(self, prompts: Iterable[Prompt], params: SamplingParams | list[SamplingParams] | None = None
-                 ) -> list[RequestOutput]:
+    def generate(self, prompts: Iterable[Prompt], params: SamplingParams | list[SamplingParams] | None = None,
+                 *, priority: int = 0, tenant: str | None = None) -> list[RequestOutput]:
         """Run prompts to completion; outputs in prompt order. A bad prompt fails alone."""
         prompts = list(prompts)
         params_list = params if isinstance(params, list) else [params] * len(prompts)
@@ -100,13 +104,17 @@ class Engine:
         ids = []
         for prompt, p in zip(prompts, params_list):
             try:
-                ids.append(self.add_request(prompt, p))
+                ids.append(self.add_request(prompt, p, priority=priority, tenant=tenant))
             except InvalidRequestError as exc:
                 ids.append(self._reject(prompt, p, str(exc)))
         finished: dict[str, RequestOutput] = {}
         while self.has_unfinished_requests() or self._finished_outputs:
             finished.update((o.request_id, o) for o in self.step() if o.finished)
         return [finished[i] for i in ids]
+
+    def stats(self) -> SchedulerStats:
+        """Scheduler counters: preemptions (by mode), prefix-cache hit / queried tokens, steps."""
+        return self.scheduler.stats()
 
     def shutdown(self) -> None:
         self.executor.shutdown()
@@ -161,8 +169,6 @@ class Engine:
         return result.token_ids, result.logprobs
 
     def _postprocess(self, scheduled: ScheduledStep, sampled: tuple[list[int], list]) -> None:
-        for seq in scheduled.preempted:
-            log.info("request.preempted", request_id=seq.request_id, num_preemptions=seq.num_preemptions)
         tokens = iter(zip(*sampled))
         now = time.time()
         for seq, num_new, sample in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.batch.sample):
