@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chat", action="store_true", default=None, help="apply the model's chat template")
     run.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past EOS")
+    run.add_argument("--priority", type=int, default=0, metavar="INT",
+                     help="request priority for the scheduler policy (lower runs first; default 0)")
+    run.add_argument("--tenant", default=None, metavar="NAME", help="who sends the requests (read by policies)")
     add_settings_arguments(run)
     run.set_defaults(handler=_run)
 
@@ -121,8 +124,9 @@ def _run(args: argparse.Namespace) -> int:
     loaded = time.perf_counter()
     chat = settings.chat
     inputs = [[{"role": "user", "content": p}] if chat else p for p in prompts]
-    outputs = engine.generate(inputs, params)
+    outputs = engine.generate(inputs, params, priority=args.priority, tenant=args.tenant)
     elapsed = time.perf_counter() - loaded
+    stats = engine.stats()
     engine.shutdown()
     failed = 0
     for prompt, out in zip(prompts, outputs):
@@ -137,6 +141,12 @@ def _run(args: argparse.Namespace) -> int:
     print(
         f"--- {num_tokens} tokens in {elapsed:.2f}s ({num_tokens / elapsed if elapsed else 0:.1f} tokens/s), "
         f"{len(outputs)} request(s), load {loaded - started:.2f}s",
+        file=sys.stderr,
+    )
+    print(
+        f"--- prefix cache {stats.prefix_cache_hit_tokens}/{stats.prefix_cache_queried_tokens} tokens hit "
+        f"({stats.prefix_cache_hit_rate:.0%}), {stats.num_preemptions} preemption(s) "
+        f"({stats.num_swap_preemptions} swapped)",
         file=sys.stderr,
     )
     return 1 if failed else 0
