@@ -8,8 +8,9 @@ step's budgets) and gets back a ``SchedulingDecision``:
   before prefills, always), swapped ones are brought back and waiting ones admitted in this order,
   and when KV blocks run out the *last* running request in this order is preempted first.
 - ``hold_back``: waiting or swapped requests not to admit this step (a fair-share policy throttling
-  a tenant). A request held back for ``MAX_STEPS_HELD_BACK`` steps in a row is admitted anyway, with
-  a warning naming the policy, so a policy cannot starve the engine.
+  a tenant). When nothing runs and every request has been held back for ``MAX_STEPS_HELD_BACK``
+  steps in a row, the hold-backs are ignored (with a warning naming the policy): a policy cannot
+  stall the engine.
 - ``preempt``: running requests to preempt now (to make room for more urgent waiting ones).
 
 The scheduler validates the decision (``decision_problems``) and applies it; budgets, admission

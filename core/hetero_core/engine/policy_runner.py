@@ -1,8 +1,9 @@
 """PolicyRunner: builds the snapshot a policy sees, asks it, validates and applies its decision.
 
 A policy that raises or returns an invalid decision does not stop the engine: the problem is logged
-with the policy's name (once; later ones are counted) and that step runs in arrival order. A request
-held back ``MAX_STEPS_HELD_BACK`` steps in a row is admitted anyway, with a warning naming the policy.
+with the policy's name (once; later ones are counted) and that step runs in arrival order. If nothing
+runs and the policy holds every request back for ``MAX_STEPS_HELD_BACK`` steps in a row, its hold-backs
+are ignored for a step, with a warning naming it: a policy can delay requests, never stall the engine.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class PolicyRunner:
         self.name = name
         self.num_invalid_decisions = 0
         self.num_hold_back_overrides = 0
+        self.num_idle_steps = 0  # consecutive steps with nothing running and every request held back
 
     def plan(self, snapshot: SchedulerSnapshot, pending: list[Sequence]) -> Plan:
         """Ask the policy; ``pending`` are the waiting and swapped sequences (hold-back counts)."""
@@ -79,19 +81,17 @@ class PolicyRunner:
             self._report(problems)
             decision = SchedulingDecision(order=tuple(r.request_id for r in sorted(
                 snapshot.requests, key=lambda r: r.arrival_order)))
-        hold_back = set(decision.hold_back)
-        for seq in pending:
-            if seq.request_id not in hold_back:
-                seq.num_steps_held_back = 0
-                continue
-            seq.num_steps_held_back += 1
-            if seq.num_steps_held_back > MAX_STEPS_HELD_BACK:
-                hold_back.discard(seq.request_id)
-                self.num_hold_back_overrides += 1
-                log.warning("policy.hold_back_overridden", policy=self.name, request_id=seq.request_id,
-                            num_steps_held_back=seq.num_steps_held_back - 1)
+        hold_back = frozenset(decision.hold_back)
+        idle = not snapshot.running and pending and all(s.request_id in hold_back for s in pending)
+        self.num_idle_steps = self.num_idle_steps + 1 if idle else 0
+        if self.num_idle_steps > MAX_STEPS_HELD_BACK:
+            self.num_hold_back_overrides += 1
+            log.warning("policy.hold_back_overridden", policy=self.name, num_idle_steps=self.num_idle_steps - 1,
+                        request_ids=[s.request_id for s in pending][:5],
+                        reason="nothing runs and the policy holds every request back")
+            hold_back = frozenset()
         rank = {request_id: i for i, request_id in enumerate(decision.order)}
-        return Plan(rank, frozenset(hold_back), tuple(decision.preempt))
+        return Plan(rank, hold_back, tuple(decision.preempt))
 
     def _report(self, problems: list[str]) -> None:
         self.num_invalid_decisions += 1

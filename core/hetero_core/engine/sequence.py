@@ -52,7 +52,6 @@ class Sequence:
     tenant: str | None = None  # who sent the request (user, team); read by policies
     swap_table: list[int] = field(default_factory=list)  # CPU swap blocks while SWAPPED
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the last admission
-    num_steps_held_back: int = 0  # consecutive steps the policy held this request back
     first_token_time: float | None = None
     finish_time: float | None = None
 
