@@ -24,6 +24,22 @@ def _clean_hetero_env(monkeypatch, tmp_path_factory):
             monkeypatch.delenv(key)
 
 
+@pytest.fixture(autouse=True)
+def _restore_hetero_logger():
+    """A test that runs the CLI in-process configures logging (structlog's level filter, the 'hetero'
+    logger's handlers and propagation); put both back so later tests' caplog sees engine events."""
+    import logging
+
+    import structlog
+
+    logger = logging.getLogger("hetero")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    saved_structlog = structlog.get_config()
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+    structlog.configure(**saved_structlog)
+
+
 @pytest.fixture
 def make_mock_engine():
     """Build an engine on the mock executor with a fresh plugin set; keyword args are settings."""

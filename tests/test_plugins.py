@@ -42,11 +42,12 @@ def fake_entry_points(*dists):
 
 
 GOOD = """
+from hetero_core.engine.policy import SortKeyPolicy
 from hetero_core.hookspecs import hookimpl
 
-class ReversePolicy:
-    def priority(self, seq):
-        return -seq.seq_id
+class ReversePolicy(SortKeyPolicy):
+    def key(self, request):
+        return -request.arrival_order
 
 @hookimpl
 def register_scheduler_policies(register):
@@ -58,7 +59,7 @@ def test_installed_plugins_are_discovered_through_entry_points():
     plugin_set = load_plugins()
     by_name = {p.name: p for p in plugin_set.plugins}
     assert by_name["core"].components == {
-        "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs"], "kv_allocator": ["paged"], "executor": ["torch"]
+        "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged"], "executor": ["torch"]
     }
     for name in ("mock", "cuda", "triton"):
         assert by_name[name].distribution == f"hetero-plugins-{name}"
@@ -135,7 +136,7 @@ def test_allow_list_restricts_which_installed_plugins_load(plugin_modules):
     plugin_set = load_plugins(allow=[], entry_points=fake_entry_points(dist))
     info = {p.name: p for p in plugin_set.plugins}
     assert info["reverse"].status == "not allowed" and info["core"].status == "loaded"
-    with pytest.raises(UnknownComponentError, match="unknown scheduler policy 'reverse'; available: fcfs"):
+    with pytest.raises(UnknownComponentError, match="unknown scheduler policy 'reverse'; available: fcfs, priority"):
         plugin_set.registry.get("scheduler_policy", "reverse")
 
 

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+from hetero_core.engine.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
@@ -69,6 +70,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             max_num_seqs=settings.max_batch_size,
             eos_token_id=tokenizer.eos_token_id,
             vocab_size=tokenizer.vocab_size,
+            num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
         )
     )
     # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
@@ -81,11 +83,15 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         max_total_tokens=settings.max_total_tokens,
         max_model_len=settings.max_model_len,
         memory_threshold=settings.memory_threshold,
+        max_prefill_chunk=settings.max_prefill_chunk,
     )
+    scheduler = Scheduler(policy, allocator, limits, policy_name=policy_c.name,
+                          prefix_caching=settings.enable_prefix_caching,
+                          **block_transfer_options(executor, executor_c.name, settings))
     return Engine(
         tokenizer=tokenizer,
         executor=executor,
-        scheduler=Scheduler(policy, allocator, limits),
+        scheduler=scheduler,
         max_model_len=settings.max_model_len,
         default_params=default_sampling_params(settings),
         sampler_seed=settings.seed,

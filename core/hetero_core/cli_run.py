@@ -26,6 +26,9 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                       help="raw completion: send the prompt text as is")
     run.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past EOS")
+    run.add_argument("--priority", type=int, default=0, metavar="INT",
+                     help="request priority for the scheduler policy (lower runs first; default 0)")
+    run.add_argument("--tenant", default=None, metavar="NAME", help="who sends the requests (read by policies)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -46,13 +49,16 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
         inputs = [[{"role": "user", "content": p}] if chat else p for p in prompts]
+        who = {"priority": args.priority, "tenant": args.tenant}
         if len(inputs) == 1:
-            outputs = [stream_one(llm.engine, inputs[0], params, sys.stdout)]
+            outputs = [stream_one(llm.engine, inputs[0], params, sys.stdout, **who)]
         else:
-            outputs = print_each_when_done(llm.engine, inputs, prompts, params, sys.stdout)
+            outputs = print_each_when_done(llm.engine, inputs, prompts, params, sys.stdout, **who)
+        stats = llm.engine.stats()
     finally:
         llm.shutdown()
     print_stats(outputs, loaded - started, time.perf_counter() - loaded, sys.stderr)
+    print_scheduler_stats(stats, sys.stderr)
     return EXIT_REQUEST_FAILED if any(o.failed for o in outputs) else 0
 
 
@@ -70,10 +76,11 @@ def read_prompts(prompts: list[str], stdin: TextIO) -> list[str]:
     return prompts
 
 
-def stream_one(engine, prompt, params, out: TextIO):
-    """Run one request, writing its text as it grows; returns its final RequestOutput."""
+def stream_one(engine, prompt, params, out: TextIO, **request):
+    """Run one request, writing its text as it grows; returns its final RequestOutput.
+    ``request``: add_request's keyword arguments (priority, tenant)."""
     try:
-        request_id = engine.add_request(prompt, params)
+        request_id = engine.add_request(prompt, params, **request)
     except InvalidRequestError as exc:  # a request the engine can never run fails alone (exit 1)
         rejected = _Rejected(str(exc))
         _report_failure(rejected, 0)
@@ -99,12 +106,12 @@ def stream_one(engine, prompt, params, out: TextIO):
                 return output
 
 
-def print_each_when_done(engine, inputs, prompts, params, out: TextIO):
+def print_each_when_done(engine, inputs, prompts, params, out: TextIO, **request):
     """Run all requests in one batch; print each, labelled, once it and all before it are done."""
     ids, outputs = [], {}
     for i, prompt in enumerate(inputs):
         try:
-            ids.append(engine.add_request(prompt, params))
+            ids.append(engine.add_request(prompt, params, **request))
         except InvalidRequestError as exc:
             ids.append(None)
             outputs[i] = _Rejected(str(exc))
@@ -138,6 +145,12 @@ def print_stats(outputs, load_seconds: float, run_seconds: float, err: TextIO) -
     if first is not None:
         line += f", first token {first:.2f}s"
     print(line, file=err)
+
+
+def print_scheduler_stats(stats, err: TextIO) -> None:
+    print(f"--- prefix cache {stats.prefix_cache_hit_tokens}/{stats.prefix_cache_queried_tokens} tokens hit "
+          f"({stats.prefix_cache_hit_rate:.0%}), {stats.num_preemptions} preemption(s) "
+          f"({stats.num_swap_preemptions} swapped)", file=err)
 
 
 class _Rejected:

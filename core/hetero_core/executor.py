@@ -22,6 +22,10 @@ class Executor(Protocol):
 
     def shutdown(self) -> None: ...
 
+    # Optional block transfers (``hetero_core.engine.block_transfer``): ``copy_blocks(pairs)`` copies
+    # device blocks (copy-on-write for the prefix cache), ``swap_out(pairs)`` device -> CPU swap
+    # blocks and ``swap_in(pairs)`` back, for swap preemption. Each pair is ``(source, destination)``.
+
 
 @dataclass(frozen=True)
 class ExecutorContext:
@@ -37,3 +41,4 @@ class ExecutorContext:
     max_num_seqs: int  # sequences in one step (max_batch_size)
     eos_token_id: int | None
     vocab_size: int
+    num_swap_blocks: int = 0  # CPU swap space to allocate for swap_out/swap_in (0: none; see block_transfer)

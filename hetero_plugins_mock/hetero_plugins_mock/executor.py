@@ -14,7 +14,7 @@ import struct
 import time
 from array import array
 
-from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
 from hetero_core.errors import ConfigError
 from hetero_core.executor import ExecutorContext
 
@@ -39,6 +39,7 @@ class MockExecutor:
         self.block_size = ctx.block_size
         self.num_blocks = ctx.num_blocks
         self.slots = array("q", [EMPTY_SLOT]) * (ctx.num_blocks * ctx.block_size)
+        self.swap_slots = array("q", [EMPTY_SLOT]) * (getattr(ctx, "num_swap_blocks", 0) * ctx.block_size)
 
     def execute(self, batch: Batch) -> ExecutorOutput:
         self._check(batch)
@@ -48,8 +49,32 @@ class MockExecutor:
         self._simulate_latency(batch)
         return ExecutorOutput(token_ids=token_ids)
 
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy device blocks (copy-on-write): ``(source, destination)`` pairs."""
+        self._copy(self.slots, self.slots, pairs, "copy_blocks", self.num_blocks, self.num_blocks)
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy device blocks to swap blocks: ``(device block, swap block)`` pairs."""
+        self._copy(self.slots, self.swap_slots, pairs, "swap_out", self.num_blocks, self._num_swap_blocks)
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy swap blocks back to device blocks: ``(swap block, device block)`` pairs."""
+        self._copy(self.swap_slots, self.slots, pairs, "swap_in", self._num_swap_blocks, self.num_blocks)
+
     def shutdown(self) -> None:
         self.slots = array("q")
+        self.swap_slots = array("q")
+
+    @property
+    def _num_swap_blocks(self) -> int:
+        return len(self.swap_slots) // self.block_size
+
+    def _copy(self, source: array, destination: array, pairs, what: str, num_source: int, num_destination: int):
+        bs = self.block_size
+        for src, dst in pairs:
+            if not (0 <= src < num_source and 0 <= dst < num_destination):
+                raise BatchInconsistency(f"{what}: block pair ({src}, {dst}) outside the pools")
+            destination[dst * bs : (dst + 1) * bs] = source[src * bs : (src + 1) * bs]
 
     def _next_token(self, batch: Batch, i: int) -> int:
         opts = self.options
@@ -93,7 +118,7 @@ class MockExecutor:
             if list(batch.positions[start:end]) != list(expected):
                 raise BatchInconsistency(f"sequence {batch.seq_ids[i]}: positions not contiguous")
             for pos, slot in zip(batch.positions[start:end], batch.slot_mapping[start:end]):
-                if slot != table[pos // bs] * bs + pos % bs:
+                if slot != slot_of(table, pos, bs):
                     raise BatchInconsistency(f"sequence {batch.seq_ids[i]}: slot outside its blocks")
 
     def _simulate_latency(self, batch: Batch) -> None:

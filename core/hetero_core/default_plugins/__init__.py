@@ -18,6 +18,7 @@ def register_tokenizers(register):
 @hookimpl
 def register_scheduler_policies(register):
     register("fcfs", _create_fcfs_policy)
+    register("priority", _create_priority_policy)
 
 
 @hookimpl
@@ -48,6 +49,12 @@ def _create_fcfs_policy(options):
     from hetero_core.engine.policy import FcfsPolicy
 
     return FcfsPolicy()
+
+
+def _create_priority_policy(options):
+    from hetero_core.engine.policy import PriorityPolicy
+
+    return PriorityPolicy()
 
 
 def _create_paged_allocator(num_blocks, block_size, options):

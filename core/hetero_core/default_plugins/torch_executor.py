@@ -55,6 +55,8 @@ class TorchExecutor:
             dtype=self.dtype,
             device=self.device,
         )
+        self.num_swap_blocks = getattr(ctx, "num_swap_blocks", 0)
+        self._swap = self._allocate_swap_space() if self.num_swap_blocks else None  # swap preemption
 
     @property
     def vocab_size(self) -> int:
@@ -78,7 +80,52 @@ class TorchExecutor:
             logits = self.model.compute_logits(hidden[row_index])
             return ExecutorOutput(logits=logits.to(device="cpu", dtype=torch.float32))
 
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy whole KV blocks within the cache (copy-on-write): ``(source, destination)`` pairs."""
+        source, destination = self._block_index(pairs, self.device)
+        with torch.inference_mode():
+            for cache in self.kv_caches:
+                for tensor in cache:
+                    tensor.index_copy_(0, destination, tensor.index_select(0, source))
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy KV blocks to the CPU swap space: ``(device block, swap block)`` pairs."""
+        source, _ = self._block_index(pairs, self.device)
+        _, destination = self._block_index(pairs, torch.device("cpu"))
+        with torch.inference_mode():
+            for cache, swap in zip(self.kv_caches, self._swap_space()):
+                for tensor, swapped in zip(cache, swap):
+                    swapped.index_copy_(0, destination, tensor.index_select(0, source).cpu())
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
+        source, _ = self._block_index(pairs, torch.device("cpu"))
+        _, destination = self._block_index(pairs, self.device)
+        with torch.inference_mode():
+            for cache, swap in zip(self.kv_caches, self._swap_space()):
+                for tensor, swapped in zip(cache, swap):
+                    tensor.index_copy_(0, destination, swapped.index_select(0, source).to(self.device))
+
+    def _swap_space(self) -> list:
+        if self._swap is None:
+            raise ValueError("swap requested but the executor was built with num_swap_blocks = 0")
+        return self._swap
+
+    def _allocate_swap_space(self) -> list:
+        """CPU tensors in the cache's layout with ``num_swap_blocks`` blocks, one tuple per layer."""
+        pin = self.device.type == "cuda"
+        return [
+            tuple(torch.zeros((self.num_swap_blocks, *t.shape[1:]), dtype=t.dtype, pin_memory=pin) for t in cache)
+            for cache in self.kv_caches
+        ]
+
+    @staticmethod
+    def _block_index(pairs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+        return index[:, 0].to(device), index[:, 1].to(device)
+
     def shutdown(self) -> None:
+        self._swap = None
         self.kv_caches = []
         self.model = None
         if self.device.type == "cuda":

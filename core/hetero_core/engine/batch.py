@@ -10,14 +10,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def slot_of(block_table, position, block_size: int):
+    """The KV-cache slot of the token at ``position``: ``block_table[position // block_size] *
+    block_size + position % block_size``.
+
+    The one definition of the paged layout, shared by the scheduler, the attention backends and the
+    executors. ``block_table`` and ``position`` may be a list and an int, or torch tensors (a tensor
+    of positions gives a tensor of slots).
+    """
+    return block_table[position // block_size] * block_size + position % block_size
+
+
 @dataclass(frozen=True)
 class Batch:
     """One step's work for the executor.
 
     - ``seq_ids``: one id per scheduled sequence (stable for the life of a request).
     - ``token_ids`` / ``positions`` / ``slot_mapping``: one entry per scheduled token. The slot of a
-      token is ``block_table[position // block_size] * block_size + position % block_size``: the
-      executor writes that token's K/V there before attending.
+      token is ``slot_of(block_table, position, block_size)``: the executor writes that token's K/V
+      there before attending.
     - ``query_start_loc``: offsets into the flat token list, ``len == num_seqs + 1``.
     - ``context_lens``: tokens in the KV cache for each sequence once this step's tokens are written
       (cached prefix + new tokens). ``num_computed_tokens[i] = context_lens[i] - query_len(i)`` are

@@ -22,8 +22,9 @@ from hetero_core.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.prompts import Prompt, prompt_text, tokenize_prompt
-from hetero_core.engine.scheduler import ScheduledStep, Scheduler
-from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
+from hetero_core.engine.block_transfer import apply_block_transfers
+from hetero_core.engine.scheduler import ScheduledStep, Scheduler, SchedulerStats
+from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus, check_priority_and_tenant
 from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
 from hetero_core.errors import InvalidRequestError
 from hetero_core.logging import get_logger
@@ -52,11 +53,14 @@ class Engine:
         self.num_steps = 0
 
     # -- requests ---------------------------------------------------------------------------------
-    def add_request(self, prompt: Prompt, params: Params = None, request_id: str | None = None) -> str:
+    def add_request(self, prompt: Prompt, params: Params = None, request_id: str | None = None, *,
+                    priority: int = 0, tenant: str | None = None) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
         (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
-        keeps nothing, for a request that is invalid or can never run within the engine's limits."""
+        keeps nothing, for a request that is invalid or can never run within the engine's limits.
+        ``priority`` (lower first) and ``tenant`` are read by the scheduler policy."""
         params = self._params(params)
+        check_priority_and_tenant(priority, tenant)
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
         token_ids = tokenize_prompt(self.tokenizer, prompt)
@@ -65,7 +69,7 @@ class Engine:
         seq_id = next(self._seq_counter)
         request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
         text = prompt if isinstance(prompt, str) else self.tokenizer.decode(token_ids)
-        seq = Sequence(seq_id, request_id, text, token_ids, params, time.time())
+        seq = Sequence(seq_id, request_id, text, token_ids, params, time.time(), priority=priority, tenant=tenant)
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
             raise InvalidRequestError(reason)
@@ -95,7 +99,9 @@ class Engine:
             # A step that only preempted (everything running) leaves room for the next one; if
             # that one schedules nothing either, nothing will ever change.
             scheduled = self.scheduler.schedule()
-            if scheduled is None:
+            # A policy holding requests back is overridden after a bounded number of steps; only
+            # when it is not the cause can nothing ever change.
+            if scheduled is None and not self.scheduler.runner.num_idle_steps:
                 self._fail_unschedulable()
         if scheduled is not None:
             self._run(scheduled)
@@ -110,8 +116,8 @@ class Engine:
             outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
         return outputs
 
-    def generate(self, prompts: Iterable[Prompt] | str, params: Params | list[Params] = None
-                 ) -> list[RequestOutput]:
+    def generate(self, prompts: Iterable[Prompt] | str, params: Params | list[Params] = None, *,
+                 priority: int = 0, tenant: str | None = None) -> list[RequestOutput]:
         """Run prompts to completion; outputs in prompt order. A bad prompt fails alone (its
         output carries the error). Outputs of requests added with ``add_request`` are kept for
         the next ``step()`` caller."""
@@ -126,7 +132,7 @@ class Engine:
         ids = []
         for prompt, p in zip(prompts, params_list):
             try:
-                ids.append(self.add_request(prompt, p))
+                ids.append(self.add_request(prompt, p, priority=priority, tenant=tenant))
             except InvalidRequestError as exc:
                 ids.append(self._reject(prompt, p, str(exc)))
         own, finished = set(ids), {}
@@ -140,6 +146,10 @@ class Engine:
                 elif out.finished:
                     finished[out.request_id] = out
         return [finished[i] for i in ids]
+
+    def stats(self) -> SchedulerStats:
+        """Scheduler counters: preemptions (by mode), prefix-cache hit / queried tokens, steps."""
+        return self.scheduler.stats()
 
     def shutdown(self) -> None:
         self.executor.shutdown()
@@ -175,9 +185,8 @@ class Engine:
         return request_id
 
     def _run(self, scheduled: ScheduledStep) -> None:
-        for seq in scheduled.preempted:
-            log.info("request.preempted", request_id=seq.request_id, num_preemptions=seq.num_preemptions)
         try:
+            apply_block_transfers(self.executor, scheduled)
             output = self.executor.execute(scheduled.batch)
             sampled = self._next_tokens(scheduled, output)
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine

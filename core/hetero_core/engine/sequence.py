@@ -6,10 +6,14 @@ import enum
 from dataclasses import dataclass, field
 
 from hetero_core.engine.params import SamplingParams
+from hetero_core.errors import InvalidRequestError
+
+MAX_TENANT_LENGTH = 256
 
 
 class SequenceStatus(enum.Enum):
     PENDING = "pending"  # waiting for admission (new, or preempted and waiting to recompute)
+    SWAPPED = "swapped"  # preempted with its KV blocks copied to the CPU swap space
     PREFILL = "prefill"  # admitted; prompt (or recompute) tokens still being processed
     DECODE = "decode"  # generating one token per step
     FINISHED = "finished"
@@ -44,6 +48,10 @@ class Sequence:
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     block_table: list[int] = field(default_factory=list)
     num_preemptions: int = 0
+    priority: int = 0  # lower is more urgent (as in vLLM); read by policies
+    tenant: str | None = None  # who sent the request (user, team); read by policies
+    swap_table: list[int] = field(default_factory=list)  # CPU swap blocks while SWAPPED
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the last admission
     first_token_time: float | None = None
     finish_time: float | None = None
 
@@ -59,6 +67,15 @@ class Sequence:
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
 
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Prompt + output token ids ``[start, end)`` without building the whole list."""
+        n = len(self.prompt_token_ids)
+        if end <= n:
+            return self.prompt_token_ids[start:end]
+        if start >= n:
+            return self.output_token_ids[start - n : end - n]
+        return self.prompt_token_ids[start:] + self.output_token_ids[: end - n]
+
     def token_id(self, index: int) -> int:
         n = len(self.prompt_token_ids)
         return self.prompt_token_ids[index] if index < n else self.output_token_ids[index - n]
@@ -73,3 +90,13 @@ class Sequence:
         self.status = SequenceStatus.PENDING
         self.num_computed_tokens = 0
         self.num_preemptions += 1
+
+
+def check_priority_and_tenant(priority, tenant) -> None:
+    """Raise InvalidRequestError unless ``priority`` is an int and ``tenant`` None or a short string."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise InvalidRequestError(f"priority must be an integer (lower runs first), got {priority!r}")
+    if tenant is not None and (not isinstance(tenant, str) or not tenant or len(tenant) > MAX_TENANT_LENGTH):
+        raise InvalidRequestError(
+            f"tenant must be None or a non-empty string of at most {MAX_TENANT_LENGTH} characters, got {tenant!r:.80}"
+        )

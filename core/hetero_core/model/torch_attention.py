@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from hetero_core.engine.batch import Batch
+from hetero_core.engine.batch import Batch, slot_of
 from hetero_core.model.attention import KVCache
 
 
@@ -145,7 +145,7 @@ def _prefill_segment(batch: Batch, i: int, device: torch.device) -> PrefillSegme
         return PrefillSegment(start, end, context_slots=None, mask=None)
     key_pos = torch.arange(context_len)
     table = torch.tensor(batch.block_tables[i], dtype=torch.long)
-    slots = table[key_pos // batch.block_size] * batch.block_size + key_pos % batch.block_size
+    slots = slot_of(table, key_pos, batch.block_size)
     query_pos = num_cached + torch.arange(end - start)
     mask = key_pos[None, :] <= query_pos[:, None]
     return PrefillSegment(start, end, context_slots=_to(slots, device), mask=_to(mask, device))
