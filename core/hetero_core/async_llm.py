@@ -84,6 +84,7 @@ class EngineStats:
     num_steps: int = 0
     last_step_batch_size: int = 0
     max_step_batch_size: int = 0
+    prefix_cache_hit_rate: float | None = None  # when the KV allocator keeps a prefix cache
 
 
 class _Request:
@@ -364,6 +365,7 @@ class AsyncLLM:
             num_steps=self._num_steps,
             last_step_batch_size=self._last_batch_size,
             max_step_batch_size=self._max_batch_size,
+            prefix_cache_hit_rate=_prefix_cache_hit_rate(scheduler),
         )
 
 
@@ -385,6 +387,14 @@ class _BatchSizeRecorder:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+def _prefix_cache_hit_rate(scheduler) -> float | None:
+    for owner in (scheduler, scheduler.allocator):
+        rate = getattr(owner, "prefix_cache_hit_rate", None)
+        if isinstance(rate, int | float):
+            return float(rate)
+    return None
 
 
 def _accepted_keywords(func, names: tuple[str, ...]) -> set[str]:

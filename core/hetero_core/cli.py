@@ -7,6 +7,7 @@ import sys
 import time
 from typing import get_args
 
+from hetero_core.cli_serve import add_serve_command
 from hetero_core.errors import HeteroError
 
 EXIT_USAGE = 2
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     add_settings_arguments(plugins, only_plugins=True)
     plugins.set_defaults(handler=_plugins)
+    add_serve_command(commands)
     return parser
 
 
