@@ -1,0 +1,33 @@
+"""Fixtures for the server tests: live servers on loopback around mock (or real) engines."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("openai")
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from live_server import LiveServer  # noqa: E402
+
+
+@pytest.fixture
+def mock_server(make_mock_engine):
+    """``mock_server(mock_options=..., api_key=..., **settings)``: a started LiveServer, stopped after the test."""
+    started = []
+
+    def start(mock_options=None, *, api_key=None, max_pending_requests=512, max_body_bytes=None, **settings):
+        engine = make_mock_engine(mock_options, **settings)
+        server = LiveServer(engine, api_key=api_key, max_pending_requests=max_pending_requests,
+                            max_body_bytes=max_body_bytes)
+        started.append(server)
+        return server.__enter__()
+
+    yield start
+    for server in started:
+        server.__exit__(None, None, None)
