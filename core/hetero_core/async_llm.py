@@ -143,6 +143,8 @@ class AsyncLLM:
         self._engine_kwargs = _accepted_keywords(engine.add_request, ("priority", "tenant"))
         self._batch_sizes = _BatchSizeRecorder(engine)
         self._num_steps = self._last_batch_size = self._max_batch_size = 0
+        self._flush_needed = False
+        self._engine_closed = False
         self._thread = threading.Thread(target=self._run, name="hetero-engine-loop", daemon=True)
         self._thread.start()
 
@@ -194,7 +196,8 @@ class AsyncLLM:
         if self._thread.is_alive():
             self._commands.put(("stop", None))
             self._thread.join(timeout)
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and not self._engine_closed:
+            self._engine_closed = True
             self.engine.shutdown()
 
     def __enter__(self) -> AsyncLLM:
@@ -228,7 +231,7 @@ class AsyncLLM:
         while not stopping:
             try:
                 stopping = self._drain_commands(block=not self._requests)
-                if self._requests and not stopping:
+                if (self._requests or self._flush_needed) and not stopping:
                     self._step()
                 self._publish_stats()
             except Exception as exc:  # a bug in this loop: say so and fail everyone, never hang
@@ -285,8 +288,10 @@ class AsyncLLM:
             self._requests.pop(request_id)
             self._release_slot()
             self.engine.abort(request_id)
+            self._flush_needed = True  # the abort's output comes with the next step
 
     def _step(self) -> None:
+        self._flush_needed = False
         running_before = {s.request_id for s in self.engine.scheduler.running}
         try:
             outputs = self.engine.step()
@@ -299,6 +304,8 @@ class AsyncLLM:
             request = self._requests.get(out.request_id)
             if request is not None:
                 self._deliver(request, out)
+            elif self.observer is not None:  # e.g. the abort of a request whose client went away
+                self.observer.on_output(out, 0)
         if not outputs and self._requests and not self.engine.has_unfinished_requests():
             self._fail_all(lambda r: RequestFailedError("the engine lost track of the request"))
 

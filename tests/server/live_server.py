@@ -6,11 +6,10 @@ import socket
 import threading
 import time
 
-import uvicorn
-
 from hetero_core.async_llm import AsyncLLM
 from hetero_core.server.app import create_app
 from hetero_core.server.metrics import EngineMetrics
+from hetero_core.server.runner import make_uvicorn_server
 
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
@@ -20,7 +19,7 @@ class LiveServer:
     """``with LiveServer(engine) as server:`` gives ``server.base_url``, ``server.llm`` and ``server.client()``."""
 
     def __init__(self, engine, *, model_name: str = "test-model", api_key: str | None = None,
-                 max_pending_requests: int = 512, max_body_bytes: int | None = None) -> None:
+                 max_pending_requests: int = 512, max_body_bytes: int | None = None, drain_seconds: float = 5.0) -> None:
         self.metrics = EngineMetrics()
         self.llm = AsyncLLM(engine, max_pending_requests=max_pending_requests, observer=self.metrics)
         kwargs = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
@@ -32,8 +31,7 @@ class LiveServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
+        self._server = make_uvicorn_server(self.app, drain_seconds=drain_seconds, log_level="warning")
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def __enter__(self) -> LiveServer:
