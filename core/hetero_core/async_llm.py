@@ -20,15 +20,21 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.logging import get_logger
+from hetero_core.request_stream import RequestDelta, RequestStream, TokenLogprob
 
+__all__ = [
+    "AsyncLLM", "EngineDeadError", "EngineOverloadedError", "EngineStats", "EngineStepError",
+    "RequestDelta", "RequestFailedError", "TokenLogprob",
+]
 log = get_logger("hetero.async_llm")
 DEFAULT_MAX_PENDING_REQUESTS = 512
+IDLE_STEP_WAIT_S = 0.002
 
 
 class RequestFailedError(HeteroError):
@@ -48,30 +54,6 @@ class EngineOverloadedError(HeteroError):
 
 
 @dataclass(frozen=True)
-class TokenLogprob:
-    """The logprob of one generated token and its top alternatives, tokens as text."""
-
-    token_id: int
-    token: str
-    logprob: float | None  # None when the executor returns token ids without logits
-    top: list[tuple[str, float]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RequestDelta:
-    """What one request gained since its previous delta; ``output`` is its state so far."""
-
-    output: RequestOutput
-    text: str
-    token_ids: list[int]
-    logprobs: list[TokenLogprob] | None  # one per new token when the request asked for logprobs
-
-    @property
-    def finished(self) -> bool:
-        return self.output.finished
-
-
-@dataclass(frozen=True)
 class EngineStats:
     """A snapshot the loop thread publishes after every step (safe to read from any thread)."""
 
@@ -87,43 +69,6 @@ class EngineStats:
     prefix_cache_hit_rate: float | None = None  # when the KV allocator keeps a prefix cache
 
 
-class _Request:
-    """Loop-thread bookkeeping for one request: where its deltas go and what it has been sent."""
-
-    def __init__(self, request_id, prompt, params, fit_max_tokens, extras, loop, sink) -> None:
-        self.request_id, self.prompt, self.params = request_id, prompt, params
-        self.fit_max_tokens, self.extras = fit_max_tokens, extras
-        self.loop, self.sink = loop, sink
-        self.num_sent_chars = self.num_sent_tokens = 0
-        self.hold_chars = max((len(s) for s in params.stop), default=1) - 1
-
-    def delta(self, out: RequestOutput, tokenizer) -> RequestDelta:
-        # Hold back a possible stop-string prefix: the engine truncates the text once it matches.
-        end = len(out.text) if out.finished else max(self.num_sent_chars, len(out.text) - self.hold_chars)
-        text, self.num_sent_chars = out.text[self.num_sent_chars:end], end
-        new_ids = out.output_token_ids[self.num_sent_tokens:]
-        logprobs = None
-        if out.logprobs is not None:
-            new = out.logprobs[self.num_sent_tokens:]
-            logprobs = [_token_logprob(tokenizer, t, lp) for t, lp in zip(new_ids, new)]
-        self.num_sent_tokens = len(out.output_token_ids)
-        return RequestDelta(out, text, new_ids, logprobs)
-
-    def send(self, item) -> bool:
-        try:
-            self.loop.call_soon_threadsafe(self.sink.put_nowait, item)
-            return True
-        except RuntimeError:  # the caller's event loop is closed: nobody is listening
-            return False
-
-
-def _token_logprob(tokenizer, token_id: int, lp) -> TokenLogprob:
-    if lp is None:
-        return TokenLogprob(token_id, tokenizer.decode([token_id]), None)
-    top = [(tokenizer.decode([t]), v) for t, v in lp.top]
-    return TokenLogprob(token_id, tokenizer.decode([token_id]), lp.logprob, top)
-
-
 class AsyncLLM:
     """Serve one engine to many concurrent asyncio callers. Use ``shutdown()`` (or ``with``) to stop."""
 
@@ -131,12 +76,12 @@ class AsyncLLM:
                  observer=None) -> None:
         self.engine = engine
         self.max_pending_requests = max_pending_requests
-        self.observer = observer  # optional: on_step / on_first_token / on_token / on_finish
+        self.observer = observer  # optional: on_step(batch_size), on_output(output, num_new_tokens)
         self.stats = EngineStats(num_blocks=engine.scheduler.allocator.num_blocks,
                                  num_free_blocks=engine.scheduler.allocator.num_free_blocks)
         self.dead_reason: str | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._requests: dict[str, _Request] = {}  # loop thread only
+        self._requests: dict[str, RequestStream] = {}  # loop thread only
         self._num_pending = 0
         self._pending_lock = threading.Lock()
         self._ids = itertools.count()
@@ -144,7 +89,10 @@ class AsyncLLM:
         self._batch_sizes = _BatchSizeRecorder(engine)
         self._num_steps = self._last_batch_size = self._max_batch_size = 0
         self._flush_needed = False
+        self._idle_step = False
         self._engine_closed = False
+        self._closed = False  # set by the loop thread when it exits
+        self._submit_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="hetero-engine-loop", daemon=True)
         self._thread.start()
 
@@ -171,11 +119,11 @@ class AsyncLLM:
         request_id = request_id or f"async-{next(self._ids)}"
         sink: asyncio.Queue = asyncio.Queue()
         extras = {"priority": priority, "tenant": tenant}
-        request = _Request(request_id, prompt, params or self.engine.default_params, fit_max_tokens, extras,
-                           asyncio.get_running_loop(), sink)
+        request = RequestStream(request_id, prompt, params or self.engine.default_params, fit_max_tokens,
+                                extras, asyncio.get_running_loop(), sink)
         finished = False
         try:
-            self._commands.put(("add", request))
+            self._submit(("add", request))
             while not finished:
                 item = await sink.get()
                 if isinstance(item, BaseException):
@@ -189,7 +137,16 @@ class AsyncLLM:
 
     def abort(self, request_id: str) -> None:
         """Abort a request from any thread; its blocks are freed before the next step."""
-        self._commands.put(("abort", request_id))
+        with self._submit_lock:
+            if not self._closed:
+                self._commands.put(("abort", request_id))
+
+    def _submit(self, command) -> None:
+        with self._submit_lock:
+            if self._closed:  # the loop has exited: nobody would answer
+                self._release_slot()
+                raise EngineDeadError(f"the engine is not running: {self.dead_reason or 'shut down'}")
+            self._commands.put(command)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Fail pending requests as aborted, stop the loop thread, shut the engine down."""
@@ -230,7 +187,11 @@ class AsyncLLM:
         stopping = False
         while not stopping:
             try:
-                stopping = self._drain_commands(block=not self._requests)
+                # Nothing to run: sleep until a command comes. A step that ran nothing (the
+                # scheduler is waiting for room): wait briefly for a command instead of spinning.
+                busy = self._requests or self._flush_needed
+                timeout = None if not busy else (IDLE_STEP_WAIT_S if self._idle_step else 0)
+                stopping = self._drain_commands(timeout)
                 if (self._requests or self._flush_needed) and not stopping:
                     self._step()
                 self._publish_stats()
@@ -238,13 +199,22 @@ class AsyncLLM:
                 self.dead_reason = f"engine loop failed: {type(exc).__name__}: {exc}"
                 log.error("engine.dead", reason=self.dead_reason)
                 stopping = True
+        with self._submit_lock:  # after this, generate() refuses at once instead of queueing
+            self._closed = True
         self._fail_all(lambda r: EngineDeadError("the engine was shut down; the request was aborted"))
         self.dead_reason = self.dead_reason or "shut down"
+        while True:  # requests queued before the close get an answer too
+            try:
+                kind, value = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "add":
+                self._reply_error(value, EngineDeadError("the engine was shut down before the request started"))
 
-    def _drain_commands(self, block: bool) -> bool:
-        """Apply queued commands (waiting for one if ``block``); True when asked to stop."""
+    def _drain_commands(self, timeout: float | None) -> bool:
+        """Apply queued commands, waiting up to ``timeout`` for the first (None: forever); True to stop."""
         try:
-            command = self._commands.get(timeout=None) if block else self._commands.get_nowait()
+            command = self._commands.get(timeout=timeout) if timeout != 0 else self._commands.get_nowait()
             while True:
                 kind, value = command
                 if kind == "stop":
@@ -254,7 +224,7 @@ class AsyncLLM:
         except queue.Empty:
             return False
 
-    def _add(self, request: _Request) -> None:
+    def _add(self, request: RequestStream) -> None:
         if self.dead_reason is not None:
             return self._reply_error(request, EngineDeadError(f"the engine is not running: {self.dead_reason}"))
         try:
@@ -300,6 +270,7 @@ class AsyncLLM:
         batch_size = self._batch_sizes.take()
         if batch_size:
             self._record_step(batch_size)
+        self._idle_step = not batch_size and not outputs
         for out in outputs:
             request = self._requests.get(out.request_id)
             if request is not None:
@@ -309,7 +280,7 @@ class AsyncLLM:
         if not outputs and self._requests and not self.engine.has_unfinished_requests():
             self._fail_all(lambda r: RequestFailedError("the engine lost track of the request"))
 
-    def _deliver(self, request: _Request, out: RequestOutput) -> None:
+    def _deliver(self, request: RequestStream, out: RequestOutput) -> None:
         if self.observer is not None:
             self.observer.on_output(out, len(out.output_token_ids) - request.num_sent_tokens)
         if out.error is not None:
@@ -320,7 +291,7 @@ class AsyncLLM:
         if not request.send(request.delta(out, self.engine.tokenizer)) and not out.finished:
             self._abort(request.request_id)
 
-    def _finish(self, request: _Request) -> None:
+    def _finish(self, request: RequestStream) -> None:
         self._requests.pop(request.request_id, None)
         self._release_slot()
 
@@ -346,7 +317,7 @@ class AsyncLLM:
             self._requests.pop(request.request_id)
             self._reply_error(request, make_error(request), release=True)
 
-    def _reply_error(self, request: _Request, error: BaseException, release: bool = True) -> None:
+    def _reply_error(self, request: RequestStream, error: BaseException, release: bool = True) -> None:
         if release:
             self._release_slot()
         request.send(error)

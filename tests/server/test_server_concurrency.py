@@ -71,7 +71,10 @@ def test_client_disconnect_mid_stream_aborts_and_frees_blocks(mock_server, path,
         lines = response.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
         assert json.loads(first[6:])["choices"]
-        assert server.llm.stats.num_running == 1
+        deadline = time.monotonic() + 30  # stats are published after each loop pass
+        while server.llm.stats.num_running != 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert server.llm.stats.num_running == 1 and server.llm.stats.num_free_blocks < 1024
     # the connection is closed: the server notices, aborts the request and frees its blocks
     assert server.wait_until_idle()
     metrics = scrape(server.base_url)
