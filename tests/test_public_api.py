@@ -14,7 +14,8 @@ PUBLIC_NAMES = [
     "LLM", "SamplingParams", "RequestOutput", "RequestMetrics",
     "HeteroSettings", "load_settings", "SettingsWarning",
     "HeteroError", "ConfigError", "PluginError", "UnknownComponentError", "InvalidRequestError", "ModelLoadError",
-    "hookimpl",
+    "hookimpl", "AsyncLLM",
+    "SchedulerPolicy", "SortKeyPolicy", "SchedulingDecision", "SchedulerSnapshot", "RequestView",
 ]  # fmt: skip
 
 

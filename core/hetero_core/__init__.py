@@ -27,6 +27,12 @@ _EXPORTS = {
     "InvalidRequestError": "hetero_core.errors",
     "ModelLoadError": "hetero_core.errors",
     "hookimpl": "hetero_core.hookspecs",
+    "AsyncLLM": "hetero_core.async_llm",
+    "SchedulerPolicy": "hetero_core.engine.policy",
+    "SortKeyPolicy": "hetero_core.engine.policy",
+    "SchedulingDecision": "hetero_core.engine.policy",
+    "SchedulerSnapshot": "hetero_core.engine.policy",
+    "RequestView": "hetero_core.engine.policy",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -46,9 +52,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these on demand
+    from hetero_core.async_llm import AsyncLLM
     from hetero_core.engine.metrics import RequestMetrics
     from hetero_core.engine.outputs import RequestOutput
     from hetero_core.engine.params import SamplingParams
+    from hetero_core.engine.policy import (
+        RequestView,
+        SchedulerPolicy,
+        SchedulerSnapshot,
+        SchedulingDecision,
+        SortKeyPolicy,
+    )
     from hetero_core.errors import (
         ConfigError,
         HeteroError,

@@ -11,6 +11,7 @@ import warnings
 from typing import get_args
 
 from hetero_core.cli_run import add_run_arguments, run_command
+from hetero_core.cli_serve import add_serve_command
 from hetero_core.errors import HeteroError
 from hetero_core.seams import SEAM_TABLE
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     add_settings_arguments(plugins, only_plugins=True)
     plugins.set_defaults(handler=_plugins)
+    add_serve_command(commands)
     return parser
 
 

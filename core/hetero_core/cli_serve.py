@@ -1,0 +1,51 @@
+"""``hetero serve``: the OpenAI-compatible server. Engine settings as for ``hetero run``, plus server flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from hetero_core.errors import HeteroError
+
+
+def add_serve_command(commands) -> None:
+    """Register ``serve`` on the ``hetero`` sub-command parser."""
+    from hetero_core.cli import add_settings_arguments
+    from hetero_core.server.settings import ServerSettings
+
+    serve = commands.add_parser("serve", help="serve the OpenAI-compatible HTTP API (needs hetero-core[server])")
+    group = serve.add_argument_group("server (override HETERO_HOST, HETERO_PORT, HETERO_API_KEY, ...)")
+    fields = ServerSettings.model_fields
+    group.add_argument("--host", help=fields["host"].description + " [127.0.0.1]")
+    group.add_argument("--port", type=int, help=fields["port"].description + " [8000]")
+    group.add_argument("--api-key", metavar="KEY", help=fields["api_key"].description)
+    group.add_argument("--served-model-name", metavar="NAME", help=fields["served_model_name"].description)
+    group.add_argument("--max-pending-requests", type=int, metavar="N", help=fields["max_pending_requests"].description)
+    group.add_argument("--max-body-bytes", type=int, metavar="N", help=fields["max_body_bytes"].description)
+    group.add_argument("--graceful-shutdown-seconds", type=float, metavar="S",
+                       help=fields["graceful_shutdown_seconds"].description)
+    add_settings_arguments(serve)
+    serve.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from hetero_core.cli import load_cli_settings
+    from hetero_core.logging import configure_logging
+
+    try:
+        from hetero_core.server.runner import create_server_app, run_server
+    except ImportError as exc:
+        from hetero_core.server import SERVER_EXTRA_HINT
+
+        raise HeteroError(f"{SERVER_EXTRA_HINT} (missing: {exc.name})") from None
+    from hetero_core.server.settings import load_server_settings
+
+    settings = load_cli_settings(args)
+    server = load_server_settings(
+        host=args.host, port=args.port, api_key=args.api_key, served_model_name=args.served_model_name,
+        max_pending_requests=args.max_pending_requests, max_body_bytes=args.max_body_bytes,
+        graceful_shutdown_seconds=args.graceful_shutdown_seconds,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    app = create_server_app(settings, server)
+    run_server(app, server, log_level=settings.log_level)
+    return 0

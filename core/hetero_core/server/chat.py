@@ -1,0 +1,98 @@
+"""POST /v1/chat/completions: messages through the tokenizer's chat template, streamed or not."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from hetero_core.async_llm import TokenLogprob
+from hetero_core.server.completions import usage
+from hetero_core.server.errors import error_body, parse_body, to_api_error
+from hetero_core.server.generation import (
+    EventStream,
+    Generation,
+    collect,
+    finish_reason,
+    sse,
+    until_disconnected,
+)
+from hetero_core.server.protocol import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatDelta,
+    ChatLogprobs,
+    ChatMessageOut,
+    ChatTokenLogprob,
+    TopLogprob,
+)
+from hetero_core.server.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def create_chat_completion(request: Request):
+    body = await parse_body(request, ChatCompletionRequest)
+    state = get_state(request)
+    state.check_model(body.model)
+    request_id = state.new_request_id("chatcmpl")
+    messages = [m.as_dict() for m in body.messages]
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    specs = state.choice_specs(body, [messages], max_tokens, body.num_logprobs)
+    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user)
+    await until_disconnected(request, generation.start(), generation)
+    if body.stream:
+        return EventStream(_events(state, body, request_id, generation))
+    try:
+        results = await until_disconnected(request, collect(generation, len(specs)), generation)
+    finally:
+        await generation.aclose()
+    choices = [
+        ChatChoice(index=i, message=ChatMessageOut(content=r.text), finish_reason=finish_reason(r.output),
+                   logprobs=_logprobs(r.logprobs) if body.logprobs else None)
+        for i, r in enumerate(results)
+    ]
+    return ChatCompletionResponse(id=request_id, model=state.model_name, choices=choices,
+                                  usage=usage([r.output for r in results], body.n))
+
+
+async def _events(state: ServerState, body: ChatCompletionRequest, request_id: str,
+                  generation: Generation) -> AsyncIterator[str]:
+    def chunk(choices, usage_=None) -> str:
+        return sse(ChatCompletionChunk(id=request_id, model=state.model_name, choices=choices, usage=usage_))
+
+    outputs: list = [None] * body.n
+    try:
+        for i in range(body.n):  # the role comes first, as OpenAI sends it
+            yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(role="assistant", content=""))])
+        async for i, delta in generation.deltas():
+            outputs[i] = delta.output
+            wants_logprobs = body.logprobs and delta.token_ids
+            if delta.text or wants_logprobs:
+                logprobs = _logprobs(delta.logprobs or []) if body.logprobs else None
+                yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(content=delta.text), logprobs=logprobs)])
+            if delta.finished:
+                yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(), finish_reason=finish_reason(delta.output))])
+        if body.include_usage:
+            yield chunk([], usage(outputs, body.n))
+    except Exception as exc:  # headers are sent: report the failure as an event
+        error = to_api_error(exc)
+        yield sse(json.dumps(error_body(error.message, error.type, error.param, error.code)))
+    finally:
+        await generation.aclose()
+    yield sse("[DONE]")
+
+
+def _logprobs(entries: list[TokenLogprob]) -> ChatLogprobs:
+    return ChatLogprobs(content=[
+        ChatTokenLogprob(
+            token=e.token, logprob=e.logprob, bytes=list(e.token.encode("utf-8")),
+            top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode("utf-8"))) for t, v in e.top],
+        )
+        for e in entries
+    ])

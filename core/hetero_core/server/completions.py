@@ -1,0 +1,103 @@
+"""POST /v1/completions: text in, text out; streamed as server-sent events when asked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from hetero_core.async_llm import TokenLogprob
+from hetero_core.server.errors import APIError, error_body, parse_body, to_api_error
+from hetero_core.server.generation import (
+    EventStream,
+    Generation,
+    collect,
+    finish_reason,
+    sse,
+    until_disconnected,
+)
+from hetero_core.server.protocol import (
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+    CompletionResponse,
+    Usage,
+)
+from hetero_core.server.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=None)
+async def create_completion(request: Request):
+    body = await parse_body(request, CompletionRequest)
+    state = get_state(request)
+    state.check_model(body.model)
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, "best_of must equal n (ranking candidates is not supported)", param="best_of")
+    request_id = state.new_request_id("cmpl")
+    prompts = body.prompts
+    specs = state.choice_specs(body, prompts, body.max_tokens, body.logprobs)
+    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user)
+    await until_disconnected(request, generation.start(), generation)
+    if body.stream:
+        return EventStream(_events(state, body, request_id, generation, len(specs)))
+    try:
+        results = await until_disconnected(request, collect(generation, len(specs)), generation)
+    finally:
+        await generation.aclose()
+    choices = [
+        CompletionChoice(index=i, text=r.text, finish_reason=finish_reason(r.output),
+                         logprobs=_logprobs(r.logprobs, 0) if body.logprobs is not None else None)
+        for i, r in enumerate(results)
+    ]
+    outputs = [r.output for r in results]
+    return CompletionResponse(id=request_id, model=state.model_name, choices=choices,
+                              usage=usage(outputs, body.n))
+
+
+async def _events(state: ServerState, body: CompletionRequest, request_id: str, generation: Generation,
+                  num_choices: int) -> AsyncIterator[str]:
+    outputs: list = [None] * num_choices
+    offsets = [0] * num_choices
+    try:
+        async for i, delta in generation.deltas():
+            outputs[i] = delta.output
+            wants_logprobs = body.logprobs is not None and delta.token_ids
+            if not (delta.text or delta.finished or wants_logprobs):
+                continue
+            choice = CompletionChoice(
+                index=i, text=delta.text, finish_reason=finish_reason(delta.output) if delta.finished else None,
+                logprobs=_logprobs(delta.logprobs or [], offsets[i]) if body.logprobs is not None else None,
+            )
+            offsets[i] += len(delta.text)
+            yield sse(CompletionResponse(id=request_id, model=state.model_name, choices=[choice]))
+        if body.include_usage:
+            yield sse(CompletionResponse(id=request_id, model=state.model_name, choices=[],
+                                         usage=usage(outputs, body.n)))
+    except Exception as exc:  # headers are sent: report the failure as an event
+        error = to_api_error(exc)
+        yield sse(json.dumps(error_body(error.message, error.type, error.param, error.code)))
+    finally:
+        await generation.aclose()
+    yield sse("[DONE]")
+
+
+def usage(outputs: list, n: int) -> Usage:
+    """Real token counts: each prompt once, every choice's generated tokens."""
+    prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs[::n] if o is not None)
+    completion_tokens = sum(len(o.output_token_ids) for o in outputs if o is not None)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens)
+
+
+def _logprobs(entries: list[TokenLogprob], text_offset: int) -> CompletionLogprobs:
+    result = CompletionLogprobs()
+    for entry in entries:
+        result.tokens.append(entry.token)
+        result.token_logprobs.append(entry.logprob)
+        result.top_logprobs.append(dict(entry.top) if entry.logprob is not None else None)
+        result.text_offset.append(text_offset)
+        text_offset += len(entry.token)
+    return result

@@ -1,0 +1,151 @@
+"""One API request's choices run as engine requests together, merged into one stream of deltas.
+
+A request with several prompts or ``n > 1`` becomes one engine request per choice. ``start()``
+waits for every choice's first delta, so input the engine refuses becomes a 4xx before any response
+header is sent; ``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
+Closing the generation (client gone, error, done) aborts whatever still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+
+from fastapi import Request
+from starlette.responses import StreamingResponse
+
+from hetero_core.async_llm import AsyncLLM, RequestDelta, TokenLogprob
+from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.params import SamplingParams
+
+_DONE = object()
+
+
+@dataclass(frozen=True)
+class ChoiceSpec:
+    prompt: object  # str, token ids or chat messages
+    params: SamplingParams
+    fit_max_tokens: bool = False
+
+
+class ClientDisconnected(Exception):
+    """The client went away before the answer was ready."""
+
+
+class Generation:
+    def __init__(self, llm: AsyncLLM, request_id: str, specs: list[ChoiceSpec], *,
+                 priority: int | None = None, tenant: str | None = None) -> None:
+        self._streams = [
+            llm.generate(spec.prompt, spec.params, f"{request_id}-{i}", fit_max_tokens=spec.fit_max_tokens,
+                         priority=priority, tenant=tenant)
+            for i, spec in enumerate(specs)
+        ]
+        self._firsts: list[RequestDelta] = []
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        """Wait for each choice's first delta; raise the first error (closing every choice)."""
+        results = await asyncio.gather(*(anext(s) for s in self._streams), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.aclose()
+            raise errors[0]
+        self._firsts = list(results)
+
+    async def deltas(self) -> AsyncIterator[tuple[int, RequestDelta]]:
+        merged: asyncio.Queue = asyncio.Queue()
+        num_open = 0
+        for i, first in enumerate(self._firsts):
+            yield i, first
+            if not first.finished:
+                num_open += 1
+                self._tasks.append(asyncio.create_task(_pump(i, self._streams[i], merged)))
+        while num_open:
+            i, item = await merged.get()
+            if item is _DONE:
+                num_open -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for stream in self._streams:
+            await stream.aclose()
+
+
+async def _pump(index: int, stream, merged: asyncio.Queue) -> None:
+    try:
+        async for delta in stream:
+            merged.put_nowait((index, delta))
+    except Exception as exc:
+        merged.put_nowait((index, exc))
+    merged.put_nowait((index, _DONE))
+
+
+@dataclass
+class ChoiceResult:
+    """A finished choice, collected from its deltas."""
+
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    output: RequestOutput | None = None
+
+
+async def collect(generation: Generation, num_choices: int) -> list[ChoiceResult]:
+    results = [ChoiceResult() for _ in range(num_choices)]
+    async for i, delta in generation.deltas():
+        results[i].text += delta.text
+        results[i].logprobs += delta.logprobs or []
+        results[i].output = delta.output
+    return results
+
+
+async def until_disconnected(request: Request, work: Awaitable, generation: Generation):
+    """Await ``work``; if the client disconnects first, abort the generation and raise."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await generation.aclose()
+    raise ClientDisconnected()
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def finish_reason(output: RequestOutput) -> str | None:
+    """The engine's reason in OpenAI's words (eos and stop strings are both "stop")."""
+    reason = output.finish_reason
+    return "stop" if reason in ("eos", "stop") else reason
+
+
+def sse(payload) -> str:
+    data = payload if isinstance(payload, str) else payload.model_dump_json(exclude_none=True)
+    return f"data: {data}\n\n"
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events whose generator is always closed (so an unread stream is aborted)."""
+
+    def __init__(self, events: AsyncIterator[str]) -> None:
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()

@@ -1,0 +1,60 @@
+"""Build the app from settings and run it under uvicorn (what ``hetero serve`` does)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import uvicorn
+from fastapi import FastAPI
+
+from hetero_core.async_llm import AsyncLLM
+from hetero_core.logging import get_logger
+from hetero_core.server.app import create_app
+from hetero_core.server.metrics import EngineMetrics
+from hetero_core.server.settings import ServerSettings
+
+log = get_logger("hetero.server")
+# After the drain, uvicorn's own grace for responses to write their last events.
+FINAL_WRITE_SECONDS = 5.0
+
+
+def create_server_app(settings, server: ServerSettings) -> FastAPI:
+    """Engine + AsyncLLM + app; the engine loop stops when the app shuts down."""
+    engine_metrics = EngineMetrics()
+    llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests,
+                                 observer=engine_metrics)
+    return create_app(llm, model_name=server.served_model_name or settings.model, api_key=server.key(),
+                      max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True)
+
+
+class GracefulServer(uvicorn.Server):
+    """On stop: refuse new connections, let requests finish for ``drain_seconds``, then abort the rest
+    (streams end with an error event and ``[DONE]``) before uvicorn closes connections."""
+
+    def __init__(self, config: uvicorn.Config, llm: AsyncLLM, drain_seconds: float) -> None:
+        super().__init__(config)
+        self.llm, self.drain_seconds = llm, drain_seconds
+
+    async def shutdown(self, sockets=None) -> None:
+        for server in self.servers:
+            server.close()
+        deadline = time.monotonic() + self.drain_seconds
+        while self.llm.stats.num_pending and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.llm.stats.num_pending:
+            log.warning("server.aborting_requests", num_pending=self.llm.stats.num_pending)
+        await asyncio.get_running_loop().run_in_executor(None, self.llm.shutdown)
+        await super().shutdown(sockets)
+
+
+def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, drain_seconds: float = 30.0,
+                        log_level: str = "info") -> GracefulServer:
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=FINAL_WRITE_SECONDS)
+    return GracefulServer(config, app.state.hetero.llm, drain_seconds)
+
+
+def run_server(app: FastAPI, server: ServerSettings, log_level: str = "info") -> None:
+    make_uvicorn_server(app, host=server.host, port=server.port, drain_seconds=server.graceful_shutdown_seconds,
+                        log_level=log_level).run()
