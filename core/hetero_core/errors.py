@@ -23,3 +23,7 @@ class InvalidRequestError(HeteroError):
 
 class ModelLoadError(HeteroError):
     """A model could not be found, read or is of an unsupported architecture."""
+
+
+class MissingDependencyError(HeteroError):
+    """An optional package the chosen path needs is not installed; the message gives the command."""

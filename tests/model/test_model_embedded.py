@@ -44,7 +44,7 @@ def test_missing_package_names_the_install_command(monkeypatch):
 
 
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
-    def fake_export(gguf_path, out_dir):
+    def fake_export(gguf_path, out_dir, description=None):
         (out_dir / "config.json").write_text("{}")
 
     monkeypatch.setattr(gguf_export, "export_gguf", fake_export)
@@ -55,7 +55,7 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path):
 
 
 def test_killed_conversion_leaves_no_half_cache(monkeypatch, tmp_path):
-    def crashing_export(gguf_path, out_dir):
+    def crashing_export(gguf_path, out_dir, description=None):
         (out_dir / "model.safetensors").write_bytes(b"partial")
         raise KeyboardInterrupt  # as if the process were interrupted mid-write
 
@@ -85,7 +85,7 @@ def test_embedded_model_answers_greedily(smollm2_dir, make_executor):
 def test_stale_temporaries_of_killed_conversions_are_removed(monkeypatch, tmp_path):
     import os
 
-    def fake_export(gguf_path, out_dir):
+    def fake_export(gguf_path, out_dir, description=None):
         (out_dir / "config.json").write_text("{}")
 
     monkeypatch.setattr(gguf_export, "export_gguf", fake_export)

@@ -30,7 +30,8 @@ def register_kv_allocators(register):
 def register_executors(register):
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 
-    register("torch", _create_torch_executor, options=TorchExecutorOptions, needs_model=True)
+    register("torch", _create_torch_executor, options=TorchExecutorOptions, needs_model=True,
+             preflight=_missing_real_model_packages)
 
 
 def _create_byte_tokenizer(ctx):
@@ -41,6 +42,9 @@ def _create_byte_tokenizer(ctx):
 
 def _create_hf_tokenizer(ctx):
     from hetero_core.default_plugins.hf_tokenizer import create_hf_tokenizer
+    from hetero_core.default_plugins.torch_requirements import require_real_model_packages
+
+    require_real_model_packages("the hf tokenizer")
 
     return create_hf_tokenizer(ctx)
 
@@ -63,7 +67,16 @@ def _create_paged_allocator(num_blocks, block_size, options):
     return PagedBlockAllocator(num_blocks, block_size)
 
 
+def _missing_real_model_packages():
+    from hetero_core.default_plugins.torch_requirements import missing_real_model_packages
+
+    return missing_real_model_packages()
+
+
 def _create_torch_executor(ctx):
+    from hetero_core.default_plugins.torch_requirements import require_real_model_packages
+
+    require_real_model_packages("the torch executor")
     from hetero_core.default_plugins.torch_executor import TorchExecutor
 
     return TorchExecutor(ctx)

