@@ -97,7 +97,9 @@ class CudaExecutor:
                     logits = logits[torch.tensor(batch.sample_indices, device=self.device)]
             else:
                 logits = self.forward_logits(batch, self.kv_caches)
-            return ExecutorOutput(logits=logits.to(device="cpu", dtype=torch.float32))
+            # fp32 rows on the executor's device: the sampler runs where they are (no copy of
+            # [rows, vocab] logits to the host each step on a GPU).
+            return ExecutorOutput(logits=logits.float())
 
     def forward_logits(self, batch: Batch, kv_caches) -> torch.Tensor:
         """One eager step: logits (device, model dtype) of the sampled sequences."""

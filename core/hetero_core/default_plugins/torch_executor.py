@@ -2,7 +2,7 @@
 
 Only its factory imports this module, so torch loads only when this executor is selected.
 Per step it builds every tensor (token ids, positions, attention metadata, sample rows) once,
-runs the model under ``torch.inference_mode()`` and returns fp32 CPU logits for the sampled rows.
+runs the model under ``torch.inference_mode()`` and returns fp32 logits (on its device) for the sampled rows.
 In fp32 on CPU the linears run through oneDNN with weights packed once at load (``cpu_linear``;
 option ``prepack_weights``).
 """
@@ -79,7 +79,9 @@ class TorchExecutor:
             rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
             row_index = torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
             logits = self.model.compute_logits(hidden[row_index])
-            return ExecutorOutput(logits=logits.to(device="cpu", dtype=torch.float32))
+            # fp32 rows on the executor's device: the sampler runs where they are (no copy of
+            # [rows, vocab] logits to the host each step on a GPU).
+            return ExecutorOutput(logits=logits.float())
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole KV blocks within the cache (copy-on-write): ``(source, destination)`` pairs."""
