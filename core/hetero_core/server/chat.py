@@ -13,10 +13,9 @@ from hetero_core.server.errors import error_body, parse_body, to_api_error
 from hetero_core.server.generation import (
     EventStream,
     Generation,
-    collect,
     finish_reason,
+    run_choices,
     sse,
-    until_disconnected,
 )
 from hetero_core.server.protocol import (
     ChatChoice,
@@ -43,15 +42,10 @@ async def create_chat_completion(request: Request):
     request_id = state.new_request_id("chatcmpl")
     messages = [m.as_dict() for m in body.messages]
     max_tokens = body.max_completion_tokens or body.max_tokens
-    specs = state.choice_specs(body, [messages], max_tokens, body.num_logprobs)
-    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user)
-    await until_disconnected(request, generation.start(), generation)
-    if body.stream:
+    generation, _, results = await run_choices(request, state, body, request_id, [messages], max_tokens,
+                                               body.num_logprobs)
+    if results is None:
         return EventStream(_events(state, body, request_id, generation))
-    try:
-        results = await until_disconnected(request, collect(generation, len(specs)), generation)
-    finally:
-        await generation.aclose()
     choices = [
         ChatChoice(index=i, message=ChatMessageOut(content=r.text), finish_reason=finish_reason(r.output),
                    logprobs=_logprobs(r.logprobs) if body.logprobs else None)

@@ -12,10 +12,9 @@ from hetero_core.server.errors import APIError, error_body, parse_body, to_api_e
 from hetero_core.server.generation import (
     EventStream,
     Generation,
-    collect,
     finish_reason,
+    run_choices,
     sse,
-    until_disconnected,
 )
 from hetero_core.server.protocol import (
     CompletionChoice,
@@ -37,16 +36,10 @@ async def create_completion(request: Request):
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of must equal n (ranking candidates is not supported)", param="best_of")
     request_id = state.new_request_id("cmpl")
-    prompts = body.prompts
-    specs = state.choice_specs(body, prompts, body.max_tokens, body.logprobs)
-    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user)
-    await until_disconnected(request, generation.start(), generation)
-    if body.stream:
-        return EventStream(_events(state, body, request_id, generation, len(specs)))
-    try:
-        results = await until_disconnected(request, collect(generation, len(specs)), generation)
-    finally:
-        await generation.aclose()
+    generation, num_choices, results = await run_choices(request, state, body, request_id, body.prompts,
+                                                         body.max_tokens, body.logprobs)
+    if results is None:
+        return EventStream(_events(state, body, request_id, generation, num_choices))
     choices = [
         CompletionChoice(index=i, text=r.text, finish_reason=finish_reason(r.output),
                          logprobs=_logprobs(r.logprobs, 0) if body.logprobs is not None else None)

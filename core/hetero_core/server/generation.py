@@ -105,6 +105,22 @@ async def collect(generation: Generation, num_choices: int) -> list[ChoiceResult
     return results
 
 
+async def run_choices(request: Request, state, body, request_id: str, prompts: list, max_tokens: int | None,
+                      num_logprobs: int | None) -> tuple[Generation, int, list[ChoiceResult] | None]:
+    """Submit every choice (``n`` per prompt) of an endpoint's request and wait for their first deltas;
+    returns the generation, its number of choices and, unless the request streams, their results."""
+    specs = state.choice_specs(body, prompts, max_tokens, num_logprobs)
+    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user)
+    await until_disconnected(request, generation.start(), generation)
+    if body.stream:
+        return generation, len(specs), None
+    try:
+        results = await until_disconnected(request, collect(generation, len(specs)), generation)
+    finally:
+        await generation.aclose()
+    return generation, len(specs), results
+
+
 async def until_disconnected(request: Request, work: Awaitable, generation: Generation):
     """Await ``work``; if the client disconnects first, abort the generation and raise."""
     task = asyncio.ensure_future(work)
