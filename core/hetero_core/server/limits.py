@@ -19,8 +19,14 @@ class BodyTooLarge(HTTPException):
                               "(max_body_bytes)")
 
 
+# Past the limit, up to this many more bytes are read and discarded before the 413 goes out, so a
+# client still uploading reads the answer instead of a reset connection (nginx's "lingering close").
+LINGER_BYTES = 64 * 1024 * 1024
+
+
 class BodySizeLimit:
-    """Refuse bodies over ``max_bytes`` with 413: by Content-Length at once, else while reading."""
+    """Refuse bodies over ``max_bytes`` with 413: by Content-Length before any route runs, else while
+    reading. The rest of the body (up to ``LINGER_BYTES``) is drained first, then the connection closes."""
 
     def __init__(self, app, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -30,6 +36,7 @@ class BodySizeLimit:
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _drain(receive, LINGER_BYTES)
             return await _send_json(send, 413, BodyTooLarge(self.max_bytes).detail, "request_too_large")
         received = 0
 
@@ -39,10 +46,23 @@ class BodySizeLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
+                    if message.get("more_body", False):
+                        await _drain(receive, LINGER_BYTES)
                     raise BodyTooLarge(self.max_bytes)
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+async def _drain(receive, budget: int) -> None:
+    """Read and discard the rest of the request body, at most ``budget`` bytes."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def _send_json(send, status: int, message: str, code: str) -> None:
