@@ -6,6 +6,7 @@ same plain lines.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TextIO
 
@@ -69,4 +70,12 @@ def _tqdm_bar(total: int, out: TextIO):
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, file=out, unit="req", desc="batch", dynamic_ncols=True)
+    try:
+        size = os.get_terminal_size(out.fileno())
+        known_size = size.columns > 0 and size.lines > 0
+    except (OSError, ValueError, AttributeError):
+        known_size = False
+    # A terminal that reports a 0x0 size (some ptys, CI consoles) would get no bar at all: tqdm
+    # hides bars below the last of 0 rows.
+    size_args = {"dynamic_ncols": True} if known_size else {"ncols": 100, "nrows": 24}
+    return tqdm(total=total, file=out, unit="req", desc="batch", **size_args)
