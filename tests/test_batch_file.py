@@ -85,6 +85,18 @@ def test_malformed_lines_are_reported_with_their_line_number_and_the_rest_run(tm
     assert "in.jsonl:5: skipped: invalid sampling parameters: temperature must be >= 0" in err
 
 
+def test_undecodable_bytes_and_a_line_of_the_other_format_are_skipped(tmp_path, capsys):
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'{"id": "ok", "prompt": "hi", "max_tokens": 1}\n{"prompt": "\xff\xfe"}\n'
+                       b'{"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x"}}\n')
+    out = tmp_path / "out.jsonl"
+    assert main(["run", *MOCK, "--input-file", str(source), "--output", str(out)]) == 1
+    assert [r["id"] for r in read_results(out)] == ["ok"]
+    err = capsys.readouterr().err
+    assert "in.jsonl:2: skipped: not UTF-8 text: 'utf-8' codec can't decode" in err
+    assert "in.jsonl:3: skipped: an OpenAI batch line in a file of Hetero lines" in err
+
+
 def test_a_request_the_engine_refuses_gets_an_error_result(tmp_path, capsys):
     code, results = run_batch(tmp_path, [{"id": "big", "prompt": [10**6]}, {"id": "ok", "prompt": "x", "max_tokens": 1}])
     assert code == 1

@@ -83,7 +83,8 @@ def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, c
             else:
                 request = _native_request(number, value, defaults, chat)
         except (json.JSONDecodeError, UnicodeDecodeError, InvalidRequestError) as exc:
-            reason = str(exc) if isinstance(exc, InvalidRequestError) else f"invalid JSON: {exc}"
+            reason = (f"not UTF-8 text: {exc}" if isinstance(exc, UnicodeDecodeError)
+                      else f"invalid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc))
             batch.malformed.append(Malformed(number, reason))
             continue
         if request.key in seen:

@@ -56,15 +56,15 @@ def batch_command(args: argparse.Namespace) -> int:
     quiet = ("request.failed",) if settings.log_level in ("warning", "error") else ()
     configure_logging(settings.log_format, settings.log_level, quiet_events=quiet)
     params = default_sampling_params(settings, stop=args.stop, ignore_eos=args.ignore_eos or None)
+    lines = _read_input(args.input_file)  # file mistakes show before the model loads
+    done = read_done_ids(args.output) if args.resume else set()
     llm = LLM.from_settings(settings)
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
-        with _open_input(args.input_file) as lines:
-            batch = read_batch_file(lines, params, chat=chat, max_model_len=llm.engine.max_model_len,
-                                    count_tokens=_token_counter(llm.engine.tokenizer))
+        batch = read_batch_file(lines, params, chat=chat, max_model_len=llm.engine.max_model_len,
+                                count_tokens=_token_counter(llm.engine.tokenizer))
         for bad in batch.malformed:
             print(f"hetero: {args.input_file}:{bad.line_number}: skipped: {bad.reason}", file=sys.stderr)
-        done = read_done_ids(args.output) if args.resume else set()
         pending = [r for r in batch.requests if r.key not in done]
         if done:
             print(f"hetero: resuming: {len(batch.requests) - len(pending)} of {len(batch.requests)} "
@@ -183,9 +183,10 @@ def _token_counter(tokenizer):
     return count
 
 
-def _open_input(path: str):
+def _read_input(path: str) -> list[bytes]:
     try:
-        return open(path, "rb")
+        with open(path, "rb") as f:
+            return f.readlines()
     except OSError as exc:
         raise HeteroError(f"cannot read --input-file {path}: {exc.strerror}") from None
 
