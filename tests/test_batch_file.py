@@ -253,3 +253,42 @@ def test_real_model_batch_file(tmp_path, smollm2_dir):
         llm.shutdown()
     assert by_id["fr"]["text"] == expected[0].text and by_id["fr"]["num_output_tokens"] == 4
     assert by_id["n"]["text"] == expected[1].text
+
+
+class _FakeTerminal:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_without_tqdm_a_terminal_gets_plain_progress_lines(monkeypatch):
+    import sys
+
+    from hetero_core.batch_progress import Progress
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` now fails, as without the extra
+    terminal = _FakeTerminal()
+    progress = Progress(20, terminal)
+    for _ in range(20):
+        progress.update(1, 3)
+    progress.close()
+    lines = terminal.text.splitlines()
+    assert lines[-1].startswith("hetero: batch 20/20 requests, 60 tokens")
+    assert 10 <= len(lines) <= 20  # every tenth of the requests, not every one twice
+
+
+def test_resume_refuses_a_file_that_is_not_results(tmp_path, capsys):
+    source = write_lines(tmp_path / "in.jsonl", [{"prompt": "x"}])
+    out = tmp_path / "out.jsonl"
+    out.write_text("hello\n")
+    assert main(["run", *MOCK, "--input-file", str(source), "--output", str(out), "--resume"]) == 2
+    assert "cannot resume" in capsys.readouterr().err
+    assert out.read_text() == "hello\n"
