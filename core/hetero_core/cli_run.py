@@ -9,6 +9,7 @@ import sys
 import time
 from typing import TextIO
 
+from hetero_core.cli_batch import add_batch_arguments, batch_command, check_batch_arguments
 from hetero_core.errors import HeteroError, InvalidRequestError
 
 EXIT_REQUEST_FAILED = 1
@@ -29,6 +30,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--priority", type=int, default=0, metavar="INT",
                      help="request priority for the scheduler policy (lower runs first; default 0)")
     run.add_argument("--tenant", default=None, metavar="NAME", help="who sends the requests (read by policies)")
+    add_batch_arguments(run)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -37,6 +39,9 @@ def run_command(args: argparse.Namespace) -> int:
     from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
 
+    check_batch_arguments(args)
+    if args.input_file is not None:
+        return batch_command(args)
     prompts = read_prompts(list(args.prompts) + list(args.input), sys.stdin)
     settings = load_cli_settings(args)
     # Below info, a failed request is reported once, by this command (not also as a log event).

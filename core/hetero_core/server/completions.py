@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 
 from hetero_core.async_llm import TokenLogprob
+from hetero_core.server.convert import usage
 from hetero_core.server.errors import APIError, error_body, parse_body, to_api_error
 from hetero_core.server.generation import (
     EventStream,
@@ -21,7 +22,6 @@ from hetero_core.server.protocol import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
-    Usage,
 )
 from hetero_core.server.state import ServerState, get_state
 
@@ -75,14 +75,6 @@ async def _events(state: ServerState, body: CompletionRequest, request_id: str, 
     finally:
         await generation.aclose()
     yield sse("[DONE]")
-
-
-def usage(outputs: list, n: int) -> Usage:
-    """Real token counts: each prompt once, every choice's generated tokens."""
-    prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs[::n] if o is not None)
-    completion_tokens = sum(len(o.output_token_ids) for o in outputs if o is not None)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                 total_tokens=prompt_tokens + completion_tokens)
 
 
 def _logprobs(entries: list[TokenLogprob], text_offset: int) -> CompletionLogprobs:

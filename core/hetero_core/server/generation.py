@@ -18,6 +18,7 @@ from starlette.responses import StreamingResponse
 from hetero_core.async_llm import AsyncLLM, RequestDelta, TokenLogprob
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
+from hetero_core.server.convert import finish_reason  # noqa: F401  (re-exported for the routes)
 
 _DONE = object()
 
@@ -140,12 +141,6 @@ async def until_disconnected(request: Request, work: Awaitable, generation: Gene
 async def _wait_for_disconnect(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def finish_reason(output: RequestOutput) -> str | None:
-    """The engine's reason in OpenAI's words (eos and stop strings are both "stop")."""
-    reason = output.finish_reason
-    return "stop" if reason in ("eos", "stop") else reason
 
 
 def sse(payload) -> str:

@@ -1,0 +1,170 @@
+"""Batch files: one request per JSON line, read and checked before anything runs.
+
+Two formats, detected from the file's first valid line:
+- Hetero's own: ``{"id": .., "prompt": "text" or [token ids], ...}`` or ``{"messages": [...]}``, with
+  optional sampling fields (any ``SamplingParams`` field), ``priority`` and ``tenant``; ``id``
+  defaults to the line number.
+- OpenAI's Batch API (as vLLM's ``run-batch`` reads it): ``{"custom_id", "method": "POST", "url":
+  "/v1/completions" | "/v1/chat/completions", "body": {...}}``; the body is validated by the
+  server's own request models.
+
+A malformed line becomes a ``Malformed`` entry (line number and reason): it is reported and
+skipped, never run, so fixing it and running again with ``--resume`` runs just that line. Two
+lines with the same id are an error for the whole file (results are matched by id).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from typing import Any
+
+from hetero_core.engine.params import SamplingParams
+from hetero_core.errors import HeteroError, InvalidRequestError
+
+NATIVE, OPENAI = "native", "openai"
+OPENAI_URLS = ("/v1/completions", "/v1/chat/completions")
+NATIVE_KEYS = ("id", "prompt", "messages", "priority", "tenant")
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One valid line: its choices (prompt, params) run as engine requests."""
+
+    line_number: int
+    id: Any  # the id results are written under: native ``id`` or OpenAI ``custom_id``
+    choices: list[tuple[Any, SamplingParams]]
+    priority: int = 0
+    tenant: str | None = None
+    url: str | None = None  # OpenAI format: the endpoint the body was meant for
+    body: Any = None  # OpenAI format: the validated request model
+
+    @property
+    def key(self) -> str:
+        return id_key(self.id)
+
+
+@dataclass(frozen=True)
+class Malformed:
+    line_number: int
+    reason: str
+
+
+@dataclass
+class BatchFile:
+    format: str
+    requests: list[BatchRequest] = field(default_factory=list)
+    malformed: list[Malformed] = field(default_factory=list)
+
+
+def id_key(value: Any) -> str:
+    """A hashable key for an id as JSON has it (1 and "1" differ)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, chat: bool, max_model_len: int,
+                    count_tokens=None) -> BatchFile:
+    """Parse every line. ``chat``: send a native string prompt through the chat template.
+    ``count_tokens(prompt)``: the prompt's length, to fit an OpenAI chat body's default max_tokens."""
+    batch = BatchFile(format="")
+    seen: dict[str, int] = {}
+    for number, text in enumerate(lines, start=1):
+        try:
+            text = text.decode("utf-8").lstrip("\ufeff") if isinstance(text, bytes) else text
+            if not text.strip():
+                continue
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise InvalidRequestError(f"a line must be a JSON object, got {type(value).__name__}")
+            batch.format = batch.format or (OPENAI if "custom_id" in value or "body" in value else NATIVE)
+            if batch.format == OPENAI:
+                request = _openai_request(number, value, defaults, max_model_len, count_tokens)
+            else:
+                request = _native_request(number, value, defaults, chat)
+        except (json.JSONDecodeError, UnicodeDecodeError, InvalidRequestError) as exc:
+            reason = (f"not UTF-8 text: {exc}" if isinstance(exc, UnicodeDecodeError)
+                      else f"invalid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc))
+            batch.malformed.append(Malformed(number, reason))
+            continue
+        if request.key in seen:
+            raise HeteroError(f"duplicate id {request.id!r} on lines {seen[request.key]} and {number}; "
+                              "every line needs its own id (results are matched by id)")
+        seen[request.key] = number
+        batch.requests.append(request)
+    batch.format = batch.format or NATIVE
+    return batch
+
+
+def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bool) -> BatchRequest:
+    if "custom_id" in value or "body" in value:
+        raise InvalidRequestError("an OpenAI batch line in a file of Hetero lines (the first valid line "
+                                  "decides the format; use one format per file)")
+    has_prompt, has_messages = "prompt" in value, "messages" in value
+    if has_prompt == has_messages:
+        raise InvalidRequestError("a line needs exactly one of 'prompt' (text or token ids) or 'messages' (chat)")
+    prompt = value["prompt"] if has_prompt else value["messages"]
+    if has_prompt and not isinstance(prompt, (str, list)):
+        raise InvalidRequestError(f"'prompt' must be a string or a list of token ids, got {type(prompt).__name__}")
+    if has_messages and not isinstance(prompt, list):
+        raise InvalidRequestError(f"'messages' must be a list of {{'role', 'content'}} objects, "
+                                  f"got {type(prompt).__name__}")
+    if chat and isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    sampling = {k: v for k, v in value.items() if k not in NATIVE_KEYS}
+    SamplingParams.from_dict(sampling)  # names unknown fields against this line's own
+    params = SamplingParams.from_dict({**asdict(defaults), **sampling})
+    request_id = value.get("id", number)
+    if not (isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool))):
+        raise InvalidRequestError(f"'id' must be a string or an integer, got {type(request_id).__name__}")
+    priority, tenant = value.get("priority", 0), value.get("tenant")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise InvalidRequestError(f"'priority' must be an integer, got {type(priority).__name__}")
+    if tenant is not None and not isinstance(tenant, str):
+        raise InvalidRequestError(f"'tenant' must be a string, got {type(tenant).__name__}")
+    return BatchRequest(number, request_id, [(prompt, params)], priority, tenant)
+
+
+def _openai_request(number: int, value: dict, defaults: SamplingParams, max_model_len: int,
+                    count_tokens) -> BatchRequest:
+    from pydantic import ValidationError
+
+    from hetero_core.server.convert import choice_params, sampling_params
+    from hetero_core.server.protocol import ChatCompletionRequest, CompletionRequest
+
+    custom_id = value.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        raise InvalidRequestError("an OpenAI batch line needs a non-empty string 'custom_id'")
+    method, url = value.get("method", "POST"), value.get("url")
+    if method != "POST":
+        raise InvalidRequestError(f"'method' must be \"POST\", got {method!r}")
+    if url not in OPENAI_URLS:
+        raise InvalidRequestError(f"unsupported 'url' {url!r}; supported: {', '.join(OPENAI_URLS)}")
+    model = CompletionRequest if url == "/v1/completions" else ChatCompletionRequest
+    try:
+        body = model.model_validate(value.get("body"))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        raise InvalidRequestError(f"invalid body for {url}: {problems}") from None
+    if body.stream:
+        raise InvalidRequestError("'stream' must be false in a batch file (each answer is written whole)")
+    if model is CompletionRequest:
+        if body.logprobs is not None:
+            raise InvalidRequestError("'logprobs' is not supported in batch files yet; use `hetero serve`")
+        if body.best_of is not None and body.best_of != body.n:
+            raise InvalidRequestError("best_of must equal n (ranking candidates is not supported)")
+        prompts, max_tokens = body.prompts, body.max_tokens
+    else:
+        if body.logprobs:
+            raise InvalidRequestError("'logprobs' is not supported in batch files yet; use `hetero serve`")
+        prompts, max_tokens = [[m.as_dict() for m in body.messages]], body.max_completion_tokens or body.max_tokens
+    base = sampling_params(body, defaults, max_tokens, None)
+    choices = []
+    for prompt in prompts:
+        params = base
+        if max_tokens is None and count_tokens is not None:  # as the server: fit what is left of the context
+            room = max_model_len - count_tokens(prompt)
+            if 0 < room < params.max_tokens:
+                params = SamplingParams.from_dict({**asdict(params), "max_tokens": room})
+        choices += [(prompt, choice_params(params, i)) for i in range(body.n)]
+    return BatchRequest(number, custom_id, choices, body.priority or 0, body.user, url, body)

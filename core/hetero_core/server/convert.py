@@ -1,0 +1,51 @@
+"""Between the API's bodies and the engine, without FastAPI: sampling parameters from a request
+body, OpenAI's finish reasons and usage from engine outputs. The server and batch files
+(``hetero run --input-file``) both use these, so the two paths cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.params import SamplingParams
+from hetero_core.server.protocol import SamplingFields, Usage
+
+
+def sampling_params(body: SamplingFields, defaults: SamplingParams, max_tokens: int | None,
+                    logprobs: int | None) -> SamplingParams:
+    """The body's fields, with ``defaults`` for those it leaves out (None)."""
+    d = defaults
+    return SamplingParams(
+        temperature=d.temperature if body.temperature is None else body.temperature,
+        top_p=d.top_p if body.top_p is None else body.top_p,
+        top_k=d.top_k if body.top_k is None else body.top_k,
+        min_p=d.min_p if body.min_p is None else body.min_p,
+        repetition_penalty=d.repetition_penalty if body.repetition_penalty is None else body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        max_tokens=d.max_tokens if max_tokens is None else max_tokens,
+        stop=tuple(body.stop or ()),
+        ignore_eos=body.ignore_eos,
+        logprobs=logprobs,
+        seed=d.seed if body.seed is None else body.seed,
+    )
+
+
+def choice_params(base: SamplingParams, choice: int) -> SamplingParams:
+    """Choice i > 0 of a seeded request gets seed + i (distinct, reproducible)."""
+    return replace(base, seed=base.seed + choice) if choice and base.seed is not None else base
+
+
+def finish_reason(output: RequestOutput) -> str | None:
+    """The engine's reason in OpenAI's words (eos and stop strings are both "stop")."""
+    reason = output.finish_reason
+    return "stop" if reason in ("eos", "stop") else reason
+
+
+def usage(outputs: list, n: int) -> Usage:
+    """Real token counts: each prompt once, every choice's generated tokens."""
+    prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs[::n] if o is not None)
+    completion_tokens = sum(len(o.output_token_ids) for o in outputs if o is not None)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens)
