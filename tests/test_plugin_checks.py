@@ -3,10 +3,11 @@ registration; the methods of the objects factories return before the engine runs
 
 from __future__ import annotations
 
-import importlib.metadata
 import textwrap
 
 import pytest
+
+from fake_distributions import FakeDistribution
 
 from hetero_core.builder import build_engine
 from hetero_core.errors import PluginError
@@ -16,19 +17,6 @@ from hetero_core.settings import load_settings
 
 import hetero_plugins_mock
 
-
-class FakeDistribution(importlib.metadata.Distribution):
-    def __init__(self, name, version, entry_points):
-        self._files = {
-            "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-            "entry_points.txt": "[hetero]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()),
-        }
-
-    def read_text(self, filename):
-        return self._files.get(filename)
-
-    def locate_file(self, path):  # pragma: no cover - not needed for entry points
-        return path
 
 
 @pytest.fixture

@@ -1,29 +1,15 @@
 """Plugin discovery: real installed entry points and fake distributions."""
 
-import importlib.metadata
 import textwrap
 
 import pytest
+
+from fake_distributions import FakeDistribution
 
 from hetero_core import hookspecs
 from hetero_core.errors import PluginError, UnknownComponentError
 from hetero_core.plugins import AUTOLOAD_ENV, load_plugins
 
-
-class FakeDistribution(importlib.metadata.Distribution):
-    """A distribution that exists only in memory, with a ``hetero`` entry-point group."""
-
-    def __init__(self, name, version, entry_points):
-        self._files = {
-            "METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-            "entry_points.txt": "[hetero]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()),
-        }
-
-    def read_text(self, filename):
-        return self._files.get(filename)
-
-    def locate_file(self, path):  # pragma: no cover - not needed for entry points
-        return path
 
 
 @pytest.fixture

@@ -2,13 +2,12 @@
 by settings, conformant (the kit), and importing only public hetero_core modules."""
 
 import ast
-import importlib.metadata
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from fake_distributions import FakeDistribution
 from hetero_core.testing_policy import SchedulerPolicyContract
 
 PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
@@ -20,22 +19,6 @@ sys.path.insert(0, str(FAIR_SHARE / "src"))  # as if pip-installed
 from hetero_policy_fair_share import FairShareOptions, FairSharePolicy  # noqa: E402
 
 
-class PyprojectDistribution(importlib.metadata.Distribution):
-    """A distribution built in memory from a plugin's pyproject.toml (name, version, entry points)."""
-
-    def __init__(self, folder: Path):
-        project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
-        entry_points = project["entry-points"]["hetero"]
-        self._files = {
-            "METADATA": f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n",
-            "entry_points.txt": "[hetero]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()),
-        }
-
-    def read_text(self, filename):
-        return self._files.get(filename)
-
-    def locate_file(self, path):  # pragma: no cover - not needed for entry points
-        return path
 
 
 def test_fair_share_is_found_through_its_entry_point_and_selected_by_settings():
@@ -46,7 +29,7 @@ def test_fair_share_is_found_through_its_entry_point_and_selected_by_settings():
     from hetero_core.plugins import load_plugins
     from hetero_core.settings import load_settings
 
-    dist = PyprojectDistribution(FAIR_SHARE)
+    dist = FakeDistribution.from_pyproject(FAIR_SHARE)
     plugin_set = load_plugins(entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)])
     info = {p.name: p for p in plugin_set.plugins}["fair-share"]
     assert (info.distribution, info.status, info.components) == (

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from hetero_core.engine.batch import Batch
+from hetero_core.engine.batch import Batch, slot_of
 
 
 class BlockPool:
@@ -56,7 +56,7 @@ def build_batch(segments: list[tuple[ContractSequence, int]], pool: BlockPool, b
         for pos in range(start, end):
             values["token_ids"].append(seq.token_ids[pos])
             values["positions"].append(pos)
-            values["slot_mapping"].append(seq.block_table[pos // block_size] * block_size + pos % block_size)
+            values["slot_mapping"].append(slot_of(seq.block_table, pos, block_size))
         query_start_loc.append(query_start_loc[-1] + num_new)
         values["seq_ids"].append(seq.seq_id)
         values["context_lens"].append(end)
