@@ -11,7 +11,8 @@ step, so an unchunked prompt runs whole in one step):
 Each decode's new tokens are timestamped when ``engine.step()`` returns them; the inter-token latency
 (ITL) is the gap between consecutive tokens of one request. Reported: ITL p50 / p99 / max over all
 decode tokens, the long prompts' time to first token, and the wall time. Real embedded SmolLM2-135M on
-the CPU (torch executor). ``--repeats`` alternates the modes to expose drift on a shared machine. A JSON copy with the machine (CPU model and flags) goes to --json.
+the CPU (torch executor). ``--repeats`` alternates the modes to expose drift on a shared machine.
+A JSON copy with the machine (CPU model and flags) goes to --json.
 
     .venv/bin/python bench/chunked_prefill_latency.py [--chunk 256] [--long-tokens 1536] [--json FILE]
 """

@@ -90,7 +90,8 @@ class Preemptor:
         pool has no room now."""
         allocator = self.scheduler.allocator
         num_swapped = len(seq.swap_table)
-        if allocator.num_new_blocks(seq.block_table, max(num_swapped * allocator.block_size, num_tokens)) > allocator.num_free_blocks:
+        num_tokens = max(num_swapped * allocator.block_size, num_tokens)
+        if allocator.num_new_blocks(seq.block_table, num_tokens) > allocator.num_free_blocks:
             return False
         allocator.grow(seq.block_table, num_swapped * allocator.block_size)
         step.swap_in += zip(seq.swap_table, seq.block_table)
