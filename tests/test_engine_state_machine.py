@@ -194,17 +194,18 @@ class EngineMachine(RuleBasedStateMachine):
         engine.executor = self.executor.inner
 
 
-def build_mock_engine():
+def build_mock_engine(**overrides):
     from hetero_core.builder import build_engine
     from hetero_core.plugins import load_plugins
     from hetero_core.settings import load_settings
 
     import hetero_plugins_mock
 
-    settings = load_settings(
-        executor={"name": "mock", "mock": {"eos_probability": 0.05}}, max_num_blocks=24, block_size=4,
-        max_model_len=96, max_batch_size=4, max_total_tokens=24, max_num_seqs=6, max_tokens=8,
-    )
+    settings = load_settings(**{
+        "executor": {"name": "mock", "mock": {"eos_probability": 0.05}}, "max_num_blocks": 24, "block_size": 4,
+        "max_model_len": 96, "max_batch_size": 4, "max_total_tokens": 24, "max_num_seqs": 6, "max_tokens": 8,
+        **overrides,
+    })
     plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
     return build_engine(settings, plugins)
 
@@ -216,6 +217,15 @@ class MockEngineMachine(EngineMachine):
 TestEngineOnTheMock = MockEngineMachine.TestCase
 TestEngineOnTheMock.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
+
+
+class ContiguousMockEngineMachine(EngineMachine):  # the static allocator: room for two reservations
+    make_engine = staticmethod(lambda: build_mock_engine(kv_allocator="contiguous", max_num_blocks=48))
+
+
+TestEngineOnTheMockWithContiguousKV = ContiguousMockEngineMachine.TestCase
+TestEngineOnTheMockWithContiguousKV.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
+                                                        suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.slow

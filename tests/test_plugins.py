@@ -45,7 +45,7 @@ def test_installed_plugins_are_discovered_through_entry_points():
     plugin_set = load_plugins()
     by_name = {p.name: p for p in plugin_set.plugins}
     assert by_name["core"].components == {
-        "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged"], "executor": ["torch"]
+        "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged", "contiguous"], "executor": ["torch"]
     }
     for name in ("mock", "cuda", "triton"):
         assert by_name[name].distribution == f"hetero-plugins-{name}"

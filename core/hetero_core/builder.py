@@ -58,6 +58,8 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     policy = policy_c.factory(policy_options)
     check_components(plugins, {"tokenizer": (tokenizer_c, tokenizer), "scheduler_policy": (policy_c, policy)})
     allocator_c, allocator_options = select(settings, plugins, "kv_allocator")
+    if getattr(allocator_options, "max_model_len", 0) is None:  # an allocator option left to the engine's
+        allocator_options = allocator_options.model_copy(update={"max_model_len": settings.max_model_len})
     executor = executor_c.factory(
         ExecutorContext(
             settings=settings,

@@ -23,7 +23,10 @@ def register_scheduler_policies(register):
 
 @hookimpl
 def register_kv_allocators(register):
+    from hetero_core.default_plugins.contiguous_options import ContiguousAllocatorOptions
+
     register("paged", _create_paged_allocator)
+    register("contiguous", _create_contiguous_allocator, options=ContiguousAllocatorOptions)
 
 
 @hookimpl
@@ -65,6 +68,12 @@ def _create_paged_allocator(num_blocks, block_size, options):
     from hetero_core.engine.block_allocator import PagedBlockAllocator
 
     return PagedBlockAllocator(num_blocks, block_size)
+
+
+def _create_contiguous_allocator(num_blocks, block_size, options):
+    from hetero_core.engine.contiguous_allocator import ContiguousBlockAllocator
+
+    return ContiguousBlockAllocator(num_blocks, block_size, options.max_model_len)
 
 
 def _missing_real_model_packages():

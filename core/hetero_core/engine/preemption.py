@@ -63,7 +63,8 @@ class Preemptor:
         scheduler, allocator = self.scheduler, self.scheduler.allocator
         scheduler.running.remove(seq)
         scheduler.cache_computed_blocks(seq)
-        num_blocks = len(seq.block_table)
+        # Blocks that hold computed K/V (a contiguous reservation also holds empty ones, not copied)
+        num_blocks = min(len(seq.block_table), allocator.num_blocks_for(seq.num_computed_tokens))
         space = self.swap_space
         if space is not None and seq.num_computed_tokens and num_blocks <= space.num_free_blocks:
             seq.swap_table = space.allocate(num_blocks)
@@ -89,7 +90,8 @@ class Preemptor:
         pool has no room now."""
         allocator = self.scheduler.allocator
         num_swapped = len(seq.swap_table)
-        if max(num_swapped, allocator.num_blocks_for(num_tokens)) > allocator.num_free_blocks:
+        num_tokens = max(num_swapped * allocator.block_size, num_tokens)
+        if allocator.num_new_blocks(seq.block_table, num_tokens) > allocator.num_free_blocks:
             return False
         allocator.grow(seq.block_table, num_swapped * allocator.block_size)
         step.swap_in += zip(seq.swap_table, seq.block_table)
