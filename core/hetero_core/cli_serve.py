@@ -47,5 +47,5 @@ def _serve(args: argparse.Namespace) -> int:
     )
     configure_logging(settings.log_format, settings.log_level)
     app = create_server_app(settings, server)
-    run_server(app, server, log_level=settings.log_level)
-    return 0
+    interrupted = run_server(app, server, log_level=settings.log_level)
+    return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown

@@ -35,6 +35,11 @@ class GracefulServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, llm: AsyncLLM, drain_seconds: float) -> None:
         super().__init__(config)
         self.llm, self.drain_seconds = llm, drain_seconds
+        self.interrupted = False  # stopped by SIGINT/SIGTERM (hetero serve then exits 130)
+
+    def handle_exit(self, sig, frame) -> None:
+        self.interrupted = True
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets=None) -> None:
         for server in self.servers:
@@ -55,6 +60,9 @@ def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 80
     return GracefulServer(config, app.state.hetero.llm, drain_seconds)
 
 
-def run_server(app: FastAPI, server: ServerSettings, log_level: str = "info") -> None:
-    make_uvicorn_server(app, host=server.host, port=server.port, drain_seconds=server.graceful_shutdown_seconds,
-                        log_level=log_level).run()
+def run_server(app: FastAPI, server: ServerSettings, log_level: str = "info") -> bool:
+    """Serve until stopped; True if a signal (Ctrl-C, SIGTERM) stopped it."""
+    runner = make_uvicorn_server(app, host=server.host, port=server.port,
+                                 drain_seconds=server.graceful_shutdown_seconds, log_level=log_level)
+    runner.run()
+    return runner.interrupted
