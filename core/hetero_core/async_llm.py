@@ -14,7 +14,6 @@ every request, current and future, fails with ``EngineDeadError``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import queue
 import threading
@@ -84,7 +83,6 @@ class AsyncLLM:
         self._num_pending = 0
         self._pending_lock = threading.Lock()
         self._ids = itertools.count()
-        self._engine_kwargs = _accepted_keywords(engine.add_request, ("priority", "tenant"))
         self._batch_sizes = _BatchSizeRecorder(engine)
         self._num_steps = self._last_batch_size = self._max_batch_size = 0
         self._flush_needed = False
@@ -230,7 +228,7 @@ class AsyncLLM:
             prompt, params = request.prompt, request.params
             if request.fit_max_tokens:
                 prompt, params = self._fit(prompt, params)
-            extras = {k: v for k, v in request.extras.items() if v is not None and k in self._engine_kwargs}
+            extras = {k: v for k, v in request.extras.items() if v is not None}
             self.engine.add_request(prompt, params, request.request_id, **extras)
         except InvalidRequestError as exc:
             return self._reply_error(request, InvalidRequestError(str(exc)))
@@ -330,19 +328,20 @@ class AsyncLLM:
 
     def _publish_stats(self) -> None:
         scheduler = self.engine.scheduler
+        counters = self.engine.stats()
         with self._pending_lock:
             num_pending = self._num_pending
         self.stats = EngineStats(
             num_running=len(scheduler.running),
             num_waiting=len(scheduler.waiting),
-            num_swapped=len(getattr(scheduler, "swapped", ())),
+            num_swapped=len(scheduler.swapped),
             num_pending=num_pending,
             num_blocks=scheduler.allocator.num_blocks,
             num_free_blocks=scheduler.allocator.num_free_blocks,
             num_steps=self._num_steps,
             last_step_batch_size=self._last_batch_size,
             max_step_batch_size=self._max_batch_size,
-            prefix_cache_hit_rate=_prefix_cache_hit_rate(scheduler),
+            prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
         )
 
 
@@ -364,19 +363,3 @@ class _BatchSizeRecorder:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
-
-
-def _prefix_cache_hit_rate(scheduler) -> float | None:
-    for owner in (scheduler, scheduler.allocator):
-        rate = getattr(owner, "prefix_cache_hit_rate", None)
-        if isinstance(rate, int | float):
-            return float(rate)
-    return None
-
-
-def _accepted_keywords(func, names: tuple[str, ...]) -> set[str]:
-    """Which of ``names`` ``func`` takes as keywords (priority/tenant arrive with the scheduling work)."""
-    parameters = inspect.signature(func).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        return set(names)
-    return {n for n in names if n in parameters}

@@ -181,3 +181,13 @@ def test_priority_and_tenant_reach_an_engine_that_takes_them(make_mock_engine):
     with AsyncLLM(engine) as llm:
         asyncio.run(run_one(llm, "p", SamplingParams(max_tokens=1), priority=-2, tenant="acme"))
     assert seen == [(-2, "acme")]
+
+
+def test_stats_report_the_engines_prefix_cache_hit_rate(make_mock_engine):
+    shared = "a system prompt that fills more than two KV blocks of sixteen tokens each. "
+    with AsyncLLM(make_mock_engine()) as llm:
+        assert llm.stats.prefix_cache_hit_rate is None  # nothing looked up yet
+        asyncio.run(run_one(llm, shared + "first", SamplingParams(max_tokens=2)))
+        asyncio.run(run_one(llm, shared + "second", SamplingParams(max_tokens=2)))
+        assert wait_idle(llm)
+        assert 0 < llm.stats.prefix_cache_hit_rate == llm.engine.stats().prefix_cache_hit_rate
