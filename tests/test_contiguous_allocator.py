@@ -2,12 +2,10 @@
 consistency under random use, and the engine on the mock executor (same tokens as `paged`, fewer
 requests at once, no prefix cache)."""
 
-from collections import Counter
-
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from allocator_machine import BLOCK_SIZE, AllocatorMachine
 from hetero_core.engine.block_allocator import BlockAllocatorError
 from hetero_core.engine.contiguous_allocator import ContiguousBlockAllocator
 from hetero_core.engine.params import SamplingParams
@@ -106,67 +104,14 @@ def test_a_reservation_larger_than_the_pool_is_a_config_error_naming_the_fix():
         ContiguousBlockAllocator(num_blocks=64, block_size=16, max_model_len=2048)
 
 
-class ContiguousAllocatorMachine(RuleBasedStateMachine):
-    """Random reserve / grow / fork / free: counts always equal owners, no block owned and free."""
+class ContiguousAllocatorMachine(AllocatorMachine):
+    """Random reserve / grow / fork / free: a new table takes the whole 3-block reservation."""
 
-    def __init__(self):
-        super().__init__()
-        self.allocator = ContiguousBlockAllocator(num_blocks=12, block_size=4, max_model_len=12)
-        self.tables: list[list[int]] = []
-        self.num_tokens: list[int] = []
+    def make_allocator(self):
+        return ContiguousBlockAllocator(num_blocks=12, block_size=BLOCK_SIZE, max_model_len=3 * BLOCK_SIZE)
 
-    @rule(num_tokens=st.integers(1, 30))
-    def allocate(self, num_tokens):
-        table: list[int] = []
-        if self.allocator.can_grow(table, num_tokens):
-            self.allocator.grow(table, num_tokens)
-            assert len(table) == max(3, -(-num_tokens // 4))
-            self.tables.append(table)
-            self.num_tokens.append(num_tokens)
-        else:
-            with pytest.raises(BlockAllocatorError):
-                self.allocator.grow(table, num_tokens)
-            assert table == []
-
-    @precondition(lambda self: self.tables)
-    @rule(data=st.data(), extra=st.integers(1, 9))
-    def append(self, data, extra):
-        i = data.draw(st.integers(0, len(self.tables) - 1))
-        target = self.num_tokens[i] + extra
-        before = list(self.tables[i])
-        if self.allocator.can_grow(self.tables[i], target):
-            self.allocator.grow(self.tables[i], target)
-            self.num_tokens[i] = target
-            assert self.tables[i][: len(before)] == before
-            assert len(self.tables[i]) == max(len(before), -(-target // 4))
-        else:
-            with pytest.raises(BlockAllocatorError):
-                self.allocator.grow(self.tables[i], target)
-            assert self.tables[i] == before
-
-    @precondition(lambda self: self.tables)
-    @rule(data=st.data())
-    def fork(self, data):
-        i = data.draw(st.integers(0, len(self.tables) - 1))
-        self.tables.append(self.allocator.fork(self.tables[i]))
-        self.num_tokens.append(self.num_tokens[i])
-
-    @precondition(lambda self: self.tables)
-    @rule(data=st.data())
-    def free(self, data):
-        i = data.draw(st.integers(0, len(self.tables) - 1))
-        table = self.tables.pop(i)
-        self.num_tokens.pop(i)
-        self.allocator.free(table)
-        assert table == []
-
-    @invariant()
-    def counts_match_owners(self):
-        owners = Counter(b for table in self.tables for b in table)
-        for block in range(self.allocator.num_blocks):
-            assert self.allocator.ref_count(block) == owners.get(block, 0)
-        assert self.allocator.num_free_blocks == self.allocator.num_blocks - len(owners)
-        assert self.allocator.num_free_blocks + self.allocator.num_used_blocks == self.allocator.num_blocks
+    def blocks_for_new_table(self, num_tokens: int) -> int:
+        return max(3, -(-num_tokens // BLOCK_SIZE))
 
 
 TestContiguousAllocator = ContiguousAllocatorMachine.TestCase
