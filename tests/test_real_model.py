@@ -51,7 +51,7 @@ def hf_greedy(hf_model, hf_tokenizer):
 
 
 def make_engine(smollm2_dir, **overrides):
-    settings = load_settings(model=str(smollm2_dir), executor="torch", **overrides)
+    settings = load_settings(model=str(smollm2_dir), **{"executor": "torch", **overrides})
     return build_engine(settings, load_plugins(entry_points=[]))
 
 
@@ -118,3 +118,38 @@ def test_bad_requests_fail_alone_next_to_good_ones(smollm2_dir):
     assert good.error is None and len(good.output_token_ids) > 0
     assert "exceeds max_model_len (64)" in too_long.error
     assert "out of range" in bad_ids.error
+
+
+BF16 = {"name": "torch", "torch": {"dtype": "bfloat16"}}
+BF16_QUESTIONS = {
+    "What is the capital of France?": "Paris",
+    "What is the capital of Germany?": "Berlin",
+    "What color is the sky on a clear day?": "blue",
+    "How many days are in a week?": "7",
+    "What is the largest ocean on Earth?": "Pacific",
+}
+
+
+def test_bfloat16_logits_stay_close_to_hf_float32(smollm2_dir, hf_model, hf_tokenizer):
+    """bf16 (weights, activations, KV cache, packed linears, grouped decode attention) is checked by
+    tolerance: every prompt's next-token logits within a bound of HF's fp32 ones, and HF's top token
+    among bf16's top 3 (bf16 may swap near-ties)."""
+    engine = make_engine(smollm2_dir, executor=BF16)
+    assert engine.executor.dtype == torch.bfloat16
+    for prompt in PROMPTS:
+        ids = hf_tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            expected = hf_model(ids).logits[0, -1]
+        out = engine.generate([ids[0].tolist()], SamplingParams(temperature=0, max_tokens=1, logprobs=3))[0]
+        top = [token for token, _ in out.logprobs[0].top]
+        assert expected.argmax().item() in top, prompt
+        got = out.logprobs[0].top[0][1]
+        assert got == pytest.approx(torch.log_softmax(expected, -1)[top[0]].item(), abs=0.35), prompt
+
+
+def test_bfloat16_answers_questions_like_float32(smollm2_dir):
+    """Decode in bf16 through the whole answer: the chat answers name the right thing."""
+    engine = make_engine(smollm2_dir, executor=BF16)
+    outputs = engine.generate([[{"role": "user", "content": q}] for q in BF16_QUESTIONS], SamplingParams(temperature=0, max_tokens=32))
+    for (question, answer), out in zip(BF16_QUESTIONS.items(), outputs, strict=True):
+        assert answer in out.text, (question, out.text)

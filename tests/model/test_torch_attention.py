@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hetero_core.model.torch_attention import TorchPagedAttention
@@ -48,3 +49,54 @@ def test_a_pure_decode_step_keeps_tokens_in_order_and_pads_block_tables():
     assert metadata.prefills == () and metadata.decode.token_index is None
     assert metadata.decode.block_index.tolist() == short.block_table + [0, 0] + long.block_table
     assert metadata.decode.key_mask.sum(-1).flatten().tolist() == [20, 60]
+
+
+def _random_decode_step(num_kv_heads: int, group_size: int, head_dim: int, dtype: torch.dtype):
+    """Six sequences of different lengths (one exactly a block, one a single token) decoding
+    together: returns (backend, metadata, query, key, value, kv_cache, context_lens)."""
+    torch.manual_seed(0)
+    pool = BlockPool(64)
+    lengths = [1, 5, 16, 17, 40, 63]
+    seqs = [PagedSequence(i, list(range(n)), n - 1) for i, n in enumerate(lengths)]
+    prefill = [(s, n - 1) for s, n in zip(seqs, lengths, strict=True) if n > 1]
+    step(prefill, pool, BLOCK_SIZE)
+    batch = step([(s, 1) for s in seqs], pool, BLOCK_SIZE)
+    backend = TorchPagedAttention()
+    cache = backend.allocate_kv_cache(1, 64, BLOCK_SIZE, num_kv_heads, head_dim, dtype, CPU)[0]
+    cache.key.copy_(torch.randn(cache.key.shape))  # earlier tokens' K/V, garbage in unused slots
+    cache.value.copy_(torch.randn(cache.value.shape))
+    num_heads = num_kv_heads * group_size
+    query = torch.randn(len(seqs), num_heads, head_dim).to(dtype)
+    key = torch.randn(len(seqs), num_kv_heads, head_dim).to(dtype)
+    value = torch.randn(len(seqs), num_kv_heads, head_dim).to(dtype)
+    return backend, backend.build_metadata(batch, CPU), query, key, value, cache, lengths
+
+
+def _reference_decode(query, cache, metadata, lengths):
+    """fp64 attention of each sequence over the slots of its block table (the step's own K/V
+    already stored), computed one sequence at a time."""
+    num_heads, head_dim = query.shape[1:]
+    num_kv_heads = cache.key.shape[-2]
+    keys = cache.key.double().view(-1, num_kv_heads, head_dim)
+    values = cache.value.double().view(-1, num_kv_heads, head_dim)
+    tables = metadata.decode.block_index.view(len(lengths), -1)
+    outputs = []
+    for row, length in enumerate(lengths):
+        slots = torch.stack([tables[row, p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(length)])
+        k = keys[slots].repeat_interleave(num_heads // num_kv_heads, dim=1)  # [length, heads, dim]
+        v = values[slots].repeat_interleave(num_heads // num_kv_heads, dim=1)
+        scores = torch.einsum("hd,lhd->hl", query[row].double(), k) * head_dim**-0.5
+        outputs.append(torch.einsum("hl,lhd->hd", scores.softmax(-1), v))
+    return torch.stack(outputs)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 0.05)])
+@pytest.mark.parametrize("num_kv_heads, group_size", [(3, 3), (2, 1)])
+def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num_kv_heads, group_size):
+    """fp32 goes through SDPA, bf16 on the CPU through the grouped matmuls: both attend exactly the
+    sequence's context (padding and other sequences' blocks masked), grouped query heads included."""
+    backend, metadata, query, key, value, cache, lengths = _random_decode_step(num_kv_heads, group_size, 16, dtype)
+    out = backend.forward(query, key, value, cache, metadata, scale=16**-0.5)
+    assert out.shape == query.shape and out.dtype == dtype
+    expected = _reference_decode(query, cache, metadata, lengths)
+    assert (out.double() - expected).abs().max() < tolerance

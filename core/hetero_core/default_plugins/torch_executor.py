@@ -3,8 +3,9 @@
 Only its factory imports this module, so torch loads only when this executor is selected.
 Per step it builds every tensor (token ids, positions, attention metadata, sample rows) once,
 runs the model under ``torch.inference_mode()`` and returns fp32 logits (on its device) for the sampled rows.
-In fp32 on CPU the linears run through oneDNN with weights packed once at load (``cpu_linear``;
-option ``prepack_weights``).
+On CPU the linears run through oneDNN with weights packed once at load (``cpu_linear``; option
+``prepack_weights``). ``dtype = "auto"`` (the default) is bf16 where the CPU computes it natively
+(``compute_dtype``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
+from hetero_core.logging import get_logger
+from hetero_core.model.compute_dtype import resolve_dtype
 from hetero_core.model.cpu_linear import can_pack, pack_linears
 from hetero_core.model.cpu_threads import intra_op_threads
 from hetero_core.model.loader import load_model
@@ -22,7 +25,7 @@ from hetero_core.model.torch_attention import TorchPagedAttention
 
 __all__ = ["TorchExecutor", "TorchExecutorOptions"]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+log = get_logger(__name__)
 
 
 class TorchExecutor:
@@ -39,7 +42,8 @@ class TorchExecutor:
         self.device = _device(options.device)
         if self.device.type == "cpu" or options.num_threads is not None:
             torch.set_num_threads(intra_op_threads(options.num_threads))
-        self.dtype = DTYPES[options.dtype]
+        self.dtype = resolve_dtype(options.dtype, self.device)
+        log.info("executor dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
         self.backend = backend if backend is not None else TorchPagedAttention()
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)

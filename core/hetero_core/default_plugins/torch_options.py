@@ -9,8 +9,10 @@ class TorchExecutorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     device: str = Field("cpu", description="torch device to run on, e.g. 'cpu' or 'cuda:0'")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="weights, activations and KV cache dtype"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="weights, activations and KV cache dtype; auto: bfloat16 on a CPU with native bf16 "
+        "(avx512_bf16 or amx_bf16 in /proc/cpuinfo) or a bf16-capable CUDA device, float32 on other CPUs",
     )
     num_threads: int | None = Field(
         None,
@@ -21,6 +23,8 @@ class TorchExecutorOptions(BaseModel):
     )
     prepack_weights: bool = Field(
         True,
-        description="fp32 on CPU: run linears through oneDNN with weights reordered once at load "
-        "(2-3x faster than MKL's sgemm on AMD CPUs); false: plain torch.nn.functional.linear",
+        description="on CPU (float32, and bfloat16 where oneDNN supports it): run linears through oneDNN "
+        "with weights reordered once at load (fp32: 2-3x faster than MKL's sgemm on AMD CPUs; bf16: "
+        "1.3-1.9x faster than torch's bf16 linear at decode batch sizes); false: plain "
+        "torch.nn.functional.linear",
     )

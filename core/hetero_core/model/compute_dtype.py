@@ -1,0 +1,56 @@
+"""The executor's compute dtype: an explicit name, or ``"auto"``.
+
+``"auto"`` picks what the hardware computes fastest without changing the answer in a way users
+notice: bfloat16 on a CPU with native bf16 instructions (AVX-512 BF16 or AMX; there a bf16 matmul
+runs ~4x the fp32 rate and the weights stream at half the bytes), float32 on every other CPU
+(bf16 would be emulated there, slower than fp32), bfloat16 on a CUDA device that supports it
+(float16 otherwise). An explicit name always wins.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``"auto"`` or a name of ``DTYPES`` -> the torch dtype the executor runs in on ``device``."""
+    if name != "auto":
+        return DTYPES[name]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu" and cpu_has_native_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when this CPU computes bf16 natively and torch's oneDNN can use it."""
+    if not native_bf16_flags(cpu_flags()):
+        return False
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def native_bf16_flags(flags: frozenset[str]) -> list[str]:
+    """The native-bf16 instruction sets among ``flags`` (``/proc/cpuinfo`` names), in a fixed order."""
+    return [flag for flag in NATIVE_BF16_CPU_FLAGS if flag in flags]
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The ``flags`` of the first CPU in ``/proc/cpuinfo``; empty where there is none (macOS, Windows)."""
+    try:
+        text = CPUINFO.read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
