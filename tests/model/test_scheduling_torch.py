@@ -71,12 +71,12 @@ def test_copy_and_swap_move_whole_blocks(tiny_llama):
     for cache in executor.kv_caches:
         for tensor in cache:
             tensor.copy_(torch.randn_like(tensor))
-    key = executor.kv_caches[1].key
-    original = key[3].clone()
+    key = executor.kv_caches[1].key  # head-major: [kv_heads, blocks, block_size, dim]
+    original = key[:, 3].clone()
     executor.copy_blocks([(3, 9)])
-    assert torch.equal(key[9], original)
+    assert torch.equal(key[:, 9], original)
     executor.swap_out([(3, 5)])
-    key[3].zero_()
+    key[:, 3].zero_()
     executor.swap_in([(5, 3)])
-    assert torch.equal(key[3], original)
-    assert executor._swap[1][0].shape[0] == 8  # the swap space has num_swap_blocks blocks
+    assert torch.equal(key[:, 3], original)
+    assert executor._swap[1][0].shape[1] == 8  # the swap space has num_swap_blocks blocks

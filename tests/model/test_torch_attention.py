@@ -76,9 +76,9 @@ def _reference_decode(query, cache, metadata, lengths):
     """fp64 attention of each sequence over the slots of its block table (the step's own K/V
     already stored), computed one sequence at a time."""
     num_heads, head_dim = query.shape[1:]
-    num_kv_heads = cache.key.shape[-2]
-    keys = cache.key.double().view(-1, num_kv_heads, head_dim)
-    values = cache.value.double().view(-1, num_kv_heads, head_dim)
+    num_kv_heads = cache.key.shape[0]  # head-major: [kv_heads, blocks, block_size, dim]
+    keys = cache.key.double().view(num_kv_heads, -1, head_dim).transpose(0, 1)  # [slots, kv_heads, dim]
+    values = cache.value.double().view(num_kv_heads, -1, head_dim).transpose(0, 1)
     tables = metadata.decode.block_index.view(len(lengths), -1)
     outputs = []
     for row, length in enumerate(lengths):

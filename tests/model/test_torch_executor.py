@@ -28,7 +28,7 @@ def test_implements_the_executor_protocol_and_allocates_the_cache(tiny_model_dir
     assert isinstance(executor, Executor)
     assert len(executor.kv_caches) == 2
     for key, value in executor.kv_caches:
-        assert key.shape == value.shape == (10, 8, 2, 16) and key.dtype == torch.float32
+        assert key.shape == value.shape == (2, 10, 8, 16) and key.dtype == torch.float32
     output = run_prompt(executor, block_size=8)
     assert isinstance(output, ExecutorOutput) and output.token_ids is None
     executor.shutdown()

@@ -29,8 +29,8 @@ log = get_logger(__name__)
 
 
 class TorchExecutor:
-    """Owns the model and its paged KV cache (``num_layers`` x K/V ``[num_blocks, block_size,
-    num_kv_heads, head_dim]``); ``execute(batch)`` returns logits rows in ``batch.sample_indices`` order."""
+    """Owns the model and its paged KV cache (``num_layers`` x K/V in the backend's layout, blocks
+    along its ``kv_block_dim``); ``execute(batch)`` returns logits rows in ``batch.sample_indices`` order."""
 
     def __init__(self, ctx: ExecutorContext, backend=None, options: TorchExecutorOptions | None = None):
         """``backend``: the attention backend (default: the torch paged reference). GPU executor
@@ -60,6 +60,7 @@ class TorchExecutor:
             dtype=self.dtype,
             device=self.device,
         )
+        self.block_dim = getattr(self.backend, "kv_block_dim", 0)
         self.num_swap_blocks = getattr(ctx, "num_swap_blocks", 0)
         self._swap = self._allocate_swap_space() if self.num_swap_blocks else None  # swap preemption
 
@@ -93,7 +94,7 @@ class TorchExecutor:
         with torch.inference_mode():
             for cache in self.kv_caches:
                 for tensor in cache:
-                    tensor.index_copy_(0, destination, tensor.index_select(0, source))
+                    tensor.index_copy_(self.block_dim, destination, tensor.index_select(self.block_dim, source))
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV blocks to the CPU swap space: ``(device block, swap block)`` pairs."""
@@ -102,7 +103,7 @@ class TorchExecutor:
         with torch.inference_mode():
             for cache, swap in zip(self.kv_caches, self._swap_space()):
                 for tensor, swapped in zip(cache, swap):
-                    swapped.index_copy_(0, destination, tensor.index_select(0, source).cpu())
+                    swapped.index_copy_(self.block_dim, destination, tensor.index_select(self.block_dim, source).cpu())
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
@@ -111,7 +112,8 @@ class TorchExecutor:
         with torch.inference_mode():
             for cache, swap in zip(self.kv_caches, self._swap_space()):
                 for tensor, swapped in zip(cache, swap):
-                    tensor.index_copy_(0, destination, swapped.index_select(0, source).to(self.device))
+                    blocks = swapped.index_select(self.block_dim, source).to(self.device)
+                    tensor.index_copy_(self.block_dim, destination, blocks)
 
     def _swap_space(self) -> list:
         if self._swap is None:
@@ -121,10 +123,13 @@ class TorchExecutor:
     def _allocate_swap_space(self) -> list:
         """CPU tensors in the cache's layout with ``num_swap_blocks`` blocks, one tuple per layer."""
         pin = self.device.type == "cuda"
-        return [
-            tuple(torch.zeros((self.num_swap_blocks, *t.shape[1:]), dtype=t.dtype, pin_memory=pin) for t in cache)
-            for cache in self.kv_caches
-        ]
+
+        def swap_like(tensor: torch.Tensor) -> torch.Tensor:
+            shape = list(tensor.shape)
+            shape[self.block_dim] = self.num_swap_blocks
+            return torch.zeros(shape, dtype=tensor.dtype, pin_memory=pin)
+
+        return [tuple(swap_like(t) for t in cache) for cache in self.kv_caches]
 
     @staticmethod
     def _block_index(pairs, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,8 +22,9 @@ from hetero_core.engine.batch import Batch
 
 
 class KVCache(NamedTuple):
-    """One layer's cache: ``key`` and ``value``, each ``[num_blocks, block_size, num_kv_heads, head_dim]``
-    for the torch backend (other backends may choose their own layout)."""
+    """One layer's cache: ``key`` and ``value``, each ``[num_kv_heads, num_blocks, block_size, head_dim]``
+    for the torch backend (other backends choose their own layout; a backend whose blocks are not
+    along dimension 0 says which dimension in ``kv_block_dim``, for block copies and swap)."""
 
     key: torch.Tensor
     value: torch.Tensor
