@@ -82,3 +82,25 @@ def test_an_unknown_executor_says_which_plugins_the_allow_list_disabled():
     with pytest.raises(UnknownComponentError, match="^unknown executor 'mokc'; available: mock, torch; "
                                                     "did you mean 'mock'\\?$"):
         build_engine(load_settings(executor="mokc"), plugins)
+
+
+def test_the_dtype_setting_sets_the_executors_dtype_option():
+    from hetero_core.builder import select
+    from hetero_core.errors import ConfigError
+    from hetero_core.plugins import load_plugins
+    from hetero_core.settings import load_settings
+
+    plugins = load_plugins(entry_points=[])
+    _, options = select(load_settings(dtype="bfloat16", executor="torch"), plugins, "executor")
+    assert options.dtype == "bfloat16"
+    _, options = select(load_settings(executor={"name": "torch", "torch": {"dtype": "float16"}}), plugins, "executor")
+    assert options.dtype == "float16"  # unset: the executor's own option stands
+    _, options = select(load_settings(dtype="float32", executor={"name": "torch", "torch": {"dtype": "float16"}}),
+                        plugins, "executor")
+    assert options.dtype == "float32"  # like any flag, the top-level setting wins over the section
+
+    import hetero_plugins_mock
+
+    mock = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
+    with pytest.raises(ConfigError, match="dtype: executor 'mock' has no dtype option"):
+        select(load_settings(dtype="bfloat16", executor="mock"), mock, "executor")

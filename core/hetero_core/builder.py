@@ -123,7 +123,18 @@ def select(settings: HeteroSettings, plugins: PluginSet, seam: str, name: str | 
         component = plugins.registry.get(seam, name)
     except UnknownComponentError as exc:
         raise UnknownComponentError(str(exc) + disabled_hint(plugins, name)) from None
-    return component, component.validate_options(getattr(settings, seam).section(component.name))
+    section = getattr(settings, seam).section(component.name)
+    if seam == "executor" and settings.dtype is not None:
+        section = {**section, "dtype": executor_dtype(component, settings.dtype)}
+    return component, component.validate_options(section)
+
+
+def executor_dtype(component, dtype: str) -> str:
+    """The top-level ``dtype`` setting, for an executor whose options have a ``dtype`` field."""
+    fields = getattr(component.options, "model_fields", {})
+    if "dtype" not in fields:
+        raise ConfigError(f"dtype: executor '{component.name}' has no dtype option; leave dtype unset")
+    return dtype
 
 
 def disabled_hint(plugins: PluginSet, name: str) -> str:

@@ -83,6 +83,9 @@ class HeteroSettings(BaseSettings, _SeamFields):
     # Model
     model: str = Field(DEFAULT_MODEL, description="embedded model name, local HF dir, GGUF file or hub id")
     cache_dir: Path | None = Field(None, description="where converted models are cached (~/.cache/hetero)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
+        None, description="the executor's compute dtype: sets its `dtype` option (None: the executor's own setting)"
+    )
     # Paged KV cache and scheduling budgets (hetero-paged-infer's options)
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
     max_num_blocks: int = Field(1024, ge=1, description="KV blocks in the pool")

@@ -25,7 +25,7 @@ from hetero_core.model.torch_attention import TorchPagedAttention
 
 __all__ = ["TorchExecutor", "TorchExecutorOptions"]
 
-log = get_logger(__name__)
+log = get_logger("hetero.executor")
 
 
 class TorchExecutor:
@@ -43,7 +43,7 @@ class TorchExecutor:
         if self.device.type == "cpu" or options.num_threads is not None:
             torch.set_num_threads(intra_op_threads(options.num_threads))
         self.dtype = resolve_dtype(options.dtype, self.device)
-        log.info("executor dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
+        log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
         self.backend = backend if backend is not None else TorchPagedAttention()
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
