@@ -64,8 +64,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     x1, x2 = x[..., :half], x[..., half:]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     out1, out2 = out[..., :half], out[..., half:]
-    torch.mul(x1, cos, out=out1).sub_(x2 * sin)
-    torch.mul(x2, cos, out=out2).add_(x1 * sin)
+    torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
     return out
 
 
