@@ -41,6 +41,8 @@ ENV_PREFIX = "HETERO_"
 COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
 COMPONENT_FIELDS = tuple(COMPONENT_DEFAULTS)
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# Short CLI flags besides the generated ``--setting-name`` ones (vLLM's spellings).
+SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
 # HETERO_* variables that are switches read elsewhere, not settings.
 NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD"}
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)

@@ -17,12 +17,8 @@ SHARDED_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_si
 
 
 def tensor_parallel_problems(config: ModelConfig, size: int) -> list[str]:
-    """Why ``size`` ranks cannot share ``config``'s model (empty: they can)."""
-    return [
-        f"tensor_parallel_size {size} does not divide {name} {getattr(config, name)}"
-        for name in SHARDED_FIELDS
-        if getattr(config, name) % size
-    ]
+    """The dimensions ``size`` does not divide, with their value (``"num_attention_heads 9"``)."""
+    return [f"{name} {getattr(config, name)}" for name in SHARDED_FIELDS if getattr(config, name) % size]
 
 
 def working_sizes(config: ModelConfig, limit: int = 64) -> list[int]:
@@ -35,7 +31,8 @@ def check_tensor_parallel_size(config: ModelConfig, size: int) -> None:
     problems = tensor_parallel_problems(config, size)
     if problems:
         sizes = ", ".join(map(str, working_sizes(config)))
-        raise ConfigError("; ".join(problems) + f" (sizes that divide them all: {sizes})")
+        raise ConfigError(f"tensor_parallel_size {size} does not divide the model's {' or '.join(problems)} "
+                          f"(sizes that divide its heads, KV heads, intermediate_size and vocab_size: {sizes})")
 
 
 def shard_config(config: ModelConfig, size: int) -> ModelConfig:
