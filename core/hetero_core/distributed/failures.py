@@ -32,15 +32,21 @@ class WorkerReport:
             return f"signal {-self.exitcode}"
 
 
+def blame(reports: list[WorkerReport]) -> WorkerReport | None:
+    """The worker that caused the failure, or None when none did (rank 0's own error)."""
+    killed = [r for r in reports if r.killed_by is not None]
+    errors = sorted((r for r in reports if r.summary is not None), key=lambda r: (r.error_time, r.rank))
+    exited = [r for r in reports if r.exitcode is not None]
+    return (killed or errors or exited or [None])[0]
+
+
 def describe_failure(reports: list[WorkerReport], otherwise: str) -> str:
     """One line: which rank failed and how; ``otherwise`` when no worker is to blame (rank 0's error)."""
-    killed = [r for r in reports if r.killed_by is not None]
-    if killed:
-        return f"tensor-parallel worker rank {killed[0].rank} died: killed by {killed[0].killed_by}"
-    errors = sorted((r for r in reports if r.summary is not None), key=lambda r: (r.error_time, r.rank))
-    if errors:
-        return f"tensor-parallel worker rank {errors[0].rank} failed: {errors[0].summary}"
-    exited = [r for r in reports if r.exitcode is not None]
-    if exited:
-        return f"tensor-parallel worker rank {exited[0].rank} exited with code {exited[0].exitcode}"
-    return otherwise.splitlines()[0]
+    culprit = blame(reports)
+    if culprit is None:
+        return otherwise.splitlines()[0]
+    if culprit.killed_by is not None:
+        return f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}"
+    if culprit.summary is not None:
+        return f"tensor-parallel worker rank {culprit.rank} failed: {culprit.summary}"
+    return f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}"

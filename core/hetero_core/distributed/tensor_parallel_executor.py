@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection, wait
 import torch.multiprocessing
 
 from hetero_core.distributed import process_group
-from hetero_core.distributed.failures import WorkerReport, describe_failure
+from hetero_core.distributed.failures import WorkerReport, blame, describe_failure
 from hetero_core.distributed.worker import ERROR, OK, READY, STARTED, worker_main
 from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ExecutorDeadError, HeteroError
@@ -185,10 +185,12 @@ class TensorParallelExecutor:
         else:
             fallback = f"tensor-parallel rank 0 failed: {type(exc).__name__}: {exc}"
         self.dead_reason = describe_failure(reports, fallback) + "; the engine has stopped"
-        for report in reports:
+        culprit = blame(reports)
+        for report in reports:  # the cause's traceback; the others' only say they lost a peer
             if report.traceback:
-                log.error("tensor_parallel.worker_error", rank=report.rank, traceback=report.traceback)
-        log.error("tensor_parallel.failed", reason=self.dead_reason)
+                (log.error if report is culprit else log.info)(
+                    "tensor_parallel.worker_error", rank=report.rank, traceback=report.traceback)
+        log.info("tensor_parallel.failed", reason=self.dead_reason)  # the error raised carries it
         self._stop_workers(graceful=False)
         return ExecutorDeadError(self.dead_reason)
 
