@@ -62,8 +62,10 @@ def main() -> None:
           f"{f'{args.prompts} requests tok/s':>17} {'vs TP1':>7}  greedy tokens")
     for size, r in results.items():
         same = "same as TP1" if r["tokens"] == base["tokens"] else "DIFFER from TP1"
-        print(f"{size:>3} {r['load_s']:>7.1f} {r['single_tok_s']:>16.1f} {r['single_tok_s'] / base['single_tok_s']:>6.2f}x "
-              f"{r['batch_tok_s']:>17.1f} {r['batch_tok_s'] / base['batch_tok_s']:>6.2f}x  {same}")
+        single_ratio = r["single_tok_s"] / base["single_tok_s"]
+        batch_ratio = r["batch_tok_s"] / base["batch_tok_s"]
+        print(f"{size:>3} {r['load_s']:>7.1f} {r['single_tok_s']:>16.1f} {single_ratio:>6.2f}x "
+              f"{r['batch_tok_s']:>17.1f} {batch_ratio:>6.2f}x  {same}")
 
 
 if __name__ == "__main__":

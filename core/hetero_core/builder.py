@@ -84,7 +84,8 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
         num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
         allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
-        check_components(plugins, {"kv_allocator": (allocator_c, allocator), "executor": (executor_c, executor)})
+        check_components(plugins, {"kv_allocator": (allocator_c, allocator),
+                                   "executor": (executor_c, executor)})
         limits = SchedulerLimits(
             max_batch_size=settings.max_batch_size,
             max_num_seqs=settings.max_num_seqs,

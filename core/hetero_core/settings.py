@@ -98,7 +98,8 @@ class HeteroSettings(BaseSettings, _SeamFields):
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description="when KV blocks run out: recompute the victim later, or swap its blocks to CPU")
     num_swap_blocks: int = Field(256, ge=1, description="CPU swap space in KV blocks (preemption_mode = swap)")
     # Scaling out
-    tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across (heads, MLP, vocabulary); needs an executor that supports it")
+    tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across "
+                                      "(heads, MLP, vocabulary); needs an executor that supports it")
     # Default sampling parameters (for requests that bring none)
     temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")

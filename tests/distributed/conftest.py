@@ -32,7 +32,8 @@ def no_leftover_processes():
     """Every worker a test started is gone when it ends (multiprocessing's resource tracker aside)."""
     before = child_processes()
     yield
-    left = {pid: cmd for pid, cmd in child_processes().items() if pid not in before and "resource_tracker" not in cmd}
+    left = {pid: cmd for pid, cmd in child_processes().items()
+            if pid not in before and "resource_tracker" not in cmd}
     assert not left, f"processes left behind: {left}"
 
 

@@ -75,7 +75,11 @@ def test_one_all_reduce_per_attention_and_mlp_block_plus_the_embedding(tiny_chec
     calls = []
     for name in ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"):
         real = getattr(dist, name)
-        monkeypatch.setattr(dist, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k))[1])
+        def counted_call(*a, _real=real, _name=name, **k):
+            calls.append(_name)
+            return _real(*a, **k)
+
+        monkeypatch.setattr(dist, name, counted_call)
 
     logits, counted = {}, {}
     for label, model in (("reference", reference), ("sharded", sharded)):

@@ -1,6 +1,7 @@
 """A torch executor that fails on purpose on one rank, for the tensor-parallel failure tests.
 
-This module is the plugin: it registers the ``faulty`` executor (with ``tensor_parallel=True``); its factory is module-level so the spawned workers can unpickle it. Options come
+This module is the plugin: it registers the ``faulty`` executor (with ``tensor_parallel=True``); its
+factory is module-level so the spawned workers can unpickle it. Options come
 through the settings section ``[executor.faulty]``: ``rank`` (which rank fails) and ``after``
 (how many ``execute`` calls succeed first).
 """
