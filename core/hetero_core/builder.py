@@ -106,7 +106,8 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             sampler_seed=settings.seed,
         )
     except BaseException:
-        executor.shutdown()
+        if callable(getattr(executor, "shutdown", None)):  # one without it is what check_components refuses
+            executor.shutdown()
         raise
 
 
