@@ -7,8 +7,9 @@ adding and aborting are safe while a step runs, and requests that arrive togethe
 batches. Deltas reach each request's ``asyncio.Queue`` through ``loop.call_soon_threadsafe``.
 
 A step that raises fails the requests it was running (``EngineStepError``, with the reason) and the
-loop keeps serving the others; if the engine cannot even abort them, the engine is marked dead and
-every request, current and future, fails with ``EngineDeadError``.
+loop keeps serving the others; if the engine cannot even abort them, or the executor is dead
+(``ExecutorDeadError``: a tensor-parallel worker died), the engine is marked dead and every
+request, current and future, fails with ``EngineDeadError``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
-from hetero_core.errors import HeteroError, InvalidRequestError
+from hetero_core.errors import ExecutorDeadError, HeteroError, InvalidRequestError
 from hetero_core.logging import get_logger
 from hetero_core.request_stream import RequestDelta, RequestStream, TokenLogprob
 
@@ -295,6 +296,11 @@ class AsyncLLM:
     def _recover(self, exc: Exception, running_before: set[str]) -> None:
         reason = f"engine step failed: {type(exc).__name__}: {exc}"
         log.error("engine.step_failed", error=reason)
+        if isinstance(exc, ExecutorDeadError):  # nothing can run any more: every request fails with it
+            self.dead_reason = str(exc)
+            log.error("engine.dead", reason=self.dead_reason)
+            self._fail_all(lambda r: EngineDeadError(f"the engine stopped: {self.dead_reason}"))
+            return
         affected = (running_before | {s.request_id for s in self.engine.scheduler.running}) & set(self._requests)
         affected = affected or set(self._requests)
         try:

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+from hetero_core.distributed import engine_setup as tensor_parallel
 from hetero_core.engine.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.params import SamplingParams
@@ -40,6 +41,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     check_sections(settings, plugins.registry)
 
     executor_c, executor_options = select(settings, plugins, "executor")
+    tensor_parallel.check_executor(executor_c, plugins.registry, settings.tensor_parallel_size)
     preflight = executor_c.traits.get("preflight")
     reasons = preflight() if preflight else []
     if reasons:
@@ -47,6 +49,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None
     if model_dir is not None:
         settings = fit_max_model_len(settings, model_dir)
+        tensor_parallel.check_model(model_dir, settings.tensor_parallel_size)
 
     tokenizer_name = settings.tokenizer.name
     if tokenizer_name == "auto":
@@ -60,7 +63,8 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     allocator_c, allocator_options = select(settings, plugins, "kv_allocator")
     if getattr(allocator_options, "max_model_len", 0) is None:  # an allocator option left to the engine's
         allocator_options = allocator_options.model_copy(update={"max_model_len": settings.max_model_len})
-    executor = executor_c.factory(
+    executor = tensor_parallel.create_executor(
+        executor_c,
         ExecutorContext(
             settings=settings,
             options=executor_options,
@@ -73,31 +77,38 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             eos_token_id=tokenizer.eos_token_id,
             vocab_size=tokenizer.vocab_size,
             num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
+            tensor_parallel_size=settings.tensor_parallel_size,
+        ),
+    )
+    try:  # whatever fails from here on, the executor (its memory, its workers) is released
+        # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
+        num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
+        allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
+        check_components(plugins, {"kv_allocator": (allocator_c, allocator),
+                                   "executor": (executor_c, executor)})
+        limits = SchedulerLimits(
+            max_batch_size=settings.max_batch_size,
+            max_num_seqs=settings.max_num_seqs,
+            max_total_tokens=settings.max_total_tokens,
+            max_model_len=settings.max_model_len,
+            memory_threshold=settings.memory_threshold,
+            max_prefill_chunk=settings.max_prefill_chunk,
         )
-    )
-    # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
-    num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
-    allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
-    check_components(plugins, {"kv_allocator": (allocator_c, allocator), "executor": (executor_c, executor)})
-    limits = SchedulerLimits(
-        max_batch_size=settings.max_batch_size,
-        max_num_seqs=settings.max_num_seqs,
-        max_total_tokens=settings.max_total_tokens,
-        max_model_len=settings.max_model_len,
-        memory_threshold=settings.memory_threshold,
-        max_prefill_chunk=settings.max_prefill_chunk,
-    )
-    scheduler = Scheduler(policy, allocator, limits, policy_name=policy_c.name,
-                          prefix_caching=settings.enable_prefix_caching,
-                          **block_transfer_options(executor, executor_c.name, settings))
-    return Engine(
-        tokenizer=tokenizer,
-        executor=executor,
-        scheduler=scheduler,
-        max_model_len=settings.max_model_len,
-        default_params=default_sampling_params(settings),
-        sampler_seed=settings.seed,
-    )
+        scheduler = Scheduler(policy, allocator, limits, policy_name=policy_c.name,
+                              prefix_caching=settings.enable_prefix_caching,
+                              **block_transfer_options(executor, executor_c.name, settings))
+        return Engine(
+            tokenizer=tokenizer,
+            executor=executor,
+            scheduler=scheduler,
+            max_model_len=settings.max_model_len,
+            default_params=default_sampling_params(settings),
+            sampler_seed=settings.seed,
+        )
+    except BaseException:
+        if callable(getattr(executor, "shutdown", None)):  # one without it is what check_components refuses
+            executor.shutdown()
+        raise
 
 
 def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:

@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool = False) -> None:
     """One flag per setting (``block_size`` -> ``--block-size``), so no option lacks a flag."""
-    from hetero_core.settings import HeteroSettings
+    from hetero_core.settings import SHORT_FLAGS, HeteroSettings
 
     group = parser.add_argument_group("settings (override HETERO_* variables and the --config file)")
     group.add_argument("--config", metavar="FILE", help="settings file (TOML or JSON)")
@@ -91,7 +91,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
         choices = get_args(field.annotation) or None  # Literal["a", "b"] -> ("a", "b")
         if choices and not all(isinstance(c, str) for c in choices):
             choices = None
-        group.add_argument(flag, metavar=name.upper(), choices=choices, default=None,
+        flags = [flag, SHORT_FLAGS[name]] if name in SHORT_FLAGS else [flag]
+        group.add_argument(*flags, dest=name, metavar=name.upper(), choices=choices, default=None,
                            help=shown or field.description)
 
 

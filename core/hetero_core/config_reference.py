@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from hetero_core.seams import SEAM_TABLE
-from hetero_core.settings import HeteroSettings
+from hetero_core.settings import SHORT_FLAGS, HeteroSettings
 
 HEADER = """# Configuration reference
 
@@ -37,7 +37,7 @@ def render(registry) -> str:
             kind = "component name, or a table with `name` and options sections"
         else:
             default, kind = _default(field), _type(field.annotation)
-        flag = "`--" + name.replace("_", "-") + "`"
+        flag = "`--" + name.replace("_", "-") + "`" + (f", `{SHORT_FLAGS[name]}`" if name in SHORT_FLAGS else "")
         lines.append(f"| `{name}` | {kind} | {default} | `HETERO_{name.upper()}` | {flag} | "
                      f"{_cell(field.description)} |")
     for seam in SEAM_TABLE:

@@ -27,3 +27,10 @@ class ModelLoadError(HeteroError):
 
 class MissingDependencyError(HeteroError):
     """An optional package the chosen path needs is not installed; the message gives the command."""
+
+
+class ExecutorDeadError(HeteroError):
+    """The executor can no longer run anything (e.g. a tensor-parallel worker died); the engine stops.
+
+    Unlike an ordinary executor error, which fails only the requests of its batch, this one escapes
+    ``Engine.step()``: every later step would fail the same way."""

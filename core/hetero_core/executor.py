@@ -42,3 +42,8 @@ class ExecutorContext:
     eos_token_id: int | None
     vocab_size: int
     num_swap_blocks: int = 0  # CPU swap space to allocate for swap_out/swap_in (0: none; see block_transfer)
+    # Tensor parallelism (executors registered with ``tensor_parallel=True`` only): this executor is
+    # rank ``tensor_parallel_rank`` of ``tensor_parallel_size``, each owning its shard of the model
+    # and of the KV heads; the default process group of ``torch.distributed`` is already up.
+    tensor_parallel_size: int = 1
+    tensor_parallel_rank: int = 0

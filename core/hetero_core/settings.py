@@ -41,6 +41,8 @@ ENV_PREFIX = "HETERO_"
 COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
 COMPONENT_FIELDS = tuple(COMPONENT_DEFAULTS)
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# Short CLI flags besides the generated ``--setting-name`` ones (vLLM's spellings).
+SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
 # HETERO_* variables that are switches read elsewhere, not settings.
 NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD"}
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
@@ -98,6 +100,9 @@ class HeteroSettings(BaseSettings, _SeamFields):
     enable_prefix_caching: bool = Field(True, description="reuse the KV blocks of identical prompt prefixes across requests")
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description="when KV blocks run out: recompute the victim later, or swap its blocks to CPU")
     num_swap_blocks: int = Field(256, ge=1, description="CPU swap space in KV blocks (preemption_mode = swap)")
+    # Scaling out
+    tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across "
+                                      "(heads, MLP, vocabulary); needs an executor that supports it")
     # Default sampling parameters (for requests that bring none)
     temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")

@@ -34,7 +34,7 @@ def register_executors(register):
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 
     register("torch", _create_torch_executor, options=TorchExecutorOptions, needs_model=True,
-             preflight=_missing_real_model_packages)
+             preflight=_missing_real_model_packages, tensor_parallel=True)
 
 
 def _create_byte_tokenizer(ctx):

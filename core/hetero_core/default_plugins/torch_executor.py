@@ -21,6 +21,7 @@ from hetero_core.model.compute_dtype import resolve_dtype
 from hetero_core.model.cpu_linear import can_pack, pack_linears
 from hetero_core.model.cpu_threads import intra_op_threads
 from hetero_core.model.loader import load_model
+from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
 from hetero_core.model.torch_attention import TorchPagedAttention
 
 __all__ = ["TorchExecutor", "TorchExecutorOptions"]
@@ -39,14 +40,16 @@ class TorchExecutor:
         options = options or (ctx.options if ctx.options is not None else TorchExecutorOptions())
         if ctx.model_dir is None:
             raise ModelLoadError("the torch executor needs a model; set `model` to an HF directory or .gguf file")
-        self.device = _device(options.device)
+        # Tensor parallelism (tensor_parallel_size > 1): this rank's shard and device.
+        shard, self.device = tensor_parallel_placement(ctx, _device(options.device))
         if self.device.type == "cpu" or options.num_threads is not None:
-            torch.set_num_threads(intra_op_threads(options.num_threads))
+            torch.set_num_threads(intra_op_threads(options.num_threads, ctx.tensor_parallel_size))
         self.dtype = resolve_dtype(options.dtype, self.device)
         log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
         self.backend = backend if backend is not None else TorchPagedAttention()
-        self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
+        self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype,
+                                tensor_parallel=shard)
         if options.prepack_weights and can_pack(self.device, self.dtype):
             self.model.untie_lm_head()
             pack_linears(self.model)

@@ -7,7 +7,8 @@ Bookkeeping guarantees (tested by a hypothesis state machine, tests/test_engine_
   longer than ``max_model_len``, more KV blocks than the pool has) and then keeps nothing;
 - a request that fails (non-finite logits, an executor error) fails alone, or with the batch it ran
   in; the next step runs normally;
-- no exception from the executor, the sampler or the tokenizer escapes ``step()``;
+- no exception from the executor, the sampler or the tokenizer escapes ``step()``, except
+  ``ExecutorDeadError``: an executor that can no longer run anything (a tensor-parallel worker died);
 - a finished request leaves nothing behind: request table, detokenizer and KV blocks are freed.
 """
 
@@ -26,7 +27,7 @@ from hetero_core.engine.block_transfer import apply_block_transfers
 from hetero_core.engine.scheduler import ScheduledStep, Scheduler, SchedulerStats
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus, check_priority_and_tenant
 from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
-from hetero_core.errors import InvalidRequestError
+from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.engine")
@@ -189,6 +190,8 @@ class Engine:
             apply_block_transfers(self.executor, scheduled)
             output = self.executor.execute(scheduled.batch)
             sampled = self._next_tokens(scheduled, output)
+        except ExecutorDeadError:  # nothing can run any more (e.g. a tensor-parallel worker died)
+            raise
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine
             log.exception("executor.failed", num_seqs=scheduled.batch.num_seqs)
             for seq in scheduled.seqs:

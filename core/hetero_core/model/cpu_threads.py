@@ -34,6 +34,7 @@ def prefer_passive_openmp_wait() -> bool:
     return True
 
 
-def intra_op_threads(requested: int | None) -> int:
-    """The executor's ``num_threads`` option, else every CPU this process may use."""
-    return requested if requested is not None else available_cpus()
+def intra_op_threads(requested: int | None, num_ranks: int = 1) -> int:
+    """The executor's ``num_threads`` option, else every CPU this process may use, shared equally
+    by the ``num_ranks`` tensor-parallel processes running on them (at least one each)."""
+    return requested if requested is not None else max(1, available_cpus() // num_ranks)

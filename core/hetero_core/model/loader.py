@@ -28,9 +28,16 @@ def load_model(
     backend: AttentionBackend | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    tensor_parallel=None,
 ) -> LlamaForCausalLM:
-    """Load ``source`` (HF directory, ``.gguf`` file or hub id) ready for inference."""
+    """Load ``source`` (HF directory, ``.gguf`` file or hub id) ready for inference.
+
+    ``tensor_parallel``: a ``tensor_parallel.TensorParallelShard`` to load only that rank's shard."""
     config, state = read_checkpoint(resolve_model_source(source))
+    if tensor_parallel is not None:
+        from hetero_core.model.tensor_parallel import build_shard
+
+        return build_shard(config, state, tensor_parallel, backend=backend, device=device, dtype=dtype)
     return build_model(config, state, backend=backend, device=device, dtype=dtype)
 
 

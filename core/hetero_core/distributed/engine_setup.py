@@ -1,0 +1,72 @@
+"""What the builder does for ``tensor_parallel_size > 1``. Imports no torch until workers start.
+
+An executor supports tensor parallelism when it is registered with the trait
+``tensor_parallel=True`` (``register("torch", factory, tensor_parallel=True)``): its factory then
+receives ``ctx.tensor_parallel_rank`` / ``ctx.tensor_parallel_size`` with the default process group
+up, builds that rank's shard, and must be picklable (a module-level function), since the workers'
+processes call it too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hetero_core.errors import ConfigError
+
+TRAIT = "tensor_parallel"
+
+
+def supports_tensor_parallel(component) -> bool:
+    return bool(component.traits.get(TRAIT))
+
+
+def check_executor(component, registry, size: int) -> None:
+    """Refuse an executor that does not declare tensor-parallel support, in one line."""
+    if size == 1 or supports_tensor_parallel(component):
+        return
+    able = [name for name in registry.names("executor") if _supports(registry, name)]
+    hint = f"use --executor {' / '.join(able)} or" if able else "use"
+    raise ConfigError(f"executor '{component.name}' does not support tensor parallelism "
+                      f"(tensor_parallel_size {size}); {hint} tensor_parallel_size 1")
+
+
+def check_model(model_dir: Path, size: int) -> None:
+    """Refuse a size that does not divide the model's heads, KV heads, MLP or vocabulary (config.json)."""
+    if size == 1:
+        return
+    from hetero_core.model.config import ModelConfig
+    from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size
+
+    check_tensor_parallel_size(ModelConfig.from_dir(model_dir), size)
+
+
+def create_executor(component, ctx):
+    """The executor for ``ctx``: the component's own for one rank, else rank 0 plus workers."""
+    if ctx.tensor_parallel_size == 1:
+        return component.factory(ctx)
+    from hetero_core.distributed.tensor_parallel_executor import TensorParallelExecutor
+
+    return TensorParallelExecutor(component.factory, pin_auto_dtype(ctx), component.name)
+
+
+def pin_auto_dtype(ctx):
+    """``ctx`` with a ``dtype = "auto"`` option resolved here, once, so every rank runs the dtype
+    rank 0 chose (and a worker never resolves it differently)."""
+    options = ctx.options
+    if getattr(options, "dtype", None) != "auto":
+        return ctx
+    from dataclasses import replace
+
+    import torch
+
+    from hetero_core.model.compute_dtype import resolve_dtype
+
+    dtype = resolve_dtype("auto", torch.device(getattr(options, "device", "cpu")))
+    return replace(ctx, options=options.model_copy(update={"dtype": str(dtype).removeprefix("torch.")}))
+
+
+def _supports(registry, name: str) -> bool:
+    try:
+        return supports_tensor_parallel(registry.get("executor", name))
+    except Exception:  # a conflicted or failed name: not a suggestion
+        return False

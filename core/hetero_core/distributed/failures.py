@@ -1,0 +1,52 @@
+"""What went wrong in a tensor-parallel group, in one line naming the rank.
+
+When a step fails, every rank fails with it: the rank that broke (an exception, or killed) and the
+ranks whose collectives then lost a peer. The cause is, in this order: a worker killed by a signal;
+else the worker that reported an exception first; else a worker that exited without a word; else
+rank 0's own error (``otherwise``).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+
+@dataclass
+class WorkerReport:
+    """What rank 0 learnt about one worker after a failure."""
+
+    rank: int
+    exitcode: int | None = None  # None: still running (or not known to have exited)
+    error_time: float | None = None  # when it reported an exception (its clock: same machine)
+    summary: str | None = None  # "ValueError: ..." (first line)
+    traceback: str | None = None
+
+    @property
+    def killed_by(self) -> str | None:
+        if self.exitcode is None or self.exitcode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.exitcode).name
+        except ValueError:
+            return f"signal {-self.exitcode}"
+
+
+def blame(reports: list[WorkerReport]) -> WorkerReport | None:
+    """The worker that caused the failure, or None when none did (rank 0's own error)."""
+    killed = [r for r in reports if r.killed_by is not None]
+    errors = sorted((r for r in reports if r.summary is not None), key=lambda r: (r.error_time, r.rank))
+    exited = [r for r in reports if r.exitcode is not None]
+    return (killed or errors or exited or [None])[0]
+
+
+def describe_failure(reports: list[WorkerReport], otherwise: str) -> str:
+    """One line: which rank failed and how; ``otherwise`` when no worker is to blame (rank 0's error)."""
+    culprit = blame(reports)
+    if culprit is None:
+        return otherwise.splitlines()[0]
+    if culprit.killed_by is not None:
+        return f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}"
+    if culprit.summary is not None:
+        return f"tensor-parallel worker rank {culprit.rank} failed: {culprit.summary}"
+    return f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}"

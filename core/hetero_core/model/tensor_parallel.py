@@ -1,0 +1,168 @@
+"""Tensor parallelism in the model code (Megatron-style), over ``torch.distributed``.
+
+One rank's model is the ordinary ``LlamaForCausalLM`` built from its shard of the checkpoint, with
+four kinds of module swapped for parallel ones after loading:
+
+- column-parallel q/k/v and gate/up: no new module. The rank keeps its rows of q_proj, k_proj and
+  v_proj (its query heads and its KV heads) and of gate_proj and up_proj; the loader fuses them into
+  ``qkv_proj = [q; k; v]`` and ``gate_up_proj = [gate; up]`` as usual, so attention and the MLP run
+  on the rank's heads and columns with no communication;
+- row-parallel ``o_proj`` and ``down_proj`` (``RowParallelLinear``): the rank keeps its input
+  columns, computes a partial sum, and one all-reduce per attention block and one per MLP block
+  adds the ranks' parts; the bias is added once, after the reduce;
+- the vocabulary-parallel embedding (``VocabParallelEmbedding``): the rank keeps its slice of the
+  rows, looks up the ids inside it, zeroes the others and all-reduces;
+- the vocabulary-parallel LM head (``VocabParallelLMHead``): the rank computes the logits of its
+  vocabulary slice and an all-gather gives every rank the full-width rows.
+
+Shards are cut before the model is built, so weight packing (``cpu_linear.pack_linears``) sees
+only the rank's shard; the parallel modules wrap plain ``nn.Linear`` children, which it packs.
+The KV cache of a rank holds its KV heads only. Which sizes fit a model: ``tensor_parallel_plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+from hetero_core.errors import ConfigError
+from hetero_core.model.config import ModelConfig
+from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config
+
+# Checkpoint (Hugging Face) tensors, by name suffix, and the dimension each rank takes a slice of.
+_ROW_SHARDED = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj",
+                "embed_tokens", "lm_head")  # output rows (weight and bias)
+_COLUMN_SHARDED = ("self_attn.o_proj", "mlp.down_proj")  # input columns (weight only; the bias is whole)
+
+
+@dataclass(frozen=True)
+class TensorParallelShard:
+    """Rank ``rank`` of ``size``; ``group``: the process group (None: the default one)."""
+
+    rank: int
+    size: int
+    group: Any = None
+
+
+def placement(ctx, device: torch.device) -> tuple[TensorParallelShard | None, torch.device]:
+    """An executor's shard (None without tensor parallelism) and the device its rank runs on.
+
+    On CUDA rank ``r`` takes the ``r``-th device from the one configured (``cuda`` or ``cuda:0``:
+    ranks 0..size-1 on cuda:0..size-1) and makes it the current device, as NCCL expects."""
+    size, rank = ctx.tensor_parallel_size, ctx.tensor_parallel_rank
+    if size == 1:
+        return None, device
+    if device.type == "cuda":
+        first = device.index or 0
+        if first + size > torch.cuda.device_count():
+            raise ConfigError(f"tensor_parallel_size {size} needs CUDA devices {first}..{first + size - 1} "
+                              f"but {torch.cuda.device_count()} are visible")
+        device = torch.device("cuda", first + rank)
+        torch.cuda.set_device(device)
+    elif device.type != "cpu":
+        raise ConfigError(f"tensor parallelism runs on CPU (gloo) or CUDA (NCCL) devices, not {device.type!r}")
+    return TensorParallelShard(rank, size), device
+
+
+def shard_checkpoint(state: dict[str, torch.Tensor], config: ModelConfig,
+                     shard: TensorParallelShard) -> dict[str, torch.Tensor]:
+    """The rank's part of a checkpoint (Hugging Face names): slices are copied, so the full tensors
+    can be freed. Tensors not listed above (norms, q/k norms) are whole on every rank."""
+    check_tensor_parallel_size(config, shard.size)
+    sharded = {}
+    for name, tensor in state.items():
+        module, _, kind = name.rpartition(".")
+        if module.endswith(_ROW_SHARDED):
+            sharded[name] = _slice(tensor, 0, shard)
+        elif module.endswith(_COLUMN_SHARDED) and kind == "weight":
+            sharded[name] = _slice(tensor, 1, shard)
+        else:
+            sharded[name] = tensor
+    return sharded
+
+
+def build_shard(config: ModelConfig, state: dict[str, torch.Tensor], shard: TensorParallelShard, **build_options):
+    """Rank ``shard.rank``'s model: built from its checkpoint slice, then parallelized.
+    ``build_options``: ``loader.build_model``'s keywords (backend, device, dtype)."""
+    from hetero_core.model.loader import build_model
+
+    local = shard_config(config, shard.size)
+    model = build_model(replace(local, vocab_size=config.vocab_size // shard.size),
+                        shard_checkpoint(state, config, shard), **build_options)
+    parallelize(model, shard)
+    model.config = local  # the shard's heads and MLP; the full vocabulary (the logits are gathered)
+    return model
+
+
+def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
+    """Swap a loaded shard's output projections, embedding and LM head for the parallel modules."""
+    model.untie_lm_head()
+    for layer in model.model.layers:
+        layer.self_attn.o_proj = RowParallelLinear(layer.self_attn.o_proj, shard.group)
+        layer.mlp.down_proj = RowParallelLinear(layer.mlp.down_proj, shard.group)
+    embed = model.model.embed_tokens
+    model.model.embed_tokens = VocabParallelEmbedding(embed.weight, shard.rank * embed.weight.shape[0], shard.group)
+    model.lm_head = VocabParallelLMHead(model.lm_head, shard.size, shard.group)
+
+
+class RowParallelLinear(nn.Module):
+    """``all_reduce(x @ weight_shard.T) + bias``: the rank's input columns, one all-reduce."""
+
+    def __init__(self, linear: nn.Linear, group: Any = None):
+        super().__init__()
+        self.bias = linear.bias
+        linear.bias = None
+        self.linear = linear
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.linear(x)
+        dist.all_reduce(out, group=self.group)
+        return out if self.bias is None else out.add_(self.bias)
+
+
+class VocabParallelEmbedding(nn.Module):
+    """The rows ``start:start + len(weight)`` of the embedding table; other ids give zeros, and an
+    all-reduce sums the ranks' rows (exactly one rank holds each id)."""
+
+    def __init__(self, weight: nn.Parameter, start: int, group: Any = None):
+        super().__init__()
+        self.weight = weight
+        self.start = start
+        self.group = group
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        local_ids = input_ids - self.start
+        outside = (local_ids < 0) | (local_ids >= self.weight.shape[0])
+        out = F.embedding(local_ids.masked_fill(outside, 0), self.weight)
+        out.masked_fill_(outside.unsqueeze(-1), 0)
+        dist.all_reduce(out, group=self.group)
+        return out
+
+
+class VocabParallelLMHead(nn.Module):
+    """Logits of the rank's vocabulary slice, all-gathered into full-width rows on every rank."""
+
+    def __init__(self, linear: nn.Linear, size: int, group: Any = None):
+        super().__init__()
+        self.linear = linear
+        self.size = size
+        self.group = group
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        local = self.linear(hidden).contiguous()
+        if local.shape[0] == 0:  # no row is sampled this step (same on every rank: the same batch)
+            return local.new_empty((0, local.shape[1] * self.size))
+        parts = [torch.empty_like(local) for _ in range(self.size)]
+        dist.all_gather(parts, local, group=self.group)
+        return torch.cat(parts, dim=-1)
+
+
+def _slice(tensor: torch.Tensor, dim: int, shard: TensorParallelShard) -> torch.Tensor:
+    length = tensor.shape[dim] // shard.size
+    return tensor.narrow(dim, shard.rank * length, length).clone()
