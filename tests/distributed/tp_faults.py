@@ -24,7 +24,7 @@ def create_faulty_executor(ctx):
 
     class FaultyExecutor(TorchExecutor):
         def __init__(self):
-            super().__init__(ctx, options=TorchExecutorOptions())
+            super().__init__(ctx, options=TorchExecutorOptions(dtype="float32"))  # the same on every rank
             self.calls = 0
 
         def execute(self, batch):
