@@ -66,6 +66,7 @@ class EngineStats:
     last_step_batch_size: int = 0
     max_step_batch_size: int = 0
     prefix_cache_hit_rate: float | None = None  # when the KV allocator keeps a prefix cache
+    num_queued_tokens: int = 0  # prompt + remaining output tokens of unfinished requests (see below)
 
 
 class AsyncLLM:
@@ -348,7 +349,20 @@ class AsyncLLM:
             last_step_batch_size=self._last_batch_size,
             max_step_batch_size=self._max_batch_size,
             prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
+            num_queued_tokens=num_queued_tokens(scheduler, self.engine.max_model_len),
         )
+
+
+def num_queued_tokens(scheduler, max_model_len: int) -> int:
+    """The work an engine holds, in tokens: for every running, waiting or swapped sequence, its prompt
+    plus the output tokens it may still generate (``max_tokens``, bounded by ``max_model_len``).
+    Replicas report it so that routing prefers the least loaded engine (hetero_core.replicas)."""
+    total = 0
+    for queue in (scheduler.running, scheduler.waiting, scheduler.swapped):
+        for seq in queue:
+            remaining = min(seq.params.max_tokens - seq.num_output_tokens, max_model_len - seq.num_tokens)
+            total += seq.num_prompt_tokens + max(0, remaining)
+    return total
 
 
 class _BatchSizeRecorder:

@@ -23,6 +23,11 @@ def add_serve_command(commands) -> None:
     group.add_argument("--max-body-bytes", type=int, metavar="N", help=fields["max_body_bytes"].description)
     group.add_argument("--graceful-shutdown-seconds", type=float, metavar="S",
                        help=fields["graceful_shutdown_seconds"].description)
+    ray = serve.add_argument_group("replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)")
+    ray.add_argument("--replicas", type=int, metavar="N", help=fields["replicas"].description + " [1]")
+    ray.add_argument("--ray-address", metavar="ADDR", help=fields["ray_address"].description)
+    ray.add_argument("--replica-cpus", type=float, metavar="N", help=fields["replica_cpus"].description + " [1]")
+    ray.add_argument("--replica-gpus", type=float, metavar="N", help=fields["replica_gpus"].description + " [0]")
     add_settings_arguments(serve)
     serve.set_defaults(handler=_serve)
 
@@ -43,9 +48,22 @@ def _serve(args: argparse.Namespace) -> int:
     server = load_server_settings(
         host=args.host, port=args.port, api_key=args.api_key, served_model_name=args.served_model_name,
         max_pending_requests=args.max_pending_requests, max_body_bytes=args.max_body_bytes,
-        graceful_shutdown_seconds=args.graceful_shutdown_seconds,
+        graceful_shutdown_seconds=args.graceful_shutdown_seconds, replicas=args.replicas,
+        ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
     )
     configure_logging(settings.log_format, settings.log_level)
+    if server.uses_ray:
+        return 130 if _serve_replicas(settings, server) else 0
     app = create_server_app(settings, server)
     interrupted = run_server(app, server, log_level=settings.log_level)
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
+
+
+def _serve_replicas(settings, server) -> bool:
+    try:
+        from hetero_core.replicas.launcher import serve_replicas
+    except ImportError as exc:
+        from hetero_core.replicas import RAY_EXTRA_HINT
+
+        raise HeteroError(f"{RAY_EXTRA_HINT} (missing: {exc.name})") from None
+    return serve_replicas(settings, server)

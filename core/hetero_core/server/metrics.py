@@ -83,6 +83,7 @@ class _StatsCollector:
             "hetero_requests_waiting": ("Sequences waiting for admission", s.num_waiting),
             "hetero_requests_swapped": ("Sequences swapped out", s.num_swapped),
             "hetero_requests_pending": ("Requests accepted and not finished", s.num_pending),
+            "hetero_queued_tokens": ("Prompt + remaining output tokens of unfinished requests", s.num_queued_tokens),
             "hetero_kv_blocks_used": ("KV cache blocks in use", s.num_blocks - s.num_free_blocks),
             "hetero_kv_blocks_total": ("KV cache blocks in the pool", s.num_blocks),
             "hetero_engine_steps": ("Engine steps that ran a batch", s.num_steps),

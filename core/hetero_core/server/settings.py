@@ -23,6 +23,17 @@ class ServerSettings(BaseSettings):
                                       description="requests accepted at once; beyond it, 429")
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024, description="request body limit; beyond it, 413")
     graceful_shutdown_seconds: float = Field(30.0, ge=0, description="on stop, wait this long for requests to finish")
+    replicas: int = Field(1, ge=1, le=1024, description="engine replicas behind Ray Serve (1: one process, no Ray)")
+    ray_address: str | None = Field(None, min_length=1, description="Ray cluster for the replicas, e.g. ray://head:10001 "
+                                    "or auto (default: start a local Ray instance)")
+    replica_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each replica (also its OMP_NUM_THREADS)")
+    replica_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves for each replica (CUDA executors: 1, or "
+                                "the tensor-parallel size)")
+
+    @property
+    def uses_ray(self) -> bool:
+        """Replicas on Ray Serve: several of them, or a cluster to run on."""
+        return self.replicas > 1 or self.ray_address is not None
 
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
@@ -30,6 +41,12 @@ class ServerSettings(BaseSettings):
 
 def load_server_settings(**overrides) -> ServerSettings:
     try:
-        return ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "server settings")) from None
+    unused = [name for name in ("replica_cpus", "replica_gpus") if name in settings.model_fields_set]
+    if unused and not settings.uses_ray:
+        flags = " and ".join("--" + name.replace("_", "-") for name in unused)
+        raise ConfigError(f"{flags} {'apply' if len(unused) > 1 else 'applies'} to replicas on Ray: "
+                          "add --replicas N (N > 1) or --ray-address")
+    return settings

@@ -1,0 +1,102 @@
+"""Run the replicas application: on a local Ray instance (started here, stopped on exit) or on an
+existing cluster (``ray_address``; only our application is removed on exit). What ``hetero serve
+--replicas N`` does."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+
+import ray
+from ray import serve
+from ray.serve.config import HTTPOptions
+
+from hetero_core.errors import ConfigError, HeteroError
+from hetero_core.logging import get_logger
+from hetero_core.replicas.deployment import build_application
+from hetero_core.server.settings import ServerSettings
+
+APP_NAME = "hetero"
+log = get_logger("hetero.replicas")
+
+
+def connect(server: ServerSettings, log_level: str = "warning") -> bool:
+    """Join the cluster at ``server.ray_address``, or start a local instance sized for the replicas.
+    True when this call started Ray (the caller stops it)."""
+    if ray.is_initialized():
+        return False
+    level = log_level.upper()
+    if server.ray_address is not None:
+        try:
+            ray.init(address=server.ray_address, logging_level=level)
+        except Exception as exc:  # ConnectionError, ValueError for a malformed address, ...
+            raise HeteroError(f"could not connect to the Ray cluster at {server.ray_address!r}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        return False
+    num_cpus = max(os.cpu_count() or 1, math.ceil(server.replicas * server.replica_cpus))
+    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=level)
+    num_gpus = ray.cluster_resources().get("GPU", 0)
+    if server.replicas * server.replica_gpus > num_gpus:
+        ray.shutdown()
+        raise ConfigError(f"--replicas {server.replicas} with --replica-gpus {server.replica_gpus:g} needs "
+                          f"{server.replicas * server.replica_gpus:g} GPUs; this machine has {num_gpus:g}")
+    return True
+
+
+def deploy(settings, server: ServerSettings) -> str:
+    """Start Serve's HTTP proxy on ``host:port`` and the application; returns its URL once every replica
+    is up. (On a cluster whose Serve already runs, its proxy keeps the address it has.)"""
+    level = settings.log_level.upper()
+    logging.getLogger("ray.serve").setLevel(level)  # this process's Serve messages
+    serve.start(http_options=HTTPOptions(host=server.host, port=server.port), logging_config={"log_level": level})
+    try:
+        serve.run(build_application(settings, server), name=APP_NAME, route_prefix="/")
+    except RuntimeError as exc:  # a replica's constructor failed (a wrong setting, a missing model)
+        raise HeteroError(f"the replicas did not start: {_root_cause(str(exc))}") from None
+    return f"http://{server.host}:{server.port}"
+
+
+def stop(started_ray: bool) -> None:
+    """Remove the application (its replicas get ``graceful_shutdown_seconds`` to finish their requests);
+    stop Ray too when it was started here."""
+    try:
+        serve.delete(APP_NAME)
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+def serve_replicas(settings, server: ServerSettings) -> bool:
+    """Serve until SIGINT or SIGTERM; True when a signal stopped it (as ``run_server``)."""
+    started_ray = connect(server, settings.log_level)
+    try:
+        url = deploy(settings, server)
+        where = f"the Ray cluster at {server.ray_address}" if server.ray_address else "a local Ray instance"
+        print(f"hetero: serving {server.replicas} engine replica(s) on {where} at {url} (Ctrl-C stops)",
+              file=sys.stderr)
+        _wait_for_signal()
+        return True
+    finally:
+        stop(started_ray)
+
+
+def _wait_for_signal() -> None:
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    while not stopped.wait(1.0):
+        pass
+
+
+def _root_cause(message: str) -> str:
+    """The last 'SomeError: message' line of a replica's traceback, else the first line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in reversed(lines):
+        name, sep, rest = line.partition(": ")
+        if sep and name.rsplit(".", 1)[-1].endswith(("Error", "Exception")) and " " not in name:
+            return f"{name.rsplit('.', 1)[-1]}: {rest}"
+    return lines[0] if lines else "unknown error"
