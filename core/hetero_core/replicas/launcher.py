@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -21,6 +22,7 @@ from hetero_core.replicas.deployment import build_application
 from hetero_core.server.settings import ServerSettings
 
 APP_NAME = "hetero"
+CONNECT_TIMEOUT_S = 10.0
 log = get_logger("hetero.replicas")
 
 
@@ -31,6 +33,7 @@ def connect(server: ServerSettings, log_level: str = "warning") -> bool:
         return False
     level = log_level.upper()
     if server.ray_address is not None:
+        _check_reachable(server.ray_address)
         try:
             ray.init(address=server.ray_address, logging_level=level)
         except Exception as exc:  # ConnectionError, ValueError for a malformed address, ...
@@ -82,6 +85,20 @@ def serve_replicas(settings, server: ServerSettings) -> bool:
         return True
     finally:
         stop(started_ray)
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in one line at once: Ray itself retries an unreachable address for minutes."""
+    if address in ("auto", "local"):  # Ray's own: the cluster started on this machine / a new local one
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not (sep and host and port.isdigit()):
+        raise ConfigError(f"ray_address {address!r} is not HOST:PORT (the head's GCS), ray://HOST:PORT "
+                          "(Ray Client) or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise HeteroError(f"could not connect to the Ray cluster at {address!r}: {exc.strerror or exc}") from None
 
 
 def _wait_for_signal() -> None:

@@ -7,7 +7,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hetero_core.async_llm import DEFAULT_MAX_PENDING_REQUESTS
 from hetero_core.errors import ConfigError
-from hetero_core.settings import describe_validation_error
+from hetero_core.settings import NON_SETTING_ENV_VARIABLES, describe_validation_error
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
@@ -37,6 +37,10 @@ class ServerSettings(BaseSettings):
 
     def key(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key else None
+
+
+# Server settings are HETERO_* variables too: the check for misspelt engine variables must know them.
+NON_SETTING_ENV_VARIABLES.update("HETERO_" + name.upper() for name in ServerSettings.model_fields)
 
 
 def load_server_settings(**overrides) -> ServerSettings:

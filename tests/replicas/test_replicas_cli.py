@@ -1,0 +1,96 @@
+"""``hetero serve --replicas N``: the flags, the one-line errors, and a real run stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from hetero_core.cli import main
+
+
+def test_replicas_without_the_ray_extra_say_what_to_install(monkeypatch, capsys):
+    pytest.importorskip("fastapi", reason="the server extra is checked first")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    for name in [m for m in sys.modules if m.startswith("hetero_core.replicas.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["serve", "--executor", "mock", "--replicas", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install 'hetero-core[ray]'" in err and "ray" in err, err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--replicas", "0"], "replicas: Input should be greater than or equal to 1"),
+    (["--replica-cpus", "2"], "--replica-cpus applies to replicas on Ray: add --replicas N"),
+    (["--replica-gpus", "1", "--replica-cpus", "1"], "--replica-cpus and --replica-gpus apply to replicas on Ray"),
+    (["--replicas", "2", "--replica-gpus", "-1"], "replica_gpus: Input should be greater than or equal to 0"),
+])
+def test_bad_replica_options_get_one_line(argv, message, capsys):
+    pytest.importorskip("fastapi", reason="the server extra is checked first")
+    assert main(["serve", "--executor", "mock", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    ("127.0.0.1:1", "could not connect to the Ray cluster at '127.0.0.1:1': "),
+    ("ray://127.0.0.1:1", "could not connect to the Ray cluster at 'ray://127.0.0.1:1': "),
+    ("head-node", "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client) or auto"),
+])
+def test_an_unreachable_or_malformed_cluster_address_gets_one_line_at_once(address, message, capsys):
+    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    assert main(["serve", "--executor", "mock", "--ray-address", address]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+
+
+def test_importing_hetero_core_and_its_replicas_package_does_not_import_ray():
+    code = "import sys, hetero_core, hetero_core.cli, hetero_core.replicas; print('ray' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_hetero_serve_replicas_answers_and_stops_on_ctrl_c():
+    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    import httpx
+    import openai
+
+    from hetero_core.replicas.frontend import REPLICA_HEADER
+    from test_replicas_serve import free_port
+
+    port = free_port()
+    env = {**os.environ, "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6", "HETERO_REPLICAS": "2"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--replica-cpus", "0.5",
+         "--port", str(port), "--served-model-name", "mock-model", "--graceful-shutdown-seconds", "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180  # bounded: starting Ray and the replicas takes a while
+        while not any("hetero: serving" in line for line in lines) and process.poll() is None:
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(base + "/health").json() == {"status": "ok"}
+        api = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+        raw = api.chat.completions.with_raw_response.create(model="mock-model",
+                                                            messages=[{"role": "user", "content": "hi"}])
+        result = raw.parse()
+        assert result.choices[0].finish_reason == "stop" and result.usage.completion_tokens == 6
+        assert raw.headers[REPLICA_HEADER]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+        reader.join(timeout=10)
+    output = "".join(lines)
+    assert process.returncode == 130, output
+    assert "hetero: serving 2 engine replica(s) on a local Ray instance" in output, output
+    assert "Traceback" not in output and "unknown environment variable" not in output, output
