@@ -55,42 +55,83 @@ def test_importing_hetero_core_and_its_replicas_package_does_not_import_ray():
     assert result.stdout.strip() == "False"
 
 
-def test_hetero_serve_replicas_answers_and_stops_on_ctrl_c():
-    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
-    import httpx
+def start_serve(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, list[str]]:
+    """``hetero serve ...`` in a subprocess, its output collected by a thread; returns once it serves."""
+    process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", *args],
+                               env={**os.environ, "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6", **(env or {})},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    process.reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    process.reader.start()
+    deadline = time.monotonic() + 180  # bounded: starting Ray and the replicas takes a while
+    while not any("hetero: serving" in line for line in lines):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("hetero serve did not start:\n" + "".join(lines))
+        time.sleep(0.2)
+    return process, lines
+
+
+def stop_serve(process: subprocess.Popen, lines: list[str]) -> str:
+    """Ctrl-C; the whole output once the process has exited with 130, as after Ctrl-C in a shell."""
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=120)
+    process.reader.join(timeout=30)  # it ends with the output
+    output = "".join(lines)
+    assert process.returncode == 130, output
+    assert "Traceback" not in output and "unknown environment variable" not in output, output
+    return output
+
+
+def ask(port: int) -> str:
+    """One chat request through the openai client; the replica that served it."""
     import openai
 
     from hetero_core.replicas.frontend import REPLICA_HEADER
+
+    api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
+    raw = api.chat.completions.with_raw_response.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    result = raw.parse()
+    assert result.choices[0].finish_reason == "stop" and result.usage.completion_tokens == 6
+    return raw.headers[REPLICA_HEADER]
+
+
+def test_hetero_serve_replicas_on_a_local_ray_instance_answers_and_stops_on_ctrl_c():
+    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    import httpx
+
     from test_replicas_serve import free_port
 
     port = free_port()
-    env = {**os.environ, "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6", "HETERO_REPLICAS": "2"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--replica-cpus", "0.5",
-         "--port", str(port), "--served-model-name", "mock-model", "--graceful-shutdown-seconds", "1"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
-    reader.start()
+    process, lines = start_serve("--replica-cpus", "0.5", "--port", str(port), "--served-model-name", "mock-model",
+                                 "--graceful-shutdown-seconds", "1", env={"HETERO_REPLICAS": "2"})
     try:
-        deadline = time.monotonic() + 180  # bounded: starting Ray and the replicas takes a while
-        while not any("hetero: serving" in line for line in lines) and process.poll() is None:
-            assert time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.2)
-        base = f"http://127.0.0.1:{port}"
-        assert httpx.get(base + "/health").json() == {"status": "ok"}
-        api = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
-        raw = api.chat.completions.with_raw_response.create(model="mock-model",
-                                                            messages=[{"role": "user", "content": "hi"}])
-        result = raw.parse()
-        assert result.choices[0].finish_reason == "stop" and result.usage.completion_tokens == 6
-        assert raw.headers[REPLICA_HEADER]
+        assert httpx.get(f"http://127.0.0.1:{port}/health").json() == {"status": "ok"}
+        assert ask(port)
     finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
-        reader.join(timeout=10)
-    output = "".join(lines)
-    assert process.returncode == 130, output
-    assert "hetero: serving 2 engine replica(s) on a local Ray instance" in output, output
-    assert "Traceback" not in output and "unknown environment variable" not in output, output
+        output = stop_serve(process, lines)
+    assert f"serving 2 engine replica(s) on a local Ray instance at http://127.0.0.1:{port}" in output, output
+
+
+def test_hetero_serve_replicas_on_an_existing_cluster_leaves_it_running():
+    ray = pytest.importorskip("ray", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    serve = pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    from test_replicas_serve import free_port
+
+    # This test process starts the "cluster" (it enables Ray's token authentication, RAY_AUTH_MODE=token,
+    # which the subprocess inherits, as a user of such a cluster sets it).
+    context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024,
+                       log_to_driver=False, logging_level="WARNING")
+    try:
+        address, port = context.address_info["gcs_address"], free_port()
+        process, lines = start_serve("--ray-address", address, "--replicas", "2", "--replica-cpus", "0.5",
+                                     "--port", str(port), "--served-model-name", "mock-model")
+        try:
+            assert "hetero" in serve.status().applications
+            assert ask(port)
+        finally:
+            output = stop_serve(process, lines)
+        assert f"on the Ray cluster at {address} at http://127.0.0.1:{port}" in output, output
+        assert "hetero" not in serve.status().applications and ray.is_initialized()  # only our app is gone
+    finally:
+        ray.shutdown()

@@ -36,9 +36,10 @@ def connect(server: ServerSettings, log_level: str = "warning") -> bool:
         _check_reachable(server.ray_address)
         try:
             ray.init(address=server.ray_address, logging_level=level)
-        except Exception as exc:  # ConnectionError, ValueError for a malformed address, ...
-            raise HeteroError(f"could not connect to the Ray cluster at {server.ray_address!r}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        except Exception as exc:  # ConnectionError, an authentication failure, ...
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise HeteroError(f"could not connect to the Ray cluster at {server.ray_address!r}: {reason} (a "
+                              "cluster with token authentication needs RAY_AUTH_MODE=token and its token)") from None
         return False
     num_cpus = max(os.cpu_count() or 1, math.ceil(server.replicas * server.replica_cpus))
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=level)
