@@ -40,7 +40,7 @@ def test_bad_replica_options_get_one_line(argv, message, capsys):
 @pytest.mark.parametrize(("address", "message"), [
     ("127.0.0.1:1", "could not connect to the Ray cluster at '127.0.0.1:1': "),
     ("ray://127.0.0.1:1", "could not connect to the Ray cluster at 'ray://127.0.0.1:1': "),
-    ("head-node", "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client) or auto"),
+    ("head-node", "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client), auto or local"),
 ])
 def test_an_unreachable_or_malformed_cluster_address_gets_one_line_at_once(address, message, capsys):
     pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")

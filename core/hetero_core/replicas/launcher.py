@@ -27,12 +27,12 @@ log = get_logger("hetero.replicas")
 
 
 def connect(server: ServerSettings, log_level: str = "warning") -> bool:
-    """Join the cluster at ``server.ray_address``, or start a local instance sized for the replicas.
-    True when this call started Ray (the caller stops it)."""
+    """Join the cluster at ``server.ray_address``, or start a local instance sized for the replicas (no
+    address, or ``local``: Ray's name for a new one). True when this call started Ray (the caller stops it)."""
     if ray.is_initialized():
         return False
     level = log_level.upper()
-    if server.ray_address is not None:
+    if server.ray_address not in (None, "local"):
         _check_reachable(server.ray_address)
         try:
             ray.init(address=server.ray_address, logging_level=level)
@@ -79,7 +79,7 @@ def serve_replicas(settings, server: ServerSettings) -> bool:
     started_ray = connect(server, settings.log_level)
     try:
         url = deploy(settings, server)
-        where = f"the Ray cluster at {server.ray_address}" if server.ray_address else "a local Ray instance"
+        where = "a local Ray instance" if started_ray else f"the Ray cluster at {server.ray_address}"
         print(f"hetero: serving {server.replicas} engine replica(s) on {where} at {url} (Ctrl-C stops)",
               file=sys.stderr)
         _wait_for_signal()
@@ -90,12 +90,12 @@ def serve_replicas(settings, server: ServerSettings) -> bool:
 
 def _check_reachable(address: str) -> None:
     """Fail in one line at once: Ray itself retries an unreachable address for minutes."""
-    if address in ("auto", "local"):  # Ray's own: the cluster started on this machine / a new local one
+    if address == "auto":  # Ray's own: the cluster already running on this machine
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not (sep and host and port.isdigit()):
         raise ConfigError(f"ray_address {address!r} is not HOST:PORT (the head's GCS), ray://HOST:PORT "
-                          "(Ray Client) or auto")
+                          "(Ray Client), auto or local")
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:

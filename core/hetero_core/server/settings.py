@@ -24,8 +24,8 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024, description="request body limit; beyond it, 413")
     graceful_shutdown_seconds: float = Field(30.0, ge=0, description="on stop, wait this long for requests to finish")
     replicas: int = Field(1, ge=1, le=1024, description="engine replicas behind Ray Serve (1: one process, no Ray)")
-    ray_address: str | None = Field(None, min_length=1, description="Ray cluster for the replicas, e.g. ray://head:10001 "
-                                    "or auto (default: start a local Ray instance)")
+    ray_address: str | None = Field(None, min_length=1, description="Ray cluster for the replicas: HOST:PORT, "
+                                    "ray://HOST:PORT, auto; local (the default): a new local Ray instance")
     replica_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each replica (also its OMP_NUM_THREADS)")
     replica_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves for each replica (CUDA executors: 1, or "
                                 "the tensor-parallel size)")
