@@ -135,3 +135,19 @@ def test_hetero_serve_replicas_on_an_existing_cluster_leaves_it_running():
         assert "hetero" not in serve.status().applications and ray.is_initialized()  # only our app is gone
     finally:
         ray.shutdown()
+
+
+def test_the_ray_serve_application_builder_takes_setting_names():
+    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    from hetero_core.errors import ConfigError
+    from hetero_core.replicas.deployment import app_builder
+
+    app = app_builder({"executor": "mock", "max_tokens": "8", "replicas": "3", "replica_cpus": "0.25"})
+    engine = app._bound_deployment.init_args[0]._bound_deployment  # Ray Serve's Application internals
+    assert engine.num_replicas == 3 and engine.ray_actor_options["num_cpus"] == 0.25
+    settings, max_pending = engine.init_args
+    assert settings.max_tokens == 8 and settings.executor.name == "mock" and max_pending == 512
+    with pytest.raises(ConfigError, match="replicas"):
+        app_builder({"replicas": "zero"})
+    with pytest.raises(ConfigError, match="max_token"):
+        app_builder({"max_token": "8"})

@@ -4,6 +4,10 @@
     from hetero_core.replicas.deployment import build_application
     serve.run(build_application(settings, server_settings), name="hetero", route_prefix="/")
 
+or with Ray Serve's own tools (``serve run``, a Serve config file's ``import_path`` on KubeRay):
+
+    serve run hetero_core.replicas.deployment:app_builder executor=mock replicas=2 max_tokens=64
+
 Every HTTP request reaches the Frontend (the same OpenAI app as ``hetero serve``); each engine request
 goes from there through a deployment handle to the replica ``FewestQueuedTokensRouter`` picks. Ray
 Serve's controller health-checks the replicas (``EngineReplica.check_health``) and replaces one that
@@ -12,13 +16,17 @@ died or whose engine stopped, while the others keep serving.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from ray import serve
 from ray.serve.config import RequestRouterConfig
+
+from hetero_core.errors import ConfigError
 
 from hetero_core.replicas.engine_replica import EngineReplica
 from hetero_core.replicas.frontend import Frontend
 from hetero_core.replicas.router import FewestQueuedTokensRouter
 from hetero_core.server.settings import ServerSettings
+from hetero_core.settings import describe_validation_error, load_settings
 
 # How often each replica reports its queued tokens to the routers (Ray Serve's default is 10 s).
 ROUTING_STATS_PERIOD_S = 1.0
@@ -58,3 +66,16 @@ def build_application(settings, server: ServerSettings):
     )
     return frontend.bind(engine, model_name=server.served_model_name or settings.model, api_key=server.key(),
                          max_body_bytes=server.max_body_bytes)
+
+
+def app_builder(args: dict[str, str]):
+    """The application from ``key=value`` arguments (Ray Serve's application builder): engine setting names
+    as for ``hetero run`` and the server's (``replicas``, ``replica_cpus``, ``api_key``, ...). Serve's own
+    HTTP options apply, not ``host`` / ``port``; ``HETERO_*`` variables of the deploying process count."""
+    server_names = set(ServerSettings.model_fields)
+    settings = load_settings(**{k: v for k, v in args.items() if k not in server_names})
+    try:
+        server = ServerSettings(**{k: v for k, v in args.items() if k in server_names})
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, "server settings")) from None
+    return build_application(settings, server)
