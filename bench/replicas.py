@@ -34,7 +34,6 @@ import tempfile
 import time
 
 import httpx
-
 from serving_benchmark import free_port, machine_info, run_level, summarize
 
 STARTUP_TIMEOUT_S = 300
@@ -52,10 +51,12 @@ def start(flags: list[str], env: dict, log) -> tuple[subprocess.Popen, str]:
                                env={**os.environ, **env}, stdout=log, stderr=log)
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:  # Ray configurations are ready once they print "hetero: serving"
+    while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"hetero serve {' '.join(flags)} exited with {process.returncode}")
-        ready = "hetero: serving" in open(log.name).read() if "--ray-address" in flags or "--replicas" in flags else True
+        ray_config = "--ray-address" in flags or "--replicas" in flags  # ready once it prints "hetero: serving"
+        with open(log.name) as output:
+            ready = not ray_config or "hetero: serving" in output.read()
         try:
             if ready and httpx.get(base_url + "/health", timeout=2).status_code == 200:
                 return process, base_url

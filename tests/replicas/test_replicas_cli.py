@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -55,6 +56,12 @@ def test_importing_hetero_core_and_its_replicas_package_does_not_import_ray():
     assert result.stdout.strip() == "False"
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def start_serve(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, list[str]]:
     """``hetero serve ...`` in a subprocess, its output collected by a thread; returns once it serves."""
     process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", *args],
@@ -100,8 +107,6 @@ def test_hetero_serve_replicas_on_a_local_ray_instance_answers_and_stops_on_ctrl
     pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
     import httpx
 
-    from test_replicas_serve import free_port
-
     port = free_port()
     process, lines = start_serve("--replica-cpus", "0.5", "--port", str(port), "--served-model-name", "mock-model",
                                  "--graceful-shutdown-seconds", "1", env={"HETERO_REPLICAS": "2"})
@@ -116,8 +121,6 @@ def test_hetero_serve_replicas_on_a_local_ray_instance_answers_and_stops_on_ctrl
 def test_hetero_serve_replicas_on_an_existing_cluster_leaves_it_running():
     ray = pytest.importorskip("ray", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
     serve = pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
-    from test_replicas_serve import free_port
-
     # This test process starts the "cluster" (it enables Ray's token authentication, RAY_AUTH_MODE=token,
     # which the subprocess inherits, as a user of such a cluster sets it).
     context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024,

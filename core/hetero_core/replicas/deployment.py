@@ -21,7 +21,6 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from hetero_core.errors import ConfigError
-
 from hetero_core.replicas.engine_replica import EngineReplica
 from hetero_core.replicas.frontend import Frontend
 from hetero_core.replicas.router import FewestQueuedTokensRouter
