@@ -349,20 +349,16 @@ class AsyncLLM:
             last_step_batch_size=self._last_batch_size,
             max_step_batch_size=self._max_batch_size,
             prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
-            num_queued_tokens=num_queued_tokens(scheduler, self.engine.max_model_len),
+            num_queued_tokens=num_queued_tokens(scheduler),
         )
 
 
-def num_queued_tokens(scheduler, max_model_len: int) -> int:
+def num_queued_tokens(scheduler) -> int:
     """The work an engine holds, in tokens: for every running, waiting or swapped sequence, its prompt
-    plus the output tokens it may still generate (``max_tokens``, bounded by ``max_model_len``).
-    Replicas report it so that routing prefers the least loaded engine (hetero_core.replicas)."""
-    total = 0
-    for queue in (scheduler.running, scheduler.waiting, scheduler.swapped):
-        for seq in queue:
-            remaining = min(seq.params.max_tokens - seq.num_output_tokens, max_model_len - seq.num_tokens)
-            total += seq.num_prompt_tokens + max(0, remaining)
-    return total
+    plus the output tokens it may still generate (up to ``max_tokens``; the engine admits no request
+    beyond ``max_model_len``). Replicas report it so that routing prefers the least loaded engine."""
+    return sum(seq.num_prompt_tokens + max(0, seq.params.max_tokens - seq.num_output_tokens)
+               for seqs in (scheduler.running, scheduler.waiting, scheduler.swapped) for seq in seqs)
 
 
 class _BatchSizeRecorder:
