@@ -154,3 +154,15 @@ def test_the_ray_serve_application_builder_takes_setting_names():
         app_builder({"replicas": "zero"})
     with pytest.raises(ConfigError, match="max_token"):
         app_builder({"max_token": "8"})
+
+
+def test_a_replica_that_cannot_start_fails_the_command_with_its_reason():
+    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    env = {**os.environ, "HETERO_EXECUTOR__MOCK__VOCAB_SIZE": "100000"}  # checked by the executor, in the replica
+    result = subprocess.run([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--replicas", "2",
+                             "--replica-cpus", "0.5", "--port", str(free_port())],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "hetero: error: the replicas did not start: ConfigError: executor.mock.vocab_size (100000) exceeds the "
+        "tokenizer's vocabulary (258)"), result.stderr

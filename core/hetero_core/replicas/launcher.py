@@ -17,13 +17,11 @@ from ray import serve
 from ray.serve.config import HTTPOptions
 
 from hetero_core.errors import ConfigError, HeteroError
-from hetero_core.logging import get_logger
 from hetero_core.replicas.deployment import build_application
 from hetero_core.server.settings import ServerSettings
 
 APP_NAME = "hetero"
 CONNECT_TIMEOUT_S = 10.0
-log = get_logger("hetero.replicas")
 
 
 def connect(server: ServerSettings, log_level: str = "warning") -> bool:
@@ -60,7 +58,7 @@ def deploy(settings, server: ServerSettings) -> str:
     try:
         serve.run(build_application(settings, server), name=APP_NAME, route_prefix="/")
     except RuntimeError as exc:  # a replica's constructor failed (a wrong setting, a missing model)
-        raise HeteroError(f"the replicas did not start: {_root_cause(str(exc))}") from None
+        raise HeteroError(f"the replicas did not start: {_failure_reason(exc)}") from None
     return f"http://{server.host}:{server.port}"
 
 
@@ -110,11 +108,16 @@ def _wait_for_signal() -> None:
         pass
 
 
-def _root_cause(message: str) -> str:
-    """The last 'SomeError: message' line of a replica's traceback, else the first line."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    for line in reversed(lines):
-        name, sep, rest = line.partition(": ")
-        if sep and name.rsplit(".", 1)[-1].endswith(("Error", "Exception")) and " " not in name:
-            return f"{name.rsplit('.', 1)[-1]}: {rest}"
-    return lines[0] if lines else "unknown error"
+def _failure_reason(exc: RuntimeError) -> str:
+    """Why the deployment failed, in one line: the exception that ended a replica's constructor (the
+    last line of the traceback in the deployment's status), else Serve's own message."""
+    try:
+        deployments = serve.status().applications[APP_NAME].deployments.values()
+    except Exception:  # noqa: BLE001  (only a better message is lost)
+        deployments = []
+    for deployment in deployments:
+        for line in reversed(deployment.message.splitlines()):
+            name, sep, rest = line.strip().partition(": ")
+            if sep and " " not in name and name.rsplit(".", 1)[-1].endswith(("Error", "Exception")):
+                return f"{name.rsplit('.', 1)[-1]}: {rest}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
