@@ -37,6 +37,7 @@ SOURCE = Path(__file__).with_name("cpu_kernels") / "paged_decode_attention.c"
 COMPILER_ENV = "CC"
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
           "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC")
+MAX_HEAD_DIM, MAX_GROUP = 512, 64  # the kernel's fixed limits (paged_decode_attention.c)
 _FUNCTIONS = {torch.float32: "paged_decode_attention_f32", torch.bfloat16: "paged_decode_attention_bf16"}
 _ARGTYPES = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -52,8 +53,11 @@ class DecodeKernel:
     library: ctypes.CDLL
     path: Path
 
-    def supports(self, dtype: torch.dtype) -> bool:
-        return dtype in _FUNCTIONS
+    def supports(self, query: torch.Tensor, num_kv_heads: int) -> bool:
+        """True for a CPU query of a dtype, head size and group size the kernel handles."""
+        num_heads, head_dim = query.shape[1:]
+        return (query.device.type == "cpu" and query.dtype in _FUNCTIONS and head_dim <= MAX_HEAD_DIM
+                and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads <= MAX_GROUP)
 
     def attend(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
@@ -72,8 +76,7 @@ class DecodeKernel:
             num_seqs, num_heads, num_kv_heads, head_dim, num_blocks, block_size, scale, torch.get_num_threads(),
         )
         if status != 0:
-            raise KernelUnavailable(f"decode kernel refused head_dim {head_dim} / {num_heads // num_kv_heads} "
-                                    "query heads per KV head, or ran out of memory")
+            raise MemoryError("the CPU decode-attention kernel could not allocate its score buffers")
         return out
 
 

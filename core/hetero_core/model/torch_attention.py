@@ -121,7 +121,7 @@ class TorchPagedAttention:
 
     def _attend_decode(self, query, kv_cache: KVCache, group: DecodeGroup, scale: float) -> torch.Tensor:
         kernel = self.decode_kernel
-        if kernel is not None and query.device.type == "cpu" and kernel.supports(query.dtype):
+        if kernel is not None and kernel.supports(query, kv_cache.key.shape[0]):
             tables = group.block_index.view(group.num_seqs, -1)
             return kernel.attend(query, kv_cache.key, kv_cache.value, tables, group.context_lens, scale)
         return _attend_decode(query, kv_cache, group, scale)
