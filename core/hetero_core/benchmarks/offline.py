@@ -121,8 +121,8 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped) -
     if latency:
         columns += [Column("decode_ms_per_token", "batch-1 ms/tok", ".1f"),
                     Column("hetero_decode_speedup", "hetero speedup", ".2f", "x")]
-    summary = [f"hetero speedup = hetero output tokens/s / the peer's (median of {len(rounds)} round(s)); "
-               "batch-1: the peer's ms/token / hetero's"]
+    summary = [f"hetero speedup = hetero output tokens/s / the peer's (median of {len(rounds)} round(s))"
+               + ("; batch-1: the peer's ms/token / hetero's" if latency else "")]
     for peer in peers[1:]:
         ratios = per_peer[peer.name]["hetero_speedup_per_round"]
         summary.append(f"{peer.label}: hetero speedup per round " + ", ".join(f"{x:.2f}x" for x in ratios))

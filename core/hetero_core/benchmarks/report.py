@@ -147,8 +147,8 @@ def _lines(ax, panel: Panel) -> None:
 
 
 def _short(value: float) -> str:
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
+    if not math.isfinite(value) or float(value).is_integer():
+        return f"{value:g}" if not math.isfinite(value) else f"{value:.0f}"
     magnitude = abs(value)
     return f"{value:.0f}" if magnitude >= 100 else f"{value:.1f}" if magnitude >= 10 else f"{value:.2f}"
 
