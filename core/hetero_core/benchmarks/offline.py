@@ -102,14 +102,13 @@ def _decode_latency(peers, prompt: list[int], num_tokens: int) -> dict[str, floa
 def _report(args, workload, requests, hetero, peers, rounds, latency, skipped) -> Report:
     expected = sum(r.max_tokens for r in requests)
     rows, per_peer = [], {}
-    base = _median_tps(rounds, "hetero")
     for peer in peers:
         elapsed = statistics.median(r[peer.name].elapsed_s for r in rounds)
         tps = _median_tps(rounds, peer.name)
         per_round = [r["hetero"].tokens_per_s / r[peer.name].tokens_per_s for r in rounds]
         ms = latency.get(peer.name)
         row = {"peer": peer.name, "label": peer.label, "seconds": elapsed, "output_tokens_per_s": tps,
-               "hetero_speedup": base / tps,
+               "hetero_speedup": statistics.median(per_round),  # paired: each round's ratio, then the median
                "decode_ms_per_token": None if ms is None else ms * 1e3,
                "hetero_decode_speedup": (ms / latency["hetero"]) if ms is not None and "hetero" in latency else None}
         rows.append(row)
@@ -121,7 +120,7 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped) -
     if latency:
         columns += [Column("decode_ms_per_token", "batch-1 ms/tok", ".1f"),
                     Column("hetero_decode_speedup", "hetero speedup", ".2f", "x")]
-    summary = [f"hetero speedup = hetero output tokens/s / the peer's (median of {len(rounds)} round(s))"
+    summary = [f"hetero speedup = hetero output tokens/s / the peer's in the same round (median of {len(rounds)})"
                + ("; batch-1: the peer's ms/token / hetero's" if latency else "")]
     for peer in peers[1:]:
         ratios = per_peer[peer.name]["hetero_speedup_per_round"]
@@ -133,11 +132,12 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped) -
               f"{expected} output tokens, greedy, ignore_eos; executor {hetero.executor_name}, "
               f"dtype {hetero.dtype or '-'}; {len(rounds)} round(s)"]
     panels = [Panel("output throughput (higher is better)", "output tokens/s",
-                    [r["label"] for r in rows], {"tokens/s": [r["output_tokens_per_s"] for r in rows]})]
-    if latency:
+                    [_label(r, "hetero_speedup") for r in rows], {"tokens/s": [r["output_tokens_per_s"] for r in rows]})]
+    timed = [r for r in rows if r["decode_ms_per_token"] is not None]
+    if timed:
         panels.append(Panel("batch-1 decode latency (lower is better)", "ms per token",
-                            [r["label"] for r in rows if r["decode_ms_per_token"] is not None],
-                            {"ms/token": [r["decode_ms_per_token"] for r in rows if r["decode_ms_per_token"] is not None]}))
+                            [_label(r, "hetero_decode_speedup") for r in timed],
+                            {"ms/token": [r["decode_ms_per_token"] for r in timed]}))
     settings = {**{k: v for k, v in vars(args).items() if k not in ("handler", "json", "plot")},
                 "workload": workload.as_dict(), "executor_resolved": hetero.executor_name, "dtype_resolved": hetero.dtype,
                 "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests), "output_tokens": expected}
@@ -148,3 +148,10 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped) -
 
 def _median_tps(rounds, name: str) -> float:
     return statistics.median(r[name].tokens_per_s for r in rounds)
+
+
+def _label(row: dict, ratio: str) -> str:
+    """A bar's label: the peer, and for the others Hetero's speedup over it."""
+    if row["peer"] == "hetero" or row[ratio] is None:
+        return row["label"]
+    return f"{row['label']}\n(hetero {row[ratio]:.2f}x)"

@@ -103,7 +103,7 @@ def start_server(serve_flags: list[str]) -> tuple[subprocess.Popen, str]:
 
 
 def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)  # a graceful stop, as a service manager does it
     try:
         process.wait(60)
     except subprocess.TimeoutExpired:
