@@ -24,16 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers", default="hf", metavar="A,B",
                         help="peers to run beside Hetero, comma-separated, or 'none' (default: hf; "
                              "see the list below)")
-    parser.add_argument("--num-requests", type=positive_int, default=32)
-    parser.add_argument("--seed", type=int, default=0, help="the workload's random seed")
-    parser.add_argument("--prompt-len", type=positive_int, nargs=2, default=(16, 128), metavar=("MIN", "MAX"))
-    parser.add_argument("--output-len", type=positive_int, nargs=2, default=(16, 64), metavar=("MIN", "MAX"))
-    parser.add_argument("--rounds", type=positive_int, default=3,
+    parser.add_argument("--num-requests", type=positive_int, default=32, metavar="N", help="requests (default: 32)")
+    parser.add_argument("--seed", type=int, default=0, help="the workload's random seed (default: 0)")
+    parser.add_argument("--prompt-len", type=positive_int, nargs=2, default=(16, 128), metavar=("MIN", "MAX"),
+                        help="prompt lengths, uniform (default: 16 128)")
+    parser.add_argument("--output-len", type=positive_int, nargs=2, default=(16, 64), metavar=("MIN", "MAX"),
+                        help="output lengths, uniform (default: 16 64)")
+    parser.add_argument("--rounds", type=positive_int, default=3, metavar="N",
                         help="Hetero and every peer run this many times, alternately (default: 3)")
-    parser.add_argument("--decode-tokens", type=non_negative_int, default=64,
+    parser.add_argument("--decode-tokens", type=non_negative_int, default=64, metavar="N",
                         help="batch-1 decode latency over this many tokens (0: skip; default: 64)")
-    parser.add_argument("--hf-batch-size", type=positive_int, default=32, help="the hf peer's static batch size")
-    parser.add_argument("--threads", type=positive_int, help="torch threads for every peer (default: the engine's)")
+    parser.add_argument("--hf-batch-size", type=positive_int, default=32, metavar="N",
+                        help="the hf peer's static batch size (default: 32)")
+    parser.add_argument("--threads", type=positive_int, metavar="N",
+                        help="torch threads for every peer (default: the engine's choice)")
     add_engine_arguments(parser)
 
 
