@@ -122,20 +122,30 @@ def _absent(ctx):
     raise PeerUnavailable("its virtual environment is missing (scripts/setup-absent.sh)")
 
 
+class FailsToStart(FakePeer):
+    name, label = "late", "a peer that fails when it starts"
+
+    def run(self, requests):
+        raise PeerUnavailable("its server did not start")
+
+
 def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatch):
     from hetero_core.benchmarks import peers
 
-    monkeypatch.setattr(peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent})
+    monkeypatch.setattr(peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent, "late": FailsToStart})
     path = tmp_path / "o.json"
-    code, out, err = bench(capsys, *SMALL_OFFLINE, "--decode-tokens", "0", "--peers", "fake,absent",
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--decode-tokens", "0", "--peers", "late,fake,absent,fake",
                            "--hf-batch-size", "3", "--json", str(path))
     assert code == 0, err
     assert "skipping peer 'absent': its virtual environment is missing" in err
+    assert err.count("skipping peer 'late': its server did not start") == 1 and "fails when" not in out
     assert err.index("round 1/2: hetero") < err.index("round 1/2: a fake") < err.index("round 2/2: hetero")
     assert "a fake engine" in out and "a fake engine: hetero speedup per round" in out
     assert FakePeer.last.calls == 2 and FakePeer.last.closed and FakePeer.last.ctx.hf_batch_size == 3
     assert FakePeer.last.ctx.model_dir is None  # the mock executor runs no model
-    fake = json.loads(path.read_text())["peers"]["fake"]
+    report = json.loads(path.read_text())
+    assert set(report["peers"]) == {"hetero", "fake"} and set(report["skipped_peers"]) == {"absent", "late"}
+    fake = report["peers"]["fake"]
     assert fake["seconds"] == 10.0 and fake["hetero_speedup"] > 0
     assert len(fake["hetero_speedup_per_round"]) == 2 and fake["rounds"][1]["call"] == 2
 

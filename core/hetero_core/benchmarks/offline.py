@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import textwrap
 
 from hetero_core.benchmarks.options import add_engine_arguments, engine_settings, non_negative_int, positive_int
 from hetero_core.benchmarks.report import Column, Panel, Report, Table
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> Report:
     from hetero_core.benchmarks.workload import Workload
 
     factories = available_peers()
-    names = [] if args.peers.strip() == "none" else [n.strip() for n in args.peers.split(",") if n.strip()]
+    names = [] if args.peers.strip() == "none" else list(dict.fromkeys(n.strip() for n in args.peers.split(",")
+                                                                       if n.strip()))
     for name in names:
         if name not in factories:
             raise HeteroError(f"unknown peer {name!r}; available: {', '.join(factories)}")
@@ -77,24 +79,36 @@ def run(args: argparse.Namespace) -> Report:
 
         torch.set_num_threads(args.threads)
     try:
-        rounds = _run_rounds(peers, requests, args.rounds)
-        latency = _decode_latency(peers, requests[0].prompt_token_ids, args.decode_tokens)
+        rounds = _run_rounds(peers, requests, args.rounds, skipped)
+        ran = [p for p in peers if p.name not in skipped]
+        latency = _decode_latency(ran, requests[0].prompt_token_ids, args.decode_tokens)
     finally:
         for peer in peers:
             getattr(peer, "close", lambda: None)()
-    return _report(args, workload, requests, hetero, peers, rounds, latency, skipped)
+    return _report(args, workload, requests, hetero, ran, rounds, latency, skipped)
 
 
-def _run_rounds(peers, requests, num_rounds: int) -> list[dict]:
+def _run_rounds(peers, requests, num_rounds: int, skipped: dict[str, str]) -> list[dict]:
+    """Every peer once per round, Hetero first. A peer whose run raises PeerUnavailable (found out
+    only when it starts, say) is dropped from every round with one line."""
+    from hetero_core.benchmarks.peers import PeerUnavailable
+
     rounds = []
     for number in range(1, num_rounds + 1):
         results = {}
         for peer in peers:
-            results[peer.name] = result = peer.run(requests)
+            if peer.name in skipped:
+                continue
+            try:
+                results[peer.name] = result = peer.run(requests)
+            except PeerUnavailable as exc:
+                skipped[peer.name] = str(exc)
+                print(f"hetero bench: skipping peer {peer.name!r}: {exc}", file=sys.stderr)
+                continue
             print(f"round {number}/{num_rounds}: {peer.label}: {result.elapsed_s:.2f} s, "
                   f"{result.tokens_per_s:.1f} output tokens/s", file=sys.stderr)
         rounds.append(results)
-    return rounds
+    return [{name: r for name, r in results.items() if name not in skipped} for results in rounds]
 
 
 def _decode_latency(peers, prompt: list[int], num_tokens: int) -> dict[str, float]:
@@ -135,13 +149,7 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped) -
     header = [f"workload: {len(requests)} requests, {sum(len(r.prompt_token_ids) for r in requests)} prompt tokens, "
               f"{expected} output tokens, greedy, ignore_eos; executor {hetero.executor_name}, "
               f"dtype {hetero.dtype or '-'}; {len(rounds)} round(s)"]
-    panels = [Panel("output throughput (higher is better)", "output tokens/s",
-                    [_label(r, "hetero_speedup") for r in rows], {"tokens/s": [r["output_tokens_per_s"] for r in rows]})]
-    timed = [r for r in rows if r["decode_ms_per_token"] is not None]
-    if timed:
-        panels.append(Panel("batch-1 decode latency (lower is better)", "ms per token",
-                            [_label(r, "hetero_decode_speedup") for r in timed],
-                            {"ms/token": [r["decode_ms_per_token"] for r in timed]}))
+    panels = plot_panels(rows)
     settings = {**{k: v for k, v in vars(args).items() if k not in ("handler", "json", "plot")},
                 "workload": workload.as_dict(), "executor_resolved": hetero.executor_name, "dtype_resolved": hetero.dtype,
                 "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests), "output_tokens": expected}
@@ -154,8 +162,21 @@ def _median_tps(rounds, name: str) -> float:
     return statistics.median(r[name].tokens_per_s for r in rounds)
 
 
+def plot_panels(rows: list[dict]) -> list[Panel]:
+    """Throughput bars, and batch-1 latency bars when measured (from the table's rows)."""
+    panels = [Panel("output throughput (higher is better)", "output tokens/s",
+                    [_label(r, "hetero_speedup") for r in rows], {"tokens/s": [r["output_tokens_per_s"] for r in rows]})]
+    timed = [r for r in rows if r["decode_ms_per_token"] is not None]
+    if timed:
+        panels.append(Panel("batch-1 decode latency (lower is better)", "ms per token",
+                            [_label(r, "hetero_decode_speedup") for r in timed],
+                            {"ms/token": [r["decode_ms_per_token"] for r in timed]}))
+    return panels
+
+
 def _label(row: dict, ratio: str) -> str:
-    """A bar's label: the peer, and for the others Hetero's speedup over it."""
+    """A bar's label: the peer, wrapped, and for the others Hetero's speedup over it."""
+    label = textwrap.fill(row["label"], 16)
     if row["peer"] == "hetero" or row[ratio] is None:
-        return row["label"]
-    return f"{row['label']}\n(hetero {row[ratio]:.2f}x)"
+        return label
+    return f"{label}\n(hetero {row[ratio]:.2f}x)"

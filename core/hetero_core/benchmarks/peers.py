@@ -8,8 +8,9 @@ round with the same requests: it must not reuse work from an earlier call (a pre
 Peers are found by module: every ``hetero_core/benchmarks/*_peer.py`` with a ``PEERS`` dict of
 name -> factory(PeerContext) is a source, so adding a peer is adding one file. A factory raises
 ``PeerUnavailable("why, and the command that fixes it")`` when it cannot run here (a package or a
-virtual environment missing): the benchmark prints that one line and goes on without it. Modules
-import light: heavy imports belong in the factory.
+virtual environment missing), and so may ``run`` (a server that does not start): the benchmark
+prints that one line and goes on without the peer. Modules import light: heavy imports belong in
+the factory.
 """
 
 from __future__ import annotations

@@ -131,8 +131,7 @@ def _bars(ax, panel: Panel) -> None:
                 ax.annotate(_short(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                             ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
     ax.set_xticks(range(len(panel.categories)))
-    ax.set_xticklabels([str(c) for c in panel.categories], rotation=12 if len(panel.categories) > 3 else 0,
-                       fontsize=8)
+    ax.set_xticklabels([str(c) for c in panel.categories], fontsize=8)
 
 
 def _lines(ax, panel: Panel) -> None:
