@@ -35,8 +35,9 @@ class HeteroPeer:
         failed = [o.error for o in outputs if o.error]
         if failed:
             raise RuntimeError(f"the engine failed {len(failed)} request(s): {failed[0]}")
-        return PeerResult(elapsed, sum(len(o.output_token_ids) for o in outputs),
-                          {"num_steps": self.engine.stats().num_steps - steps_before})
+        token_ids = [list(o.output_token_ids) for o in outputs]
+        return PeerResult(elapsed, sum(map(len, token_ids)),
+                          {"num_steps": self.engine.stats().num_steps - steps_before, "token_ids": token_ids})
 
     def decode_latency(self, prompt: list[int], num_tokens: int) -> float:
         """Seconds per token of one request's decode, after its prefill and first token."""

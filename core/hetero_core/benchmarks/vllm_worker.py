@@ -1,5 +1,5 @@
-"""The vLLM side of the CPU comparison: run by *vLLM's own* Python (a separate venv), driven over
-stdin/stdout by ``vllm_peer.VllmCpuPeer``. It imports only the standard library and vLLM, never
+"""The vLLM side of ``hetero bench offline --peers vllm...``: run by *vLLM's own* Python (a separate
+venv), driven over stdin/stdout by ``vllm_peer.VllmCpuPeer``. It imports only the standard library and vLLM, never
 hetero_core, so it runs in a venv that has vLLM and nothing of ours.
 
 Protocol: one JSON object per line. After loading it prints ``{"event": "ready", ...}`` with the
@@ -11,7 +11,8 @@ load time and the time to its first generated token; then it answers each comman
   ``n`` extra decoded tokens (the prefill and first token subtracted);
 - ``{"cmd": "quit"}``.
 
-vLLM's own logs go to stderr; stdout carries the protocol only.
+vLLM's own logs go to stderr; stdout carries the protocol only. An exception ends the worker, and
+the peer reports the last error line of its log.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (no torch.compile)")
     parser.add_argument("--max-model-len", type=int, default=2048)
-    parser.add_argument("--memory-fraction", type=float, default=0.3,
+    parser.add_argument("--memory-fraction", type=float, default=0.15,
                         help="gpu_memory_utilization: on the CPU backend, the share of RAM vLLM reserves")
     args = parser.parse_args()
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
@@ -41,7 +42,8 @@ def main() -> None:
     from vllm.inputs import TokensPrompt
 
     llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=args.eager, max_model_len=args.max_model_len,
-              gpu_memory_utilization=args.memory_fraction, seed=0)
+              gpu_memory_utilization=args.memory_fraction, seed=0,
+              enable_prefix_caching=False)  # every round repeats the same prompts
     loaded = time.perf_counter() - START
     greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     llm.generate([TokensPrompt(prompt_token_ids=[100, 101, 102])], greedy, use_tqdm=False)
@@ -71,8 +73,6 @@ def main() -> None:
             first, _ = generate([(prompt, 1)])
             whole, _ = generate([(prompt, n + 1)])
             _send(protocol, {"s_per_token": (whole - first) / n})
-        else:
-            _send(protocol, {"error": f"unknown command {command['cmd']!r}"})
 
 
 def _send(stream, message: dict) -> None:
