@@ -239,7 +239,7 @@ def test_flag_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, ar
 def test_real_model_batch_file(tmp_path, smollm2_dir):
     from hetero_core import LLM, SamplingParams
 
-    records = [{"id": "fr", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0},
+    records = [{"id": "fr", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "logprobs": 2},
                {"id": "n", "prompt": "1, 2, 3,", "max_tokens": 3, "temperature": 0}]
     source = write_lines(tmp_path / "in.jsonl", records)
     out = tmp_path / "out.jsonl"
@@ -253,6 +253,12 @@ def test_real_model_batch_file(tmp_path, smollm2_dir):
         llm.shutdown()
     assert by_id["fr"]["text"] == expected[0].text and by_id["fr"]["num_output_tokens"] == 4
     assert by_id["n"]["text"] == expected[1].text
+    logprobs = by_id["fr"]["logprobs"]
+    assert [e["token_id"] for e in logprobs] == expected[0].output_token_ids
+    for entry in logprobs:  # greedy: the chosen token is the most likely one
+        assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 2
+        assert entry["top_logprobs"][0]["token_id"] == entry["token_id"]
+        assert entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"], abs=1e-4)
 
 
 class _FakeTerminal:
@@ -292,3 +298,133 @@ def test_resume_refuses_a_file_that_is_not_results(tmp_path, capsys):
     assert main(["run", *MOCK, "--input-file", str(source), "--output", str(out), "--resume"]) == 2
     assert "cannot resume" in capsys.readouterr().err
     assert out.read_text() == "hello\n"
+
+
+# -- logprobs ---------------------------------------------------------------------------------------
+def test_native_lines_get_logprobs_when_they_ask(tmp_path):
+    records = [{"id": "n", "prompt": "hi", "max_tokens": 3, "logprobs": 2},
+               {"id": "chat-style", "prompt": "x", "max_tokens": 2, "logprobs": True, "top_logprobs": 1},
+               {"id": "none", "prompt": "y", "max_tokens": 2}]
+    code, results = run_batch(tmp_path, records)
+    assert code == 0
+    by_id = {r["id"]: r for r in results}
+    assert "logprobs" not in by_id["none"]
+    for key, count in (("n", 3), ("chat-style", 2)):
+        entries = by_id[key]["logprobs"]
+        assert len(entries) == count == by_id[key]["num_output_tokens"]
+        assert "".join(e["token"] for e in entries) == by_id[key]["text"]
+        # the mock executor returns token ids, not logits: the tokens are there, their logprobs are not
+        assert all(set(e) == {"token", "token_id", "logprob", "top_logprobs"} and e["logprob"] is None for e in entries)
+
+
+def test_openai_lines_get_logprobs_in_the_servers_shape(tmp_path):
+    from hetero_core.server.protocol import ChatCompletionResponse, CompletionResponse
+
+    records = [
+        {"custom_id": "cmpl", "method": "POST", "url": "/v1/completions",
+         "body": {"prompt": "Once", "max_tokens": 3, "n": 2, "logprobs": 2}},
+        {"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "logprobs": True, "top_logprobs": 2}},
+        {"custom_id": "plain", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "max_tokens": 2}},
+    ]
+    code, results = run_batch(tmp_path, records)
+    assert code == 0
+    by_id = {r["custom_id"]: r["response"]["body"] for r in results}
+    completion = CompletionResponse.model_validate(by_id["cmpl"])
+    for choice in completion.choices:
+        assert len(choice.logprobs.tokens) == len(choice.logprobs.token_logprobs) == 3
+        assert "".join(choice.logprobs.tokens) == choice.text
+        assert choice.logprobs.text_offset == [0, 1, 2]
+    chat = ChatCompletionResponse.model_validate(by_id["chat"])
+    assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens == 4
+    assert "logprobs" not in by_id["plain"]["choices"][0]  # not asked: not written (as the server leaves it out)
+
+
+class _LogitsPlugin:
+    """An executor that returns logits (the mock's token scores 3, the next id 2, the rest -5), so the
+    sampler computes real logprobs: log_softmax of that row."""
+
+    @staticmethod
+    def executor(ctx):
+        import torch
+
+        from hetero_core.engine.batch import ExecutorOutput
+        from hetero_plugins_mock.executor import MockExecutor
+
+        class LogitsExecutor(MockExecutor):
+            def execute(self, batch):
+                token_ids = super().execute(batch).token_ids
+                logits = torch.full((len(token_ids), ctx.vocab_size), -5.0)
+                for row, token in enumerate(token_ids):
+                    logits[row, token], logits[row, token + 1] = 3.0, 2.0
+                return ExecutorOutput(logits=logits)
+
+        return LogitsExecutor(ctx)
+
+    def __init__(self):
+        from hetero_core.hookspecs import hookimpl
+
+        @hookimpl
+        def register_executors(register):
+            register("logits", self.executor)
+
+        self.register_executors = register_executors
+
+
+@pytest.mark.parametrize("records", [
+    [{"id": "n", "prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}],
+    [{"custom_id": "c", "url": "/v1/completions", "method": "POST", "body": {"prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}},
+     {"custom_id": "t", "url": "/v1/chat/completions", "method": "POST",
+      "body": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True, "top_logprobs": 2}}],
+])
+def test_logprob_values_reach_the_result_lines(records):
+    import io
+    import math
+
+    torch = pytest.importorskip("torch")
+    from hetero_core.batch_file import read_batch_file
+    from hetero_core.builder import build_engine
+    from hetero_core.cli_batch import BatchRunner
+    from hetero_core.engine.params import SamplingParams
+    from hetero_core.plugins import load_plugins
+    from hetero_core.settings import load_settings
+
+    engine = build_engine(load_settings(executor="logits"), load_plugins(entry_points=[], extra_plugins=[("logits", _LogitsPlugin())]))
+    row = torch.full((engine.tokenizer.vocab_size,), -5.0)
+    row[0], row[1] = 3.0, 2.0
+    best, second = torch.log_softmax(row, 0)[:2].tolist()
+    batch = read_batch_file([json.dumps(r) for r in records], SamplingParams(temperature=0), chat=True,
+                            max_model_len=engine.max_model_len)
+    out = io.StringIO()
+    assert BatchRunner(engine, batch.format, "m", io.StringIO()).run(batch.requests, out) == 0
+    for line in out.getvalue().splitlines():
+        result = json.loads(line)
+        if "custom_id" not in result:
+            for entry in result["logprobs"]:
+                assert math.isclose(entry["logprob"], best, rel_tol=1e-5)
+                assert [t["token_id"] for t in entry["top_logprobs"]] == [entry["token_id"], entry["token_id"] + 1]
+                assert math.isclose(entry["top_logprobs"][1]["logprob"], second, rel_tol=1e-5)
+            continue
+        choice = result["response"]["body"]["choices"][0]
+        if "text_offset" in choice["logprobs"]:  # /v1/completions
+            assert all(math.isclose(v, best, rel_tol=1e-5) for v in choice["logprobs"]["token_logprobs"])
+            assert all(sorted(top.values()) == pytest.approx([second, best]) for top in choice["logprobs"]["top_logprobs"])
+        else:
+            for entry in choice["logprobs"]["content"]:
+                assert math.isclose(entry["logprob"], best, rel_tol=1e-5)
+                assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx([best, second])
+
+
+def test_logprobs_mistakes_skip_the_line(tmp_path, capsys):
+    records = [{"id": "both", "prompt": "x", "logprobs": 3, "top_logprobs": 2},
+               {"id": "top-alone", "prompt": "x", "top_logprobs": 2},
+               {"id": "many", "prompt": "x", "logprobs": 99},
+               {"custom_id": "o", "url": "/v1/completions", "body": {"prompt": "x"}},
+               {"id": "ok", "prompt": "x", "max_tokens": 1, "logprobs": 0}]
+    code, results = run_batch(tmp_path, records)
+    err = capsys.readouterr().err
+    assert code == 1 and [r["id"] for r in results] == ["ok"]
+    assert results[0]["logprobs"][0]["top_logprobs"] == []
+    assert "in.jsonl:1: skipped: give 'logprobs': N (alternatives per token), or 'logprobs': true" in err
+    assert "in.jsonl:2: skipped: 'top_logprobs' needs 'logprobs': true" in err
+    assert "in.jsonl:3: skipped: invalid sampling parameters: logprobs must be in [0, 20], got 99" in err

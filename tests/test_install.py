@@ -96,6 +96,17 @@ def test_fresh_venv_core_and_mock(tmp_path):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert CPU_TORCH in done.stderr and "hetero-core[torch]" in done.stderr
+    # `hetero bench` from the plain install: no torch, no transformers, no matplotlib
+    done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0 and "offline" in done.stdout
+    offline = [str(hetero), "bench", "offline", "--executor", "mock", "--num-requests", "2", "--rounds", "1",
+               "--json", "o.json"]
+    done = subprocess.run(offline, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "hetero engine" in done.stdout and "skipping peer 'hf': HF transformers is not installed" in done.stderr
+    done = subprocess.run([*offline, "--plot", "o.png"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "hetero: error: --plot needs matplotlib: pip install 'hetero-core[bench]'")
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 
 Two formats, detected from the file's first valid line:
 - Hetero's own: ``{"id": .., "prompt": "text" or [token ids], ...}`` or ``{"messages": [...]}``, with
-  optional sampling fields (any ``SamplingParams`` field), ``priority`` and ``tenant``; ``id``
-  defaults to the line number.
+  optional sampling fields (any ``SamplingParams`` field; ``logprobs`` also as a chat body has it,
+  ``true`` with ``top_logprobs``), ``priority`` and ``tenant``; ``id`` defaults to the line number.
 - OpenAI's Batch API (as vLLM's ``run-batch`` reads it): ``{"custom_id", "method": "POST", "url":
   "/v1/completions" | "/v1/chat/completions", "body": {...}}``; the body is validated by the
   server's own request models.
@@ -111,7 +111,7 @@ def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bo
                                   f"got {type(prompt).__name__}")
     if chat and isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
-    sampling = {k: v for k, v in value.items() if k not in NATIVE_KEYS}
+    sampling = _chat_style_logprobs({k: v for k, v in value.items() if k not in NATIVE_KEYS})
     SamplingParams.from_dict(sampling)  # names unknown fields against this line's own
     params = SamplingParams.from_dict({**asdict(defaults), **sampling})
     request_id = value.get("id", number)
@@ -123,6 +123,25 @@ def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bo
     if tenant is not None and not isinstance(tenant, str):
         raise InvalidRequestError(f"'tenant' must be a string, got {type(tenant).__name__}")
     return BatchRequest(number, request_id, [(prompt, params)], priority, tenant)
+
+
+def _chat_style_logprobs(sampling: dict) -> dict:
+    """``"logprobs": true`` with an optional ``"top_logprobs": N`` (as a chat body has them) means
+    ``"logprobs": N``, the number of alternatives per token (0: only the chosen token's logprob)."""
+    if "top_logprobs" not in sampling and not isinstance(sampling.get("logprobs"), bool):
+        return sampling
+    sampling = dict(sampling)
+    top, wanted = sampling.pop("top_logprobs", None), sampling.pop("logprobs", None)
+    if isinstance(wanted, int) and not isinstance(wanted, bool):
+        raise InvalidRequestError("give 'logprobs': N (alternatives per token), or 'logprobs': true with "
+                                  "'top_logprobs': N, not both")
+    if top is not None and not (isinstance(top, int) and not isinstance(top, bool)):
+        raise InvalidRequestError(f"'top_logprobs' must be an integer, got {type(top).__name__}")
+    if wanted is True:
+        sampling["logprobs"] = top or 0
+    elif top is not None:
+        raise InvalidRequestError("'top_logprobs' needs 'logprobs': true")
+    return sampling
 
 
 def _openai_request(number: int, value: dict, defaults: SamplingParams, max_model_len: int,
@@ -149,16 +168,13 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
     if body.stream:
         raise InvalidRequestError("'stream' must be false in a batch file (each answer is written whole)")
     if model is CompletionRequest:
-        if body.logprobs is not None:
-            raise InvalidRequestError("'logprobs' is not supported in batch files yet; use `hetero serve`")
         if body.best_of is not None and body.best_of != body.n:
             raise InvalidRequestError("best_of must equal n (ranking candidates is not supported)")
-        prompts, max_tokens = body.prompts, body.max_tokens
+        prompts, max_tokens, num_logprobs = body.prompts, body.max_tokens, body.logprobs
     else:
-        if body.logprobs:
-            raise InvalidRequestError("'logprobs' is not supported in batch files yet; use `hetero serve`")
         prompts, max_tokens = [[m.as_dict() for m in body.messages]], body.max_completion_tokens or body.max_tokens
-    base = sampling_params(body, defaults, max_tokens, None)
+        num_logprobs = body.num_logprobs
+    base = sampling_params(body, defaults, max_tokens, num_logprobs)
     choices = []
     for prompt in prompts:
         params = base

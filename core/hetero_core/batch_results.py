@@ -1,9 +1,10 @@
 """Result lines of a batch file, and reading back the ids an earlier run already wrote (``--resume``).
 
 Hetero's format: ``{"id", "text", "num_prompt_tokens", "num_output_tokens", "finish_reason"}``,
-plus ``"error"`` when the request failed. OpenAI's (as vLLM's ``run-batch`` writes it): ``{"id",
-"custom_id", "response": {"status_code", "request_id", "body"}, "error"}``, the body built from the
-server's own response models.
+plus ``"logprobs"`` when the line asked for them (one ``{"token", "token_id", "logprob",
+"top_logprobs"}`` per output token) and ``"error"`` when the request failed. OpenAI's (as vLLM's
+``run-batch`` writes it): ``{"id", "custom_id", "response": {"status_code", "request_id", "body"},
+"error"}``, the body built from the server's own response models, logprobs included.
 """
 
 from __future__ import annotations
@@ -17,17 +18,28 @@ from hetero_core.batch_file import NATIVE, BatchRequest, id_key
 from hetero_core.errors import HeteroError
 
 
-def result_line(batch_format: str, request: BatchRequest, outputs: list, model_name: str) -> str:
+def result_line(batch_format: str, request: BatchRequest, outputs: list, model_name: str, tokenizer=None) -> str:
     """One JSON line (no newline) for a finished request; ``outputs``: one per choice, in order
-    (a refused choice is an object with ``error`` set)."""
+    (a refused choice is an object with ``error`` set). ``tokenizer``: to write logprobs' tokens as
+    text (needed when a request asked for logprobs)."""
     if batch_format == NATIVE:
-        record = _native(request, outputs[0])
+        record = _native(request, outputs[0], tokenizer)
     else:
-        record = _openai(request, outputs, model_name)
+        record = _openai(request, outputs, model_name, [_logprobs(output, tokenizer) for output in outputs])
     return json.dumps(record, ensure_ascii=False)
 
 
-def _native(request: BatchRequest, output) -> dict[str, Any]:
+def _logprobs(output, tokenizer) -> list | None:
+    """The output's logprobs as ``TokenLogprob``s, or None when its request asked for none."""
+    from hetero_core.request_stream import token_logprobs
+
+    entries = getattr(output, "logprobs", None)
+    if entries is None or output.error is not None:
+        return None
+    return token_logprobs(tokenizer, output.output_token_ids, entries)
+
+
+def _native(request: BatchRequest, output, tokenizer) -> dict[str, Any]:
     record = {
         "id": request.id,
         "text": output.text,
@@ -35,13 +47,28 @@ def _native(request: BatchRequest, output) -> dict[str, Any]:
         "num_output_tokens": len(output.output_token_ids),
         "finish_reason": output.finish_reason,
     }
+    if getattr(output, "logprobs", None) is not None and output.error is None:
+        record["logprobs"] = [_native_logprob(tokenizer, token_id, lp)
+                              for token_id, lp in zip(output.output_token_ids, output.logprobs)]
     if output.error is not None:
         record["error"] = output.error
     return record
 
 
-def _openai(request: BatchRequest, outputs: list, model_name: str) -> dict[str, Any]:
-    from hetero_core.server.convert import finish_reason, usage
+def _native_logprob(tokenizer, token_id: int, lp) -> dict[str, Any]:
+    """One output token: its text, id and logprob (None when the executor gave no logits), and
+    its top alternatives, best first."""
+    def token(tid: int) -> dict[str, Any]:
+        return {"token": tokenizer.decode([tid]), "token_id": tid}
+
+    if lp is None:
+        return {**token(token_id), "logprob": None, "top_logprobs": []}
+    return {**token(token_id), "logprob": lp.logprob,
+            "top_logprobs": [{**token(tid), "logprob": value} for tid, value in lp.top]}
+
+
+def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: list) -> dict[str, Any]:
+    from hetero_core.server.convert import chat_logprobs, completion_logprobs, finish_reason, usage
     from hetero_core.server.protocol import (
         ChatChoice,
         ChatCompletionResponse,
@@ -62,16 +89,22 @@ def _openai(request: BatchRequest, outputs: list, model_name: str) -> dict[str, 
         return record
     n = request.body.n
     if request.url == "/v1/completions":
-        choices = [CompletionChoice(index=i, text=o.text, finish_reason=finish_reason(o)) for i, o in enumerate(outputs)]
+        choices = [CompletionChoice(index=i, text=o.text, finish_reason=finish_reason(o),
+                                    logprobs=None if lp is None else completion_logprobs(lp))
+                   for i, (o, lp) in enumerate(zip(outputs, logprobs))]
         body = CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
                                   usage=usage(outputs, n))
     else:
-        choices = [ChatChoice(index=i, message=ChatMessageOut(content=o.text), finish_reason=finish_reason(o))
-                   for i, o in enumerate(outputs)]
+        choices = [ChatChoice(index=i, message=ChatMessageOut(content=o.text), finish_reason=finish_reason(o),
+                              logprobs=None if lp is None else chat_logprobs(lp))
+                   for i, (o, lp) in enumerate(zip(outputs, logprobs))]
         body = ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
                                       usage=usage(outputs, n))
-    record["response"] = {"status_code": 200, "request_id": request_id,
-                          "body": body.model_dump(mode="json", exclude_none=True)}
+    data = body.model_dump(mode="json", exclude_none=True)
+    for choice, dumped in zip(body.choices, data["choices"]):  # logprobs whole: a null logprob is a value
+        if choice.logprobs is not None:
+            dumped["logprobs"] = choice.logprobs.model_dump(mode="json")
+    record["response"] = {"status_code": 200, "request_id": request_id, "body": data}
     record["error"] = None
     return record
 

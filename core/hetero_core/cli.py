@@ -1,5 +1,5 @@
-"""The ``hetero`` command: run prompts, list plugins. User mistakes: one line on stderr, exit 2;
-Ctrl-C: exit 130, keeping what was printed.
+"""The ``hetero`` command: run prompts, list plugins, serve, benchmark. User mistakes: one line on
+stderr, exit 2; Ctrl-C: exit 130, keeping what was printed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 import warnings
 from typing import get_args
 
+from hetero_core.cli_bench import add_bench_command
 from hetero_core.cli_run import add_run_arguments, run_command
 from hetero_core.cli_serve import add_serve_command
 from hetero_core.errors import HeteroError
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_settings_arguments(plugins, only_plugins=True)
     plugins.set_defaults(handler=_plugins)
     add_serve_command(commands)
+    add_bench_command(commands)
     return parser
 
 

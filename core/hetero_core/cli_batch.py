@@ -130,7 +130,7 @@ class BatchRunner:
     def _write(self, request, outputs: list, out: TextIO, progress) -> int:
         from hetero_core.batch_results import result_line
 
-        out.write(result_line(self.format, request, outputs, self.model_name) + "\n")
+        out.write(result_line(self.format, request, outputs, self.model_name, self.engine.tokenizer) + "\n")
         out.flush()
         failed = [o for o in outputs if o.error is not None]
         if failed:

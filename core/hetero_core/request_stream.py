@@ -48,8 +48,7 @@ class RequestStream:
         new_ids = out.output_token_ids[self.num_sent_tokens:]
         logprobs = None
         if out.logprobs is not None:
-            new = out.logprobs[self.num_sent_tokens:]
-            logprobs = [_token_logprob(tokenizer, t, lp) for t, lp in zip(new_ids, new)]
+            logprobs = token_logprobs(tokenizer, new_ids, out.logprobs[self.num_sent_tokens:])
         self.num_sent_tokens = len(out.output_token_ids)
         return RequestDelta(out, text, new_ids, logprobs)
 
@@ -59,6 +58,11 @@ class RequestStream:
             return True
         except RuntimeError:  # the caller's event loop is closed: nobody is listening
             return False
+
+
+def token_logprobs(tokenizer, token_ids: list[int], logprobs: list) -> list[TokenLogprob]:
+    """The engine's per-token logprobs (``TokenLogprobs`` or None) with their tokens as text."""
+    return [_token_logprob(tokenizer, t, lp) for t, lp in zip(token_ids, logprobs)]
 
 
 def _token_logprob(tokenizer, token_id: int, lp) -> TokenLogprob:

@@ -51,7 +51,7 @@ def test_a_pure_decode_step_keeps_tokens_in_order_and_pads_block_tables():
     assert metadata.decode.key_mask.sum(-1).flatten().tolist() == [20, 60]
 
 
-def _random_decode_step(num_kv_heads: int, group_size: int, head_dim: int, dtype: torch.dtype):
+def _random_decode_step(num_kv_heads: int, group_size: int, head_dim: int, dtype: torch.dtype, backend=None):
     """Six sequences of different lengths (one exactly a block, one a single token) decoding
     together: returns (backend, metadata, query, key, value, kv_cache, context_lens)."""
     torch.manual_seed(0)
@@ -61,7 +61,7 @@ def _random_decode_step(num_kv_heads: int, group_size: int, head_dim: int, dtype
     prefill = [(s, n - 1) for s, n in zip(seqs, lengths, strict=True) if n > 1]
     step(prefill, pool, BLOCK_SIZE)
     batch = step([(s, 1) for s in seqs], pool, BLOCK_SIZE)
-    backend = TorchPagedAttention()
+    backend = backend or TorchPagedAttention()
     cache = backend.allocate_kv_cache(1, 64, BLOCK_SIZE, num_kv_heads, head_dim, dtype, CPU)[0]
     cache.key.copy_(torch.randn(cache.key.shape))  # earlier tokens' K/V, garbage in unused slots
     cache.value.copy_(torch.randn(cache.value.shape))
@@ -92,11 +92,24 @@ def _reference_decode(query, cache, metadata, lengths):
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 0.05)])
 @pytest.mark.parametrize("num_kv_heads, group_size", [(3, 3), (2, 1)])
-def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num_kv_heads, group_size):
-    """fp32 goes through SDPA, bf16 on the CPU through the grouped matmuls: both attend exactly the
-    sequence's context (padding and other sequences' blocks masked), grouped query heads included."""
-    backend, metadata, query, key, value, cache, lengths = _random_decode_step(num_kv_heads, group_size, 16, dtype)
+@pytest.mark.parametrize("path", ["torch", "kernel"])
+def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num_kv_heads, group_size, path):
+    """The torch path (grouped matmuls over gathered blocks) and the compiled kernel (reading the
+    blocks in place) both attend exactly the sequence's context (padding and other sequences'
+    blocks ignored), grouped query heads included."""
+    backend = TorchPagedAttention(decode_kernel=_kernel_or_skip() if path == "kernel" else None)
+    backend, metadata, query, key, value, cache, lengths = _random_decode_step(
+        num_kv_heads, group_size, 16, dtype, backend)
     out = backend.forward(query, key, value, cache, metadata, scale=16**-0.5)
     assert out.shape == query.shape and out.dtype == dtype
     expected = _reference_decode(query, cache, metadata, lengths)
     assert (out.double() - expected).abs().max() < tolerance
+
+
+def _kernel_or_skip():
+    from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+
+    try:
+        return load_decode_kernel(required=True)
+    except KernelUnavailable as exc:
+        pytest.skip(f"the CPU decode kernel cannot be built here: {exc}")

@@ -47,7 +47,7 @@ class TorchExecutor:
         self.dtype = resolve_dtype(options.dtype, self.device)
         log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
-        self.backend = backend if backend is not None else TorchPagedAttention()
+        self.backend = backend if backend is not None else _cpu_backend(options, self.device)
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype,
                                 tensor_parallel=shard)
         if options.prepack_weights and can_pack(self.device, self.dtype):
@@ -159,3 +159,15 @@ def _device(name: str) -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"executor.torch.device is {name!r} but MPS is not available; use device = 'cpu'")
     return device
+
+
+def _cpu_backend(options: TorchExecutorOptions, device: torch.device) -> TorchPagedAttention:
+    """The torch paged backend, with the compiled decode kernel where ``cpu_attention`` allows it."""
+    if options.cpu_attention == "torch" or device.type != "cpu":
+        return TorchPagedAttention()
+    from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+
+    try:
+        return TorchPagedAttention(decode_kernel=load_decode_kernel(required=options.cpu_attention == "kernel"))
+    except KernelUnavailable as exc:
+        raise ConfigError(f"[executor.torch] cpu_attention = \"kernel\": {exc}; use \"auto\" or \"torch\"") from None

@@ -28,3 +28,10 @@ class TorchExecutorOptions(BaseModel):
         "1.3-1.9x faster than torch's bf16 linear at decode batch sizes); false: plain "
         "torch.nn.functional.linear",
     )
+    cpu_attention: Literal["auto", "kernel", "torch"] = Field(
+        "auto",
+        description="decode attention on the CPU (float32, bfloat16): kernel: a C kernel that reads the "
+        "paged KV cache in place, compiled once with the system C compiler (cc/gcc, or $CC) and cached; "
+        "torch: pure torch (gathers the blocks, then batched matmuls); auto: the kernel where it builds, "
+        "torch otherwise",
+    )

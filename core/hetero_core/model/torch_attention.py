@@ -36,6 +36,7 @@ class DecodeGroup:
     block_index: torch.Tensor  # [num_seqs * max_blocks] block tables padded with block 0, flattened
     key_mask: torch.Tensor  # [num_seqs, 1, 1, max_blocks * block_size] bool, True = inside the context
     key_bias: torch.Tensor  # [1, num_seqs, 1, max_blocks * block_size] fp32: 0 inside the context, -inf outside
+    context_lens: torch.Tensor  # [num_seqs] int64
     num_seqs: int
     # block_index per KV head into the cache viewed as [num_kv_heads * num_blocks, ...], built by
     # the first layer (it depends on the cache's shape) and reused by the others
@@ -71,10 +72,16 @@ class TorchPagedMetadata:
 
 class TorchPagedAttention:
     """Paged KV cache ``[num_kv_heads, num_blocks, block_size, head_dim]`` per layer (head-major:
-    gathering a sequence's blocks gives each KV head's context as one contiguous matrix)."""
+    gathering a sequence's blocks gives each KV head's context as one contiguous matrix).
+
+    ``decode_kernel``: the compiled CPU kernel (``cpu_decode_kernel``) that attends single-token
+    queries straight from the block tables; None: the pure-torch gather path everywhere."""
 
     name = "torch_paged"
     kv_block_dim = 1  # the cache dimension that indexes blocks (copy, swap)
+
+    def __init__(self, decode_kernel=None):
+        self.decode_kernel = decode_kernel
 
     def allocate_kv_cache(self, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device):
         shape = (num_kv_heads, num_blocks, block_size, head_dim)
@@ -102,15 +109,22 @@ class TorchPagedAttention:
 
         decode = metadata.decode
         if decode is not None and decode.token_index is None:  # a pure decode step
-            return _attend_decode(query, kv_cache, decode, scale)
+            return self._attend_decode(query, kv_cache, decode, scale)
         out = torch.empty_like(query)
         if decode is not None:
-            decoded = _attend_decode(query[decode.token_index], kv_cache, decode, scale)
+            decoded = self._attend_decode(query[decode.token_index], kv_cache, decode, scale)
             out.index_copy_(0, decode.token_index, decoded)
         for segment in metadata.prefills:
             rows = slice(segment.start, segment.end)
             out[rows] = _attend_prefill(query[rows], key[rows], value[rows], kv_cache, segment, scale)
         return out
+
+    def _attend_decode(self, query, kv_cache: KVCache, group: DecodeGroup, scale: float) -> torch.Tensor:
+        kernel = self.decode_kernel
+        if kernel is not None and kernel.supports(query, kv_cache.key.shape[0]):
+            tables = group.block_index.view(group.num_seqs, -1)
+            return kernel.attend(query, kv_cache.key, kv_cache.value, tables, group.context_lens, scale)
+        return _attend_decode(query, kv_cache, group, scale)
 
 
 def _attend_decode(query, kv_cache: KVCache, group: DecodeGroup, scale: float) -> torch.Tensor:
@@ -180,6 +194,7 @@ def _decode_group(batch: Batch, seqs: list[int], whole: bool, device: torch.devi
         block_index=_to(torch.tensor(tables, dtype=torch.long).flatten(), device),
         key_mask=_to(key_mask[:, None, None, :], device),
         key_bias=_to(key_bias[None, :, None, :], device),
+        context_lens=_to(context_lens, device),
         num_seqs=len(seqs),
     )
 

@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from hetero_core.async_llm import TokenLogprob
-from hetero_core.server.completions import usage
+from hetero_core.server.convert import chat_logprobs, usage
 from hetero_core.server.errors import error_body, parse_body, to_api_error
 from hetero_core.server.generation import (
     EventStream,
@@ -24,10 +23,7 @@ from hetero_core.server.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatDelta,
-    ChatLogprobs,
     ChatMessageOut,
-    ChatTokenLogprob,
-    TopLogprob,
 )
 from hetero_core.server.state import ServerState, get_state
 
@@ -48,7 +44,7 @@ async def create_chat_completion(request: Request):
         return EventStream(_events(state, body, request_id, generation))
     choices = [
         ChatChoice(index=i, message=ChatMessageOut(content=r.text), finish_reason=finish_reason(r.output),
-                   logprobs=_logprobs(r.logprobs) if body.logprobs else None)
+                   logprobs=chat_logprobs(r.logprobs) if body.logprobs else None)
         for i, r in enumerate(results)
     ]
     return ChatCompletionResponse(id=request_id, model=state.model_name, choices=choices,
@@ -68,7 +64,7 @@ async def _events(state: ServerState, body: ChatCompletionRequest, request_id: s
             outputs[i] = delta.output
             wants_logprobs = body.logprobs and delta.token_ids
             if delta.text or wants_logprobs:
-                logprobs = _logprobs(delta.logprobs or []) if body.logprobs else None
+                logprobs = chat_logprobs(delta.logprobs or []) if body.logprobs else None
                 yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(content=delta.text), logprobs=logprobs)])
             if delta.finished:
                 yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(), finish_reason=finish_reason(delta.output))])
@@ -81,12 +77,3 @@ async def _events(state: ServerState, body: ChatCompletionRequest, request_id: s
         await generation.aclose()
     yield sse("[DONE]")
 
-
-def _logprobs(entries: list[TokenLogprob]) -> ChatLogprobs:
-    return ChatLogprobs(content=[
-        ChatTokenLogprob(
-            token=e.token, logprob=e.logprob, bytes=list(e.token.encode("utf-8")),
-            top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode("utf-8"))) for t, v in e.top],
-        )
-        for e in entries
-    ])

@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from hetero_core.async_llm import TokenLogprob
-from hetero_core.server.convert import usage
+from hetero_core.server.convert import completion_logprobs, usage
 from hetero_core.server.errors import APIError, error_body, parse_body, to_api_error
 from hetero_core.server.generation import (
     EventStream,
@@ -19,7 +18,6 @@ from hetero_core.server.generation import (
 )
 from hetero_core.server.protocol import (
     CompletionChoice,
-    CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
 )
@@ -42,7 +40,7 @@ async def create_completion(request: Request):
         return EventStream(_events(state, body, request_id, generation, num_choices))
     choices = [
         CompletionChoice(index=i, text=r.text, finish_reason=finish_reason(r.output),
-                         logprobs=_logprobs(r.logprobs, 0) if body.logprobs is not None else None)
+                         logprobs=completion_logprobs(r.logprobs, 0) if body.logprobs is not None else None)
         for i, r in enumerate(results)
     ]
     outputs = [r.output for r in results]
@@ -62,7 +60,7 @@ async def _events(state: ServerState, body: CompletionRequest, request_id: str, 
                 continue
             choice = CompletionChoice(
                 index=i, text=delta.text, finish_reason=finish_reason(delta.output) if delta.finished else None,
-                logprobs=_logprobs(delta.logprobs or [], offsets[i]) if body.logprobs is not None else None,
+                logprobs=completion_logprobs(delta.logprobs or [], offsets[i]) if body.logprobs is not None else None,
             )
             offsets[i] += len(delta.text)
             yield sse(CompletionResponse(id=request_id, model=state.model_name, choices=[choice]))
@@ -76,13 +74,3 @@ async def _events(state: ServerState, body: CompletionRequest, request_id: str, 
         await generation.aclose()
     yield sse("[DONE]")
 
-
-def _logprobs(entries: list[TokenLogprob], text_offset: int) -> CompletionLogprobs:
-    result = CompletionLogprobs()
-    for entry in entries:
-        result.tokens.append(entry.token)
-        result.token_logprobs.append(entry.logprob)
-        result.top_logprobs.append(dict(entry.top) if entry.logprob is not None else None)
-        result.text_offset.append(text_offset)
-        text_offset += len(entry.token)
-    return result

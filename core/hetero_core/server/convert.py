@@ -1,5 +1,5 @@
 """Between the API's bodies and the engine, without FastAPI: sampling parameters from a request
-body, OpenAI's finish reasons and usage from engine outputs. The server and batch files
+body, OpenAI's finish reasons, usage and logprobs from engine outputs. The server and batch files
 (``hetero run --input-file``) both use these, so the two paths cannot disagree.
 """
 
@@ -9,7 +9,15 @@ from dataclasses import replace
 
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
-from hetero_core.server.protocol import SamplingFields, Usage
+from hetero_core.request_stream import TokenLogprob
+from hetero_core.server.protocol import (
+    ChatLogprobs,
+    ChatTokenLogprob,
+    CompletionLogprobs,
+    SamplingFields,
+    TopLogprob,
+    Usage,
+)
 
 
 def sampling_params(body: SamplingFields, defaults: SamplingParams, max_tokens: int | None,
@@ -49,3 +57,26 @@ def usage(outputs: list, n: int) -> Usage:
     completion_tokens = sum(len(o.output_token_ids) for o in outputs if o is not None)
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                  total_tokens=prompt_tokens + completion_tokens)
+
+
+def completion_logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> CompletionLogprobs:
+    """The legacy completions shape: parallel lists; ``text_offset`` of the first token in the text."""
+    result = CompletionLogprobs()
+    for entry in entries:
+        result.tokens.append(entry.token)
+        result.token_logprobs.append(entry.logprob)
+        result.top_logprobs.append(dict(entry.top) if entry.logprob is not None else None)
+        result.text_offset.append(text_offset)
+        text_offset += len(entry.token)
+    return result
+
+
+def chat_logprobs(entries: list[TokenLogprob]) -> ChatLogprobs:
+    """The chat shape: one object per token with its bytes and its top alternatives."""
+    return ChatLogprobs(content=[
+        ChatTokenLogprob(
+            token=e.token, logprob=e.logprob, bytes=list(e.token.encode("utf-8")),
+            top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode("utf-8"))) for t, v in e.top],
+        )
+        for e in entries
+    ])

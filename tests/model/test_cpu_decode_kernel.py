@@ -1,0 +1,160 @@
+"""The compiled CPU decode-attention kernel: same answers as the torch path, its build cache, and
+what happens where no C compiler works."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+from hetero_core.errors import ConfigError
+from hetero_core.model import cpu_decode_kernel
+from hetero_core.model.attention import KVCache
+from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+from hetero_core.model.torch_attention import TorchPagedAttention
+from paged_batches import BlockPool, PagedSequence, step
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    try:
+        return load_decode_kernel(required=True)
+    except KernelUnavailable as exc:
+        pytest.skip(f"the CPU decode kernel cannot be built here: {exc}")
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """A machine without a working C compiler and with an empty kernel cache."""
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
+    cpu_decode_kernel._load.cache_clear()
+    yield
+    cpu_decode_kernel._load.cache_clear()
+
+
+def _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype, seed=0):
+    """Sequences of ``lengths`` tokens decoding together over shuffled blocks filled with random K/V."""
+    torch.manual_seed(seed)
+    num_blocks = sum(-(-n // block_size) for n in lengths) + 4
+    pool = BlockPool(num_blocks, shuffle=True, seed=seed)
+    seqs = [PagedSequence(i, list(range(n)), n - 1) for i, n in enumerate(lengths)]
+    step([(s, n - 1) for s, n in zip(seqs, lengths, strict=True) if n > 1], pool, block_size)
+    batch = step([(s, 1) for s in seqs], pool, block_size)
+    cache = KVCache(*(torch.randn(num_kv_heads, num_blocks, block_size, head_dim).to(dtype)
+                      for _ in range(2)))
+    # query rows strided as in the model (q is a slice of the fused q/k/v projection's output)
+    fused = torch.randn(len(lengths), num_kv_heads * (group_size + 2), head_dim).to(dtype)
+    return batch, cache, fused[:, : num_kv_heads * group_size]
+
+
+def _both_paths(kernel, batch, cache, query):
+    with_kernel, plain = TorchPagedAttention(decode_kernel=kernel), TorchPagedAttention()
+    metadata = plain.build_metadata(batch, CPU)
+    outs = [backend._attend_decode(query, cache, metadata.decode, 0.125) for backend in (with_kernel, plain)]
+    return outs[0], outs[1].to(outs[0].dtype)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("num_kv_heads, group_size, head_dim, block_size", [
+    (3, 3, 64, 16),  # SmolLM2-135M
+    (2, 4, 128, 16),
+    (4, 1, 32, 8),  # no grouping
+    (1, 7, 64, 1),  # MQA, one token per block
+])
+def test_kernel_matches_the_torch_path(kernel, dtype, tolerance, num_kv_heads, group_size, head_dim, block_size):
+    lengths = [1, 2, block_size, block_size + 1, 3 * block_size, 97, 300]
+    batch, cache, query = _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype)
+    out, expected = _both_paths(kernel, batch, cache, query)
+    assert out.shape == query.shape and out.dtype == dtype and out.is_contiguous()
+    assert (out.float() - expected.float()).abs().max().item() < tolerance
+
+
+def test_a_non_finite_query_spoils_only_its_own_head(kernel):
+    batch, cache, query = _decode_step([5, 40, 17], 3, 3, 64, 16, torch.float32)
+    query = query.clone()
+    query[1, 0, 0] = float("nan")
+    out, expected = _both_paths(kernel, batch, cache, query)
+    assert out[1, 0].isnan().all() and expected[1, 0].isnan().all()
+    out[1, 0], expected[1, 0] = 0.0, 0.0  # every other head, of this sequence too, is untouched
+    assert (out - expected).abs().max().item() < 1e-5
+
+
+def test_mixed_steps_use_the_kernel_for_their_decodes(kernel):
+    """A step with a prefill among decodes: the decodes (attended by the kernel) and the prefill
+    (torch SDPA) both match the pure-torch backend."""
+    pool = BlockPool(64)
+    decoding = [PagedSequence(i, list(range(n)), n - 1) for i, n in enumerate([9, 33, 70])]
+    step([(s, len(s.token_ids) - 1) for s in decoding], pool, 16)
+    fresh = PagedSequence(9, list(range(25)), 25)
+    batch = step([(decoding[0], 1), (fresh, 25), (decoding[1], 1), (decoding[2], 1)], pool, 16)
+    torch.manual_seed(1)
+    shapes = [(batch.num_tokens, 9, 64), (batch.num_tokens, 3, 64), (batch.num_tokens, 3, 64)]
+    query, key, value = (torch.randn(shape) for shape in shapes)
+    outs = []
+    for backend in (TorchPagedAttention(decode_kernel=kernel), TorchPagedAttention()):
+        cache = backend.allocate_kv_cache(1, 64, 16, 3, 64, torch.float32, CPU)[0]
+        torch.manual_seed(2)
+        cache.key.copy_(torch.randn(cache.key.shape))
+        cache.value.copy_(torch.randn(cache.value.shape))
+        outs.append(backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=0.125))
+    assert (outs[0] - outs[1]).abs().max().item() < 1e-5
+
+
+def test_sizes_beyond_the_kernels_limits_take_the_torch_path(kernel):
+    query = torch.randn(2, 4, cpu_decode_kernel.MAX_HEAD_DIM + 8)
+    assert not kernel.supports(query, num_kv_heads=2)
+    assert not kernel.supports(torch.randn(2, 4, 64).half(), num_kv_heads=2)
+    assert kernel.supports(torch.randn(2, 4, 64), num_kv_heads=2)
+
+
+def test_the_library_is_built_once_into_the_cache(kernel, monkeypatch, tmp_path):
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    cpu_decode_kernel._load.cache_clear()
+    try:
+        built = load_decode_kernel(required=True).path
+        assert built.parent == tmp_path / "kernels" and built.is_file()
+        stamp = built.stat().st_mtime_ns
+        cpu_decode_kernel._load.cache_clear()
+        assert load_decode_kernel(required=True).path == built and built.stat().st_mtime_ns == stamp
+        assert [p.name for p in built.parent.iterdir()] == [built.name]  # no temporaries left
+    finally:
+        cpu_decode_kernel._load.cache_clear()
+
+
+def test_without_a_compiler_auto_falls_back_and_kernel_is_refused(no_compiler, tiny_model_dirs, make_executor):
+    assert load_decode_kernel() is None
+    with pytest.raises(KernelUnavailable, match="C compiler"):
+        load_decode_kernel(required=True)
+    model_dir, _ = tiny_model_dirs["llama"]
+    executor = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="auto"))
+    assert executor.backend.decode_kernel is None
+    with pytest.raises(ConfigError, match='cpu_attention = "kernel".*C compiler'):
+        make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel"))
+
+
+def test_the_option_chooses_the_path(kernel, tiny_model_dirs, make_executor):
+    model_dir, _ = tiny_model_dirs["llama"]
+    assert make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="torch")).backend.decode_kernel is None
+    chosen = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel")).backend.decode_kernel
+    assert chosen is not None and chosen.path == kernel.path
+    assert make_executor(model_dir).backend.decode_kernel.path == kernel.path  # auto, where it builds
+
+
+@pytest.mark.parametrize("cpu_attention", ["torch", "kernel"])
+def test_greedy_tokens_do_not_depend_on_the_decode_path(cpu_attention, tiny_model_dirs, kernel):
+    """A tiny Llama through the whole engine: the same greedy tokens with either decode path."""
+    from hetero_core import LLM, SamplingParams
+
+    model_dir, _ = tiny_model_dirs["llama"]
+    prompts = [[5, 9, 2, 7], list(range(3, 40)), [11] * 20]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    runs = []
+    for path in ("torch", cpu_attention):
+        llm = LLM(model=str(model_dir), executor={"name": "torch", "torch": {"cpu_attention": path}},
+                  tokenizer="byte", block_size=4, max_num_blocks=64)
+        runs.append([out.output_token_ids for out in llm.generate(prompts, params)])
+        llm.shutdown()
+    assert runs[0] == runs[1]

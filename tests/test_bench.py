@@ -1,0 +1,237 @@
+"""`hetero bench`: the list, a small offline run on the mock executor (table, JSON, PNG), peers that
+are missing or fake, one-line mistakes, and every other benchmark's smallest run. No timing is
+asserted: only what was run, counted and written."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from cli_helpers import hetero
+from hetero_core.benchmarks import BENCHMARKS
+from hetero_core.benchmarks.peers import PeerResult, PeerUnavailable
+from hetero_core.benchmarks.workload import Workload
+from hetero_core.cli import main
+
+SMALL_OFFLINE = ["offline", "--executor", "mock", "--num-requests", "4", "--rounds", "2", "--decode-tokens", "4"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def bench(capsys, *argv):
+    code = main(["bench", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_no_name_lists_every_benchmark_with_what_it_needs(capsys):
+    code, out, _ = bench(capsys)
+    assert code == 0
+    for name in BENCHMARKS:
+        assert f"\n{name} " in "\n" + out
+    assert "needs: a CUDA GPU" in out and "hetero bench NAME" in out
+
+
+def test_the_workload_is_the_historical_one():
+    requests = Workload().requests(vocab_size=49152)  # SmolLM2's vocabulary: docs/benchmarks.md's figures
+    assert len(requests) == 32
+    assert sum(len(r.prompt_token_ids) for r in requests) == 2396
+    assert sum(r.max_tokens for r in requests) == 1384
+    assert all(100 <= t < 49152 for r in requests for t in r.prompt_token_ids)
+
+
+def test_offline_on_the_mock_executor_prints_a_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "offline.json"
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--json", str(path))
+    assert code == 0, err
+    assert "machine: " in out and "workload: 4 requests" in out
+    assert "hetero engine" in out and "out tok/s" in out and "batch-1 ms/tok" in out
+    assert "round 2/2: hetero engine" in err
+    report = json.loads(path.read_text())
+    assert set(report) >= {"benchmark", "machine", "settings", "rows", "peers", "skipped_peers"}
+    assert report["benchmark"] == "offline"
+    assert set(report["machine"]) >= {"cpu", "cpu_flags", "num_cpus", "torch", "python"}
+    assert report["settings"]["workload"]["num_requests"] == 4
+    hetero_row = report["peers"]["hetero"]
+    assert hetero_row["hetero_speedup"] == 1.0 and len(hetero_row["rounds"]) == 2
+    assert all(r["output_tokens"] == report["settings"]["output_tokens"] for r in hetero_row["rounds"])
+    assert hetero_row["decode_ms_per_token"] > 0
+
+
+def test_seed_and_lengths_change_the_workload(tmp_path, capsys):
+    settings = []
+    for extra in ([], ["--seed", "1"], ["--output-len", "2", "2"]):
+        path = tmp_path / "o.json"
+        assert bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--rounds", "1", "--json", str(path), *extra)[0] == 0
+        settings.append(json.loads(path.read_text())["settings"])
+    assert settings[0]["prompt_tokens"] != settings[1]["prompt_tokens"]
+    assert settings[2]["output_tokens"] == 4 * 2
+
+
+def test_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "offline.png"
+    code, _, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--plot", str(path))
+    assert code == 0, err
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 1000
+
+
+def test_plot_without_matplotlib_says_what_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--plot", str(tmp_path / "p.png"))
+    assert code == 2 and out == ""  # refused before anything ran
+    assert err.strip() == "hetero: error: --plot needs matplotlib: pip install 'hetero-core[bench]'"
+
+
+def test_a_peer_without_its_package_is_skipped_with_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` fails, as if not installed
+    path = tmp_path / "o.json"
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "hf", "--json", str(path))
+    assert code == 0
+    assert "hetero bench: skipping peer 'hf': HF transformers is not installed (pip install transformers torch)" in err
+    assert json.loads(path.read_text())["skipped_peers"] == {"hf": "HF transformers is not installed (pip install "
+                                                                   "transformers torch)"}
+    assert "hetero engine" in out and "HF generate" not in out
+
+
+def test_hf_needs_a_real_model(capsys):
+    pytest.importorskip("transformers")
+    code, _, err = bench(capsys, *SMALL_OFFLINE, "--peers", "hf,hf-sequential")
+    assert code == 0
+    assert "skipping peer 'hf': needs a real model" in err and "skipping peer 'hf-sequential'" in err
+
+
+class FakePeer:
+    name, label = "fake", "a fake engine"
+
+    def __init__(self, ctx):
+        self.ctx, self.calls, self.closed = ctx, 0, False
+        FakePeer.last = self
+
+    def run(self, requests):
+        self.calls += 1
+        return PeerResult(elapsed_s=10.0, output_tokens=sum(r.max_tokens for r in requests), extra={"call": self.calls})
+
+    def close(self):
+        self.closed = True
+
+
+def _absent(ctx):
+    raise PeerUnavailable("its virtual environment is missing (scripts/setup-absent.sh)")
+
+
+class FailsToStart(FakePeer):
+    name, label = "late", "a peer that fails when it starts"
+
+    def run(self, requests):
+        raise PeerUnavailable("its server did not start")
+
+
+def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatch):
+    from hetero_core.benchmarks import peers
+
+    monkeypatch.setattr(peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent, "late": FailsToStart})
+    path = tmp_path / "o.json"
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--decode-tokens", "0", "--peers", "late,fake,absent,fake",
+                           "--hf-batch-size", "3", "--json", str(path))
+    assert code == 0, err
+    assert "skipping peer 'absent': its virtual environment is missing" in err
+    assert err.count("skipping peer 'late': its server did not start") == 1 and "fails when" not in out
+    assert err.index("round 1/2: hetero") < err.index("round 1/2: a fake") < err.index("round 2/2: hetero")
+    assert "a fake engine" in out and "a fake engine: hetero speedup per round" in out
+    assert FakePeer.last.calls == 2 and FakePeer.last.closed and FakePeer.last.ctx.hf_batch_size == 3
+    assert FakePeer.last.ctx.model_dir is None  # the mock executor runs no model
+    report = json.loads(path.read_text())
+    assert set(report["peers"]) == {"hetero", "fake"} and set(report["skipped_peers"]) == {"absent", "late"}
+    fake = report["peers"]["fake"]
+    assert fake["seconds"] == 10.0 and fake["hetero_speedup"] > 0
+    assert len(fake["hetero_speedup_per_round"]) == 2 and fake["rounds"][1]["call"] == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nope"], "unknown benchmark 'nope'; available: offline, serving"),
+    (["ofline"], "did you mean 'offline'?"),
+    (["offline", "--num-requests", "0"], "argument --num-requests: expected a positive integer, got '0'"),
+    (["offline", "--executor", "mock", "--peers", "hf,vllmm"], "unknown peer 'vllmm'; available: hf, hf-sequential"),
+    (["offline", "--bogus"], "hetero bench offline: unrecognized arguments: --bogus"),
+    (["offline", "--executor", "mock", "--prompt-len", "9", "3"], "--prompt-len 9 3: MIN must not exceed MAX"),
+    (["offline", "--plot", "out.jpg"], "--plot out.jpg: the plot is a PNG"),
+    (["offline", "--json", "no/such/dir/o.json"], "--json no/such/dir/o.json: no such directory"),
+    (["offline", "--executor", "cdua"], "unknown executor 'cdua'"),
+    (["serving", "--vocab-low", "300", "--vocab-high", "200", "--base-url", "http://127.0.0.1:9"],
+     "--vocab-low 300 is above the highest prompt id 200"),
+])
+def test_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = bench(capsys, *argv)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_triton_decode_without_cuda_says_it_needs_cuda(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, _, err = bench(capsys, "triton-decode")
+    assert code == 2 and "needs" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, first_column", [
+    (["kv-allocators", "--num-requests", "4"], "paged"),
+    (["scheduler-overhead", "--num-requests", "4"], 4),
+    (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
+    (["chunked-prefill", "--executor", "mock", "--long-tokens", "64", "--chunk", "16"], "chunked"),
+    (["warm-start", "--executor", "mock", "--runs", "1"], 1),
+])
+def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, argv, first_column):
+    path = tmp_path / "r.json"
+    code, out, err = bench(capsys, *argv, "--json", str(path))
+    assert code == 0, err
+    report = json.loads(path.read_text())
+    assert report["benchmark"] == argv[0] and report["rows"]
+    assert next(iter(report["rows"][0].values())) == first_column
+    assert out.count("\n") >= 3
+
+
+def test_prefix_cache_on_the_mock_executor_hits_and_keeps_the_tokens(tmp_path, capsys):
+    # 12 x ~550 tokens: more than one step's 4,096-token budget, so later requests find the prefix cached
+    path = tmp_path / "r.json"
+    assert bench(capsys, "prefix-cache", "--executor", "mock", "--num-requests", "12", "--system-tokens", "512",
+                 "--json", str(path))[0] == 0
+    report = json.loads(path.read_text())
+    off, on = report["rows"]
+    assert off["hit_rate"] == 0 and on["hit_rate"] > 0 and report["same_tokens"] is True
+
+
+def test_serving_against_hetero_serve_on_the_mock_executor(tmp_path):
+    pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    path = tmp_path / "serving.json"
+    proc = hetero("bench", "serving", "--executor", "mock", "--concurrency", "1", "2", "--num-prompts", "3",
+                  "--input-len", "8", "--output-len", "4", "--json", str(path), "--", "--max-batch-size", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert "scaling 1 -> 2 clients" in proc.stdout
+    report = json.loads(path.read_text())
+    assert [level["completed"] for level in report["levels"]] == [3, 3]
+    assert report["levels"][0]["output_tokens"] == 3 * 4
+    assert report["settings"]["serve_flags"] == ["--executor", "mock", "--max-batch-size", "4"]
+
+
+def test_the_bench_scripts_still_run(tmp_path):
+    import subprocess
+
+    from cli_helpers import clean_env
+
+    done = subprocess.run([sys.executable, "bench/offline_throughput.py", "--skip-sequential", "--executor", "mock",
+                           "--num-requests", "2", "--decode-tokens", "0"], capture_output=True, text=True,
+                          env=clean_env(), timeout=120, cwd=_repo_root())
+    assert done.returncode == 0, done.stderr
+    assert "hetero engine" in done.stdout and "skipping peer 'hf'" in done.stderr
+
+
+def _repo_root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1]
