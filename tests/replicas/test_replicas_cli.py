@@ -166,3 +166,28 @@ def test_a_replica_that_cannot_start_fails_the_command_with_its_reason():
     assert result.stderr.strip().splitlines()[-1] == (
         "hetero: error: the replicas did not start: ConfigError: executor.mock.vocab_size (100000) exceeds the "
         "tokenizer's vocabulary (258)"), result.stderr
+
+
+def test_hetero_bench_replicas_runs_small(tmp_path, capsys):
+    pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    import json
+
+    path = tmp_path / "replicas.json"
+    assert main(["bench", "replicas", "--configs", "single process", "--num-prompts", "6", "--concurrency", "3",
+                 "--input-len", "8", "--output-len", "4", "--decode-latency", "0.001", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "single process" in out and "one engine's ceiling" in out
+    report = json.loads(path.read_text())
+    assert report["benchmark"] == "replicas" and report["rows"][0]["completed"] == 6
+    assert report["configurations"]["single process"]["output_tokens"] == 6 * 4
+
+
+def test_hetero_bench_replicas_without_ray_says_what_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    assert main(["bench", "replicas", "--configs", "ray, 2 replicas"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install 'hetero-core[ray]'" in err, err

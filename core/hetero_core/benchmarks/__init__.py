@@ -17,6 +17,7 @@ from hetero_core.suggest import did_you_mean
 BENCHMARKS = {
     "offline": "hetero_core.benchmarks.offline",
     "serving": "hetero_core.benchmarks.serving",
+    "replicas": "hetero_core.benchmarks.replicas",
     "prefix-cache": "hetero_core.benchmarks.prefix_cache",
     "kv-allocators": "hetero_core.benchmarks.kv_allocators",
     "chunked-prefill": "hetero_core.benchmarks.chunked_prefill",
