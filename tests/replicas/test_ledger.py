@@ -37,6 +37,25 @@ def test_requests_sent_since_the_report_count_until_the_next_report_includes_the
     assert ledger.queued_tokens("b") == 160
 
 
+def test_a_request_finishing_after_a_report_counted_it_is_taken_off_that_report():
+    ledger = QueuedTokensLedger()
+    ledger.record_sent("a", "r1", 96, now=10.0)
+    ledger.record_sent("a", "r2", 96, now=11.95)  # just before the report: maybe not in it yet
+    report = stats(200, at=12.0)  # counts r1 and some other work
+    ledger.report("a", report)
+    assert ledger.queued_tokens("a") == 200 + 96
+    ledger.record_finished("a", "r1")
+    assert ledger.queued_tokens("a") == 104 + 96
+    ledger.report("a", report)  # the router sees the same report again at its next choice: no change
+    assert ledger.queued_tokens("a") == 104 + 96
+    ledger.record_finished("a", "r2")
+    ledger.report("a", stats(50, at=13.0))
+    ledger.record_sent("a", "r3", 400, now=14.0)
+    ledger.report("a", stats(60, at=15.0))
+    ledger.record_finished("a", "r3")  # an estimate larger than the report: not below zero
+    assert ledger.queued_tokens("a") == 0
+
+
 def test_a_burst_spreads_over_replicas_and_finished_or_moved_requests_stop_counting():
     ledger = QueuedTokensLedger()
     chosen = []

@@ -3,9 +3,10 @@
 Each replica reports its engine's queued tokens (``EngineStats.num_queued_tokens``: prompt + remaining
 output tokens of its unfinished requests) with the wall-clock time of the report; Ray Serve's controller
 collects the reports every ``request_routing_stats_period_s`` and hands them to every router. Between
-reports a router adds what it sent since: an estimate of each request it routed after the replica's
-latest report and that has not finished. So a burst of requests spreads out at once instead of piling
-onto whichever replica looked idle at the last report.
+reports a router corrects them with what it knows: each request it routed after the replica's latest
+report counts at an estimate of its tokens until it finishes, and one that finishes after a report
+counted it is taken off that report. So a burst of requests spreads out at once instead of piling
+onto whichever replica looked idle at the last report, and a replica that finished work gets more.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from dataclasses import dataclass, field
 QUEUED_TOKENS_KEY = "num_queued_tokens"
 REPORT_TIME_KEY = "reported_at"
 CHARS_PER_TOKEN = 4  # a prompt sent as text is estimated at this many characters per token
+# A request sent this shortly before a report may not be in it yet (the replica adds it to its engine
+# between steps, and the stats it reports are from the last step): it keeps counting on its own.
+REPORT_LAG_S = 0.1
 
 
 def estimate_request_tokens(prompt, max_tokens: int | None) -> int:
@@ -35,31 +39,42 @@ class _Sent:
     replica: object
     sent_at: float
     num_tokens: int
+    in_report: bool = False  # counted in the replica's latest report
 
 
 @dataclass
 class QueuedTokensLedger:
-    """The latest report of each replica and the requests sent since. Replicas are any hashable ids."""
+    """The latest report of each replica and the requests sent to it. Replicas are any hashable ids."""
 
-    reports: dict = field(default_factory=dict)  # replica -> (queued tokens, reported_at)
-    sent: dict = field(default_factory=dict)  # request id -> _Sent (one replica per request)
+    reports: dict = field(default_factory=dict)  # replica -> [queued tokens, reported_at]
+    sent: dict = field(default_factory=dict)  # request id -> _Sent (one replica per request), until it finishes
 
     def report(self, replica, stats: dict | None) -> None:
-        """Take a replica's routing stats; requests sent to it before the report are counted in it."""
+        """Take a replica's routing stats if newer than the last; requests sent to it at least
+        ``REPORT_LAG_S`` before the report are counted in it."""
         if not stats or QUEUED_TOKENS_KEY not in stats:
             return
         reported_at = float(stats.get(REPORT_TIME_KEY, 0.0))
-        self.reports[replica] = (int(stats[QUEUED_TOKENS_KEY]), reported_at)
-        for request_id in [r for r, s in self.sent.items() if s.replica == replica and s.sent_at <= reported_at]:
-            del self.sent[request_id]
+        if replica in self.reports and reported_at <= self.reports[replica][1]:
+            return  # the same report again (or an older one)
+        self.reports[replica] = [int(stats[QUEUED_TOKENS_KEY]), reported_at]
+        for s in self.sent.values():
+            if s.replica == replica and s.sent_at <= reported_at - REPORT_LAG_S:
+                s.in_report = True
 
     def record_sent(self, replica, request_id, num_tokens: int, now: float) -> None:
         """The request goes to ``replica`` (moving it there if an earlier choice was refused)."""
         self.sent[request_id] = _Sent(replica, now, num_tokens)
 
     def record_finished(self, replica, request_id) -> None:
-        if request_id in self.sent and self.sent[request_id].replica == replica:
-            del self.sent[request_id]
+        """The request is done: it stops counting, also in the report that counted it (its estimate is
+        taken off, not below zero), so a replica that just finished work looks free at once."""
+        s = self.sent.get(request_id)
+        if s is None or s.replica != replica:
+            return
+        del self.sent[request_id]
+        if s.in_report and replica in self.reports:
+            self.reports[replica][0] = max(0, self.reports[replica][0] - s.num_tokens)
 
     def forget(self, replica) -> None:
         """The replica is gone (died or removed)."""
@@ -69,7 +84,7 @@ class QueuedTokensLedger:
 
     def queued_tokens(self, replica) -> int:
         reported = self.reports.get(replica, (0, 0.0))[0]
-        return reported + sum(s.num_tokens for s in self.sent.values() if s.replica == replica)
+        return reported + sum(s.num_tokens for s in self.sent.values() if s.replica == replica and not s.in_report)
 
     def rank(self, replicas: list, rng: random.Random | None = None) -> list:
         """``replicas`` from fewest to most queued tokens; ties in random order, so equal replicas
