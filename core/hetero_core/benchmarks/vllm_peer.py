@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from hetero_core.benchmarks.peers import PeerContext, PeerResult, PeerUnavailable
@@ -127,13 +128,25 @@ class VllmCpuPeer:
         return f"the vLLM worker exited with code {code}: {errors[-1].strip()[-300:]}"
 
     def _pause(self) -> None:
-        """SIGSTOP every process of the worker's group (engine core, workers) until its next turn."""
+        """SIGSTOP every process of the worker's group (engine core, workers) until its next turn,
+        and wait (up to a second) until the worker has stopped: the signal arrives asynchronously."""
         if self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 1.0
+            while _process_state(self._process.pid) not in ("T", "t", "Z", None) and time.monotonic() < deadline:
+                time.sleep(0.001)
 
     def _resume(self) -> None:
         if self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGCONT)
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (R, S, T, Z, ...); None if it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _factory(name: str, dtype: str | None, compiled: bool):
