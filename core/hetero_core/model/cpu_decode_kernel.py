@@ -110,7 +110,11 @@ def _build() -> Path:
     if not compiler:
         raise KernelUnavailable("no C compiler found (install gcc, or set CC)")
     version = _compiler_version(compiler)
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(CFLAGS),
+    try:
+        source = SOURCE.read_text()
+    except OSError as exc:
+        raise KernelUnavailable(f"the kernel's source is missing from this install: {exc}") from None
+    key = hashlib.sha256("\n".join([source, compiler, version, " ".join(CFLAGS),
                                     " ".join(sorted(cpu_flags()))]).encode()).hexdigest()[:16]
     target = default_cache_dir() / "kernels" / f"paged_decode_attention-{key}.so"
     if target.is_file():
