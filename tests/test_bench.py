@@ -235,3 +235,48 @@ def _repo_root():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1]
+
+
+def test_first_token_runs_time_fresh_hetero_processes(tmp_path, capsys):
+    path = tmp_path / "o.json"
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--first-token-runs", "1", "--json", str(path))
+    assert code == 0, err
+    assert "load->1st token s" in out
+    assert json.loads(path.read_text())["peers"]["hetero"]["first_token_s"] > 0
+    code, out, _ = bench(capsys, *SMALL_OFFLINE, "--peers", "none")
+    assert "load->1st token" not in out  # 0 runs (the default): not measured, no column
+
+
+def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
+    from hetero_core.benchmarks import peers
+    from hetero_core.benchmarks.offline import _agreement
+
+    class Echo(FakePeer):
+        name, label = "echo", "an echo"
+
+        def run(self, requests):
+            result = super().run(requests)
+            return PeerResult(result.elapsed_s, result.output_tokens,
+                              {"token_ids": [[-1] * r.max_tokens for r in requests]})  # never the mock's ids
+
+    monkeypatch.setattr(peers, "available_peers", lambda: {"echo": Echo})
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--decode-tokens", "0", "--peers", "echo")
+    assert code == 0, err
+    assert "an echo: greedy tokens identical to hetero's in 0/4 requests" in out
+    hetero, echo = FakePeer(None), Echo(None)
+    hetero.name = "hetero"
+    assert _agreement([hetero, echo], {"hetero": [[1, 2], [3], [4]], "echo": [[1, 2], [5], [4]]}) == [
+        "an echo: greedy tokens identical to hetero's in 2/3 requests (expect all only in the same dtype)"]
+
+
+def test_workload_flops_counts_linears_lm_head_and_attention():
+    from hetero_core.benchmarks.flops import workload_flops
+    from hetero_core.benchmarks.workload import Request
+
+    config = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 16, "vocab_size": 100}
+    # one request: 3 prompt tokens, 2 output tokens -> 4 computed tokens, 2 sampled rows
+    linears = 2 * 2 * (8 * (2 + 2) * 4 + 2 * 4 * 8 + 3 * 8 * 16)  # per token: q/k/v, o, gate/up/down
+    lm_head = 2 * 8 * 100
+    attention = 4 * 2 * 2 * 4 * (1 + 2 + 3 + 4)  # token i attends i keys, scores and values
+    assert workload_flops(config, [Request([1, 2, 3], 2)]) == 4 * linears + 2 * lm_head + attention
