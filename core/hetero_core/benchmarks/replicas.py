@@ -27,15 +27,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from hetero_core.benchmarks.options import positive_float, positive_int
 from hetero_core.benchmarks.report import Column, Panel, Report, Table
-from hetero_core.errors import HeteroError, MissingDependencyError
+from hetero_core.errors import MissingDependencyError
 
 SUMMARY = "1 vs 2 engine replicas behind Ray Serve (and the single-process server): tokens/s and the ratio"
 NEEDS = "hetero-core[ray] and httpx; the mock executor (no torch, no model)"
-STARTUP_TIMEOUT_S = 300
 CONFIGS = {  # name -> hetero serve flags
     "single process": [],
     "ray, 1 replica": ["--ray-address", "local", "--replica-cpus", "0.5"],
@@ -93,29 +91,23 @@ def run(args: argparse.Namespace) -> Report:
 
 
 def _start(flags: list[str], env: dict, log) -> tuple[subprocess.Popen, str]:
-    import httpx
+    from hetero_core.benchmarks.serving import free_port, wait_until_healthy
 
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", str(port),
                                 "--served-model-name", "mock", "--max-pending-requests", "4096", *flags],
                                env={**os.environ, **env}, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            with open(log.name) as output:
-                last = (output.read().strip().splitlines() or ["(no output)"])[-1]
-            raise HeteroError(f"hetero serve {' '.join(flags)} exited with {process.returncode}: {last}")
-        with open(log.name) as output:  # on Ray, ready once every replica runs: it says "hetero: serving"
-            ready = not flags or "hetero: serving" in output.read()
-        try:
-            if ready and httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return process, base_url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    process.kill()
-    raise HeteroError(f"hetero serve {' '.join(flags)} did not become ready in {STARTUP_TIMEOUT_S} s")
+
+    def log_text() -> str:
+        with open(log.name) as output:
+            return output.read()
+
+    # on Ray, ready once every replica runs: it then says "hetero: serving"
+    wait_until_healthy(process, base_url, f"hetero serve {' '.join(flags)}",
+                       exit_detail=lambda: (log_text().strip().splitlines() or ["(no output)"])[-1],
+                       ready=lambda: not flags or "hetero: serving" in log_text())
+    return process, base_url
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -132,14 +124,6 @@ def _requests_per_replica(base_url: str) -> dict[str, int]:
 
     text = httpx.get(base_url + "/metrics").text
     return {m[1]: int(float(m[2])) for m in re.finditer(r'hetero_replica_requests_total\{replica="(\w+)"\} (\S+)', text)}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _report(args, results: dict[str, dict]) -> Report:

@@ -81,25 +81,33 @@ def run(args: argparse.Namespace) -> Report:
 
 
 def start_server(serve_flags: list[str]) -> tuple[subprocess.Popen, str]:
-    import httpx
-
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "hetero_core", "serve", "--port", str(port), "--log-level", "warning",
                "--max-pending-requests", "4096", *serve_flags]
     process = subprocess.Popen(command, stdout=sys.stderr, stderr=sys.stderr, stdin=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}"
+    wait_until_healthy(process, base_url, "hetero serve")
+    return process, base_url
+
+
+def wait_until_healthy(process: subprocess.Popen, base_url: str, what: str,
+                       exit_detail=lambda: "its message is above", ready=lambda: True) -> None:
+    """Poll ``base_url/health`` until it answers 200 once ``ready()`` holds. HeteroError when the
+    server exits first (``exit_detail()`` says why) or is not ready in ``STARTUP_TIMEOUT_S``."""
+    import httpx
+
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise HeteroError(f"hetero serve exited with {process.returncode} (its message is above)")
+            raise HeteroError(f"{what} exited with {process.returncode}: {exit_detail()}")
         try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return process, base_url
+            if ready() and httpx.get(base_url + "/health", timeout=2).status_code == 200:
+                return
         except httpx.TransportError:
             pass
         time.sleep(0.25)
     process.kill()
-    raise HeteroError(f"hetero serve did not become healthy in {STARTUP_TIMEOUT_S} s")
+    raise HeteroError(f"{what} did not become ready in {STARTUP_TIMEOUT_S} s")
 
 
 def stop_server(process: subprocess.Popen) -> None:
@@ -111,7 +119,7 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
