@@ -43,3 +43,14 @@ def tiny_model_dirs(tmp_path_factory):
     """Every tiny model saved once per session: name -> (directory, HF model)."""
     root = tmp_path_factory.mktemp("tiny_models")
     return {name: (root / name, save_tiny_model(name, root / name)) for name in TINY_MODELS}
+
+
+@pytest.fixture
+def cpu_decode_kernel():
+    """The compiled CPU decode-attention kernel; the test skips, saying why, where it cannot be built."""
+    from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+
+    try:
+        return load_decode_kernel(required=True)
+    except KernelUnavailable as exc:
+        pytest.skip(f"the CPU decode kernel cannot be built here: {exc}")

@@ -17,12 +17,9 @@ from paged_batches import BlockPool, PagedSequence, step
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    try:
-        return load_decode_kernel(required=True)
-    except KernelUnavailable as exc:
-        pytest.skip(f"the CPU decode kernel cannot be built here: {exc}")
+@pytest.fixture
+def kernel(cpu_decode_kernel):
+    return cpu_decode_kernel
 
 
 @pytest.fixture

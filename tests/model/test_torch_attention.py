@@ -93,11 +93,13 @@ def _reference_decode(query, cache, metadata, lengths):
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 0.05)])
 @pytest.mark.parametrize("num_kv_heads, group_size", [(3, 3), (2, 1)])
 @pytest.mark.parametrize("path", ["torch", "kernel"])
-def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num_kv_heads, group_size, path):
+def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num_kv_heads, group_size, path,
+                                                           request):
     """The torch path (grouped matmuls over gathered blocks) and the compiled kernel (reading the
     blocks in place) both attend exactly the sequence's context (padding and other sequences'
     blocks ignored), grouped query heads included."""
-    backend = TorchPagedAttention(decode_kernel=_kernel_or_skip() if path == "kernel" else None)
+    kernel = request.getfixturevalue("cpu_decode_kernel") if path == "kernel" else None
+    backend = TorchPagedAttention(decode_kernel=kernel)
     backend, metadata, query, key, value, cache, lengths = _random_decode_step(
         num_kv_heads, group_size, 16, dtype, backend)
     out = backend.forward(query, key, value, cache, metadata, scale=16**-0.5)
@@ -105,11 +107,3 @@ def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num
     expected = _reference_decode(query, cache, metadata, lengths)
     assert (out.double() - expected).abs().max() < tolerance
 
-
-def _kernel_or_skip():
-    from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
-
-    try:
-        return load_decode_kernel(required=True)
-    except KernelUnavailable as exc:
-        pytest.skip(f"the CPU decode kernel cannot be built here: {exc}")

@@ -136,9 +136,10 @@ def _agreement(peers, tokens: dict[str, list[list[int]]]) -> list[str]:
     return lines
 
 
-def _run_rounds(peers, requests, num_rounds: int, skipped: dict[str, str]) -> list[dict]:
-    """Every peer once per round, Hetero first. A peer whose run raises PeerUnavailable (found out
-    only when it starts, say) is dropped from every round with one line."""
+def _run_rounds(peers, requests, num_rounds: int, skipped: dict[str, str]) -> tuple[list[dict], dict]:
+    """Every peer once per round, Hetero first: (each round's results by peer, each peer's last
+    token ids where it returned them). A peer whose run raises PeerUnavailable (found out only when
+    it starts, say) is dropped from every round with one line."""
     from hetero_core.benchmarks.peers import PeerUnavailable
 
     rounds, tokens = [], {}
