@@ -121,8 +121,12 @@ def test_bad_requests_fail_alone_next_to_good_ones(smollm2_dir):
 
 
 BF16 = {"name": "torch", "torch": {"dtype": "bfloat16"}}
+# Questions whose fp32 answers SmolLM2 picks with clear margins: "What is the capital of France?"
+# was one until its first token ("The" over "L") turned out to lead by 0.08 logits in fp32, under
+# bf16's resolution at that magnitude (0.125 near 25), so bf16 got it right or wrong by the luck of
+# rounding.
 BF16_QUESTIONS = {
-    "What is the capital of France?": "Paris",
+    "What is the capital of Japan?": "Tokyo",
     "What is the capital of Germany?": "Berlin",
     "What color is the sky on a clear day?": "blue",
     "How many days are in a week?": "7",

@@ -46,11 +46,11 @@ def tiny_model_dirs(tmp_path_factory):
 
 
 @pytest.fixture
-def cpu_decode_kernel():
-    """The compiled CPU decode-attention kernel; the test skips, saying why, where it cannot be built."""
-    from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+def cpu_kernels():
+    """The compiled CPU attention kernels; the test skips, saying why, where they cannot be built."""
+    from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
 
     try:
-        return load_decode_kernel(required=True)
+        return load_cpu_kernels(required=True)
     except KernelUnavailable as exc:
-        pytest.skip(f"the CPU decode kernel cannot be built here: {exc}")
+        pytest.skip(f"the CPU kernels cannot be built here: {exc}")

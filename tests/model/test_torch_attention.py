@@ -98,8 +98,8 @@ def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num
     """The torch path (grouped matmuls over gathered blocks) and the compiled kernel (reading the
     blocks in place) both attend exactly the sequence's context (padding and other sequences'
     blocks ignored), grouped query heads included."""
-    kernel = request.getfixturevalue("cpu_decode_kernel") if path == "kernel" else None
-    backend = TorchPagedAttention(decode_kernel=kernel)
+    kernels = request.getfixturevalue("cpu_kernels") if path == "kernel" else None
+    backend = TorchPagedAttention(cpu_kernels=kernels)
     backend, metadata, query, key, value, cache, lengths = _random_decode_step(
         num_kv_heads, group_size, 16, dtype, backend)
     out = backend.forward(query, key, value, cache, metadata, scale=16**-0.5)

@@ -162,12 +162,12 @@ def _device(name: str) -> torch.device:
 
 
 def _cpu_backend(options: TorchExecutorOptions, device: torch.device) -> TorchPagedAttention:
-    """The torch paged backend, with the compiled decode kernel where ``cpu_attention`` allows it."""
+    """The torch paged backend, with the compiled CPU kernels where ``cpu_attention`` allows them."""
     if options.cpu_attention == "torch" or device.type != "cpu":
         return TorchPagedAttention()
-    from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+    from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
 
     try:
-        return TorchPagedAttention(decode_kernel=load_decode_kernel(required=options.cpu_attention == "kernel"))
+        return TorchPagedAttention(cpu_kernels=load_cpu_kernels(required=options.cpu_attention == "kernel"))
     except KernelUnavailable as exc:
         raise ConfigError(f"[executor.torch] cpu_attention = \"kernel\": {exc}; use \"auto\" or \"torch\"") from None

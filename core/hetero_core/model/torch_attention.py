@@ -14,6 +14,9 @@ and shared by every layer:
   13 ms per layer for 32 prompts of 16-128 tokens). A prompt with no cached prefix attends its own
   new K/V (no gather, plain causal SDPA); one continuing a cached prefix gathers its context and
   uses a causal mask shifted by the prefix length.
+
+On the CPU, with the compiled kernels (``cpu_kernels``), new K/V are written, decodes attended and
+all prefills attended (one call per layer) straight on the block tables instead.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch.nn import functional as F
 
 from hetero_core.engine.batch import Batch, slot_of
 from hetero_core.model.attention import KVCache
+from hetero_core.model.cpu_kernels import PrefillSequences
 from hetero_core.model.zeroed_memory import lazy_zeros
 
 
@@ -68,20 +72,21 @@ class TorchPagedMetadata:
     slot_mapping: torch.Tensor  # [num_tokens] where each new token's K/V goes
     decode: DecodeGroup | None
     prefills: tuple[PrefillSegment, ...]
+    prefill_seqs: PrefillSequences | None = None  # the prefills as the CPU kernel reads them
 
 
 class TorchPagedAttention:
     """Paged KV cache ``[num_kv_heads, num_blocks, block_size, head_dim]`` per layer (head-major:
     gathering a sequence's blocks gives each KV head's context as one contiguous matrix).
 
-    ``decode_kernel``: the compiled CPU kernel (``cpu_decode_kernel``) that attends single-token
-    queries straight from the block tables; None: the pure-torch gather path everywhere."""
+    ``cpu_kernels``: the compiled CPU kernels (``cpu_kernels``) that write K/V and attend decodes
+    and prefills straight on the block tables; None: the pure-torch path everywhere."""
 
     name = "torch_paged"
     kv_block_dim = 1  # the cache dimension that indexes blocks (copy, swap)
 
-    def __init__(self, decode_kernel=None):
-        self.decode_kernel = decode_kernel
+    def __init__(self, cpu_kernels=None):
+        self.cpu_kernels = cpu_kernels
 
     def allocate_kv_cache(self, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device):
         shape = (num_kv_heads, num_blocks, block_size, head_dim)
@@ -97,33 +102,48 @@ class TorchPagedAttention:
         _check_block_tables(batch)
         single = [i for i in range(batch.num_seqs) if batch.query_len(i) == 1]
         multi = [i for i in range(batch.num_seqs) if batch.query_len(i) > 1]
+        use_kernels = self.cpu_kernels is not None and device.type == "cpu"
         return TorchPagedMetadata(
             slot_mapping=_to(torch.tensor(batch.slot_mapping, dtype=torch.long), device),
             decode=_decode_group(batch, single, whole=not multi, device=device) if single else None,
             prefills=tuple(_prefill_segment(batch, i, device) for i in multi),
+            prefill_seqs=_prefill_sequences(batch, multi) if multi and use_kernels else None,
         )
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
-        _slots(kv_cache.key).index_copy_(1, metadata.slot_mapping, key.transpose(0, 1))
-        _slots(kv_cache.value).index_copy_(1, metadata.slot_mapping, value.transpose(0, 1))
+        kernels = self._kernels_for(query, kv_cache)
+        if kernels is not None:
+            kernels.write_kv(key, value, kv_cache.key, kv_cache.value, metadata.slot_mapping)
+        else:
+            _slots(kv_cache.key).index_copy_(1, metadata.slot_mapping, key.transpose(0, 1))
+            _slots(kv_cache.value).index_copy_(1, metadata.slot_mapping, value.transpose(0, 1))
 
         decode = metadata.decode
         if decode is not None and decode.token_index is None:  # a pure decode step
-            return self._attend_decode(query, kv_cache, decode, scale)
-        out = torch.empty_like(query)
+            return self._attend_decode(query, kv_cache, decode, scale, kernels)
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         if decode is not None:
-            decoded = self._attend_decode(query[decode.token_index], kv_cache, decode, scale)
+            decoded = self._attend_decode(query[decode.token_index], kv_cache, decode, scale, kernels)
             out.index_copy_(0, decode.token_index, decoded)
+        if kernels is not None and metadata.prefill_seqs is not None:
+            kernels.attend_prefill(query, kv_cache.key, kv_cache.value, metadata.prefill_seqs, scale, out)
+            return out
         for segment in metadata.prefills:
             rows = slice(segment.start, segment.end)
             out[rows] = _attend_prefill(query[rows], key[rows], value[rows], kv_cache, segment, scale)
         return out
 
-    def _attend_decode(self, query, kv_cache: KVCache, group: DecodeGroup, scale: float) -> torch.Tensor:
-        kernel = self.decode_kernel
-        if kernel is not None and kernel.supports(query, kv_cache.key.shape[0]):
+    def _kernels_for(self, query: torch.Tensor, kv_cache: KVCache):
+        """The CPU kernels where they handle this query and cache, else None."""
+        kernels = self.cpu_kernels
+        if kernels is not None and kernels.supports(query, kv_cache.key.shape[0]) and kv_cache.key.is_contiguous():
+            return kernels
+        return None
+
+    def _attend_decode(self, query, kv_cache: KVCache, group: DecodeGroup, scale: float, kernels) -> torch.Tensor:
+        if kernels is not None:
             tables = group.block_index.view(group.num_seqs, -1)
-            return kernel.attend(query, kv_cache.key, kv_cache.value, tables, group.context_lens, scale)
+            return kernels.attend_decode(query, kv_cache.key, kv_cache.value, tables, group.context_lens, scale)
         return _attend_decode(query, kv_cache, group, scale)
 
 
@@ -210,6 +230,18 @@ def _prefill_segment(batch: Batch, i: int, device: torch.device) -> PrefillSegme
     query_pos = num_cached + torch.arange(end - start)
     mask = key_pos[None, :] <= query_pos[:, None]
     return PrefillSegment(start, end, context_slots=_to(slots, device), mask=_to(mask, device))
+
+
+def _prefill_sequences(batch: Batch, seqs: list[int]) -> PrefillSequences:
+    """The multi-token sequences ``seqs`` for the CPU prefill kernel (always on the CPU)."""
+    max_blocks = max(len(batch.block_tables[i]) for i in seqs)
+    tables = [batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs]
+    return PrefillSequences(
+        query_start=torch.tensor([batch.query_start_loc[i] for i in seqs], dtype=torch.long),
+        query_len=torch.tensor([batch.query_len(i) for i in seqs], dtype=torch.long),
+        context_lens=torch.tensor([batch.context_lens[i] for i in seqs], dtype=torch.long),
+        block_tables=torch.tensor(tables, dtype=torch.long),
+    )
 
 
 def _slots(cache: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""The compiled CPU decode-attention kernel: same answers as the torch path, its build cache, and
-what happens where no C compiler works."""
+"""The compiled CPU kernels (K/V write, decode and prefill attention): same answers as the torch
+path, their build cache, and what happens where no C compiler works."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError
-from hetero_core.model import cpu_decode_kernel
+from hetero_core.model import cpu_kernels as cpu_kernels_module
 from hetero_core.model.attention import KVCache
-from hetero_core.model.cpu_decode_kernel import KernelUnavailable, load_decode_kernel
+from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
 from hetero_core.model.torch_attention import TorchPagedAttention
 from paged_batches import BlockPool, PagedSequence, step
 
@@ -18,8 +18,8 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture
-def kernel(cpu_decode_kernel):
-    return cpu_decode_kernel
+def kernel(cpu_kernels):
+    return cpu_kernels
 
 
 @pytest.fixture
@@ -27,9 +27,9 @@ def no_compiler(monkeypatch, tmp_path):
     """A machine without a working C compiler and with an empty kernel cache."""
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
-    cpu_decode_kernel._load.cache_clear()
+    cpu_kernels_module._load.cache_clear()
     yield
-    cpu_decode_kernel._load.cache_clear()
+    cpu_kernels_module._load.cache_clear()
 
 
 def _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype, seed=0):
@@ -48,9 +48,10 @@ def _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype,
 
 
 def _both_paths(kernel, batch, cache, query):
-    with_kernel, plain = TorchPagedAttention(decode_kernel=kernel), TorchPagedAttention()
+    with_kernel, plain = TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()
     metadata = plain.build_metadata(batch, CPU)
-    outs = [backend._attend_decode(query, cache, metadata.decode, 0.125) for backend in (with_kernel, plain)]
+    outs = [backend._attend_decode(query, cache, metadata.decode, 0.125, backend._kernels_for(query, cache))
+            for backend in (with_kernel, plain)]
     return outs[0], outs[1].to(outs[0].dtype)
 
 
@@ -80,8 +81,8 @@ def test_a_non_finite_query_spoils_only_its_own_head(kernel):
 
 
 def test_mixed_steps_use_the_kernel_for_their_decodes(kernel):
-    """A step with a prefill among decodes: the decodes (attended by the kernel) and the prefill
-    (torch SDPA) both match the pure-torch backend."""
+    """A step with a prefill among decodes: the decodes and the prefill (both attended by the
+    kernels) match the pure-torch backend."""
     pool = BlockPool(64)
     decoding = [PagedSequence(i, list(range(n)), n - 1) for i, n in enumerate([9, 33, 70])]
     step([(s, len(s.token_ids) - 1) for s in decoding], pool, 16)
@@ -91,7 +92,7 @@ def test_mixed_steps_use_the_kernel_for_their_decodes(kernel):
     shapes = [(batch.num_tokens, 9, 64), (batch.num_tokens, 3, 64), (batch.num_tokens, 3, 64)]
     query, key, value = (torch.randn(shape) for shape in shapes)
     outs = []
-    for backend in (TorchPagedAttention(decode_kernel=kernel), TorchPagedAttention()):
+    for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
         cache = backend.allocate_kv_cache(1, 64, 16, 3, 64, torch.float32, CPU)[0]
         torch.manual_seed(2)
         cache.key.copy_(torch.randn(cache.key.shape))
@@ -100,8 +101,78 @@ def test_mixed_steps_use_the_kernel_for_their_decodes(kernel):
     assert (outs[0] - outs[1]).abs().max().item() < 1e-5
 
 
+def _forward_both(kernel, batch, num_blocks, num_kv_heads, group_size, head_dim, block_size, dtype, seed=0):
+    """``batch`` through the kernels' backend and the pure-torch one, over the same random cache
+    contents (the cached prefixes) and step K/V: (outputs, caches) of each."""
+    torch.manual_seed(seed)
+    num_heads = num_kv_heads * group_size
+    # q/k/v as the model hands them: slices of one fused projection output (strided rows)
+    fused = torch.randn(batch.num_tokens, num_heads + 2 * num_kv_heads, head_dim).to(dtype)
+    query, key, value = fused.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
+    contents = [torch.randn(num_kv_heads, num_blocks, block_size, head_dim).to(dtype) for _ in range(2)]
+    results = []
+    for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
+        cache = KVCache(*(tensor.clone() for tensor in contents))
+        out = backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=head_dim**-0.5)
+        results.append((out, cache))
+    return results
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("num_kv_heads, group_size, head_dim, block_size", [
+    (3, 3, 64, 16),  # SmolLM2-135M
+    (2, 4, 128, 16),
+    (4, 1, 40, 8),  # no grouping; a head size that is not a multiple of 16
+    (1, 7, 64, 1),  # MQA, one token per block
+])
+def test_prefill_kernel_matches_the_torch_path(kernel, dtype, tolerance, num_kv_heads, group_size, head_dim,
+                                               block_size):
+    """Fresh prompts of many lengths (one token short of, at and past the kernel's 16-token tiles and
+    64-key chunks) and prompts continuing a cached prefix, in one step over shuffled blocks."""
+    num_blocks = 720  # block_size 1 needs one per token
+    pool = BlockPool(num_blocks, shuffle=True, seed=3)
+    fresh = [PagedSequence(i, list(range(n)), n) for i, n in enumerate([2, 15, 16, 17, 63, 64, 65, 130])]
+    continued = [PagedSequence(10 + i, list(range(n)), n) for i, n in enumerate([40, 100, 200])]
+    step([(seq, cached) for seq, cached in zip(continued, [1, 37, 128], strict=True)], pool, block_size)
+    batch = step([(seq, seq.num_remaining) for seq in [*fresh, *continued]], pool, block_size)
+    (out, cache), (expected, expected_cache) = _forward_both(
+        kernel, batch, num_blocks, num_kv_heads, group_size, head_dim, block_size, dtype)
+    assert out.shape == expected.shape and out.dtype == dtype
+    assert (out.float() - expected.float()).abs().max().item() < tolerance
+    assert torch.equal(cache.key, expected_cache.key) and torch.equal(cache.value, expected_cache.value)
+
+
+def test_a_non_finite_prefill_query_spoils_only_its_own_row_and_head(kernel):
+    pool = BlockPool(64)
+    seqs = [PagedSequence(i, list(range(n)), n) for i, n in enumerate([20, 30])]
+    batch = step([(seq, seq.num_remaining) for seq in seqs], pool, 16)
+    torch.manual_seed(0)
+    query, key, value = torch.randn(50, 9, 64), torch.randn(50, 3, 64), torch.randn(50, 3, 64)
+    query[25, 4, 0] = float("nan")  # the second sequence's 6th token, head 4
+    outs = []
+    for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
+        cache = backend.allocate_kv_cache(1, 64, 16, 3, 64, torch.float32, CPU)[0]
+        outs.append(backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=0.125))
+    out, expected = outs
+    assert out[25, 4].isnan().all()
+    out[25, 4], expected[25, 4] = 0.0, 0.0
+    assert not out.isnan().any() and (out - expected).abs().max().item() < 1e-5
+
+
+def test_the_kv_write_refuses_a_slot_outside_the_cache_and_writes_nothing(kernel):
+    key_cache, value_cache = torch.zeros(2, 4, 8, 16), torch.zeros(2, 4, 8, 16)
+    key, value = torch.ones(3, 2, 16), torch.ones(3, 2, 16)
+    with pytest.raises(ValueError, match="outside the cache"):
+        kernel.write_kv(key, value, key_cache, value_cache, torch.tensor([0, 5, 32]))
+    assert not key_cache.any() and not value_cache.any()
+    kernel.write_kv(key, 2 * value, key_cache, value_cache, torch.tensor([0, 9, 31]))
+    written = key_cache.view(2, 32, 16)
+    assert written[:, [0, 9, 31]].eq(1).all() and written.sum() == 3 * 2 * 16
+    assert value_cache.view(2, 32, 16)[:, [0, 9, 31]].eq(2).all()
+
+
 def test_sizes_beyond_the_kernels_limits_take_the_torch_path(kernel):
-    query = torch.randn(2, 4, cpu_decode_kernel.MAX_HEAD_DIM + 8)
+    query = torch.randn(2, 4, cpu_kernels_module.MAX_HEAD_DIM + 8)
     assert not kernel.supports(query, num_kv_heads=2)
     assert not kernel.supports(torch.randn(2, 4, 64).half(), num_kv_heads=2)
     assert kernel.supports(torch.randn(2, 4, 64), num_kv_heads=2)
@@ -109,35 +180,35 @@ def test_sizes_beyond_the_kernels_limits_take_the_torch_path(kernel):
 
 def test_the_library_is_built_once_into_the_cache(kernel, monkeypatch, tmp_path):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
-    cpu_decode_kernel._load.cache_clear()
+    cpu_kernels_module._load.cache_clear()
     try:
-        built = load_decode_kernel(required=True).path
+        built = load_cpu_kernels(required=True).path
         assert built.parent == tmp_path / "kernels" and built.is_file()
         stamp = built.stat().st_mtime_ns
-        cpu_decode_kernel._load.cache_clear()
-        assert load_decode_kernel(required=True).path == built and built.stat().st_mtime_ns == stamp
+        cpu_kernels_module._load.cache_clear()
+        assert load_cpu_kernels(required=True).path == built and built.stat().st_mtime_ns == stamp
         assert [p.name for p in built.parent.iterdir()] == [built.name]  # no temporaries left
     finally:
-        cpu_decode_kernel._load.cache_clear()
+        cpu_kernels_module._load.cache_clear()
 
 
 def test_without_a_compiler_auto_falls_back_and_kernel_is_refused(no_compiler, tiny_model_dirs, make_executor):
-    assert load_decode_kernel() is None
+    assert load_cpu_kernels() is None
     with pytest.raises(KernelUnavailable, match="C compiler"):
-        load_decode_kernel(required=True)
+        load_cpu_kernels(required=True)
     model_dir, _ = tiny_model_dirs["llama"]
     executor = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="auto"))
-    assert executor.backend.decode_kernel is None
+    assert executor.backend.cpu_kernels is None
     with pytest.raises(ConfigError, match='cpu_attention = "kernel".*C compiler'):
         make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel"))
 
 
 def test_the_option_chooses_the_path(kernel, tiny_model_dirs, make_executor):
     model_dir, _ = tiny_model_dirs["llama"]
-    assert make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="torch")).backend.decode_kernel is None
-    chosen = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel")).backend.decode_kernel
+    assert make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="torch")).backend.cpu_kernels is None
+    chosen = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel")).backend.cpu_kernels
     assert chosen is not None and chosen.path == kernel.path
-    assert make_executor(model_dir).backend.decode_kernel.path == kernel.path  # auto, where it builds
+    assert make_executor(model_dir).backend.cpu_kernels.path == kernel.path  # auto, where it builds
 
 
 @pytest.mark.parametrize("cpu_attention", ["torch", "kernel"])

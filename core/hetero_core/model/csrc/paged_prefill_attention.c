@@ -1,0 +1,217 @@
+/* Paged causal attention for multi-token queries (prefill chunks) on the CPU, read straight from
+ * the block-table KV cache after the step's own K/V were written there, GQA-grouped, fp32 math.
+ *
+ * One call attends every prefilling sequence of a step. A sequence's query rows are tokens
+ * query_start .. query_start + query_len of the flat batch; its context is context_len tokens, the
+ * last query_len of which are the new ones, so query token j sees keys 0 .. context_len - query_len + j
+ * (a cached prefix is just more keys). The work is split into tasks of (sequence, tile of
+ * TILE_TOKENS query tokens, KV head), run by OpenMP (torch's libgomp) with dynamic scheduling.
+ *
+ * A task is flash attention over its rows (each tile token times each query head of the group):
+ * keys come in chunks of KEY_CHUNK, converted to fp32 once (K transposed, so a row's scores for a
+ * chunk are KEY_CHUNK-wide vector FMAs with no horizontal sums), then an online softmax and the
+ * value accumulation with the row's accumulator in registers. head_dim is padded to a multiple of
+ * 16 inside the task's buffers, so any head size works.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_math.h"
+
+#define KEY_CHUNK 64
+#define TILE_TOKENS 16
+#define MAX_PADDED_HEAD_DIM 512
+#define LANES 16
+
+typedef float vfloat __attribute__((vector_size(LANES * sizeof(float))));
+
+typedef struct {
+    float *query, *acc, *scores, *keys_t, *values, *row_max, *row_sum;
+} Scratch;
+
+static int scratch_alloc(Scratch *s, int64_t rows, int64_t dim) {
+    const size_t floats = (size_t)(2 * rows * dim + rows * KEY_CHUNK + 2 * dim * KEY_CHUNK + 2 * rows);
+    float *base = NULL;
+    if (posix_memalign((void **)&base, 64, floats * sizeof(float)) != 0) return -1;
+    s->query = base;
+    s->acc = s->query + rows * dim;
+    s->keys_t = s->acc + rows * dim;
+    s->values = s->keys_t + dim * KEY_CHUNK;
+    s->scores = s->values + KEY_CHUNK * dim;
+    s->row_max = s->scores + rows * KEY_CHUNK;
+    s->row_sum = s->row_max + rows;
+    return 0;
+}
+
+/* scores[0:KEY_CHUNK] = query . keys_t[:, 0:KEY_CHUNK] (keys_t is [dim][KEY_CHUNK]) */
+static inline void score_chunk(const float *restrict query, const float *restrict keys_t, float *restrict scores,
+                               int64_t dim) {
+    vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (int64_t d = 0; d < dim; d++) {
+        const vfloat *k = (const vfloat *)(keys_t + d * KEY_CHUNK);
+        const float q = query[d];
+        a0 += q * k[0];
+        a1 += q * k[1];
+        a2 += q * k[2];
+        a3 += q * k[3];
+    }
+    vfloat *out = (vfloat *)scores;
+    out[0] = a0;
+    out[1] = a1;
+    out[2] = a2;
+    out[3] = a3;
+}
+
+/* acc[0:dim] = acc * alpha + sum_k probs[k] * values[k, 0:dim]; ``vectors`` = dim / LANES, a
+ * constant where inlined, so the accumulator lives in registers. */
+static inline __attribute__((always_inline)) void accumulate_values(
+    float *restrict acc, const float *restrict probs, const float *restrict values, int64_t count, float alpha,
+    const int64_t vectors) {
+    vfloat a[MAX_PADDED_HEAD_DIM / LANES];
+    vfloat *acc_v = (vfloat *)acc;
+    for (int64_t i = 0; i < vectors; i++) a[i] = acc_v[i] * alpha;
+    for (int64_t k = 0; k < count; k++) {
+        const vfloat *v = (const vfloat *)(values + k * vectors * LANES);
+        const float p = probs[k];
+        for (int64_t i = 0; i < vectors; i++) a[i] += p * v[i];
+    }
+    for (int64_t i = 0; i < vectors; i++) acc_v[i] = a[i];
+}
+
+static void accumulate_values_any(float *acc, const float *probs, const float *values, int64_t count, float alpha,
+                                  int64_t vectors) {
+    switch (vectors) {
+        case 4: accumulate_values(acc, probs, values, count, alpha, 4); break;  /* head_dim 64 */
+        case 8: accumulate_values(acc, probs, values, count, alpha, 8); break;  /* head_dim 128 */
+        default: accumulate_values(acc, probs, values, count, alpha, vectors);
+    }
+}
+
+/* One task: ``tokens`` query tokens from ``first`` (position ``first_pos`` of the sequence) times
+ * ``group`` query heads of KV head ``h``. */
+static inline __attribute__((always_inline)) void attend_tile(
+    const Scratch *s, const void *query, int64_t query_token_stride, const void *key_cache,
+    const void *value_cache, const int64_t *table, void *out, int64_t out_token_stride, int64_t first,
+    int64_t tokens, int64_t first_pos, int64_t h, int64_t group, int64_t head_dim, int64_t dim,
+    int64_t num_blocks, int64_t block_size, float scale, int bf16) {
+    const int64_t rows = tokens * group;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t t = r / group, head = h * group + r % group;
+        float *q = s->query + r * dim;
+        for (int64_t d = 0; d < head_dim; d++)
+            q[d] = scale * load_elem(query, (first + t) * query_token_stride + head * head_dim + d, bf16);
+        for (int64_t d = head_dim; d < dim; d++) q[d] = 0.0f;
+        memset(s->acc + r * dim, 0, sizeof(float) * (size_t)dim);
+        s->row_max[r] = -INFINITY;
+        s->row_sum[r] = 0.0f;
+    }
+    const int64_t last_pos = first_pos + tokens - 1;
+    for (int64_t start = 0; start <= last_pos; start += KEY_CHUNK) {
+        const int64_t count = last_pos - start + 1 < KEY_CHUNK ? last_pos - start + 1 : KEY_CHUNK;
+        memset(s->keys_t, 0, sizeof(float) * (size_t)(dim * KEY_CHUNK));
+        memset(s->values, 0, sizeof(float) * (size_t)(dim * KEY_CHUNK));
+        for (int64_t k = 0; k < count; k++) {
+            const int64_t pos = start + k;
+            const int64_t base = ((h * num_blocks + table[pos / block_size]) * block_size + pos % block_size)
+                                 * head_dim;
+            for (int64_t d = 0; d < head_dim; d++) {
+                s->keys_t[d * KEY_CHUNK + k] = load_elem(key_cache, base + d, bf16);
+                s->values[k * dim + d] = load_elem(value_cache, base + d, bf16);
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t visible = first_pos + r / group - start + 1;  /* keys of this chunk row r sees */
+            if (visible <= 0) continue;
+            const int64_t n = visible < count ? visible : count;
+            float *sc = s->scores + r * KEY_CHUNK;
+            score_chunk(s->query + r * dim, s->keys_t, sc, dim);
+            float top = s->row_max[r];
+            for (int64_t k = 0; k < n; k++) top = sc[k] > top ? sc[k] : top;
+            const float alpha = exp_nonpositive(s->row_max[r] - top);
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int64_t k = 0; k < n; k++) {
+                sc[k] = exp_nonpositive(sc[k] - top);
+                sum += sc[k];
+            }
+            s->row_max[r] = top;
+            s->row_sum[r] = s->row_sum[r] * alpha + sum;
+            accumulate_values_any(s->acc + r * dim, sc, s->values, n, alpha, dim / LANES);
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t t = r / group, head = h * group + r % group;
+        const float inv = 1.0f / s->row_sum[r];
+        for (int64_t d = 0; d < head_dim; d++)
+            store_elem(out, (first + t) * out_token_stride + head * head_dim + d, s->acc[r * dim + d] * inv, bf16);
+    }
+}
+
+/* Returns 0, or -1 when a size is beyond the kernel's limits, a sequence's numbers disagree, or a
+ * buffer cannot be allocated (nothing is then promised about ``out``). */
+static inline __attribute__((always_inline)) int prefill_attention(
+    const void *query, int64_t query_token_stride, const void *key_cache, const void *value_cache,
+    const int64_t *block_tables, int64_t max_blocks, const int64_t *query_start, const int64_t *query_len,
+    const int64_t *context_lens, void *out, int64_t out_token_stride, int64_t num_seqs, int64_t num_heads,
+    int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size, float scale,
+    int num_threads, int bf16) {
+    const int64_t group = num_heads / num_kv_heads;
+    const int64_t dim = (head_dim + LANES - 1) / LANES * LANES;
+    if (dim > MAX_PADDED_HEAD_DIM || group * num_kv_heads != num_heads) return -1;
+    int64_t *task_start = malloc(sizeof(int64_t) * (size_t)(num_seqs + 1));
+    if (task_start == NULL) return -1;
+    task_start[0] = 0;
+    for (int64_t i = 0; i < num_seqs; i++) {
+        if (query_len[i] < 1 || query_len[i] > context_lens[i]
+            || context_lens[i] > max_blocks * block_size) {
+            free(task_start);
+            return -1;
+        }
+        task_start[i + 1] = task_start[i] + (query_len[i] + TILE_TOKENS - 1) / TILE_TOKENS * num_kv_heads;
+    }
+    const int64_t num_tasks = task_start[num_seqs];
+    int failed = 0;
+    #pragma omp parallel num_threads(num_threads)
+    {
+        Scratch scratch = {0};
+        const int ok = scratch_alloc(&scratch, TILE_TOKENS * group, dim) == 0;
+        if (!ok) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        int64_t seq = 0;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = num_tasks - 1; task >= 0; task--) {  /* the longest contexts first */
+            if (!ok) continue;
+            while (task < task_start[seq]) seq--;
+            while (task >= task_start[seq + 1]) seq++;
+            const int64_t local = task - task_start[seq];
+            const int64_t tile = local / num_kv_heads, h = local % num_kv_heads;
+            const int64_t first_token = tile * TILE_TOKENS;
+            const int64_t rest = query_len[seq] - first_token;
+            const int64_t tokens = rest < TILE_TOKENS ? rest : TILE_TOKENS;
+            const int64_t first_pos = context_lens[seq] - query_len[seq] + first_token;
+            attend_tile(&scratch, query, query_token_stride, key_cache, value_cache,
+                        block_tables + seq * max_blocks, out, out_token_stride, query_start[seq] + first_token,
+                        tokens, first_pos, h, group, head_dim, dim, num_blocks, block_size, scale, bf16);
+        }
+        if (ok) free(scratch.query);
+    }
+    free(task_start);
+    return failed ? -1 : 0;
+}
+
+#define PREFILL_ARGS                                                                                   \
+    const void *query, int64_t query_token_stride, const void *key_cache, const void *value_cache,     \
+    const int64_t *block_tables, int64_t max_blocks, const int64_t *query_start, const int64_t *query_len, \
+    const int64_t *context_lens, void *out, int64_t out_token_stride, int64_t num_seqs, int64_t num_heads, \
+    int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size, float scale, int num_threads
+#define PREFILL_PASS                                                                                   \
+    query, query_token_stride, key_cache, value_cache, block_tables, max_blocks, query_start, query_len, \
+    context_lens, out, out_token_stride, num_seqs, num_heads, num_kv_heads, head_dim, num_blocks, block_size, \
+    scale, num_threads
+
+int paged_prefill_attention_f32(PREFILL_ARGS) { return prefill_attention(PREFILL_PASS, 0); }
+int paged_prefill_attention_bf16(PREFILL_ARGS) { return prefill_attention(PREFILL_PASS, 1); }
