@@ -197,32 +197,82 @@ def test_without_a_compiler_auto_falls_back_and_kernel_is_refused(no_compiler, t
     with pytest.raises(KernelUnavailable, match="C compiler"):
         load_cpu_kernels(required=True)
     model_dir, _ = tiny_model_dirs["llama"]
-    executor = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="auto"))
+    executor = make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="auto"))
     assert executor.backend.cpu_kernels is None
-    with pytest.raises(ConfigError, match='cpu_attention = "kernel".*C compiler'):
-        make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel"))
+    with pytest.raises(ConfigError, match='cpu_kernels = "compiled".*C compiler'):
+        make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="compiled"))
 
 
 def test_the_option_chooses_the_path(kernel, tiny_model_dirs, make_executor):
     model_dir, _ = tiny_model_dirs["llama"]
-    assert make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="torch")).backend.cpu_kernels is None
-    chosen = make_executor(model_dir, options=TorchExecutorOptions(cpu_attention="kernel")).backend.cpu_kernels
+    assert make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="torch")).backend.cpu_kernels is None
+    chosen = make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="compiled")).backend.cpu_kernels
     assert chosen is not None and chosen.path == kernel.path
     assert make_executor(model_dir).backend.cpu_kernels.path == kernel.path  # auto, where it builds
 
 
-@pytest.mark.parametrize("cpu_attention", ["torch", "kernel"])
-def test_greedy_tokens_do_not_depend_on_the_decode_path(cpu_attention, tiny_model_dirs, kernel):
-    """A tiny Llama through the whole engine: the same greedy tokens with either decode path."""
+@pytest.mark.parametrize("cpu_kernels", ["torch", "compiled"])
+def test_greedy_tokens_do_not_depend_on_the_kernels(cpu_kernels, tiny_model_dirs, kernel):
+    """A tiny Llama through the whole engine: the same greedy tokens with or without the kernels."""
     from hetero_core import LLM, SamplingParams
 
     model_dir, _ = tiny_model_dirs["llama"]
     prompts = [[5, 9, 2, 7], list(range(3, 40)), [11] * 20]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     runs = []
-    for path in ("torch", cpu_attention):
-        llm = LLM(model=str(model_dir), executor={"name": "torch", "torch": {"cpu_attention": path}},
+    for path in ("torch", cpu_kernels):
+        llm = LLM(model=str(model_dir), executor={"name": "torch", "torch": {"cpu_kernels": path}},
                   tokenizer="byte", block_size=4, max_num_blocks=64)
         runs.append([out.output_token_ids for out in llm.generate(prompts, params)])
         llm.shutdown()
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("rows", [1, 3, 200])  # 200 x 576: enough rows to split over threads
+def test_the_element_wise_kernels_match_the_torch_layers(kernel, dtype, tolerance, rows):
+    """RMSNorm (alone and fused with the residual add), SiLU-and-multiply and RoPE in place against
+    the layers' torch code on the same inputs."""
+    from hetero_core.model.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary
+
+    torch.manual_seed(rows)
+    norm = RMSNorm(576, 1e-5).to(dtype)
+    norm.weight.data.uniform_(0.5, 1.5)
+    x, residual = (torch.randn(rows, 576).to(dtype) for _ in range(2))
+    expected = norm(x)
+    expected_sum_norm, expected_sum = norm(x, residual.clone())
+    norm.kernels = kernel
+    close = lambda got, want: (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())  # noqa: E731
+    assert close(norm(x), expected)
+    fused_residual = residual.clone()
+    got_norm, got_sum = norm(x, fused_residual)
+    assert got_sum is fused_residual and close(got_sum, expected_sum) and close(got_norm, expected_sum_norm)
+
+    mlp = SwiGLU(576, 1536, bias=False).to(dtype)
+    gate_up = 4 * torch.randn(rows, 3072).to(dtype)  # large |x| too: silu's exp must not overflow
+    gate, up = gate_up.chunk(2, dim=-1)
+    assert close(kernel.silu_mul(gate_up), torch.nn.functional.silu(gate) * up)
+    mlp.kernels = kernel
+    assert mlp(x).shape == (rows, 576)
+
+    rotary = RotaryEmbedding(64, 10000.0, None)
+    cos, sin = rotary.cos_sin(torch.arange(rows) * 7, dtype)
+    qkv = torch.randn(rows, 15, 64).to(dtype)  # 9 query + 3 key heads rotated, 3 value heads not
+    expected_qk = apply_rotary(qkv[:, :12], cos, sin)
+    values = qkv[:, 12:].clone()
+    kernel.rotary_(qkv[:, :12], cos, sin)
+    assert close(qkv[:, :12], expected_qk) and torch.equal(qkv[:, 12:], values)
+
+
+def test_widths_the_element_wise_kernels_cannot_take_stay_on_torch(kernel):
+    from hetero_core.model.layers import RMSNorm
+
+    norm = RMSNorm(40, 1e-6)
+    norm.kernels = kernel
+    x = torch.randn(2, 40)
+    assert not kernel.handles(x, 40) and kernel.handles(torch.randn(2, 48), 48)
+    assert not kernel.handles(x.half(), 48)
+    norm.kernels = None
+    expected = norm(x)
+    norm.kernels = kernel
+    assert torch.equal(norm(x), expected)  # the torch path, untouched

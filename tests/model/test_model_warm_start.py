@@ -3,6 +3,7 @@ OpenMP wait policy, conversion progress, the embedding built without random init
 
 import io
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,14 +42,46 @@ def test_threads_default_to_the_affinity_mask(monkeypatch):
     assert cpu_threads.intra_op_threads(1) == 1
 
 
-def test_passive_wait_only_before_torch_and_never_over_the_users_choice(monkeypatch):
+@pytest.fixture
+def no_wait_policy(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+
+
+def _proc_stat(tmp_path, busy: int, idle: int) -> Path:
+    path = tmp_path / f"stat-{busy}-{idle}"
+    path.write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 0 0 1 0 0 0 0 0 0\n")
+    return path
+
+
+def test_the_wait_policy_is_chosen_only_before_torch_and_never_over_the_users_choice(no_wait_policy, monkeypatch):
     # torch is loaded in this process: too late for libgomp to see it, so nothing is set.
-    assert cpu_threads.prefer_passive_openmp_wait() is False and "OMP_WAIT_POLICY" not in os.environ
+    assert cpu_threads.choose_openmp_wait() is None
+    assert "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
     monkeypatch.delitem(cpu_threads.sys.modules, "torch")
-    assert cpu_threads.prefer_passive_openmp_wait() is True and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert cpu_threads.prefer_passive_openmp_wait() is False and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    for name, value in (("OMP_WAIT_POLICY", "ACTIVE"), ("GOMP_SPINCOUNT", "10")):
+        monkeypatch.setenv(name, value)
+        assert cpu_threads.choose_openmp_wait() is None and os.environ[name] == value
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("busy_ticks, expected", [(0, "spin"), (1000, "passive")])
+def test_idle_cpus_get_a_short_spin_and_busy_ones_sleep(no_wait_policy, monkeypatch, tmp_path, busy_ticks, expected):
+    """Two samples of /proc/stat, 1000 ticks apart: no busy ticks (idle CPUs) or all of them busy."""
+    monkeypatch.delitem(cpu_threads.sys.modules, "torch")
+    later = _proc_stat(tmp_path, busy_ticks, 1000 - busy_ticks)
+    monkeypatch.setattr(cpu_threads.time, "sleep", lambda seconds: setattr(cpu_threads, "PROC_STAT", later))
+    monkeypatch.setattr(cpu_threads, "PROC_STAT", _proc_stat(tmp_path, 0, 0))
+    assert cpu_threads.choose_openmp_wait() == expected
+    if expected == "spin":
+        assert os.environ["GOMP_SPINCOUNT"] == cpu_threads.SHORT_SPIN and "OMP_WAIT_POLICY" not in os.environ
+    else:
+        assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in os.environ
+
+
+def test_an_unreadable_proc_stat_counts_as_busy(monkeypatch, tmp_path):
+    monkeypatch.setattr(cpu_threads, "PROC_STAT", tmp_path / "missing")
+    assert cpu_threads.cpus_are_idle(sample_s=0) is False
 
 
 def test_num_threads_option_is_validated():

@@ -20,6 +20,7 @@ from hetero_core.logging import get_logger
 from hetero_core.model.compute_dtype import resolve_dtype
 from hetero_core.model.cpu_linear import can_pack, pack_linears
 from hetero_core.model.cpu_threads import intra_op_threads
+from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
 from hetero_core.model.torch_attention import TorchPagedAttention
@@ -53,6 +54,9 @@ class TorchExecutor:
         if options.prepack_weights and can_pack(self.device, self.dtype):
             self.model.untie_lm_head()
             pack_linears(self.model)
+        kernels = getattr(self.backend, "cpu_kernels", None)
+        if kernels is not None and self.device.type == "cpu":
+            use_cpu_kernels(self.model, kernels)  # fused element-wise steps
         config = self.model.config
         self.kv_caches = self.backend.allocate_kv_cache(
             num_layers=config.num_hidden_layers,
@@ -162,12 +166,12 @@ def _device(name: str) -> torch.device:
 
 
 def _cpu_backend(options: TorchExecutorOptions, device: torch.device) -> TorchPagedAttention:
-    """The torch paged backend, with the compiled CPU kernels where ``cpu_attention`` allows them."""
-    if options.cpu_attention == "torch" or device.type != "cpu":
+    """The torch paged backend, with the compiled CPU kernels where ``cpu_kernels`` allows them."""
+    if options.cpu_kernels == "torch" or device.type != "cpu":
         return TorchPagedAttention()
     from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
 
     try:
-        return TorchPagedAttention(cpu_kernels=load_cpu_kernels(required=options.cpu_attention == "kernel"))
+        return TorchPagedAttention(cpu_kernels=load_cpu_kernels(required=options.cpu_kernels == "compiled"))
     except KernelUnavailable as exc:
-        raise ConfigError(f"[executor.torch] cpu_attention = \"kernel\": {exc}; use \"auto\" or \"torch\"") from None
+        raise ConfigError(f"[executor.torch] cpu_kernels = \"compiled\": {exc}; use \"auto\" or \"torch\"") from None

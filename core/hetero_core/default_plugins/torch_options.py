@@ -28,10 +28,11 @@ class TorchExecutorOptions(BaseModel):
         "1.3-1.9x faster than torch's bf16 linear at decode batch sizes); false: plain "
         "torch.nn.functional.linear",
     )
-    cpu_attention: Literal["auto", "kernel", "torch"] = Field(
+    cpu_kernels: Literal["auto", "compiled", "torch"] = Field(
         "auto",
-        description="decode attention on the CPU (float32, bfloat16): kernel: a C kernel that reads the "
-        "paged KV cache in place, compiled once with the system C compiler (cc/gcc, or $CC) and cached; "
-        "torch: pure torch (gathers the blocks, then batched matmuls); auto: the kernel where it builds, "
-        "torch otherwise",
+        description="on the CPU (float32, bfloat16): compiled: C kernels built once with the system C "
+        "compiler (cc/gcc, or $CC) and cached, which write K/V and attend decodes and prefills straight "
+        "on the paged cache and fuse the element-wise steps (residual add + RMSNorm, SiLU-and-multiply, "
+        "RoPE); torch: pure torch ops (gathered blocks, SDPA per prompt, eager element-wise ops); auto: "
+        "compiled where the kernels build, torch otherwise",
     )

@@ -2,9 +2,10 @@
 
 Import the submodules you need (``hetero_core.model.loader``, ``.embedded``, ...); this package
 module itself imports nothing heavy. It does one thing on import: before any submodule loads
-torch, it asks OpenMP's threads to sleep rather than spin while they wait (see ``cpu_threads``).
+torch, it chooses how OpenMP's threads wait (a short spin where the CPUs are idle, sleep where
+other processes keep them busy; see ``cpu_threads``).
 """
 
-from hetero_core.model.cpu_threads import prefer_passive_openmp_wait
+from hetero_core.model.cpu_threads import choose_openmp_wait
 
-prefer_passive_openmp_wait()
+choose_openmp_wait()

@@ -9,15 +9,17 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``paged_kv_write.c``: the step's new K/V rows into their slots;
 - ``paged_decode_attention.c``: single-token queries, K and V each read once;
 - ``paged_prefill_attention.c``: every multi-token query of a step in one call (causal, any cached
-  prefix), flash-attention style in fp32.
+  prefix), flash-attention style in fp32;
+- ``pointwise.c``: the model's element-wise steps (residual add + RMSNorm, SiLU-and-multiply, RoPE
+  in place), one pass each instead of 5-7 eager torch ops.
 
 They have no Python or torch headers, so they compile in about a second; the shared library is
 cached under ``~/.cache/hetero/kernels`` (``HETERO_CACHE_DIR``), keyed by the sources, the compiler
 and this CPU's flags.
 
 Where no C compiler works the torch path runs instead (``load_cpu_kernels`` returns None and says
-why, once). The executor option ``cpu_attention`` chooses: ``auto`` (the kernels when they build),
-``kernel`` (required: an error if they cannot build), ``torch`` (never).
+why, once). The executor option ``cpu_kernels`` chooses: ``auto`` (the kernels when they build),
+``compiled`` (required: an error if they cannot build), ``torch`` (never).
 """
 
 from __future__ import annotations
@@ -41,12 +43,13 @@ from hetero_core.model.gguf_cache import default_cache_dir
 log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c")
+SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c")
 HEADERS = ("kernel_math.h",)
 COMPILER_ENV = "CC"
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
           "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC")
 MAX_HEAD_DIM, MAX_GROUP = 512, 64  # the kernels' fixed limits (paged_decode_attention.c)
+LANES = 16  # the element-wise kernels' vector width (kernel_math.h)
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
@@ -55,7 +58,12 @@ _SIGNATURES = {
                                ctypes.c_float, ctypes.c_int],
     "paged_prefill_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64,
                                 _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
+    "rms_norm": [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
+    "silu_mul": [_PTR, _I64, _PTR, _I64, _I64, _I64, ctypes.c_int],
+    "rotary": [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
 }
+_UNTYPED = ("paged_kv_write",)  # one symbol for every dtype
+_VOID = ("rms_norm", "silu_mul", "rotary")
 
 
 class KernelUnavailable(Exception):
@@ -137,6 +145,54 @@ class CpuKernels:
             raise MemoryError("the CPU prefill-attention kernel could not allocate its buffers")
 
 
+    def handles(self, tensor: torch.Tensor, width: int) -> bool:
+        """True for a CPU tensor of a dtype the element-wise kernels compute, rows ``width`` wide
+        (they work ``LANES`` elements at a time)."""
+        return tensor.device.type == "cpu" and tensor.dtype in _SUFFIX and width % LANES == 0
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``weight * x / rms(x)`` over the last dimension of ``x`` [rows, hidden] (rows may be
+        strided); with ``residual`` (same shape, updated in place) of ``residual + x`` instead."""
+        rows, hidden = x.shape
+        x = _last_dim_contiguous(x)
+        out = torch.empty((rows, hidden), dtype=x.dtype)
+        if residual is not None:
+            residual_ptr, residual_stride = residual.data_ptr(), residual.stride(0)
+        else:
+            residual_ptr, residual_stride = None, 0
+        getattr(self.library, "rms_norm_" + _SUFFIX[x.dtype])(
+            x.data_ptr(), x.stride(0), residual_ptr, residual_stride, weight.data_ptr(), out.data_ptr(), hidden,
+            rows, hidden, eps, torch.get_num_threads(),
+        )
+        return out
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` for ``gate_up`` [rows, 2 * width] (gate first) -> [rows, width]."""
+        rows, width = gate_up.shape[0], gate_up.shape[1] // 2
+        gate_up = _last_dim_contiguous(gate_up)
+        out = torch.empty((rows, width), dtype=gate_up.dtype)
+        getattr(self.library, "silu_mul_" + _SUFFIX[gate_up.dtype])(
+            gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), width, rows, width, torch.get_num_threads(),
+        )
+        return out
+
+    def rotary_(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        """Rotate-half RoPE in place: ``x`` [tokens, heads, head_dim] (tokens may be strided, heads
+        and dims contiguous), ``cos``/``sin`` [tokens, 1, head_dim // 2] contiguous, x's dtype."""
+        tokens, heads, head_dim = x.shape
+        if x.stride(2) != 1 or x.stride(1) != head_dim or not (cos.is_contiguous() and sin.is_contiguous()):
+            raise ValueError("rotary_: x needs contiguous heads and cos/sin contiguous rows")
+        getattr(self.library, "rotary_" + _SUFFIX[x.dtype])(
+            x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), tokens, heads, head_dim,
+            torch.get_num_threads(),
+        )
+
+
+def _last_dim_contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
+
+
 def _rows_strided(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` [rows, heads, dim] with heads and dims contiguous (rows may be strided); else a copy."""
     if tensor.stride(2) != 1 or tensor.stride(1) != tensor.shape[2]:
@@ -163,10 +219,10 @@ def _load() -> CpuKernels:
     except OSError as exc:
         raise KernelUnavailable(f"cannot load {path}: {exc}") from None
     for name, argtypes in _SIGNATURES.items():
-        for symbol in [name] if name == "paged_kv_write" else [f"{name}_{suffix}" for suffix in _SUFFIX.values()]:
+        for symbol in [name] if name in _UNTYPED else [f"{name}_{suffix}" for suffix in _SUFFIX.values()]:
             function = getattr(library, symbol)
             function.argtypes = argtypes
-            function.restype = ctypes.c_int
+            function.restype = None if name in _VOID else ctypes.c_int
     return CpuKernels(library, path)
 
 

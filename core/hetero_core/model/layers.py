@@ -11,14 +11,30 @@ from torch.nn import functional as F
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm over the last dimension, computed in fp32 (as HF does)."""
+    """Root-mean-square norm over the last dimension, computed in fp32 (as HF does).
+
+    ``forward(x)`` -> the normed ``x``; ``forward(x, residual)`` -> ``(norm(residual + x), residual + x)``,
+    the decoder layer's skip connection fused with the norm that follows it (the sum is the next
+    residual; ``residual`` itself may be overwritten with it). ``kernels``: the compiled CPU
+    kernels (``cpu_kernels``) that do either in one pass; None: torch ops."""
 
     def __init__(self, size: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        self.kernels = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        kernels = self.kernels
+        if kernels is not None and x.dim() == 2 and kernels.handles(x, x.shape[1]) and self.weight.dtype == x.dtype:
+            normed = kernels.rms_norm(x, self.weight, self.eps, residual)
+            return normed if residual is None else (normed, residual)
+        if residual is not None:
+            residual = residual + x
+            return self._norm(residual), residual
+        return self._norm(x)
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -26,15 +42,20 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """``down(silu(gate(x)) * up(x))``, with gate and up as one matmul (see ``fusion``)."""
+    """``down(silu(gate(x)) * up(x))``, with gate and up as one matmul (see ``fusion``).
+    ``kernels``: as for ``RMSNorm`` (SiLU-and-multiply in one pass)."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool):
         super().__init__()
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.kernels = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if self.kernels is not None and gate_up.dim() == 2 and self.kernels.handles(gate_up, gate_up.shape[1] // 2):
+            return self.down_proj(self.kernels.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate).mul_(up))
 
 
@@ -67,6 +88,15 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1)
     torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
     return out
+
+
+def use_cpu_kernels(model: nn.Module, kernels) -> int:
+    """Hand ``kernels`` (``cpu_kernels.CpuKernels``) to every module of ``model`` that can use them;
+    return how many."""
+    modules = [module for module in model.modules() if hasattr(module, "kernels")]
+    for module in modules:
+        module.kernels = kernels
+    return len(modules)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:

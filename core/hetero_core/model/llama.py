@@ -35,12 +35,16 @@ class LlamaAttention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.kernels = None  # the compiled CPU kernels (RoPE in place), see layers.use_cpu_kernels
 
     def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
         num_qk = self.num_heads + self.num_kv_heads
-        if self.q_norm is None:  # q and k are adjacent: rotate both in one pass
+        if self.q_norm is None and self.kernels is not None and self.kernels.handles(qkv, self.head_dim // 2):
+            self.kernels.rotary_(qkv[:, :num_qk], cos, sin)  # the projection's own output, rotated in place
+            q, k = qkv[:, : self.num_heads], qkv[:, self.num_heads : num_qk]
+        elif self.q_norm is None:  # q and k are adjacent: rotate both in one pass
             qk = apply_rotary(qkv[:, :num_qk], cos, sin)
             q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         else:
@@ -58,9 +62,16 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
 
-    def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, kv_cache, attn_metadata)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any):
+        """``(hidden, residual) -> (hidden, residual)``: the layer's output is their sum, left
+        unadded so the next norm adds it in the same pass (``residual`` is None for the first layer)."""
+        if residual is None:
+            hidden, residual = self.input_layernorm(hidden), hidden
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(hidden, cos, sin, kv_cache, attn_metadata)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaModel(nn.Module):
@@ -97,9 +108,12 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
+        residual = None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            hidden = layer(hidden, cos, sin, kv_cache, attn_metadata)
-        return self.model.norm(hidden)
+            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, attn_metadata)
+        if residual is None:  # a model with no layers
+            return self.model.norm(hidden)
+        return self.model.norm(hidden, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:

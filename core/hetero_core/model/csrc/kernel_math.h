@@ -40,10 +40,95 @@ static inline float exp_nonpositive(float x) {
     return p * scale;
 }
 
-static inline float load_f32(const float *p, int64_t i) { return p[i]; }
-static inline float load_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }
-static inline void store_f32(float *p, int64_t i, float v) { p[i] = v; }
-static inline void store_bf16(uint16_t *p, int64_t i, float v) { p[i] = f32_to_bf16(v); }
+/* 16 fp32 lanes (one AVX-512 register, two AVX2 ones): GCC's vector extension, so the kernels
+ * vectorise the same way on every x86 (and on other CPUs). Buffers of them are 64-byte aligned and
+ * hold head_dim padded to a multiple of LANES. */
+#define LANES 16
+typedef float vfloat __attribute__((vector_size(LANES * sizeof(float))));
+
+static inline int64_t padded_dim(int64_t head_dim) { return (head_dim + LANES - 1) / LANES * LANES; }
+
+typedef int32_t vint __attribute__((vector_size(LANES * sizeof(int32_t))));
+typedef uint32_t vuint __attribute__((vector_size(LANES * sizeof(uint32_t))));
+typedef uint16_t vbf16 __attribute__((vector_size(LANES * sizeof(uint16_t))));
+
+/* LANES elements from index i of a float32 (bf16 = 0) or bfloat16 (bf16 = 1) array, as fp32. */
+static inline vfloat vload(const void *p, int64_t i, int bf16) {
+    vfloat f;
+    if (bf16) {
+        vbf16 h;
+        memcpy(&h, (const uint16_t *)p + i, sizeof h);
+        const vuint u = __builtin_convertvector(h, vuint) << 16;
+        memcpy(&f, &u, sizeof f);
+    } else {
+        memcpy(&f, (const float *)p + i, sizeof f);
+    }
+    return f;
+}
+
+/* The bf16 bit patterns of v, in the high halves (round to nearest even, NaN stays NaN). */
+static inline vuint bf16_bits(vfloat v) {
+    vuint u;
+    memcpy(&u, &v, sizeof u);
+    const vuint rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const vuint nan = (u | 0x400000u) & 0xffff0000u;
+    const vuint is_nan = (vuint)((u & 0x7fffffffu) > 0x7f800000u);
+    return (nan & is_nan) | (rounded & ~is_nan);
+}
+
+static inline void vstore(void *p, int64_t i, vfloat v, int bf16) {
+    if (bf16) {
+        const vbf16 h = __builtin_convertvector(bf16_bits(v) >> 16, vbf16);
+        memcpy((uint16_t *)p + i, &h, sizeof h);
+    } else {
+        memcpy((float *)p + i, &v, sizeof v);
+    }
+}
+
+/* v rounded to the nearest bf16 (bf16 = 1) or left as it is. */
+static inline vfloat vround_to(vfloat v, int bf16) {
+    if (!bf16) return v;
+    const vuint u = bf16_bits(v);
+    vfloat f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline vfloat vselect(vint mask, vfloat a, vfloat b) { /* mask ? a : b, lane by lane */
+    vint ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    const vint r = (ai & mask) | (bi & ~mask);
+    vfloat f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
+/* exp_nonpositive, LANES at a time (the same polynomial; n rounded half away from zero). */
+static inline vfloat vexp_nonpositive(vfloat x) {
+    const vfloat floor_value = (vfloat){0} - 87.0f;
+    x = vselect(x < floor_value, floor_value, x);
+    const vint n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vint);
+    const vfloat nf = __builtin_convertvector(n, vfloat);
+    const vfloat r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    vfloat p = (vfloat){0} + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const vint bits = (n + 127) << 23;
+    vfloat scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+static inline float sum_lanes(vfloat v) {
+    float sum = 0.0f;
+    for (int i = 0; i < LANES; i++) sum += v[i];
+    return sum;
+}
 
 /* An element of a float32 (bf16 = 0) or bfloat16 (bf16 = 1) tensor; with a constant flag the branch
  * folds away where these are inlined. */

@@ -23,9 +23,6 @@
 #define KEY_CHUNK 64
 #define TILE_TOKENS 16
 #define MAX_PADDED_HEAD_DIM 512
-#define LANES 16
-
-typedef float vfloat __attribute__((vector_size(LANES * sizeof(float))));
 
 typedef struct {
     float *query, *acc, *scores, *keys_t, *values, *row_max, *row_sum;
@@ -158,7 +155,7 @@ static inline __attribute__((always_inline)) int prefill_attention(
     int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size, float scale,
     int num_threads, int bf16) {
     const int64_t group = num_heads / num_kv_heads;
-    const int64_t dim = (head_dim + LANES - 1) / LANES * LANES;
+    const int64_t dim = padded_dim(head_dim);
     if (dim > MAX_PADDED_HEAD_DIM || group * num_kv_heads != num_heads) return -1;
     int64_t *task_start = malloc(sizeof(int64_t) * (size_t)(num_seqs + 1));
     if (task_start == NULL) return -1;
