@@ -171,6 +171,31 @@ def test_the_kv_write_refuses_a_slot_outside_the_cache_and_writes_nothing(kernel
     assert value_cache.view(2, 32, 16)[:, [0, 9, 31]].eq(2).all()
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("same_strides", [True, False])
+def test_a_decode_step_writes_its_kv_and_attends_in_one_call(kernel, dtype, tolerance, same_strides):
+    """A pure decode step goes through one kernel call that writes the new K/V rows and attends;
+    K and V may come with different token strides (K rotated into its own tensor, V a slice of
+    the projection), as the model hands them when RoPE runs in torch."""
+    pool = BlockPool(64, shuffle=True, seed=1)
+    seqs = [PagedSequence(i, list(range(n)), n - 1) for i, n in enumerate([5, 38, 21, 70])]
+    step([(seq, len(seq.token_ids) - 1) for seq in seqs], pool, 4)
+    batch = step([(seq, 1) for seq in seqs], pool, 4)
+    torch.manual_seed(0)
+    fused = torch.randn(4, 3 * 3 + 2 * 3, 64).to(dtype)
+    query, key, value = fused.split([9, 3, 3], dim=1)
+    if not same_strides:
+        key = key.clone()
+    contents = [torch.randn(3, 64, 4, 64).to(dtype) for _ in range(2)]
+    results = []
+    for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
+        cache = KVCache(*(tensor.clone() for tensor in contents))
+        results.append((backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), 0.125), cache))
+    (out, cache), (expected, expected_cache) = results
+    assert (out.float() - expected.float()).abs().max().item() < tolerance
+    assert torch.equal(cache.key, expected_cache.key) and torch.equal(cache.value, expected_cache.value)
+
+
 def test_sizes_beyond_the_kernels_limits_take_the_torch_path(kernel):
     query = torch.randn(2, 4, cpu_kernels_module.MAX_HEAD_DIM + 8)
     assert not kernel.supports(query, num_kv_heads=2)
@@ -276,3 +301,46 @@ def test_widths_the_element_wise_kernels_cannot_take_stay_on_torch(kernel):
     expected = norm(x)
     norm.kernels = kernel
     assert torch.equal(norm(x), expected)  # the torch path, untouched
+
+
+@pytest.fixture
+def bf16_linear_kernels(kernel):
+    if not kernel.has_bf16_linear:
+        pytest.skip("this CPU has no AVX-512 BF16: the kernels' bf16 linear is not built here")
+    return kernel
+
+
+@pytest.mark.parametrize("rows", [1, 5, 12, 13, 17, 33, 64])
+@pytest.mark.parametrize("out_features, bias", [(48, True), (96, False)])  # 48: an odd number of 16-column panels
+def test_the_bf16_linear_matches_an_fp32_reference(bf16_linear_kernels, rows, out_features, bias):
+    torch.manual_seed(rows)
+    weight = torch.randn(out_features, 200).bfloat16()
+    bias_f32 = torch.randn(out_features) if bias else None
+    x = torch.randn(rows, 260).bfloat16()[:, 30:230]  # strided rows
+    packed = bf16_linear_kernels.pack_bf16_linear(weight)
+    out = bf16_linear_kernels.bf16_linear(x, packed, bias_f32)
+    expected = x.float() @ weight.float().T + (0 if bias_f32 is None else bias_f32)
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, out_features)
+    assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05).all()  # bf16 rounding of the output
+
+
+def test_packed_linears_take_the_bf16_kernel_for_few_rows_only(bf16_linear_kernels):
+    from hetero_core.model.cpu_linear import FEW_ROWS, PackedLinear
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(64, 96).bfloat16(), torch.randn(64).bfloat16()
+    linear = PackedLinear(weight, bias, bf16_linear_kernels)
+    assert linear.few_rows_weight is not None
+    assert PackedLinear(weight.float(), bias.float(), bf16_linear_kernels).few_rows_weight is None  # fp32: oneDNN
+    assert PackedLinear(torch.randn(40, 96).bfloat16(), None, bf16_linear_kernels).few_rows_weight is None  # 40 % 16
+    calls = []
+    original = bf16_linear_kernels.bf16_linear
+    for rows in (1, FEW_ROWS, FEW_ROWS + 1):
+        x = torch.randn(rows, 96).bfloat16()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(type(bf16_linear_kernels), "bf16_linear",
+                          lambda self, *args: calls.append(rows) or original(*args))
+            out = linear(x)
+        expected = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
+        assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05).all()
+    assert calls == [1, FEW_ROWS]

@@ -51,11 +51,11 @@ class TorchExecutor:
         self.backend = backend if backend is not None else _cpu_backend(options, self.device)
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype,
                                 tensor_parallel=shard)
+        kernels = getattr(self.backend, "cpu_kernels", None) if self.device.type == "cpu" else None
         if options.prepack_weights and can_pack(self.device, self.dtype):
             self.model.untie_lm_head()
-            pack_linears(self.model)
-        kernels = getattr(self.backend, "cpu_kernels", None)
-        if kernels is not None and self.device.type == "cpu":
+            pack_linears(self.model, kernels)
+        if kernels is not None:
             use_cpu_kernels(self.model, kernels)  # fused element-wise steps
         config = self.model.config
         self.kv_caches = self.backend.allocate_kv_cache(

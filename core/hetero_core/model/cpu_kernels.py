@@ -11,7 +11,9 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``paged_prefill_attention.c``: every multi-token query of a step in one call (causal, any cached
   prefix), flash-attention style in fp32;
 - ``pointwise.c``: the model's element-wise steps (residual add + RMSNorm, SiLU-and-multiply, RoPE
-  in place), one pass each instead of 5-7 eager torch ops.
+  in place), one pass each instead of 5-7 eager torch ops;
+- ``bf16_linear.c``: bf16 linears for decode-sized batches (AVX-512 BF16 dot products over a
+  weight packed once at load), overlapping the weight stream with compute better than oneDNN.
 
 They have no Python or torch headers, so they compile in about a second; the shared library is
 cached under ``~/.cache/hetero/kernels`` (``HETERO_CACHE_DIR``), keyed by the sources, the compiler
@@ -43,7 +45,8 @@ from hetero_core.model.gguf_cache import default_cache_dir
 log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c")
+SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
+           "bf16_linear.c")
 HEADERS = ("kernel_math.h",)
 COMPILER_ENV = "CC"
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
@@ -54,15 +57,17 @@ _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
     "paged_kv_write": [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, ctypes.c_int],
-    "paged_decode_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _I64,
-                               ctypes.c_float, ctypes.c_int],
+    "paged_decode_attention": [_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _I64, _I64,
+                               _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
     "paged_prefill_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64,
                                 _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
     "rms_norm": [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
     "silu_mul": [_PTR, _I64, _PTR, _I64, _I64, _I64, ctypes.c_int],
     "rotary": [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
+    "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int],
+    "bf16_linear_available": [],
 }
-_UNTYPED = ("paged_kv_write",)  # one symbol for every dtype
+_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
 
 
@@ -89,7 +94,8 @@ class CpuKernels:
         """True for a CPU query of a dtype, head size and group size the kernels handle."""
         num_heads, head_dim = query.shape[1:]
         return (query.device.type == "cpu" and query.dtype in _SUFFIX and head_dim <= MAX_HEAD_DIM
-                and num_heads % num_kv_heads == 0 and num_heads // num_kv_heads <= MAX_GROUP)
+                and head_dim % LANES == 0 and num_heads % num_kv_heads == 0
+                and num_heads // num_kv_heads <= MAX_GROUP)
 
     def write_kv(self, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
                  slots: torch.Tensor) -> None:
@@ -108,22 +114,32 @@ class CpuKernels:
             raise ValueError(f"a KV slot lies outside the cache's {slots_per_head} slots per head")
 
     def attend_decode(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-                      block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+                      block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
+                      new_kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``query`` [num_seqs, num_heads, head_dim] (rows may be strided, heads and dims contiguous),
         caches [num_kv_heads, num_blocks, block_size, head_dim] contiguous, ``block_tables``
         [num_seqs, max_blocks] int64 (padded), ``context_lens`` [num_seqs] int64 -> a new
-        [num_seqs, num_heads, head_dim] tensor."""
+        [num_seqs, num_heads, head_dim] tensor. ``new_kv``: ``(key, value, slots)``, the step's own
+        K/V rows [num_seqs, num_kv_heads, head_dim] to write at ``slots`` first (in the same call)."""
         num_seqs, num_heads, head_dim = query.shape
         num_kv_heads, num_blocks, block_size, _ = key_cache.shape
         query = _rows_strided(query)
         out = torch.empty((num_seqs, num_heads, head_dim), dtype=query.dtype)
+        new_key = new_value = slots = None
+        if new_kv is not None:
+            new_key, new_value, slots = _rows_strided(new_kv[0]), _rows_strided(new_kv[1]), new_kv[2]
+            if new_key.stride(0) != new_value.stride(0):  # the kernel takes one token stride for both
+                new_key, new_value = new_key.contiguous(), new_value.contiguous()
         status = getattr(self.library, "paged_decode_attention_" + _SUFFIX[query.dtype])(
-            query.data_ptr(), query.stride(0), key_cache.data_ptr(), value_cache.data_ptr(),
-            block_tables.data_ptr(), block_tables.shape[1], context_lens.data_ptr(), out.data_ptr(),
-            num_seqs, num_heads, num_kv_heads, head_dim, num_blocks, block_size, scale, torch.get_num_threads(),
+            query.data_ptr(), query.stride(0), _pointer(new_key), _pointer(new_value),
+            0 if new_key is None else new_key.stride(0), _pointer(slots), key_cache.data_ptr(),
+            value_cache.data_ptr(), block_tables.data_ptr(), block_tables.shape[1], context_lens.data_ptr(),
+            out.data_ptr(), num_seqs, num_heads, num_kv_heads, head_dim, num_blocks, block_size, scale,
+            torch.get_num_threads(),
         )
         if status != 0:
-            raise MemoryError("the CPU decode-attention kernel could not allocate its score buffers")
+            raise ValueError("the CPU decode-attention kernel refused its inputs (a context beyond its block "
+                             "table, a slot outside the cache) or could not allocate its buffers")
         return out
 
     def attend_prefill(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -144,6 +160,36 @@ class CpuKernels:
         if status != 0:
             raise MemoryError("the CPU prefill-attention kernel could not allocate its buffers")
 
+
+    @property
+    def has_bf16_linear(self) -> bool:
+        """True where the library was built with AVX-512 BF16 (this CPU has it)."""
+        return bool(self.library.bf16_linear_available())
+
+    def pack_bf16_linear(self, weight: torch.Tensor) -> torch.Tensor | None:
+        """``weight`` [N, K] -> the layout ``bf16_linear`` reads ([N / 16][K / 2][16][2] bf16), or None
+        where it does not apply (no AVX-512 BF16, not bf16, N not a multiple of 16, K odd)."""
+        out_features, in_features = weight.shape
+        if (not self.has_bf16_linear or weight.dtype != torch.bfloat16 or out_features % 16
+                or in_features % 2):
+            return None
+        panels = weight.detach().reshape(out_features // 16, 16, in_features // 2, 2)
+        return panels.permute(0, 2, 1, 3).contiguous()
+
+    def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T + bias`` for ``x`` [M, K] bf16 (rows may be strided), ``packed`` from
+        ``pack_bf16_linear``, ``bias`` fp32 [N] or None -> a new [M, N] bf16 tensor."""
+        rows, in_features = x.shape
+        out_features = packed.shape[0] * 16
+        x = _last_dim_contiguous(x)
+        out = torch.empty((rows, out_features), dtype=torch.bfloat16)
+        status = self.library.bf16_linear(
+            x.data_ptr(), x.stride(0), packed.data_ptr(), _pointer(bias), out.data_ptr(), out_features, rows,
+            out_features, in_features, torch.get_num_threads(),
+        )
+        if status != 0:
+            raise MemoryError("the bf16 linear kernel could not allocate its buffer")
+        return out
 
     def handles(self, tensor: torch.Tensor, width: int) -> bool:
         """True for a CPU tensor of a dtype the element-wise kernels compute, rows ``width`` wide
@@ -189,6 +235,10 @@ class CpuKernels:
         )
 
 
+def _pointer(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
 def _last_dim_contiguous(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
 
@@ -222,7 +272,7 @@ def _load() -> CpuKernels:
         for symbol in [name] if name in _UNTYPED else [f"{name}_{suffix}" for suffix in _SUFFIX.values()]:
             function = getattr(library, symbol)
             function.argtypes = argtypes
-            function.restype = None if name in _VOID else ctypes.c_int
+            function.restype = None if name in _VOID else ctypes.c_int  # bf16_linear_available too
     return CpuKernels(library, path)
 
 

@@ -112,13 +112,17 @@ class TorchPagedAttention:
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         kernels = self._kernels_for(query, kv_cache)
+        decode = metadata.decode
+        if kernels is not None and decode is not None and decode.token_index is None:  # a pure decode step
+            tables = decode.block_index.view(decode.num_seqs, -1)
+            return kernels.attend_decode(query, kv_cache.key, kv_cache.value, tables, decode.context_lens, scale,
+                                         new_kv=(key, value, metadata.slot_mapping))  # writes K/V too
         if kernels is not None:
             kernels.write_kv(key, value, kv_cache.key, kv_cache.value, metadata.slot_mapping)
         else:
             _slots(kv_cache.key).index_copy_(1, metadata.slot_mapping, key.transpose(0, 1))
             _slots(kv_cache.value).index_copy_(1, metadata.slot_mapping, value.transpose(0, 1))
 
-        decode = metadata.decode
         if decode is not None and decode.token_index is None:  # a pure decode step
             return self._attend_decode(query, kv_cache, decode, scale, kernels)
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)

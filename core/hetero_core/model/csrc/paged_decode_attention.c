@@ -2,10 +2,21 @@
  * block-table KV cache (no gathered copy of the context), GQA-grouped, fp32 math.
  *
  * Cache layout (the torch backend's, head-major): [num_kv_heads, num_blocks, block_size, head_dim],
- * contiguous. For each (sequence, KV head) the group's query rows are scored against the context's
- * keys block by block, soft-maxed in fp32, and the values accumulated: K and V are each read once,
- * each row converted to fp32 once for the whole group. Work is split over (sequence, KV head)
- * pairs with OpenMP (torch's own libgomp, already loaded); each thread allocates its buffers once.
+ * contiguous. Work is split over (sequence, KV head) tasks with OpenMP (torch's own libgomp); each
+ * thread allocates its buffers once. A task:
+ *
+ * 1. optionally writes the step's new K/V row of its (sequence, head) into its slot (fusing the
+ *    cache write into this call: the row is read back at once, while it is in cache);
+ * 2. scores the group's query rows against the context, 16 keys at a time: each key row is
+ *    converted to fp32 once, in registers, and multiplied with every query row of the group; the
+ *    16 partial-sum vectors of a query row are then reduced together (a transposing tree of
+ *    shuffles and adds) into one vector of 16 scores, instead of 16 horizontal sums;
+ * 3. soft-maxes each row in fp32;
+ * 4. accumulates the values with the group's accumulators in registers, each value row converted
+ *    once.
+ *
+ * head_dim 64 and 128 get code with the row sizes fixed at compile time (rows live in registers);
+ * other multiples of 16 run the same code with runtime sizes; the caller checks the rest.
  *
  * Built at first use by hetero_core/model/cpu_kernels.py with the system C compiler
  * (-O3 -march=native, reassociation allowed so the dot products vectorise; NaN/Inf kept).
@@ -19,97 +30,186 @@
 
 #define MAX_HEAD_DIM 512
 #define MAX_GROUP 64
+#define MAX_VECTORS (MAX_HEAD_DIM / LANES)
+#define KEYS 16 /* keys scored together: one vector of scores per query row */
 
-/* row[0:head_dim] = the cache row at ``offset`` as fp32; row's padding stays as it was (zero). */
-static inline __attribute__((always_inline)) void load_row(float *restrict row, const void *cache, int64_t offset,
-                                                           int64_t head_dim, int bf16) {
+/* One vector whose lane i is the sum of the lanes of p[i] (i < 16). */
+static inline vfloat reduce16(const vfloat *p) {
+    const vint lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const vint hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const vint lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+    const vint hi4 = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+    const vint lo2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
+    const vint hi2 = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31};
+    const vint even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const vint odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    vfloat r8[8], r4[4], r2[2];
+    for (int i = 0; i < 8; i++)  /* lanes 0-7: 8 partial sums of key 2i, lanes 8-15: of key 2i+1 */
+        r8[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo8) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi8);
+    for (int i = 0; i < 4; i++)  /* 4 lanes per key, keys 4i .. 4i+3 */
+        r4[i] = __builtin_shuffle(r8[2 * i], r8[2 * i + 1], lo4) + __builtin_shuffle(r8[2 * i], r8[2 * i + 1], hi4);
+    for (int i = 0; i < 2; i++)  /* 2 lanes per key, keys 8i .. 8i+7 */
+        r2[i] = __builtin_shuffle(r4[2 * i], r4[2 * i + 1], lo2) + __builtin_shuffle(r4[2 * i], r4[2 * i + 1], hi2);
+    return __builtin_shuffle(r2[0], r2[1], even) + __builtin_shuffle(r2[0], r2[1], odd);
+}
+
+typedef struct {
+    const void *key_cache, *value_cache;
+    const int64_t *table;
+    int64_t h, num_blocks, block_size, head_dim, context;
+} Context;
+
+/* The cache offset (in elements) of key ``t`` of the task's context. */
+static inline int64_t row_offset(const Context *c, int64_t block, int64_t i) {
+    return ((c->h * c->num_blocks + c->table[block]) * c->block_size + i) * c->head_dim;
+}
+
+/* scores[g * stride + t] = q_g . k_t for every key t of the context (q already scaled). */
+static inline __attribute__((always_inline)) void score_context(
+    const Context *c, const vfloat *q, int64_t group, vfloat *partial, float *scores, int64_t stride,
+    const int64_t vectors, int bf16) {
+    int64_t block = 0, i = 0;  /* where the next key lies */
+    for (int64_t t0 = 0; t0 < c->context; t0 += KEYS) {
+        const int64_t n = c->context - t0 < KEYS ? c->context - t0 : KEYS;
+        for (int64_t k = 0; k < KEYS; k++) {
+            vfloat row[MAX_VECTORS];
+            if (k < n) {
+                const int64_t offset = row_offset(c, block, i);
+                if (++i == c->block_size) { block++; i = 0; }
+                for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->key_cache, offset + j * LANES, bf16);
+            } else {
+                for (int64_t j = 0; j < vectors; j++) row[j] = (vfloat){0};
+            }
+            for (int64_t g = 0; g < group; g++) {
+                vfloat dot = q[g * vectors] * row[0];
+                for (int64_t j = 1; j < vectors; j++) dot += q[g * vectors + j] * row[j];
+                partial[g * KEYS + k] = dot;
+            }
+        }
+        for (int64_t g = 0; g < group; g++) {
+            const vfloat sums = reduce16(partial + g * KEYS);
+            memcpy(scores + g * stride + t0, &sums, sizeof(float) * (size_t)n);
+        }
+    }
+}
+
+/* acc_g = sum_t probs[g * stride + t] * v_t for the ``rows`` query rows from ``first`` (at most 4). */
+static inline __attribute__((always_inline)) void accumulate_context(
+    const Context *c, const float *probs, int64_t stride, int64_t first, int64_t rows, vfloat *acc,
+    const int64_t vectors, int bf16) {
+    vfloat a[4][MAX_VECTORS];
+    for (int64_t g = 0; g < rows; g++)
+        for (int64_t j = 0; j < vectors; j++) a[g][j] = (vfloat){0};
+    int64_t block = 0, i = 0;
+    for (int64_t t = 0; t < c->context; t++) {
+        const int64_t offset = row_offset(c, block, i);
+        if (++i == c->block_size) { block++; i = 0; }
+        vfloat row[MAX_VECTORS];
+        for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->value_cache, offset + j * LANES, bf16);
+        for (int64_t g = 0; g < rows; g++) {
+            const float p = probs[(first + g) * stride + t];
+            for (int64_t j = 0; j < vectors; j++) a[g][j] += p * row[j];
+        }
+    }
+    for (int64_t g = 0; g < rows; g++)
+        for (int64_t j = 0; j < vectors; j++) acc[(first + g) * vectors + j] = a[g][j];
+}
+
+/* Rows of the group whose accumulators fit in registers at once, for ``vectors`` per row. */
+static inline int64_t rows_at_once(int64_t vectors) { return vectors <= 4 ? 4 : vectors <= 8 ? 2 : 1; }
+
+static inline __attribute__((always_inline)) void attend_task(
+    const Context *c, vfloat *q, vfloat *acc, vfloat *partial, float *scores, int64_t stride, int64_t group,
+    const int64_t vectors, int bf16) {
+    score_context(c, q, group, partial, scores, stride, vectors, bf16);
+    for (int64_t g = 0; g < group; g++) {  /* softmax weights, fp32 */
+        float *sg = scores + g * stride;
+        float top = -INFINITY;
+        for (int64_t t = 0; t < c->context; t++) top = sg[t] > top ? sg[t] : top;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int64_t t = 0; t < c->context; t++) {
+            sg[t] = exp_nonpositive(sg[t] - top);
+            sum += sg[t];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t t = 0; t < c->context; t++) sg[t] *= inv;
+    }
+    const int64_t step = rows_at_once(vectors);
+    for (int64_t first = 0; first < group; first += step)
+        accumulate_context(c, scores, stride, first, group - first < step ? group - first : step, acc, vectors,
+                           bf16);
+}
+
+static void attend_task_any(const Context *c, vfloat *q, vfloat *acc, vfloat *partial, float *scores,
+                            int64_t stride, int64_t group, int64_t vectors, int bf16) {
     if (bf16) {
-        const uint16_t *src = (const uint16_t *)cache + offset;
-        for (int64_t d = 0; d < head_dim; d++) row[d] = bf16_to_f32(src[d]);
-    } else {
-        memcpy(row, (const float *)cache + offset, sizeof(float) * (size_t)head_dim);
+        switch (vectors) {
+            case 4: attend_task(c, q, acc, partial, scores, stride, group, 4, 1); return;  /* head_dim 64 */
+            case 8: attend_task(c, q, acc, partial, scores, stride, group, 8, 1); return;  /* head_dim 128 */
+            default: attend_task(c, q, acc, partial, scores, stride, group, vectors, 1); return;
+        }
+    }
+    switch (vectors) {
+        case 4: attend_task(c, q, acc, partial, scores, stride, group, 4, 0); return;
+        case 8: attend_task(c, q, acc, partial, scores, stride, group, 8, 0); return;
+        default: attend_task(c, q, acc, partial, scores, stride, group, vectors, 0); return;
     }
 }
 
 static inline __attribute__((always_inline)) int decode_attention(
-    const void *query, int64_t query_token_stride, const void *key_cache, const void *value_cache,
+    const void *query, int64_t query_token_stride, const void *new_key, const void *new_value,
+    int64_t new_token_stride, const int64_t *new_slots, void *key_cache, void *value_cache,
     const int64_t *block_tables, int64_t max_blocks, const int64_t *context_lens, void *out, int64_t num_seqs,
     int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size,
     float scale, int num_threads, int bf16) {
     const int64_t group = num_heads / num_kv_heads;
-    if (head_dim > MAX_HEAD_DIM || group > MAX_GROUP || group * num_kv_heads != num_heads) return -1;
-    const int64_t dim = padded_dim(head_dim), vectors = dim / LANES;
-    int64_t max_context = 1;
+    if (head_dim > MAX_HEAD_DIM || head_dim % LANES != 0 || group > MAX_GROUP || group * num_kv_heads != num_heads)
+        return -1;
+    const int64_t vectors = head_dim / LANES, element = bf16 ? 2 : 4;
+    int64_t max_context = KEYS;
     for (int64_t s = 0; s < num_seqs; s++) {
-        if (context_lens[s] < 0 || context_lens[s] > max_blocks * block_size) return -1;
-        max_context = context_lens[s] > max_context ? context_lens[s] : max_context;
+        if (context_lens[s] < 1 || context_lens[s] > max_blocks * block_size) return -1;
+        if (new_slots != NULL && (new_slots[s] < 0 || new_slots[s] >= num_blocks * block_size)) return -1;
+        const int64_t padded = (context_lens[s] + KEYS - 1) / KEYS * KEYS;
+        max_context = padded > max_context ? padded : max_context;
     }
     int failed = 0;
     #pragma omp parallel num_threads(num_threads)
     {
-        /* this thread's buffers: the group's scaled queries and accumulators, one K/V row, the scores */
-        float *buffer = NULL;
-        const size_t floats = (size_t)(2 * group * dim + dim + group * max_context);
+        /* this thread's buffers: the group's scaled queries and accumulators, the partial sums of
+         * KEYS keys per query row, the scores */
+        vfloat *buffer = NULL;
+        const size_t floats = (size_t)(2 * group * head_dim + group * KEYS * LANES + group * max_context);
         if (posix_memalign((void **)&buffer, 64, floats * sizeof(float)) != 0) {
             buffer = NULL;
             #pragma omp atomic write
             failed = 1;
-        } else {
-            memset(buffer, 0, floats * sizeof(float));
         }
-        float *q = buffer, *acc = q + group * dim, *row = acc + group * dim, *scores = row + dim;
+        vfloat *q = buffer, *acc = q + group * vectors, *partial = acc + group * vectors;
+        float *scores = (float *)(partial + group * KEYS);
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int64_t s = 0; s < num_seqs; s++) {
             for (int64_t h = 0; h < num_kv_heads; h++) {
                 if (buffer == NULL) continue;
-                const int64_t context = context_lens[s];
-                const int64_t *table = block_tables + s * max_blocks;
+                if (new_slots != NULL) {  /* the step's own K/V row first: it is the context's last */
+                    const int64_t slot = new_slots[s];
+                    const int64_t target = ((h * num_blocks * block_size) + slot) * head_dim * element;
+                    const int64_t source = (s * new_token_stride + h * head_dim) * element;
+                    memcpy((char *)key_cache + target, (const char *)new_key + source, (size_t)(head_dim * element));
+                    memcpy((char *)value_cache + target, (const char *)new_value + source,
+                           (size_t)(head_dim * element));
+                }
+                const Context c = {key_cache, value_cache, block_tables + s * max_blocks, h, num_blocks, block_size,
+                                   head_dim, context_lens[s]};
                 for (int64_t g = 0; g < group; g++)
-                    for (int64_t d = 0; d < head_dim; d++)
-                        q[g * dim + d] = scale * load_elem(query, s * query_token_stride
-                                                           + (h * group + g) * head_dim + d, bf16);
-                const vfloat *qv = (const vfloat *)q, *rv = (const vfloat *)row;
-                for (int64_t t = 0, b = 0; t < context; b++) {  /* scores, block by block */
-                    const int64_t base = (h * num_blocks + table[b]) * block_size * head_dim;
-                    const int64_t n = context - t < block_size ? context - t : block_size;
-                    for (int64_t i = 0; i < n; i++, t++) {
-                        load_row(row, key_cache, base + i * head_dim, head_dim, bf16);
-                        for (int64_t g = 0; g < group; g++) {
-                            vfloat dot = {0};
-                            for (int64_t j = 0; j < vectors; j++) dot += qv[g * vectors + j] * rv[j];
-                            scores[g * context + t] = sum_lanes(dot);
-                        }
-                    }
-                }
-                for (int64_t g = 0; g < group; g++) {  /* softmax numerators, fp32 */
-                    float *sg = scores + g * context;
-                    float top = -INFINITY;
-                    for (int64_t t = 0; t < context; t++) top = sg[t] > top ? sg[t] : top;
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int64_t t = 0; t < context; t++) {
-                        sg[t] = exp_nonpositive(sg[t] - top);
-                        sum += sg[t];
-                    }
-                    const float inv = 1.0f / sum;
-                    for (int64_t t = 0; t < context; t++) sg[t] *= inv;
-                }
-                memset(acc, 0, sizeof(float) * (size_t)(group * dim));
-                vfloat *av = (vfloat *)acc;
-                for (int64_t t = 0, b = 0; t < context; b++) {  /* values, block by block */
-                    const int64_t base = (h * num_blocks + table[b]) * block_size * head_dim;
-                    const int64_t n = context - t < block_size ? context - t : block_size;
-                    for (int64_t i = 0; i < n; i++, t++) {
-                        load_row(row, value_cache, base + i * head_dim, head_dim, bf16);
-                        for (int64_t g = 0; g < group; g++) {
-                            const float p = scores[g * context + t];
-                            for (int64_t j = 0; j < vectors; j++) av[g * vectors + j] += p * rv[j];
-                        }
-                    }
-                }
+                    for (int64_t j = 0; j < vectors; j++)
+                        q[g * vectors + j] = scale * vload(query, s * query_token_stride + (h * group + g) * head_dim
+                                                                      + j * LANES, bf16);
+                attend_task_any(&c, q, acc, partial, scores, max_context, group, vectors, bf16);
                 for (int64_t g = 0; g < group; g++)
-                    for (int64_t d = 0; d < head_dim; d++)
-                        store_elem(out, (s * num_heads + h * group + g) * head_dim + d, acc[g * dim + d], bf16);
+                    for (int64_t j = 0; j < vectors; j++)
+                        vstore(out, (s * num_heads + h * group + g) * head_dim + j * LANES, acc[g * vectors + j], bf16);
             }
         }
         free(buffer);
@@ -118,15 +218,19 @@ static inline __attribute__((always_inline)) int decode_attention(
 }
 
 #define DECODE_ARGS                                                                                    \
-    const void *query, int64_t query_token_stride, const void *key_cache, const void *value_cache,     \
+    const void *query, int64_t query_token_stride, const void *new_key, const void *new_value,         \
+    int64_t new_token_stride, const int64_t *new_slots, void *key_cache, void *value_cache,            \
     const int64_t *block_tables, int64_t max_blocks, const int64_t *context_lens, void *out, int64_t num_seqs, \
     int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size,  \
     float scale, int num_threads
 #define DECODE_PASS                                                                                    \
-    query, query_token_stride, key_cache, value_cache, block_tables, max_blocks, context_lens, out, num_seqs, \
-    num_heads, num_kv_heads, head_dim, num_blocks, block_size, scale, num_threads
+    query, query_token_stride, new_key, new_value, new_token_stride, new_slots, key_cache, value_cache,  \
+    block_tables, max_blocks, context_lens, out, num_seqs, num_heads, num_kv_heads, head_dim, num_blocks, \
+    block_size, scale, num_threads
 
-/* Return 0, or -1 when a size is beyond the kernel's fixed limits, a context exceeds its block
- * table, or a buffer cannot be allocated (the caller raises). */
+/* Return 0, or -1 when a size is beyond the kernel's limits, a context exceeds its block table or
+ * a new slot the cache (nothing written), or a buffer cannot be allocated (the caller raises).
+ * new_key/new_value/new_slots: NULL, or the step's K/V rows ([num_seqs, num_kv_heads, head_dim],
+ * token stride new_token_stride) to write at new_slots first. */
 int paged_decode_attention_f32(DECODE_ARGS) { return decode_attention(DECODE_PASS, 0); }
 int paged_decode_attention_bf16(DECODE_ARGS) { return decode_attention(DECODE_PASS, 1); }
