@@ -66,6 +66,22 @@ static inline vfloat vload(const void *p, int64_t i, int bf16) {
     return f;
 }
 
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+
+/* The bf16 bit patterns of v, in the high halves: VCVTNEPS2BF16 (round to nearest even, NaN stays
+ * NaN; it treats bf16 denormals as zero, which activations never are in practice). */
+static inline vuint bf16_bits(vfloat v) {
+    const __m512i halves = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh((__m512)v));
+    return (vuint)_mm512_slli_epi32(halves, 16);
+}
+
+static inline void vstore(void *p, int64_t i, vfloat v, int bf16) {
+    if (bf16) _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), (__m256i)_mm512_cvtneps_pbh((__m512)v));
+    else memcpy((float *)p + i, &v, sizeof v);
+}
+#else
+
 /* The bf16 bit patterns of v, in the high halves (round to nearest even, NaN stays NaN). */
 static inline vuint bf16_bits(vfloat v) {
     vuint u;
@@ -84,6 +100,7 @@ static inline void vstore(void *p, int64_t i, vfloat v, int bf16) {
         memcpy((float *)p + i, &v, sizeof v);
     }
 }
+#endif
 
 /* v rounded to the nearest bf16 (bf16 = 1) or left as it is. */
 static inline vfloat vround_to(vfloat v, int bf16) {
