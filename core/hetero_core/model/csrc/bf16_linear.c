@@ -21,7 +21,12 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
-#define ROWS 12 /* rows of x per pass over two panels: 24 accumulators in registers */
+#ifndef WIDTH
+#define WIDTH 3 /* panels (16 columns each) per pass */
+#endif
+#ifndef ROWS
+#define ROWS 8 /* rows of x per pass: WIDTH * ROWS accumulators in registers */
+#endif
 #define PREFETCH_LINES 24 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
 int bf16_linear_available(void) { return 1; }
@@ -31,18 +36,16 @@ int bf16_linear_available(void) { return 1; }
 static inline __attribute__((always_inline)) void panel_rows(
     const int32_t *x_pairs, int64_t m, const uint16_t *panel, const float *bias16, uint16_t *y, int64_t ldy,
     int64_t pairs, const int rows, const int width) {
-    __m512 acc[2][ROWS];
+    __m512 acc[WIDTH][ROWS];
     for (int c = 0; c < width; c++)
         for (int r = 0; r < rows; r++)
             acc[c][r] = bias16 != NULL ? _mm512_loadu_ps(bias16 + 16 * c) : _mm512_setzero_ps();
-    const uint16_t *panel2 = panel + pairs * 32;  /* the next panel follows */
     for (int64_t kp = 0; kp < pairs; kp++) {
-        _mm_prefetch((const char *)(panel + (kp + PREFETCH_LINES) * 32), _MM_HINT_T0);
-        __m512bh w[2];
-        w[0] = (__m512bh)_mm512_loadu_si512((const void *)(panel + kp * 32));
-        if (width == 2) {
-            _mm_prefetch((const char *)(panel2 + (kp + PREFETCH_LINES) * 32), _MM_HINT_T0);
-            w[1] = (__m512bh)_mm512_loadu_si512((const void *)(panel2 + kp * 32));
+        __m512bh w[WIDTH];
+        for (int c = 0; c < width; c++) {  /* the panels follow each other */
+            const uint16_t *column = panel + c * pairs * 32;
+            _mm_prefetch((const char *)(column + (kp + PREFETCH_LINES) * 32), _MM_HINT_T0);
+            w[c] = (__m512bh)_mm512_loadu_si512((const void *)(column + kp * 32));
         }
         const int32_t *xp = x_pairs + kp * m;
         for (int r = 0; r < rows; r++) {
@@ -55,8 +58,9 @@ static inline __attribute__((always_inline)) void panel_rows(
             _mm256_storeu_si256((__m256i *)(y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(acc[c][r]));
 }
 
+#define WIDTH_CASE(n, c) case c: panel_rows(xr, m, w, b, yr, ldy, pairs, n, c); break;
 #define ROWS_CASE(n) case n: \
-    if (width == 2) panel_rows(xr, m, w, b, yr, ldy, pairs, n, 2); else panel_rows(xr, m, w, b, yr, ldy, pairs, n, 1); \
+    switch (width) { WIDTH_CASE(n, 1) WIDTH_CASE(n, 2) WIDTH_CASE(n, 3) WIDTH_CASE(n, 4) } \
     break;
 
 /* x [M, K] (row stride ldx), packed weight [N / 16][K / 2][16][2], bias fp32 [N] or NULL, y [M, N] (row
@@ -68,11 +72,11 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
     if (x_pairs == NULL) return -1;
     for (int64_t r = 0; r < m; r++)
         for (int64_t kp = 0; kp < pairs; kp++) memcpy(x_pairs + kp * m + r, x + r * ldx + 2 * kp, sizeof(int32_t));
-    const int64_t groups = (panels + 1) / 2;  /* two panels at a time (the last may be alone) */
+    const int64_t groups = (panels + WIDTH - 1) / WIDTH;  /* WIDTH panels at a time (fewer at the end) */
     #pragma omp parallel for schedule(static) num_threads(num_threads)
     for (int64_t group = 0; group < groups; group++) {
-        const int64_t p = 2 * group;
-        const int width = p + 1 < panels ? 2 : 1;
+        const int64_t p = WIDTH * group;
+        const int width = panels - p < WIDTH ? (int)(panels - p) : WIDTH;
         const uint16_t *w = packed + p * pairs * 32;
         const float *b = bias != NULL ? bias + p * 16 : NULL;
         const int64_t passes = (m + ROWS - 1) / ROWS;  /* rows split evenly: 16 -> 8 + 8, not 12 + 4 */
