@@ -70,11 +70,16 @@ class VllmCpuPeer:
         if ctx.num_threads:
             cpus = cpus[: ctx.num_threads]
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
-        env.pop("OMP_WAIT_POLICY", None)  # Hetero's choice; vLLM keeps its own defaults
+        env.pop("OMP_WAIT_POLICY", None)  # Hetero's choices; vLLM keeps its own defaults
+        env.pop("GOMP_SPINCOUNT", None)
+        # A fixed KV cache (GiB): otherwise vLLM sizes it from the RAM left beside this process's
+        # loaded models, which left an fp32 worker 0.07 GiB, under one 2,048-token sequence.
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         command = [str(python), "-u", str(WORKER), "--model", str(ctx.model_dir), "--dtype", self.dtype]
         if not compiled:
             command.append("--eager")
         self._log = tempfile.NamedTemporaryFile(prefix=f"hetero-bench-{name}-", suffix=".log", delete=False)
+        self._failed = False  # a failed worker's log is kept, and named in the error
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                          text=True, env=env, start_new_session=True)
         ready = self._receive()
@@ -101,7 +106,8 @@ class VllmCpuPeer:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
         self._log.close()
-        os.unlink(self._log.name)
+        if not self._failed:
+            os.unlink(self._log.name)
 
     def _call(self, command: dict) -> dict:
         self._resume()
@@ -125,7 +131,9 @@ class VllmCpuPeer:
         self._log.flush()
         lines = Path(self._log.name).read_text(errors="replace").strip().splitlines()
         errors = [line for line in lines if "Error" in line] or lines or ["(no output)"]
-        return f"the vLLM worker exited with code {code}: {errors[-1].strip()[-300:]}"
+        self._failed = True
+        return (f"the vLLM worker exited with code {code}: {errors[-1].strip()[-300:]} "
+                f"(its whole log: {self._log.name})")
 
     def _pause(self) -> None:
         """SIGSTOP every process of the worker's group (engine core, workers) until its next turn,
