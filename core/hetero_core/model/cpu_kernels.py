@@ -188,7 +188,7 @@ class CpuKernels:
             out_features, in_features, torch.get_num_threads(),
         )
         if status != 0:
-            raise MemoryError("the bf16 linear kernel could not allocate its buffer")
+            raise ValueError("the bf16 linear kernel refused its shapes")
         return out
 
     def handles(self, tensor: torch.Tensor, width: int) -> bool:

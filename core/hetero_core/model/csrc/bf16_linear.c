@@ -15,7 +15,6 @@
  * elsewhere bf16_linear_available() is 0 and the caller keeps oneDNN.
  */
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -30,10 +29,9 @@
 
 int bf16_linear_available(void) { return 1; }
 
-/* One panel (16 columns) for ``rows`` rows of x, given as pairs [K / 2][m] (row r of this pass at
- * column r; one pointer for every row, so no register is spent per row). */
+/* ``width`` panels (16 columns each, one after the other in memory) for ``rows`` rows of x. */
 static inline __attribute__((always_inline)) void panel_rows(
-    const int32_t *x_pairs, int64_t m, const uint16_t *panel, const float *bias16, uint16_t *y, int64_t ldy,
+    const uint16_t *x, int64_t ldx, const uint16_t *panel, const float *bias16, uint16_t *y, int64_t ldy,
     int64_t pairs, const int rows, const int width) {
     __m512 acc[WIDTH][ROWS];
     for (int c = 0; c < width; c++)
@@ -46,9 +44,10 @@ static inline __attribute__((always_inline)) void panel_rows(
             _mm_prefetch((const char *)(column + (kp + PREFETCH_LINES) * 32), _MM_HINT_T0);
             w[c] = (__m512bh)_mm512_loadu_si512((const void *)(column + kp * 32));
         }
-        const int32_t *xp = x_pairs + kp * m;
         for (int r = 0; r < rows; r++) {
-            const __m512bh xr = (__m512bh)_mm512_set1_epi32(xp[r]);
+            int32_t pair;  /* x[r, 2 kp], x[r, 2 kp + 1], broadcast to all 16 columns */
+            memcpy(&pair, x + r * ldx + 2 * kp, sizeof pair);
+            const __m512bh xr = (__m512bh)_mm512_set1_epi32(pair);
             for (int c = 0; c < width; c++) acc[c][r] = _mm512_dpbf16_ps(acc[c][r], w[c], xr);
         }
     }
@@ -57,20 +56,16 @@ static inline __attribute__((always_inline)) void panel_rows(
             _mm256_storeu_si256((__m256i *)(y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(acc[c][r]));
 }
 
-#define WIDTH_CASE(n, c) case c: panel_rows(xr, m, w, b, yr, ldy, pairs, n, c); break;
+#define WIDTH_CASE(n, c) case c: panel_rows(xr, ldx, w, b, yr, ldy, pairs, n, c); break;
 #define ROWS_CASE(n) case n: \
     switch (width) { WIDTH_CASE(n, 1) WIDTH_CASE(n, 2) WIDTH_CASE(n, 3) } \
     break;
 
 /* x [M, K] (row stride ldx), packed weight [N / 16][K / 2][16][2], bias fp32 [N] or NULL, y [M, N] (row
- * stride ldy); N a multiple of 16, K even (the caller pads). Returns 0, or -1 when out of memory. */
+ * stride ldy); N a multiple of 16, K even (the caller checks). Returns 0. */
 int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, uint16_t *y,
                 int64_t ldy, int64_t m, int64_t n, int64_t k, int num_threads) {
     const int64_t panels = n / 16, pairs = k / 2;
-    int32_t *x_pairs = malloc(sizeof(int32_t) * (size_t)(pairs * m));  /* x transposed to [K / 2][M] pairs */
-    if (x_pairs == NULL) return -1;
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t kp = 0; kp < pairs; kp++) memcpy(x_pairs + kp * m + r, x + r * ldx + 2 * kp, sizeof(int32_t));
     const int64_t groups = (panels + WIDTH - 1) / WIDTH;  /* WIDTH panels at a time (fewer at the end) */
     #pragma omp parallel for schedule(static) num_threads(num_threads)
     for (int64_t group = 0; group < groups; group++) {
@@ -81,7 +76,7 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
         const int64_t passes = (m + ROWS - 1) / ROWS;  /* rows split evenly: 20 -> 7 + 7 + 6, not 8 + 8 + 4 */
         for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
             const int64_t rows = (m - m0) / (passes - pass);
-            const int32_t *xr = x_pairs + m0;
+            const uint16_t *xr = x + m0 * ldx;
             uint16_t *yr = y + m0 * ldy + p * 16;
             m0 += rows;
             switch (rows) {
@@ -90,7 +85,6 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
             }
         }
     }
-    free(x_pairs);
     return 0;
 }
 
