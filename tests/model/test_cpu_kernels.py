@@ -322,6 +322,8 @@ def test_the_bf16_linear_matches_an_fp32_reference(bf16_linear_kernels, rows, ou
     expected = x.float() @ weight.float().T + (0 if bias_f32 is None else bias_f32)
     assert out.dtype == torch.bfloat16 and out.shape == (rows, out_features)
     assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05).all()  # bf16 rounding of the output
+    exact = bf16_linear_kernels.bf16_linear(x, packed, bias_f32, torch.float32)  # fp32 sums, as for logits
+    assert exact.dtype == torch.float32 and (exact - expected).abs().max().item() < 1e-3
 
 
 def test_packed_linears_take_the_bf16_kernel_for_few_rows_only(bf16_linear_kernels):

@@ -18,7 +18,7 @@ from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.compute_dtype import resolve_dtype
-from hetero_core.model.cpu_linear import can_pack, pack_linears
+from hetero_core.model.cpu_linear import PackedLinear, can_pack, pack_linears
 from hetero_core.model.cpu_threads import intra_op_threads
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
@@ -55,6 +55,9 @@ class TorchExecutor:
         if options.prepack_weights and can_pack(self.device, self.dtype):
             self.model.untie_lm_head()
             pack_linears(self.model, kernels)
+            for module in self.model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
+                if isinstance(module, PackedLinear):
+                    module.float32_output = True  # logits in fp32 straight from the matmul
         if kernels is not None:
             use_cpu_kernels(self.model, kernels)  # fused element-wise steps
         config = self.model.config

@@ -64,7 +64,7 @@ _SIGNATURES = {
     "rms_norm": [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
     "silu_mul": [_PTR, _I64, _PTR, _I64, _I64, _I64, ctypes.c_int],
     "rotary": [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
-    "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int],
+    "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
     "bf16_linear_available": [],
 }
 _UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available")  # one symbol for every dtype
@@ -176,16 +176,18 @@ class CpuKernels:
         panels = weight.detach().reshape(out_features // 16, 16, in_features // 2, 2)
         return panels.permute(0, 2, 1, 3).contiguous()
 
-    def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                    out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         """``x @ W.T + bias`` for ``x`` [M, K] bf16 (rows may be strided), ``packed`` from
-        ``pack_bf16_linear``, ``bias`` fp32 [N] or None -> a new [M, N] bf16 tensor."""
+        ``pack_bf16_linear``, ``bias`` fp32 [N] or None -> a new [M, N] tensor in ``out_dtype``
+        (bfloat16, or float32: the fp32 sums, not rounded to bf16)."""
         rows, in_features = x.shape
         out_features = packed.shape[0] * 16
         x = _last_dim_contiguous(x)
-        out = torch.empty((rows, out_features), dtype=torch.bfloat16)
+        out = torch.empty((rows, out_features), dtype=out_dtype)
         status = self.library.bf16_linear(
             x.data_ptr(), x.stride(0), packed.data_ptr(), _pointer(bias), out.data_ptr(), out_features, rows,
-            out_features, in_features, torch.get_num_threads(),
+            out_features, in_features, int(out_dtype == torch.float32), torch.get_num_threads(),
         )
         if status != 0:
             raise ValueError("the bf16 linear kernel refused its shapes")

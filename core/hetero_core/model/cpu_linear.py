@@ -17,7 +17,9 @@ a packed model is for inference only and its ``state_dict`` holds no linear weig
 With the compiled CPU kernels on a CPU with AVX-512 BF16, a bf16 linear also keeps its weight in the
 layout of the kernels' ``bf16_linear`` and runs inputs of up to ``FEW_ROWS`` rows (decode steps)
 there: 1.1-1.3x faster than oneDNN at 1-32 rows, because it overlaps streaming the weight from
-memory with the dot products. That second copy doubles the linears' memory in bf16.
+memory with the dot products. That second copy doubles the linears' memory in bf16. The LM head
+(``float32_output``) then returns its fp32 sums as they are: logits no longer rounded to bf16's 8
+bits (0.125 apart near 25), which had turned near-ties into exact ties.
 """
 
 from __future__ import annotations
@@ -51,13 +53,16 @@ class PackedLinear(nn.Module):
             self.few_rows_weight = None if kernels is None else kernels.pack_bf16_linear(weight)
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.few_rows_kernels = kernels if self.few_rows_weight is not None else None
+        self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
         self.bias_f32 = None if bias is None or self.few_rows_kernels is None else bias.detach().float().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernels = self.few_rows_kernels
         if kernels is not None and x.dim() == 2 and x.shape[0] <= FEW_ROWS and x.dtype == torch.bfloat16:
-            return kernels.bf16_linear(x, self.few_rows_weight, self.bias_f32)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+            out_dtype = torch.float32 if self.float32_output else torch.bfloat16
+            return kernels.bf16_linear(x, self.few_rows_weight, self.bias_f32, out_dtype)
+        out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        return out.float() if self.float32_output else out
 
     def extra_repr(self) -> str:
         bias = self.bias is not None

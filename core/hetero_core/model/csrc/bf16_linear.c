@@ -31,8 +31,8 @@ int bf16_linear_available(void) { return 1; }
 
 /* ``width`` panels (16 columns each, one after the other in memory) for ``rows`` rows of x. */
 static inline __attribute__((always_inline)) void panel_rows(
-    const uint16_t *x, int64_t ldx, const uint16_t *panel, const float *bias16, uint16_t *y, int64_t ldy,
-    int64_t pairs, const int rows, const int width) {
+    const uint16_t *x, int64_t ldx, const uint16_t *panel, const float *bias16, void *y, int64_t ldy,
+    int64_t pairs, const int rows, const int width, int out_f32) {
     __m512 acc[WIDTH][ROWS];
     for (int c = 0; c < width; c++)
         for (int r = 0; r < rows; r++)
@@ -52,19 +52,22 @@ static inline __attribute__((always_inline)) void panel_rows(
         }
     }
     for (int c = 0; c < width; c++)
-        for (int r = 0; r < rows; r++)
-            _mm256_storeu_si256((__m256i *)(y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(acc[c][r]));
+        for (int r = 0; r < rows; r++) {
+            if (out_f32) _mm512_storeu_ps((float *)y + r * ldy + 16 * c, acc[c][r]);
+            else _mm256_storeu_si256((__m256i *)((uint16_t *)y + r * ldy + 16 * c), (__m256i)_mm512_cvtneps_pbh(acc[c][r]));
+        }
 }
 
-#define WIDTH_CASE(n, c) case c: panel_rows(xr, ldx, w, b, yr, ldy, pairs, n, c); break;
+#define WIDTH_CASE(n, c) case c: panel_rows(xr, ldx, w, b, yr, ldy, pairs, n, c, out_f32); break;
 #define ROWS_CASE(n) case n: \
     switch (width) { WIDTH_CASE(n, 1) WIDTH_CASE(n, 2) WIDTH_CASE(n, 3) } \
     break;
 
 /* x [M, K] (row stride ldx), packed weight [N / 16][K / 2][16][2], bias fp32 [N] or NULL, y [M, N] (row
- * stride ldy); N a multiple of 16, K even (the caller checks). Returns 0. */
-int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, uint16_t *y,
-                int64_t ldy, int64_t m, int64_t n, int64_t k, int num_threads) {
+ * stride ldy) in bf16, or in fp32 with out_f32 (the sums unrounded: logits); N a multiple of 16, K even
+ * (the caller checks). Returns 0. */
+int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y,
+                int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int num_threads) {
     const int64_t panels = n / 16, pairs = k / 2;
     const int64_t groups = (panels + WIDTH - 1) / WIDTH;  /* WIDTH panels at a time (fewer at the end) */
     #pragma omp parallel for schedule(static) num_threads(num_threads)
@@ -77,7 +80,7 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
         for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
             const int64_t rows = (m - m0) / (passes - pass);
             const uint16_t *xr = x + m0 * ldx;
-            uint16_t *yr = y + m0 * ldy + p * 16;
+            void *yr = out_f32 ? (void *)((float *)y + m0 * ldy + p * 16) : (void *)((uint16_t *)y + m0 * ldy + p * 16);
             m0 += rows;
             switch (rows) {
                 ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(3) ROWS_CASE(4) ROWS_CASE(5) ROWS_CASE(6) ROWS_CASE(7)
@@ -92,9 +95,10 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
 
 int bf16_linear_available(void) { return 0; }
 
-int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, uint16_t *y,
-                int64_t ldy, int64_t m, int64_t n, int64_t k, int num_threads) {
-    (void)x, (void)ldx, (void)packed, (void)bias, (void)y, (void)ldy, (void)m, (void)n, (void)k, (void)num_threads;
+int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y,
+                int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int num_threads) {
+    (void)x, (void)ldx, (void)packed, (void)bias, (void)y, (void)ldy, (void)m, (void)n, (void)k, (void)out_f32;
+    (void)num_threads;
     return -1;
 }
 
