@@ -141,6 +141,22 @@ static inline vfloat vexp_nonpositive(vfloat x) {
     return p * scale;
 }
 
+/* max(start, x[0..n)), LANES at a time. Like ``a > b ? a : b`` element by element, it skips NaNs
+ * (the caller's exp then turns a NaN score into a NaN weight, so the row still ends up NaN). */
+static inline float max_array(const float *x, int64_t n, float start) {
+    vfloat top = (vfloat){0} + start;
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        vfloat v;
+        memcpy(&v, x + i, sizeof v);
+        top = vselect(v > top, v, top);
+    }
+    float result = start;
+    for (int l = 0; l < LANES; l++) result = top[l] > result ? top[l] : result;
+    for (; i < n; i++) result = x[i] > result ? x[i] : result;
+    return result;
+}
+
 static inline float sum_lanes(vfloat v) {
     float sum = 0.0f;
     for (int i = 0; i < LANES; i++) sum += v[i];

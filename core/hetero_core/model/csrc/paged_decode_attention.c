@@ -157,8 +157,7 @@ static inline __attribute__((always_inline)) void attend_task(
     score_context(c, q, group, partial, scores, stride, vectors, bf16);
     for (int64_t g = 0; g < group; g++) {  /* softmax weights, fp32 */
         float *sg = scores + g * stride;
-        float top = -INFINITY;
-        for (int64_t t = 0; t < c->context; t++) top = sg[t] > top ? sg[t] : top;
+        const float top = max_array(sg, c->context, -INFINITY);
         float sum = 0.0f;
         #pragma omp simd reduction(+:sum)
         for (int64_t t = 0; t < c->context; t++) {

@@ -124,8 +124,7 @@ static inline __attribute__((always_inline)) void attend_tile(
             const int64_t n = visible < count ? visible : count;
             float *sc = s->scores + r * KEY_CHUNK;
             score_chunk(s->query + r * dim, s->keys_t, sc, dim);
-            float top = s->row_max[r];
-            for (int64_t k = 0; k < n; k++) top = sc[k] > top ? sc[k] : top;
+            const float top = max_array(sc, n, s->row_max[r]);
             const float alpha = exp_nonpositive(s->row_max[r] - top);
             float sum = 0.0f;
             #pragma omp simd reduction(+:sum)
