@@ -306,7 +306,7 @@ def test_widths_the_element_wise_kernels_cannot_take_stay_on_torch(kernel):
 @pytest.fixture
 def bf16_linear_kernels(kernel):
     if not kernel.has_bf16_linear:
-        pytest.skip("this CPU has no AVX-512 BF16: the kernels' bf16 linear is not built here")
+        pytest.skip("the kernels were built without AVX-512 BF16 (this CPU, -march=native), so no bf16 linear")
     return kernel
 
 

@@ -40,10 +40,20 @@ static inline float exp_nonpositive(float x) {
     return p * scale;
 }
 
-/* 16 fp32 lanes (one AVX-512 register, two AVX2 ones): GCC's vector extension, so the kernels
- * vectorise the same way on every x86 (and on other CPUs). Buffers of them are 64-byte aligned and
- * hold head_dim padded to a multiple of LANES. */
+/* fp32 lanes of one vector register, as GCC's vector extension: 16 with AVX-512, 8 with AVX, 4
+ * otherwise (SSE, NEON). A wider vector than the registers has no register of its own, and GCC's
+ * code for 16 lanes on AVX2 was up to 15x slower. Buffers of them are 64-byte aligned and hold
+ * head_dim padded to a multiple of LANES. REGISTERS: how many vectors the ISA has. */
+#if defined(__AVX512F__)
 #define LANES 16
+#define REGISTERS 32
+#elif defined(__AVX__)
+#define LANES 8
+#define REGISTERS 16
+#else
+#define LANES 4
+#define REGISTERS 16
+#endif
 typedef float vfloat __attribute__((vector_size(LANES * sizeof(float))));
 
 static inline int64_t padded_dim(int64_t head_dim) { return (head_dim + LANES - 1) / LANES * LANES; }

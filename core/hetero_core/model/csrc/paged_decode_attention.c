@@ -9,14 +9,14 @@
  *    cache write into this call: the row is read back at once, while it is in cache);
  * 2. scores the group's query rows against the context, 16 keys at a time: each key row is
  *    converted to fp32 once, in registers, and multiplied with every query row of the group; the
- *    16 partial-sum vectors of a query row are then reduced together (a transposing tree of
- *    shuffles and adds) into one vector of 16 scores, instead of 16 horizontal sums;
+ *    LANES partial-sum vectors of a query row are then reduced together (a transposing tree of
+ *    shuffles and adds) into one vector of LANES scores, instead of LANES horizontal sums;
  * 3. soft-maxes each row in fp32;
  * 4. accumulates the values with the group's accumulators in registers, each value row converted
  *    once.
  *
  * head_dim 64 and 128 get code with the row sizes fixed at compile time (rows live in registers);
- * other multiples of 16 run the same code with runtime sizes; the caller checks the rest.
+ * other multiples of LANES run the same code with runtime sizes; the caller checks the rest.
  *
  * Built at first use by hetero_core/model/cpu_kernels.py with the system C compiler
  * (-O3 -march=native, reassociation allowed so the dot products vectorise; NaN/Inf kept).
@@ -31,10 +31,11 @@
 #define MAX_HEAD_DIM 512
 #define MAX_GROUP 64
 #define MAX_VECTORS (MAX_HEAD_DIM / LANES)
-#define KEYS 16 /* keys scored together: one vector of scores per query row */
+#define KEYS LANES /* keys scored together: one vector of scores per query row */
 
+#if LANES == 16
 /* One vector whose lane i is the sum of the lanes of p[i] (i < 16). */
-static inline vfloat reduce16(const vfloat *p) {
+static inline vfloat reduce_lanes(const vfloat *p) {
     const vint lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
     const vint hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
     const vint lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
@@ -52,6 +53,28 @@ static inline vfloat reduce16(const vfloat *p) {
         r2[i] = __builtin_shuffle(r4[2 * i], r4[2 * i + 1], lo2) + __builtin_shuffle(r4[2 * i], r4[2 * i + 1], hi2);
     return __builtin_shuffle(r2[0], r2[1], even) + __builtin_shuffle(r2[0], r2[1], odd);
 }
+#elif LANES == 4
+/* One vector whose lane i is the sum of the lanes of p[i] (i < 4). */
+static inline vfloat reduce_lanes(const vfloat *p) {
+    const vint lo2 = {0, 1, 4, 5}, hi2 = {2, 3, 6, 7}, even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
+    const vfloat r0 = __builtin_shuffle(p[0], p[1], lo2) + __builtin_shuffle(p[0], p[1], hi2);
+    const vfloat r1 = __builtin_shuffle(p[2], p[3], lo2) + __builtin_shuffle(p[2], p[3], hi2);
+    return __builtin_shuffle(r0, r1, even) + __builtin_shuffle(r0, r1, odd);
+}
+#else
+/* One vector whose lane i is the sum of the lanes of p[i] (i < 8). */
+static inline vfloat reduce_lanes(const vfloat *p) {
+    const vint lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    const vint lo2 = {0, 1, 4, 5, 8, 9, 12, 13}, hi2 = {2, 3, 6, 7, 10, 11, 14, 15};
+    const vint even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
+    vfloat r4[4], r2[2];
+    for (int i = 0; i < 4; i++)  /* lanes 0-3: 4 partial sums of key 2i, lanes 4-7: of key 2i+1 */
+        r4[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
+    for (int i = 0; i < 2; i++)  /* 2 lanes per key, keys 4i .. 4i+3 */
+        r2[i] = __builtin_shuffle(r4[2 * i], r4[2 * i + 1], lo2) + __builtin_shuffle(r4[2 * i], r4[2 * i + 1], hi2);
+    return __builtin_shuffle(r2[0], r2[1], even) + __builtin_shuffle(r2[0], r2[1], odd);
+}
+#endif
 
 typedef struct {
     const void *key_cache, *value_cache;
@@ -117,7 +140,7 @@ static inline __attribute__((always_inline)) void score_context(
             }
         }
         for (int64_t g = 0; g < group; g++) {
-            const vfloat sums = reduce16(partial + g * KEYS);
+            const vfloat sums = reduce_lanes(partial + g * KEYS);
             memcpy(scores + g * stride + t0, &sums, sizeof(float) * (size_t)n);
         }
     }
@@ -148,8 +171,11 @@ static inline __attribute__((always_inline)) void accumulate_context(
         for (int64_t j = 0; j < vectors; j++) acc[(first + g) * vectors + j] = a[g][j];
 }
 
-/* Rows of the group whose accumulators fit in registers at once, for ``vectors`` per row. */
-static inline int64_t rows_at_once(int64_t vectors) { return vectors <= 4 ? 4 : vectors <= 8 ? 2 : 1; }
+/* Rows of the group whose accumulators fit in registers at once (half of them), for ``vectors`` per row. */
+static inline int64_t rows_at_once(int64_t vectors) {
+    const int64_t rows = REGISTERS / 2 / vectors;
+    return rows < 1 ? 1 : rows > 4 ? 4 : rows;
+}
 
 static inline __attribute__((always_inline)) void attend_task(
     const Context *c, vfloat *q, vfloat *acc, vfloat *partial, float *scores, int64_t stride, int64_t group,
@@ -177,14 +203,14 @@ static void attend_task_any(const Context *c, vfloat *q, vfloat *acc, vfloat *pa
                             int64_t stride, int64_t group, int64_t vectors, int bf16) {
     if (bf16) {
         switch (vectors) {
-            case 4: attend_task(c, q, acc, partial, scores, stride, group, 4, 1); return;  /* head_dim 64 */
-            case 8: attend_task(c, q, acc, partial, scores, stride, group, 8, 1); return;  /* head_dim 128 */
+            case 64 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 64 / LANES, 1); return;
+            case 128 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 128 / LANES, 1); return;
             default: attend_task(c, q, acc, partial, scores, stride, group, vectors, 1); return;
         }
     }
     switch (vectors) {
-        case 4: attend_task(c, q, acc, partial, scores, stride, group, 4, 0); return;
-        case 8: attend_task(c, q, acc, partial, scores, stride, group, 8, 0); return;
+        case 64 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 64 / LANES, 0); return;
+        case 128 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 128 / LANES, 0); return;
         default: attend_task(c, q, acc, partial, scores, stride, group, vectors, 0); return;
     }
 }

@@ -11,7 +11,7 @@
  * keys come in chunks of KEY_CHUNK, converted to fp32 once (K transposed, so a row's scores for a
  * chunk are KEY_CHUNK-wide vector FMAs with no horizontal sums), then an online softmax and the
  * value accumulation with the row's accumulator in registers. head_dim is padded to a multiple of
- * 16 inside the task's buffers, so any head size works.
+ * LANES inside the task's buffers, so any head size works.
  */
 #include <math.h>
 #include <stdint.h>
@@ -45,20 +45,14 @@ static int scratch_alloc(Scratch *s, int64_t rows, int64_t dim) {
 /* scores[0:KEY_CHUNK] = query . keys_t[:, 0:KEY_CHUNK] (keys_t is [dim][KEY_CHUNK]) */
 static inline void score_chunk(const float *restrict query, const float *restrict keys_t, float *restrict scores,
                                int64_t dim) {
-    vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    vfloat a[KEY_CHUNK / LANES] = {{0}};
     for (int64_t d = 0; d < dim; d++) {
         const vfloat *k = (const vfloat *)(keys_t + d * KEY_CHUNK);
         const float q = query[d];
-        a0 += q * k[0];
-        a1 += q * k[1];
-        a2 += q * k[2];
-        a3 += q * k[3];
+        for (int i = 0; i < KEY_CHUNK / LANES; i++) a[i] += q * k[i];
     }
     vfloat *out = (vfloat *)scores;
-    out[0] = a0;
-    out[1] = a1;
-    out[2] = a2;
-    out[3] = a3;
+    for (int i = 0; i < KEY_CHUNK / LANES; i++) out[i] = a[i];
 }
 
 /* acc[0:dim] = acc * alpha + sum_k probs[k] * values[k, 0:dim]; ``vectors`` = dim / LANES, a
@@ -80,8 +74,8 @@ static inline __attribute__((always_inline)) void accumulate_values(
 static void accumulate_values_any(float *acc, const float *probs, const float *values, int64_t count, float alpha,
                                   int64_t vectors) {
     switch (vectors) {
-        case 4: accumulate_values(acc, probs, values, count, alpha, 4); break;  /* head_dim 64 */
-        case 8: accumulate_values(acc, probs, values, count, alpha, 8); break;  /* head_dim 128 */
+        case 64 / LANES: accumulate_values(acc, probs, values, count, alpha, 64 / LANES); break;
+        case 128 / LANES: accumulate_values(acc, probs, values, count, alpha, 128 / LANES); break;
         default: accumulate_values(acc, probs, values, count, alpha, vectors);
     }
 }
