@@ -346,3 +346,34 @@ def test_packed_linears_take_the_bf16_kernel_for_few_rows_only(bf16_linear_kerne
         expected = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
         assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05).all()
     assert calls == [1, FEW_ROWS]
+
+
+@pytest.mark.parametrize("march", ["x86-64", "haswell"])  # SSE (4 lanes), AVX2 (8 lanes)
+def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path, march):
+    """The kernels pick their vector width from the ISA they are compiled for; built here for a
+    baseline x86 and for AVX2 (machines without AVX-512 get these), they give the same answers."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 -march values")
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_kernels_module, "CFLAGS",
+                        tuple(f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS))
+    cpu_kernels_module._load.cache_clear()
+    try:
+        narrow = load_cpu_kernels(required=True)
+        assert not narrow.has_bf16_linear
+        for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+            pool = BlockPool(128, shuffle=True, seed=2)
+            fresh = [PagedSequence(i, list(range(n)), n) for i, n in enumerate([3, 17, 70])]
+            continued = [PagedSequence(5, list(range(90)), 90)]
+            step([(continued[0], 33)], pool, 16)
+            batch = step([(seq, seq.num_remaining) for seq in [*fresh, *continued]], pool, 16)
+            (out, _), (expected, _) = _forward_both(narrow, batch, 128, 3, 3, 64, 16, dtype)
+            assert (out.float() - expected.float()).abs().max().item() < tolerance
+            decode_batch, cache, query = _decode_step([1, 16, 17, 97], 2, 4, 128, 16, dtype)
+            out, expected = _both_paths(narrow, decode_batch, cache, query)
+            assert (out.float() - expected.float()).abs().max().item() < tolerance
+        test_the_element_wise_kernels_match_the_torch_layers(narrow, torch.bfloat16, 2e-2, 200)
+    finally:
+        cpu_kernels_module._load.cache_clear()
