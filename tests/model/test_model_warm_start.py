@@ -144,3 +144,46 @@ def test_loading_a_model_imports_no_dynamo(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_threads_follow_the_cpus_other_processes_leave_free(monkeypatch):
+    """Two CPUs: alone, the executor keeps both threads; when /proc/stat shows the machine busier
+    than this process by about one CPU, it drops to one thread; when the other load goes, back to two.
+    Measurements happen at most every interval."""
+    monkeypatch.setattr(cpu_threads.os, "cpu_count", lambda: 2)
+    clock, cpu_time, ticks = [0.0], [0.0], [(0, 0)]
+    monkeypatch.setattr(cpu_threads, "_busy_and_total_ticks", lambda: ticks[0])
+    calls = []
+    threads = cpu_threads.FreeCpuThreads(2, calls.append, interval_s=0.25, clock=lambda: clock[0],
+                                         cpu_time=lambda: cpu_time[0])
+
+    def advance(wall: float, machine_busy_cpus: float, own_cpus: float) -> int:
+        busy, total = ticks[0]
+        ticks[0] = (busy + round(machine_busy_cpus * wall * 100), total + round(2 * wall * 100))
+        clock[0] += wall
+        cpu_time[0] += own_cpus * wall
+        return threads.update()
+
+    assert advance(1.0, machine_busy_cpus=2.0, own_cpus=2.0) == 2  # alone, both CPUs ours
+    assert advance(1.0, machine_busy_cpus=2.0, own_cpus=1.0) == 1  # a neighbour takes one
+    assert advance(0.1, machine_busy_cpus=1.0, own_cpus=1.0) == 1  # too soon to measure again
+    assert advance(1.0, machine_busy_cpus=2.0, own_cpus=1.0) == 1  # neighbour still there
+    assert advance(1.0, machine_busy_cpus=1.0, own_cpus=1.0) == 2  # gone
+    assert calls == [1, 2]
+
+
+def test_threads_stay_put_where_proc_stat_cannot_be_read(monkeypatch):
+    monkeypatch.setattr(cpu_threads, "_busy_and_total_ticks", lambda: None)
+    clock = [0.0]
+    calls = []
+    threads = cpu_threads.FreeCpuThreads(2, calls.append, clock=lambda: clock[0], cpu_time=lambda: 0.0)
+    clock[0] = 5.0
+    assert threads.update() == 2 and calls == []
+
+
+def test_the_executor_adapts_threads_only_when_it_chose_them(tiny_model_dirs, make_executor):
+    from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+
+    model_dir, _ = tiny_model_dirs["llama"]
+    assert make_executor(model_dir)._free_cpu_threads is not None
+    assert make_executor(model_dir, options=TorchExecutorOptions(num_threads=1))._free_cpu_threads is None

@@ -19,7 +19,7 @@ from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.compute_dtype import resolve_dtype
 from hetero_core.model.cpu_linear import PackedLinear, can_pack, pack_linears
-from hetero_core.model.cpu_threads import intra_op_threads
+from hetero_core.model.cpu_threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
@@ -43,8 +43,12 @@ class TorchExecutor:
             raise ModelLoadError("the torch executor needs a model; set `model` to an HF directory or .gguf file")
         # Tensor parallelism (tensor_parallel_size > 1): this rank's shard and device.
         shard, self.device = tensor_parallel_placement(ctx, _device(options.device))
+        self._free_cpu_threads = None  # threads that follow the CPUs other processes leave free
         if self.device.type == "cpu" or options.num_threads is not None:
-            torch.set_num_threads(intra_op_threads(options.num_threads, ctx.tensor_parallel_size))
+            threads = intra_op_threads(options.num_threads, ctx.tensor_parallel_size)
+            torch.set_num_threads(threads)
+            if self.device.type == "cpu" and options.num_threads is None and ctx.tensor_parallel_size == 1:
+                self._free_cpu_threads = FreeCpuThreads(threads, _set_threads)
         self.dtype = resolve_dtype(options.dtype, self.device)
         log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
@@ -86,6 +90,8 @@ class TorchExecutor:
     def execute(self, batch: Batch) -> ExecutorOutput:
         if batch.block_size != self.block_size:
             raise ValueError(f"batch block_size {batch.block_size} != executor block_size {self.block_size}")
+        if self._free_cpu_threads is not None:
+            self._free_cpu_threads.update()
         with torch.inference_mode():
             input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
             positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
@@ -152,6 +158,11 @@ class TorchExecutor:
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _set_threads(threads: int) -> None:
+    log.info("executor.cpu_threads", threads=threads, reason="CPUs left free by other processes")
+    torch.set_num_threads(threads)
 
 
 def _device(name: str) -> torch.device:
