@@ -164,11 +164,13 @@ def test_threads_follow_the_cpus_other_processes_leave_free(monkeypatch):
         cpu_time[0] += own_cpus * wall
         return threads.update()
 
-    assert advance(1.0, machine_busy_cpus=2.0, own_cpus=2.0) == 2  # alone, both CPUs ours
-    assert advance(1.0, machine_busy_cpus=2.0, own_cpus=1.0) == 1  # a neighbour takes one
+    assert advance(0.5, machine_busy_cpus=2.0, own_cpus=2.0) == 2  # alone, both CPUs ours
+    assert advance(0.5, machine_busy_cpus=2.0, own_cpus=1.0) == 1  # a neighbour takes one
     assert advance(0.1, machine_busy_cpus=1.0, own_cpus=1.0) == 1  # too soon to measure again
-    assert advance(1.0, machine_busy_cpus=2.0, own_cpus=1.0) == 1  # neighbour still there
-    assert advance(1.0, machine_busy_cpus=1.0, own_cpus=1.0) == 2  # gone
+    assert advance(0.5, machine_busy_cpus=2.0, own_cpus=1.0) == 1  # neighbour still there
+    assert advance(0.5, machine_busy_cpus=1.0, own_cpus=1.0) == 2  # gone
+    assert advance(30.0, machine_busy_cpus=2.0, own_cpus=0.0) == 2  # the engine was idle: no decision
+    assert advance(0.5, machine_busy_cpus=2.0, own_cpus=2.0) == 2
     assert calls == [1, 2]
 
 

@@ -86,13 +86,15 @@ class FreeCpuThreads:
     Other processes' load is the machine's busy time (``/proc/stat``) minus this process's own CPU
     time over the same interval, in CPUs: with one busy neighbour on 2 CPUs the executor drops to
     one thread (which then never waits on a descheduled partner, spinning or asleep), and goes back
-    to two when the neighbour stops. Measured with ``bench/busy_cpu_throughput.py`` (batch 1, AVX-512
+    to two when the neighbour stops. An interval longer than ``stale_s`` (the engine sat idle, and
+    whatever ran meanwhile, a benchmark's other contender say, may be gone) only starts a new one. Measured with ``bench/busy_cpu_throughput.py`` (batch 1, AVX-512
     EPYC, short spin): beside a busy process 33.6 tok/s with two threads, ~57 with this."""
 
-    def __init__(self, max_threads: int, set_threads, interval_s: float = 0.25,
+    def __init__(self, max_threads: int, set_threads, interval_s: float = 0.25, stale_s: float = 1.0,
                  clock=time.monotonic, cpu_time=time.process_time):
         self.max_threads = self.threads = max_threads
         self._set_threads, self._interval_s, self._clock, self._cpu_time = set_threads, interval_s, clock, cpu_time
+        self._stale_s = stale_s  # a longer interval spans a pause of the engine: what ran then says nothing
         self._last = self._sample()
 
     def update(self) -> int:
@@ -102,7 +104,7 @@ class FreeCpuThreads:
         sample = self._sample()
         (wall0, cpu0, ticks0), (wall1, cpu1, ticks1) = self._last, sample
         self._last = sample
-        if ticks0 is None or ticks1 is None or ticks1[1] <= ticks0[1] or wall1 <= wall0:
+        if ticks0 is None or ticks1 is None or ticks1[1] <= ticks0[1] or not 0 < wall1 - wall0 <= self._stale_s:
             return self.threads
         machine_busy = (ticks1[0] - ticks0[0]) / (ticks1[1] - ticks0[1]) * (os.cpu_count() or 1)
         others = max(0.0, machine_busy - (cpu1 - cpu0) / (wall1 - wall0))
