@@ -18,8 +18,9 @@ class TorchExecutorOptions(BaseModel):
         None,
         ge=1,
         le=4096,
-        description="torch intra-op threads on the CPU; default: the CPUs this process may use "
-        "(its affinity mask, os.sched_getaffinity)",
+        description="torch intra-op threads on the CPU, fixed; default: the CPUs this process may use "
+        "(its affinity mask, os.sched_getaffinity), fewer while other processes keep some of them busy "
+        "(re-measured every 0.25 s from /proc/stat)",
     )
     prepack_weights: bool = Field(
         True,

@@ -20,6 +20,11 @@ static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, NaN stay
     return (uint16_t)(u >> 16);
 }
 
+/* exp(r) for r in [-ln2/2, ln2/2]: Taylor to degree 6 in Horner form (scalars or vectors alike). */
+#define EXP_POLYNOMIAL(r) \
+    ((((((1.0f / 720.0f * (r) + 1.0f / 120.0f) * (r) + 1.0f / 24.0f) * (r) + 1.0f / 6.0f) * (r) + 0.5f) * (r) + 1.0f) \
+     * (r) + 1.0f)
+
 /* exp(x) for x <= 0 (a score minus the row's maximum), written so the compiler vectorises it:
  * 2^n * p(r) with r = x - n ln2 in [-ln2/2, ln2/2] and a degree-6 polynomial (relative error ~2e-7).
  * Below -87 it returns ~0 (2^-126 scale); NaN stays NaN. */
@@ -27,13 +32,7 @@ static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
     const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const float p = EXP_POLYNOMIAL(r);
     const int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, 4);
@@ -138,13 +137,7 @@ static inline vfloat vexp_nonpositive(vfloat x) {
     const vint n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vint);
     const vfloat nf = __builtin_convertvector(n, vfloat);
     const vfloat r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    vfloat p = (vfloat){0} + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const vfloat p = EXP_POLYNOMIAL(r);
     const vint bits = (n + 127) << 23;
     vfloat scale;
     memcpy(&scale, &bits, sizeof scale);
