@@ -15,7 +15,8 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``bf16_linear.c``: bf16 linears for decode-sized batches (AVX-512 BF16 dot products over a
   weight packed once at load), overlapping the weight stream with compute better than oneDNN.
 
-They have no Python or torch headers, so they compile in about a second; the shared library is
+They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
+they compile in about two seconds; the shared library is
 cached under ``~/.cache/hetero/kernels`` (``HETERO_CACHE_DIR``), keyed by the sources, the compiler
 and this CPU's flags.
 

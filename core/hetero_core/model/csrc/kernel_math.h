@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if !defined(__GNUC__) || defined(__clang__)
+#error "the CPU kernels need GCC (its vector extensions: __builtin_shuffle, vector comparisons); set CC=gcc"
+#endif
+
 static inline float bf16_to_f32(uint16_t x) {
     uint32_t u = (uint32_t)x << 16;
     float f;
