@@ -6,6 +6,9 @@
  * their weights from memory (~4.7 ms). Here each thread walks its share of the weight in one
  * sequential stream (the hardware prefetcher keeps it ahead) while every weight vector it loads
  * feeds up to ROWS dot products against rows of x kept in L1, so streaming hides behind compute.
+ * With more rows than one pass takes, the later passes over a group of panels run from cache and
+ * prefetch the next group meanwhile (30 layers at 32 rows: 10.5 -> ~8 ms; the arithmetic alone,
+ * weights in cache, is 7.2 ms, 940 GFLOP/s).
  *
  * The weight is packed once at load (by the caller, in torch) as [N / 16][K / 2][16][2]: 16 output
  * columns (one panel) by pairs of the reduction dimension, the layout VDPBF16PS multiplies. A
@@ -32,12 +35,15 @@ int bf16_linear_available(void) { return 1; }
 /* ``width`` panels (16 columns each, one after the other in memory) for ``rows`` rows of x. */
 static inline __attribute__((always_inline)) void panel_rows(
     const uint16_t *x, int64_t ldx, const uint16_t *panel, const float *bias16, void *y, int64_t ldy,
-    int64_t pairs, const int rows, const int width, int out_f32) {
+    int64_t pairs, const int rows, const int width, int out_f32, const char *ahead, int64_t ahead_lines) {
     __m512 acc[WIDTH][ROWS];
     for (int c = 0; c < width; c++)
         for (int r = 0; r < rows; r++)
             acc[c][r] = bias16 != NULL ? _mm512_loadu_ps(bias16 + 16 * c) : _mm512_setzero_ps();
+    const int64_t ahead_per_pair = (ahead_lines + pairs - 1) / pairs;
     for (int64_t kp = 0; kp < pairs; kp++) {
+        for (int64_t a = kp * ahead_per_pair; a < (kp + 1) * ahead_per_pair && a < ahead_lines; a++)
+            _mm_prefetch(ahead + 64 * a, _MM_HINT_T1);  /* the next panels, while this pass runs from cache */
         __m512bh w[WIDTH];
         for (int c = 0; c < width; c++) {  /* the panels follow each other */
             const uint16_t *column = panel + c * pairs * 32;
@@ -58,7 +64,7 @@ static inline __attribute__((always_inline)) void panel_rows(
         }
 }
 
-#define WIDTH_CASE(n, c) case c: panel_rows(xr, ldx, w, b, yr, ldy, pairs, n, c, out_f32); break;
+#define WIDTH_CASE(n, c) case c: panel_rows(xr, ldx, w, b, yr, ldy, pairs, n, c, out_f32, ahead, ahead_lines); break;
 #define ROWS_CASE(n) case n: \
     switch (width) { WIDTH_CASE(n, 1) WIDTH_CASE(n, 2) WIDTH_CASE(n, 3) } \
     break;
@@ -77,8 +83,16 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
         const uint16_t *w = packed + p * pairs * 32;
         const float *b = bias != NULL ? bias + p * 16 : NULL;
         const int64_t passes = (m + ROWS - 1) / ROWS;  /* rows split evenly: 20 -> 7 + 7 + 6, not 8 + 8 + 4 */
+        /* The first pass streams this group's panels from memory; the others read them from cache and
+         * meanwhile pull the next group's panels in (one share each), so memory never idles. */
+        const int64_t next_panels = panels - p - width < WIDTH ? panels - p - width : WIDTH;
+        const char *next = (const char *)(w + width * pairs * 32);
+        const int64_t next_lines = next_panels * pairs, share = passes > 1 ? (next_lines + passes - 2) / (passes - 1) : 0;
         for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
             const int64_t rows = (m - m0) / (passes - pass);
+            const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
+            const char *ahead = next + 64 * first_line;
+            const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
             const uint16_t *xr = x + m0 * ldx;
             void *yr = out_f32 ? (void *)((float *)y + m0 * ldy + p * 16) : (void *)((uint16_t *)y + m0 * ldy + p * 16);
             m0 += rows;
