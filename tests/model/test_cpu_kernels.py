@@ -326,26 +326,31 @@ def test_the_bf16_linear_matches_an_fp32_reference(bf16_linear_kernels, rows, ou
     assert exact.dtype == torch.float32 and (exact - expected).abs().max().item() < 1e-3
 
 
-def test_packed_linears_take_the_bf16_kernel_for_few_rows_only(bf16_linear_kernels):
-    from hetero_core.model.cpu_linear import FEW_ROWS, PackedLinear
+@pytest.mark.parametrize("in_features, all_rows", [(96, True), (4098, False)])
+def test_packed_linears_take_the_bf16_kernel_where_it_applies(bf16_linear_kernels, in_features, all_rows):
+    """Up to ALL_ROWS_MAX_IN_FEATURES inputs every call takes the kernels' bf16 linear and no oneDNN
+    copy is kept; wider layers take it for up to FEW_ROWS rows and oneDNN beyond."""
+    from hetero_core.model.cpu_linear import ALL_ROWS_MAX_IN_FEATURES, FEW_ROWS, PackedLinear
 
+    assert (in_features <= ALL_ROWS_MAX_IN_FEATURES) == all_rows
     torch.manual_seed(0)
-    weight, bias = torch.randn(64, 96).bfloat16(), torch.randn(64).bfloat16()
+    weight, bias = torch.randn(64, in_features).bfloat16(), torch.randn(64).bfloat16()
     linear = PackedLinear(weight, bias, bf16_linear_kernels)
-    assert linear.few_rows_weight is not None
+    assert linear.few_rows_weight is not None and (linear.packed_weight is None) == all_rows
     assert PackedLinear(weight.float(), bias.float(), bf16_linear_kernels).few_rows_weight is None  # fp32: oneDNN
     assert PackedLinear(torch.randn(40, 96).bfloat16(), None, bf16_linear_kernels).few_rows_weight is None  # 40 % 16
     calls = []
     original = bf16_linear_kernels.bf16_linear
-    for rows in (1, FEW_ROWS, FEW_ROWS + 1):
-        x = torch.randn(rows, 96).bfloat16()
+    for rows in (1, FEW_ROWS, FEW_ROWS + 1, 300):
+        x = torch.randn(rows, in_features).bfloat16()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(type(bf16_linear_kernels), "bf16_linear",
                           lambda self, *args: calls.append(rows) or original(*args))
             out = linear(x)
         expected = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
-        assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05).all()
-    assert calls == [1, FEW_ROWS]
+        assert out.shape == (rows, 64)
+        assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05 * in_features**0.5 / 10).all()
+    assert calls == ([1, FEW_ROWS, FEW_ROWS + 1, 300] if all_rows else [1, FEW_ROWS])
 
 
 @pytest.mark.parametrize("march", ["x86-64", "haswell"])  # SSE (4 lanes), AVX2 (8 lanes)

@@ -14,10 +14,11 @@ match it on prefill-sized batches, where both reach ~850 GFLOP/s.
 The packed weight is an opaque oneDNN tensor kept as a plain attribute (not a parameter or buffer):
 a packed model is for inference only and its ``state_dict`` holds no linear weights.
 
-With the compiled CPU kernels on a CPU with AVX-512 BF16, a bf16 linear also keeps its weight in the
-layout of the kernels' ``bf16_linear`` and runs inputs of up to ``FEW_ROWS`` rows (decode steps)
-there: 1.1-1.3x faster than oneDNN at 1-32 rows, because it overlaps streaming the weight from
-memory with the dot products. That second copy doubles the linears' memory in bf16. The LM head
+With the compiled CPU kernels on a CPU with AVX-512 BF16, a bf16 linear keeps its weight in the
+layout of the kernels' ``bf16_linear`` instead and runs there: 1.1-1.6x faster than oneDNN at 1-32
+rows (decode steps), because it overlaps streaming the weight from memory with the dot products,
+and as fast at prefill sizes. Layers wider than ``ALL_ROWS_MAX_IN_FEATURES`` inputs keep a oneDNN
+copy too, for inputs of more than ``FEW_ROWS`` rows. The LM head
 (``float32_output``) then returns its fp32 sums as they are: logits no longer rounded to bf16's 8
 bits (0.125 apart near 25), which had turned near-ties into exact ties.
 """
@@ -39,18 +40,27 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 FEW_ROWS = 64  # inputs up to this many rows take the kernels' bf16_linear (where it applies)
+# Up to this many input features the kernels' bf16_linear takes every input, prefill included, and no
+# oneDNN copy of the weight is kept: a pass over 3 panels then re-reads at most 3 x 2,048 x 64 B
+# (384 KiB) from L2, and on SmolLM2's shapes it matches oneDNN at 64-2,396 rows (1,020-1,036 GFLOP/s
+# against 870-1,017). Wider layers keep oneDNN for more than FEW_ROWS rows.
+ALL_ROWS_MAX_IN_FEATURES = 4096
 
 
 class PackedLinear(nn.Module):
-    """``y = x @ weight.T + bias`` with ``weight`` in oneDNN's blocked layout (and, given ``kernels``
-    that can, in the layout of their bf16 linear for few rows)."""
+    """``y = x @ weight.T + bias`` with ``weight`` in oneDNN's blocked layout, or, given ``kernels``
+    that can, in the layout of their bf16 linear (for every input where ``in_features`` allows, for
+    inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels=None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         with torch.no_grad():
-            self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
             self.few_rows_weight = None if kernels is None else kernels.pack_bf16_linear(weight)
+            self.all_rows = self.few_rows_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
+            self.packed_weight = (
+                None if self.all_rows else torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+            )
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.few_rows_kernels = kernels if self.few_rows_weight is not None else None
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
@@ -58,9 +68,11 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernels = self.few_rows_kernels
-        if kernels is not None and x.dim() == 2 and x.shape[0] <= FEW_ROWS and x.dtype == torch.bfloat16:
+        if kernels is not None and (self.all_rows or (x.dim() == 2 and x.shape[0] <= FEW_ROWS)):
+            rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
             out_dtype = torch.float32 if self.float32_output else torch.bfloat16
-            return kernels.bf16_linear(x, self.few_rows_weight, self.bias_f32, out_dtype)
+            out = kernels.bf16_linear(rows, self.few_rows_weight, self.bias_f32, out_dtype)
+            return out.reshape(*x.shape[:-1], self.out_features)
         out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
         return out.float() if self.float32_output else out
 
