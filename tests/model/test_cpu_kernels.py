@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError
 from hetero_core.model import cpu_kernels as cpu_kernels_module
@@ -336,9 +335,9 @@ def test_packed_linears_take_the_bf16_kernel_where_it_applies(bf16_linear_kernel
     torch.manual_seed(0)
     weight, bias = torch.randn(64, in_features).bfloat16(), torch.randn(64).bfloat16()
     linear = PackedLinear(weight, bias, bf16_linear_kernels)
-    assert linear.few_rows_weight is not None and (linear.packed_weight is None) == all_rows
-    assert PackedLinear(weight.float(), bias.float(), bf16_linear_kernels).few_rows_weight is None  # fp32: oneDNN
-    assert PackedLinear(torch.randn(40, 96).bfloat16(), None, bf16_linear_kernels).few_rows_weight is None  # 40 % 16
+    assert linear.bf16_weight is not None and (linear.packed_weight is None) == all_rows
+    assert PackedLinear(weight.float(), bias.float(), bf16_linear_kernels).bf16_weight is None  # fp32: oneDNN
+    assert PackedLinear(torch.randn(40, 96).bfloat16(), None, bf16_linear_kernels).bf16_weight is None  # 40 % 16
     calls = []
     original = bf16_linear_kernels.bf16_linear
     for rows in (1, FEW_ROWS, FEW_ROWS + 1, 300):
@@ -362,8 +361,8 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86 -march values")
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu_kernels_module, "CFLAGS",
-                        tuple(f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS))
+    flags = tuple(f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS)
+    monkeypatch.setattr(cpu_kernels_module, "CFLAGS", flags)
     cpu_kernels_module._load.cache_clear()
     try:
         narrow = load_cpu_kernels(required=True)

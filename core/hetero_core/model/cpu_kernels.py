@@ -12,13 +12,12 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
   prefix), flash-attention style in fp32;
 - ``pointwise.c``: the model's element-wise steps (residual add + RMSNorm, SiLU-and-multiply, RoPE
   in place), one pass each instead of 5-7 eager torch ops;
-- ``bf16_linear.c``: bf16 linears for decode-sized batches (AVX-512 BF16 dot products over a
-  weight packed once at load), overlapping the weight stream with compute better than oneDNN.
+- ``bf16_linear.c``: bf16 linears (AVX-512 BF16 dot products over a weight packed once at load),
+  overlapping the weight stream with compute better than oneDNN at decode sizes.
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
-they compile in about two seconds; the shared library is
-cached under ``~/.cache/hetero/kernels`` (``HETERO_CACHE_DIR``), keyed by the sources, the compiler
-and this CPU's flags.
+they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
+(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's flags.
 
 Where no C compiler works the torch path runs instead (``load_cpu_kernels`` returns None and says
 why, once). The executor option ``cpu_kernels`` chooses: ``auto`` (the kernels when they build),
@@ -53,7 +52,7 @@ COMPILER_ENV = "CC"
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
           "-fno-trapping-math", "-fopenmp", "-shared", "-fPIC")
 MAX_HEAD_DIM, MAX_GROUP = 512, 64  # the kernels' fixed limits (paged_decode_attention.c)
-LANES = 16  # the element-wise kernels' vector width (kernel_math.h)
+LANES = 16  # widths the kernels take are multiples of this (of every ISA's LANES in kernel_math.h)
 _SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
@@ -297,7 +296,8 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *(str(SOURCE_DIR / name) for name in SOURCES), "-lm"], capture_output=True, text=True)
+        sources = [str(SOURCE_DIR / name) for name in SOURCES]
+        result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
         if result.returncode != 0:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")

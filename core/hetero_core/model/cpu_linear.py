@@ -56,22 +56,22 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         with torch.no_grad():
-            self.few_rows_weight = None if kernels is None else kernels.pack_bf16_linear(weight)
-            self.all_rows = self.few_rows_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
+            self.bf16_weight = None if kernels is None else kernels.pack_bf16_linear(weight)
+            self.all_rows = self.bf16_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
             self.packed_weight = (
                 None if self.all_rows else torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
             )
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
-        self.few_rows_kernels = kernels if self.few_rows_weight is not None else None
+        self.bf16_kernels = kernels if self.bf16_weight is not None else None
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
-        self.bias_f32 = None if bias is None or self.few_rows_kernels is None else bias.detach().float().contiguous()
+        self.bias_f32 = None if bias is None or self.bf16_kernels is None else bias.detach().float().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernels = self.few_rows_kernels
+        kernels = self.bf16_kernels
         if kernels is not None and (self.all_rows or (x.dim() == 2 and x.shape[0] <= FEW_ROWS)):
             rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
             out_dtype = torch.float32 if self.float32_output else torch.bfloat16
-            out = kernels.bf16_linear(rows, self.few_rows_weight, self.bias_f32, out_dtype)
+            out = kernels.bf16_linear(rows, self.bf16_weight, self.bias_f32, out_dtype)
             return out.reshape(*x.shape[:-1], self.out_features)
         out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
         return out.float() if self.float32_output else out

@@ -113,7 +113,8 @@ class TorchPagedAttention:
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         kernels = self._kernels_for(query, kv_cache)
         decode = metadata.decode
-        if kernels is not None and decode is not None and decode.token_index is None:  # a pure decode step
+        pure_decode = decode is not None and decode.token_index is None
+        if kernels is not None and pure_decode:
             tables = decode.block_index.view(decode.num_seqs, -1)
             return kernels.attend_decode(query, kv_cache.key, kv_cache.value, tables, decode.context_lens, scale,
                                          new_kv=(key, value, metadata.slot_mapping))  # writes K/V too
@@ -123,8 +124,8 @@ class TorchPagedAttention:
             _slots(kv_cache.key).index_copy_(1, metadata.slot_mapping, key.transpose(0, 1))
             _slots(kv_cache.value).index_copy_(1, metadata.slot_mapping, value.transpose(0, 1))
 
-        if decode is not None and decode.token_index is None:  # a pure decode step
-            return self._attend_decode(query, kv_cache, decode, scale, kernels)
+        if pure_decode:  # here without the kernels
+            return self._attend_decode(query, kv_cache, decode, scale, None)
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         if decode is not None:
             decoded = self._attend_decode(query[decode.token_index], kv_cache, decode, scale, kernels)
@@ -207,15 +208,14 @@ def _attend_prefill(query, key, value, kv_cache: KVCache, segment: PrefillSegmen
 
 def _decode_group(batch: Batch, seqs: list[int], whole: bool, device: torch.device) -> DecodeGroup:
     """Index tensors for the single-token sequences ``seqs``; ``whole``: they hold all the step's tokens."""
-    max_blocks = max(len(batch.block_tables[i]) for i in seqs)
-    tables = [batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs]
+    tables = _padded_block_tables(batch, seqs)
     context_lens = torch.tensor([batch.context_lens[i] for i in seqs], dtype=torch.long)
-    key_mask = torch.arange(max_blocks * batch.block_size)[None, :] < context_lens[:, None]
+    key_mask = torch.arange(tables.shape[1] * batch.block_size)[None, :] < context_lens[:, None]
     key_bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))
     token_index = None if whole else torch.tensor([batch.query_start_loc[i] for i in seqs], dtype=torch.long)
     return DecodeGroup(
         token_index=None if token_index is None else _to(token_index, device),
-        block_index=_to(torch.tensor(tables, dtype=torch.long).flatten(), device),
+        block_index=_to(tables.flatten(), device),
         key_mask=_to(key_mask[:, None, None, :], device),
         key_bias=_to(key_bias[None, :, None, :], device),
         context_lens=_to(context_lens, device),
@@ -238,14 +238,19 @@ def _prefill_segment(batch: Batch, i: int, device: torch.device) -> PrefillSegme
 
 def _prefill_sequences(batch: Batch, seqs: list[int]) -> PrefillSequences:
     """The multi-token sequences ``seqs`` for the CPU prefill kernel (always on the CPU)."""
-    max_blocks = max(len(batch.block_tables[i]) for i in seqs)
-    tables = [batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs]
     return PrefillSequences(
         query_start=torch.tensor([batch.query_start_loc[i] for i in seqs], dtype=torch.long),
         query_len=torch.tensor([batch.query_len(i) for i in seqs], dtype=torch.long),
         context_lens=torch.tensor([batch.context_lens[i] for i in seqs], dtype=torch.long),
-        block_tables=torch.tensor(tables, dtype=torch.long),
+        block_tables=_padded_block_tables(batch, seqs),
     )
+
+
+def _padded_block_tables(batch: Batch, seqs: list[int]) -> torch.Tensor:
+    """``[len(seqs), max_blocks]`` int64: the block tables of ``seqs``, padded with block 0."""
+    max_blocks = max(len(batch.block_tables[i]) for i in seqs)
+    return torch.tensor([batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs],
+                        dtype=torch.long)
 
 
 def _slots(cache: torch.Tensor) -> torch.Tensor:
