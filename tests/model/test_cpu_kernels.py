@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError
 from hetero_core.model import cpu_kernels as cpu_kernels_module
