@@ -54,6 +54,34 @@ def test_hetero_run_on_the_mock_imports_no_torch():
     assert "RC 0 NO-TORCH" in result.stderr, result.stderr
 
 
+def test_hetero_run_builds_only_its_own_flags():
+    """`hetero run` skips what other commands' flags need (the server's settings import its engine)."""
+    code = (
+        "import sys; from hetero_core.cli import main; "
+        "rc = main(['run', '--executor', 'mock', 'hi', '--max-tokens', '4']); "
+        "print('RC', rc, sorted(m for m in sys.modules if m.startswith('hetero_core.server')), file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, input="")
+    assert "RC 0 []" in result.stderr, result.stderr
+    assert "--max-body-bytes" in hetero("serve", "--help").stdout
+
+
+def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('EXIT HANDLER RAN', file=sys.stderr)); "
+        "sys.argv = ['hetero', 'run', '--executor', 'mock', 'hi', '--max-tokens', '2000', '--temperature', '0']; "
+        "from hetero_core.cli import console_main; console_main(); print('NOT REACHED', file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, input="")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.strip()) == 2000  # the mock's tokens are one character each
+    assert "2000 tokens in" in result.stderr and "EXIT HANDLER RAN" in result.stderr
+    assert "NOT REACHED" not in result.stderr
+    failed = subprocess.run([sys.executable, "-c", code.replace("2000", "3000")], capture_output=True, text=True,
+                            timeout=60, input="")
+    assert failed.returncode == 1 and "exceeds max_model_len" in failed.stderr  # its status kept
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -1,5 +1,3 @@
-import sys
+from hetero_core.cli import console_main
 
-from hetero_core.cli import main
-
-sys.exit(main())
+console_main()

@@ -23,8 +23,18 @@ _NO_FLAG = {seam.name for seam in SEAM_TABLE} | {"plugins", "chat"}
 _VERBOSE_LEVELS = {1: "info", 2: "debug"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def console_main() -> None:
+    """The ``hetero`` console script (and ``python -m hetero_core``)."""
+    sys.exit(main(fast_exit=True))
+
+
+def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
+    """Run the ``hetero`` command line ``argv``; return its exit status. ``fast_exit``: once a command
+    that wrote only to stdout/stderr (``hetero run``) is done, exit the process at once, skipping the
+    interpreter's teardown of torch's modules (~0.2 s of a ~1.3 s ``hetero run``); exit handlers
+    still run and the streams are flushed."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=next((a for a in argv if not a.startswith("-")), ""))
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -32,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _settings_warnings_as_lines(warnings.showwarning)
-            return args.handler(args)
+            code = args.handler(args)
     except HeteroError as exc:
         print(f"hetero: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -43,9 +53,32 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `hetero run ... | head -1`: the reader left; stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    if fast_exit and getattr(args, "skip_teardown", False):
+        _exit_now(code)
+    return code
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _exit_now(code: int) -> None:
+    import atexit
+    import logging
+
+    atexit._run_exitfuncs()  # what atexit would run at a normal exit (logging's flush among them)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``hetero`` parser. ``only``: fill in just that command's arguments (the one being run; the
+    others keep their help line), sparing a start the imports the other commands' flags need."""
+
+    def wanted(command: str) -> bool:
+        return only is None or only == command
+
     parser = argparse.ArgumentParser(
         prog="hetero",
         description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching).",
@@ -53,15 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="answer one prompt (streamed) or several (one batch)")
-    add_run_arguments(run)
-    add_settings_arguments(run)
+    if wanted("run"):
+        add_run_arguments(run)
+        add_settings_arguments(run)
     run.set_defaults(handler=run_command)
 
     plugins = commands.add_parser("plugins", help="list discovered plugins and what they register")
-    plugins.add_argument("--json", action="store_true", help="machine-readable output")
-    add_settings_arguments(plugins, only_plugins=True)
+    if wanted("plugins"):
+        plugins.add_argument("--json", action="store_true", help="machine-readable output")
+        add_settings_arguments(plugins, only_plugins=True)
     plugins.set_defaults(handler=_plugins)
-    add_serve_command(commands)
+    add_serve_command(commands, with_arguments=wanted("serve"))
     add_bench_command(commands)
     return parser
 

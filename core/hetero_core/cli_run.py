@@ -64,6 +64,7 @@ def run_command(args: argparse.Namespace) -> int:
         llm.shutdown()
     print_stats(outputs, loaded - started, time.perf_counter() - loaded, sys.stderr)
     print_scheduler_stats(stats, sys.stderr)
+    args.skip_teardown = True  # all written to stdout/stderr, the engine shut down: cli.main may exit at once
     return EXIT_REQUEST_FAILED if any(o.failed for o in outputs) else 0
 
 

@@ -7,12 +7,18 @@ import argparse
 from hetero_core.errors import HeteroError
 
 
-def add_serve_command(commands) -> None:
-    """Register ``serve`` on the ``hetero`` sub-command parser."""
+def add_serve_command(commands, with_arguments: bool = True) -> None:
+    """Register ``serve`` on the ``hetero`` sub-command parser (``with_arguments``: and its flags)."""
+    serve = commands.add_parser("serve", help="serve the OpenAI-compatible HTTP API (needs hetero-core[server])")
+    serve.set_defaults(handler=_serve)
+    if with_arguments:
+        _add_serve_arguments(serve)
+
+
+def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     from hetero_core.cli import add_settings_arguments
     from hetero_core.server.settings import ServerSettings
 
-    serve = commands.add_parser("serve", help="serve the OpenAI-compatible HTTP API (needs hetero-core[server])")
     group = serve.add_argument_group("server (override HETERO_HOST, HETERO_PORT, HETERO_API_KEY, ...)")
     fields = ServerSettings.model_fields
     group.add_argument("--host", help=fields["host"].description + " [127.0.0.1]")
@@ -29,7 +35,6 @@ def add_serve_command(commands) -> None:
     ray.add_argument("--replica-cpus", type=float, metavar="N", help=fields["replica_cpus"].description + " [1]")
     ray.add_argument("--replica-gpus", type=float, metavar="N", help=fields["replica_gpus"].description + " [0]")
     add_settings_arguments(serve)
-    serve.set_defaults(handler=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:

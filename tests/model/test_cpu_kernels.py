@@ -211,7 +211,13 @@ def test_the_library_is_built_once_into_the_cache(kernel, monkeypatch, tmp_path)
         assert built.parent == tmp_path / "kernels" and built.is_file()
         stamp = built.stat().st_mtime_ns
         cpu_kernels_module._load.cache_clear()
-        assert load_cpu_kernels(required=True).path == built and built.stat().st_mtime_ns == stamp
+
+        def no_process(*args, **kwargs):
+            raise AssertionError(f"a cached library started a process: {args}")
+
+        with monkeypatch.context() as patch:  # a cached library costs no compiler run (not even --version)
+            patch.setattr(cpu_kernels_module.subprocess, "run", no_process)
+            assert load_cpu_kernels(required=True).path == built and built.stat().st_mtime_ns == stamp
         assert [p.name for p in built.parent.iterdir()] == [built.name]  # no temporaries left
     finally:
         cpu_kernels_module._load.cache_clear()

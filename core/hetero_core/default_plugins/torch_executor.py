@@ -18,10 +18,12 @@ from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.compute_dtype import resolve_dtype
-from hetero_core.model.cpu_linear import PackedLinear, can_pack, pack_linears
+from hetero_core.model.cpu_linear import PackedLinear, can_pack
 from hetero_core.model.cpu_threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.layers import use_cpu_kernels
+from hetero_core.model.gguf_cache import default_cache_dir
 from hetero_core.model.loader import load_model
+from hetero_core.model.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
 from hetero_core.model.torch_attention import TorchPagedAttention
 
@@ -53,12 +55,18 @@ class TorchExecutor:
         log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
         self.backend = backend if backend is not None else _cpu_backend(options, self.device)
-        self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype,
-                                tensor_parallel=shard)
         kernels = getattr(self.backend, "cpu_kernels", None) if self.device.type == "cpu" else None
-        if options.prepack_weights and can_pack(self.device, self.dtype):
-            self.model.untie_lm_head()
-            pack_linears(self.model, kernels)
+        pack = options.prepack_weights and can_pack(self.device, self.dtype)
+        if pack and shard is None and options.prepared_weights_cache:
+            cache_dir = ctx.settings.cache_dir if ctx.settings is not None else None
+            self.model = load_packed_model(ctx.model_dir, cache_dir or default_cache_dir(), backend=self.backend,
+                                           dtype=self.dtype, kernels=kernels)
+        else:
+            self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype,
+                                    tensor_parallel=shard)
+            if pack:
+                pack_model(self.model, kernels)
+        if pack:
             for module in self.model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
                 if isinstance(module, PackedLinear):
                     module.float32_output = True  # logits in fp32 straight from the matmul

@@ -29,6 +29,14 @@ class TorchExecutorOptions(BaseModel):
         "1.3-1.9x faster than torch's bf16 linear at decode batch sizes); false: plain "
         "torch.nn.functional.linear",
     )
+    prepared_weights_cache: bool = Field(
+        True,
+        description="on the CPU with prepack_weights: keep the weights as this executor runs them "
+        "(converted to dtype, q/k/v and gate/up fused, packed) in <cache_dir>/prepared (at most 4 "
+        "files, the least recently used deleted first) and memory-map them at later starts instead "
+        "of converting and packing again (about 0.3 s less for SmolLM2-135M in bf16; the file is "
+        "model-sized); false: convert and pack at every start, write nothing",
+    )
     cpu_kernels: Literal["auto", "compiled", "torch"] = Field(
         "auto",
         description="on the CPU (float32, bfloat16): compiled: C kernels built once with the system C "

@@ -282,7 +282,7 @@ def _build() -> Path:
     compiler = os.environ.get(COMPILER_ENV) or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         raise KernelUnavailable("no C compiler found (install gcc, or set CC)")
-    version = _compiler_version(compiler)
+    version = _compiler_identity(compiler)
     try:
         texts = [(SOURCE_DIR / name).read_text() for name in (*SOURCES, *HEADERS)]
     except OSError as exc:
@@ -309,14 +309,15 @@ def _build() -> Path:
             os.unlink(tmp)
 
 
-def _compiler_version(compiler: str) -> str:
+def _compiler_identity(compiler: str) -> str:
+    """The compiler binary's resolved path, size and modification time: it changes when the compiler
+    is upgraded or swapped, and costs a ``stat`` (``cc --version`` costs a process, ~50 ms)."""
     try:
-        result = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        real = os.path.realpath(compiler)
+        stat = os.stat(real)
+    except OSError as exc:
         raise KernelUnavailable(f"C compiler {compiler} does not run: {exc}") from None
-    if result.returncode != 0:
-        raise KernelUnavailable(f"C compiler {compiler} does not run (exit {result.returncode})")
-    return result.stdout.splitlines()[0] if result.stdout else ""
+    return f"{real} {stat.st_size} {stat.st_mtime_ns}"
 
 
 @cache

@@ -52,12 +52,23 @@ class PackedLinear(nn.Module):
     that can, in the layout of their bf16 linear (for every input where ``in_features`` allows, for
     inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels=None):
+    def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None, kernels=None, *,
+                 bf16_weight: torch.Tensor | None = None):
+        """``weight`` [out, in] to pack; or ``bf16_weight`` already in the kernels' layout (then
+        ``weight`` is None; ``from_bf16_layout``)."""
         super().__init__()
-        self.out_features, self.in_features = weight.shape
         with torch.no_grad():
-            self.bf16_weight = None if kernels is None else kernels.pack_bf16_linear(weight)
+            if bf16_weight is None and kernels is not None:
+                bf16_weight = kernels.pack_bf16_linear(weight)
+            self.bf16_weight = bf16_weight
+            if bf16_weight is not None:
+                self.out_features, self.in_features = bf16_weight.shape[0] * 16, bf16_weight.shape[1] * 2
+            else:
+                self.out_features, self.in_features = weight.shape
             self.all_rows = self.bf16_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
+            if weight is None and not self.all_rows:
+                raise ValueError("a weight in the kernels' layout alone serves only layers of up to "
+                                 f"{ALL_ROWS_MAX_IN_FEATURES} inputs with the bf16 kernels")
             self.packed_weight = (
                 None if self.all_rows else torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
             )
@@ -65,6 +76,14 @@ class PackedLinear(nn.Module):
         self.bf16_kernels = kernels if self.bf16_weight is not None else None
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
         self.bias_f32 = None if bias is None or self.bf16_kernels is None else bias.detach().float().contiguous()
+
+    @classmethod
+    def from_bf16_layout(cls, bf16_weight: torch.Tensor, bias: torch.Tensor | None, kernels) -> PackedLinear:
+        """A linear whose weight is already in the layout of ``kernels.pack_bf16_linear`` (a prepared
+        file's), used as it is."""
+        if kernels is None or not kernels.has_bf16_linear:
+            raise ValueError("a weight in the kernels' bf16 layout needs the compiled kernels' bf16 linear")
+        return cls(None, bias, kernels, bf16_weight=bf16_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernels = self.bf16_kernels

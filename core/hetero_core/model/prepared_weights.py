@@ -1,0 +1,204 @@
+"""The CPU executor's weights as it runs them, kept on disk and memory-mapped at later starts.
+
+Loading a checkpoint for the CPU executor converts every tensor to the compute dtype, concatenates
+q/k/v and gate/up (``fusion``) and packs each linear (``cpu_linear``): for SmolLM2-135M in bf16 that is
+~0.3 s of a ~1.7 s warm start, redone at every start. ``load_packed_model`` saves the result once,
+``<cache>/prepared/<model>-<dtype>-<key>.safetensors``, and later starts map that file instead: no
+conversion and no copy, the pages come from the page cache (shared by every process serving the
+model). Linears packed in the kernels' bf16 layout are stored packed; oneDNN's packed weights are
+opaque, so those linears are stored fused and converted and are reordered again at load.
+
+The key covers the checkpoint files (path, size, modification time), the dtype, whether the compiled
+kernels pack bf16 linears, and the code that decides the layouts (this file, ``fusion``,
+``cpu_linear``, ``cpu_kernels``, ``llama``), so an edit to any of them starts a new file. At most
+``KEEP_FILES`` files are kept, the least recently used going first. A file that cannot be read is
+ignored (and replaced); one that cannot be written costs only the saving. Checkpoints under
+``MIN_CHECKPOINT_BYTES`` prepare in milliseconds and get no file. The torch executor's
+option ``prepared_weights_cache = false`` switches this off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hetero_core.logging import get_logger
+from hetero_core.model.attention import AttentionBackend
+from hetero_core.model.config import ModelConfig
+from hetero_core.model.cpu_linear import PackedLinear, pack_linears
+from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.model.loader import load_model, resolve_model_source
+
+log = get_logger("hetero.executor")
+
+FORMAT_VERSION = 1
+KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyond this are deleted
+MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
+STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
+BF16_LAYOUT_SUFFIX = ".bf16_weight"  # a linear stored in the kernels' packed bf16 layout
+_LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "llama")
+
+
+def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
+    """Pack ``model``'s linears for the CPU (the LM head too, untied from tied embeddings)."""
+    model.untie_lm_head()
+    pack_linears(model, kernels)
+
+
+def load_packed_model(
+    source: str | Path,
+    cache_dir: Path,
+    *,
+    backend: AttentionBackend,
+    dtype: torch.dtype,
+    kernels=None,
+) -> LlamaForCausalLM:
+    """``load_model`` + ``pack_model``, mapped from the prepared file under ``cache_dir`` when there is
+    one for this checkpoint, dtype and packing (and saved there when there is not)."""
+    source = resolve_model_source(source)
+    if sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES:
+        model = load_model(source, backend=backend, dtype=dtype)
+        pack_model(model, kernels)
+        return model
+    path = prepared_path(source, cache_dir, dtype, kernels)
+    model = _load_prepared(path, backend, kernels) if path.is_file() else None
+    if model is not None:
+        _touch(path)
+        log.info("executor.prepared_weights", path=str(path), hit=True)
+        return model
+    model = load_model(source, backend=backend, dtype=dtype)
+    model.untie_lm_head()
+    unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
+    pack_linears(model, kernels)
+    _save_prepared(path, model, unpacked)
+    log.info("executor.prepared_weights", path=str(path), hit=False)
+    return model
+
+
+def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
+    """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
+    bf16_layout = bool(kernels is not None and kernels.has_bf16_linear and dtype == torch.bfloat16)
+    files = [_identity(p) for p in _checkpoint_files(source)]
+    code = [(Path(__file__).with_name(f"{name}.py")).read_bytes() for name in _LAYOUT_MODULES]
+    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, files, str(dtype), bf16_layout]).encode())
+    for text in code:
+        digest.update(text)
+    dtype_name = str(dtype).removeprefix("torch.")
+    return Path(cache_dir) / "prepared" / f"{source.name}-{dtype_name}-{digest.hexdigest()[:16]}.safetensors"
+
+
+def _checkpoint_files(source: Path) -> list[Path]:
+    if not source.is_dir():
+        return [source]
+    from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
+
+    index = [source / INDEX_FILE] if (source / INDEX_FILE).is_file() else []
+    return [source / "config.json", *index, *safetensors_files(source)]
+
+
+def _identity(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> None:
+    """Write ``model``'s tensors (packed ones in their layout, ``unpacked``'s for oneDNN's linears)
+    to ``path`` atomically; a failure is logged, never raised."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        tensors[name] = tensor
+    for name, module in model.named_modules():
+        if not isinstance(module, PackedLinear):
+            continue
+        if module.all_rows:
+            tensors[name + BF16_LAYOUT_SUFFIX] = module.bf16_weight
+        elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
+            tensors[name + ".weight"] = unpacked[name + ".weight"]
+    metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except (OSError, RuntimeError, ValueError) as exc:
+        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
+        return
+    _prune(path.parent, keep=path)
+
+
+def _load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM | None:
+    """The packed model from ``path`` (tensors memory-mapped), or None when the file is unusable."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+        tensors = load_file(str(path), device="cpu")
+        raw = json.loads(metadata["config"])
+        config = ModelConfig(**{**raw, "eos_token_ids": tuple(raw["eos_token_ids"])})
+        return _assemble(config, tensors, backend, kernels)
+    except (OSError, SafetensorError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        log.warning("executor.prepared_weights_unreadable", path=str(path), error=str(exc))
+        return None
+
+
+def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, kernels) -> LlamaForCausalLM:
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config, backend)
+    if "lm_head" + BF16_LAYOUT_SUFFIX in tensors:
+        model.untie_lm_head()
+    for name, module in list(model.named_modules()):
+        packed = tensors.get(name + BF16_LAYOUT_SUFFIX)
+        if packed is not None and isinstance(module, nn.Linear):
+            bias = tensors.get(name + ".bias")
+            model.set_submodule(name, PackedLinear.from_bf16_layout(packed, bias, kernels))
+    plain = {k: v for k, v in tensors.items() if not k.endswith(BF16_LAYOUT_SUFFIX)}
+    model.load_state_dict(plain, strict=False, assign=True)
+    if model.lm_head is None:  # tied and not packed in the kernels' layout: share the loaded embedding
+        model.untie_lm_head()
+    pack_linears(model, kernels)  # the linears oneDNN packs (their plain weights were stored)
+    left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if left:
+        raise ValueError(f"missing tensors {left[:3]}")
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)  # its modification time is when it was last used (for pruning)
+    except OSError:
+        pass
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    """Delete the least recently used prepared files beyond ``KEEP_FILES`` (never ``keep``), and
+    temporaries that killed saves left."""
+    try:
+        files = sorted(folder.glob("*.safetensors"), key=lambda p: p.stat().st_mtime, reverse=True)
+        cutoff = time.time() - STALE_TMP_SECONDS
+        stale = [p for p in folder.glob(".*.tmp") if p.stat().st_mtime < cutoff]
+    except OSError:
+        return
+    for old in [p for p in files if p != keep][KEEP_FILES - 1:] + stale:
+        try:
+            old.unlink()
+        except OSError:
+            pass
