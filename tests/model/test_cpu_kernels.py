@@ -342,9 +342,10 @@ def test_packed_linears_take_the_bf16_kernel_where_it_applies(bf16_linear_kernel
     torch.manual_seed(0)
     weight, bias = torch.randn(64, in_features).bfloat16(), torch.randn(64).bfloat16()
     linear = PackedLinear(weight, bias, bf16_linear_kernels)
-    assert linear.bf16_weight is not None and (linear.packed_weight is None) == all_rows
-    assert PackedLinear(weight.float(), bias.float(), bf16_linear_kernels).bf16_weight is None  # fp32: oneDNN
-    assert PackedLinear(torch.randn(40, 96).bfloat16(), None, bf16_linear_kernels).bf16_weight is None  # 40 % 16
+    assert linear.kernel_dtype == "bf16" and (linear.packed_weight is None) == all_rows
+    assert PackedLinear(weight.float(), bias.float(), bf16_linear_kernels).kernel_dtype == "f32"
+    assert PackedLinear(weight, bias, None).kernel_weight is None  # no kernels: oneDNN
+    assert PackedLinear(torch.randn(40, 96).bfloat16(), None, bf16_linear_kernels).kernel_weight is None  # 40 % 16
     calls = []
     original = bf16_linear_kernels.bf16_linear
     for rows in (1, FEW_ROWS, FEW_ROWS + 1, 300):
@@ -356,6 +357,44 @@ def test_packed_linears_take_the_bf16_kernel_where_it_applies(bf16_linear_kernel
         expected = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
         assert out.shape == (rows, 64)
         assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05 * in_features**0.5 / 10).all()
+    assert calls == ([1, FEW_ROWS, FEW_ROWS + 1, 300] if all_rows else [1, FEW_ROWS])
+
+
+def _check_f32_linear(kernels, rows, out_features, bias, in_features=200):
+    torch.manual_seed(rows)
+    weight = torch.randn(out_features, in_features)
+    bias = torch.randn(out_features) if bias else None
+    x = torch.randn(rows, in_features + 60)[:, 30:30 + in_features]  # strided rows
+    out = kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias)
+    expected = (x.double() @ weight.double().T + (0 if bias is None else bias.double())).float()
+    assert out.dtype == torch.float32 and out.shape == (rows, out_features)
+    assert (out - expected).abs().max().item() < 1e-4 * in_features**0.5
+
+
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 12, 13, 17, 33, 64, 100])
+@pytest.mark.parametrize("out_features, bias", [(48, True), (96, False), (16, True)])  # 48, 16: partial panel groups
+def test_the_f32_linear_matches_a_float64_reference(kernel, rows, out_features, bias):
+    _check_f32_linear(kernel, rows, out_features, bias)
+
+
+@pytest.mark.parametrize("in_features, all_rows", [(96, True), (4098, False)])
+def test_fp32_packed_linears_take_the_f32_kernel_where_it_applies(kernel, in_features, all_rows):
+    from hetero_core.model.cpu_linear import FEW_ROWS, PackedLinear
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(64, in_features), torch.randn(64)
+    linear = PackedLinear(weight, bias, kernel)
+    assert linear.kernel_dtype == "f32" and (linear.packed_weight is None) == all_rows
+    assert PackedLinear(torch.randn(40, 96), None, kernel).kernel_weight is None  # 40 % 16: oneDNN
+    calls = []
+    original = kernel.f32_linear
+    for rows in (1, FEW_ROWS, FEW_ROWS + 1, 300):
+        x = torch.randn(rows, in_features)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(type(kernel), "f32_linear", lambda self, *args: calls.append(rows) or original(*args))
+            out = linear(x)
+        expected = torch.nn.functional.linear(x.double(), weight.double(), bias.double()).float()
+        assert out.shape == (rows, 64) and (out - expected).abs().max().item() < 1e-4 * in_features**0.5
     assert calls == ([1, FEW_ROWS, FEW_ROWS + 1, 300] if all_rows else [1, FEW_ROWS])
 
 
@@ -390,5 +429,7 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
             out, expected = _both_paths(narrow, decode_batch, cache, query)
             assert (out.float() - expected.float()).abs().max().item() < tolerance
         test_the_element_wise_kernels_match_the_torch_layers(narrow, torch.bfloat16, 2e-2, 200)
+        for rows in (1, 7, 13, 40):
+            _check_f32_linear(narrow, rows, 48, True)
     finally:
         cpu_kernels_module._load.cache_clear()

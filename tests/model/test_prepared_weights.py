@@ -68,19 +68,21 @@ def test_a_prepared_start_gives_the_same_logits_without_loading_the_checkpoint(
     assert second.model.lm_head.float32_output
 
 
+@pytest.mark.parametrize("dtype, layout", [("bfloat16", "bf16"), ("float32", "f32")])
 def test_layers_too_wide_for_the_kernels_layout_are_stored_plain_and_packed_again(
-        tiny_model_dirs, make_executor, cache_dir, monkeypatch, cpu_kernels):
-    if not cpu_kernels.has_bf16_linear:
+        tiny_model_dirs, make_executor, cache_dir, monkeypatch, cpu_kernels, dtype, layout):
+    if layout == "bf16" and not cpu_kernels.has_bf16_linear:
         pytest.skip("this CPU has no AVX-512 BF16: the kernels do not pack bf16 linears")
     monkeypatch.setattr(cpu_linear, "ALL_ROWS_MAX_IN_FEATURES", 80)  # o/gate_up/head take 64, down 96
     model_dir, _ = tiny_model_dirs["llama"]
-    expected = prompt_logits(make_executor(model_dir, options=options("bfloat16", prepared_weights_cache=False)))
-    make_executor(model_dir, options=options("bfloat16"))
+    expected = prompt_logits(make_executor(model_dir, options=options(dtype, prepared_weights_cache=False)))
+    make_executor(model_dir, options=options(dtype))
     forbid_checkpoint_loading(monkeypatch)
-    second = make_executor(model_dir, options=options("bfloat16"))
+    second = make_executor(model_dir, options=options(dtype))
     down = second.model.model.layers[0].mlp.down_proj
-    assert not down.all_rows and down.packed_weight is not None and down.bf16_weight is not None
-    assert second.model.model.layers[0].mlp.gate_up_proj.all_rows
+    assert not down.all_rows and down.packed_weight is not None and down.kernel_dtype == layout
+    gate_up = second.model.model.layers[0].mlp.gate_up_proj
+    assert gate_up.all_rows and gate_up.kernel_dtype == layout
     assert torch.equal(prompt_logits(second), expected)
 
 

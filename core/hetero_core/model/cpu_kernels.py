@@ -13,7 +13,9 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``pointwise.c``: the model's element-wise steps (residual add + RMSNorm, SiLU-and-multiply, RoPE
   in place), one pass each instead of 5-7 eager torch ops;
 - ``bf16_linear.c``: bf16 linears (AVX-512 BF16 dot products over a weight packed once at load),
-  overlapping the weight stream with compute better than oneDNN at decode sizes.
+  overlapping the weight stream with compute better than oneDNN at decode sizes;
+- ``f32_linear.c``: fp32 linears the same way, with fused multiply-adds of any vector width (the
+  default dtype of CPUs without bf16 arithmetic, AVX2-only ones).
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
@@ -46,7 +48,7 @@ log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
-           "bf16_linear.c")
+           "bf16_linear.c", "f32_linear.c")
 HEADERS = ("kernel_math.h",)
 COMPILER_ENV = "CC"
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
@@ -66,8 +68,9 @@ _SIGNATURES = {
     "rotary": [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
     "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
     "bf16_linear_available": [],
+    "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int],
 }
-_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available")  # one symbol for every dtype
+_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "f32_linear")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
 
 
@@ -191,6 +194,26 @@ class CpuKernels:
         )
         if status != 0:
             raise ValueError("the bf16 linear kernel refused its shapes")
+        return out
+
+    @staticmethod
+    def pack_f32_linear(weight: torch.Tensor) -> torch.Tensor | None:
+        """``weight`` [N, K] fp32 -> the layout ``f32_linear`` reads ([N / 16][K][16]), or None where it
+        does not apply (not fp32, N not a multiple of 16)."""
+        out_features, in_features = weight.shape
+        if weight.dtype != torch.float32 or out_features % 16:
+            return None
+        return weight.detach().reshape(out_features // 16, 16, in_features).permute(0, 2, 1).contiguous()
+
+    def f32_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T + bias`` for ``x`` [M, K] fp32 (rows may be strided), ``packed`` from
+        ``pack_f32_linear``, ``bias`` fp32 [N] or None -> a new [M, N] fp32 tensor."""
+        rows, in_features = x.shape
+        out_features = packed.shape[0] * 16
+        x = _last_dim_contiguous(x)
+        out = torch.empty((rows, out_features), dtype=torch.float32)
+        self.library.f32_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), _pointer(bias), out.data_ptr(),
+                                out_features, rows, out_features, in_features, torch.get_num_threads())
         return out
 
     def handles(self, tensor: torch.Tensor, width: int) -> bool:

@@ -14,13 +14,15 @@ match it on prefill-sized batches, where both reach ~850 GFLOP/s.
 The packed weight is an opaque oneDNN tensor kept as a plain attribute (not a parameter or buffer):
 a packed model is for inference only and its ``state_dict`` holds no linear weights.
 
-With the compiled CPU kernels on a CPU with AVX-512 BF16, a bf16 linear keeps its weight in the
-layout of the kernels' ``bf16_linear`` instead and runs there: 1.1-1.6x faster than oneDNN at 1-32
-rows (decode steps), because it overlaps streaming the weight from memory with the dot products,
-and as fast at prefill sizes. Layers wider than ``ALL_ROWS_MAX_IN_FEATURES`` inputs keep a oneDNN
-copy too, for inputs of more than ``FEW_ROWS`` rows. The LM head
-(``float32_output``) then returns its fp32 sums as they are: logits no longer rounded to bf16's 8
-bits (0.125 apart near 25), which had turned near-ties into exact ties.
+With the compiled CPU kernels, a linear keeps its weight in the layout of the kernels' own linear
+instead and runs there (``kernel_weight``): ``bf16_linear`` on a CPU with AVX-512 BF16, ``f32_linear``
+in fp32 on any CPU. At 1-32 rows (decode steps) they are 1.1-1.6x (bf16) and 1.1-2x (fp32) faster
+than oneDNN, because each thread streams the weight from memory while the dot products run, and
+they match it at prefill sizes (fp32, 2-core AMD EPYC Zen 5: 500-520 GFLOP/s with AVX-512, 260-267
+with AVX2, oneDNN 490-510 and 233-266). Layers wider than ``ALL_ROWS_MAX_IN_FEATURES`` inputs keep
+a oneDNN copy too, for inputs of more than ``FEW_ROWS`` rows. The LM head (``float32_output``)
+returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer rounded to bf16's
+8 bits (0.125 apart near 25), which had turned near-ties into exact ties.
 """
 
 from __future__ import annotations
@@ -39,58 +41,78 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return dtype == torch.float32
 
 
-FEW_ROWS = 64  # inputs up to this many rows take the kernels' bf16_linear (where it applies)
-# Up to this many input features the kernels' bf16_linear takes every input, prefill included, and no
-# oneDNN copy of the weight is kept: a pass over 3 panels then re-reads at most 3 x 2,048 x 64 B
-# (384 KiB) from L2, and on SmolLM2's shapes it matches oneDNN at 64-2,396 rows (1,020-1,036 GFLOP/s
-# against 870-1,017). Wider layers keep oneDNN for more than FEW_ROWS rows.
+FEW_ROWS = 64  # inputs up to this many rows take the kernels' linear (where it applies)
+# Up to this many input features the kernels' linear takes every input, prefill included, and no
+# oneDNN copy of the weight is kept: a pass over a group of panels then re-reads at most 384 KiB
+# (bf16: 3 panels x 4,096 x 32 B) or 768 KiB (fp32 with AVX-512: 3 x 4,096 x 64 B) from L2. On
+# SmolLM2's shapes the kernels match oneDNN at 64-2,396 rows (bf16: 1,020-1,036 GFLOP/s against
+# 870-1,017; fp32 above). Wider layers keep oneDNN for more than FEW_ROWS rows (fp32 at 8,192 inputs
+# and 1,024 rows: 406 GFLOP/s against oneDNN's 496).
 ALL_ROWS_MAX_IN_FEATURES = 4096
+
+
+def kernel_layout(kernels, dtype: torch.dtype) -> str | None:
+    """Which linear of ``kernels`` runs ``dtype`` here: ``"bf16"``, ``"f32"``, or None (oneDNN)."""
+    if kernels is None:
+        return None
+    if dtype == torch.float32:
+        return "f32"
+    return "bf16" if dtype == torch.bfloat16 and kernels.has_bf16_linear else None
 
 
 class PackedLinear(nn.Module):
     """``y = x @ weight.T + bias`` with ``weight`` in oneDNN's blocked layout, or, given ``kernels``
-    that can, in the layout of their bf16 linear (for every input where ``in_features`` allows, for
-    inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest)."""
+    that can, in the layout of their linear for its dtype (for every input where ``in_features``
+    allows, for inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest)."""
 
     def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None, kernels=None, *,
-                 bf16_weight: torch.Tensor | None = None):
-        """``weight`` [out, in] to pack; or ``bf16_weight`` already in the kernels' layout (then
-        ``weight`` is None; ``from_bf16_layout``)."""
+                 kernel_weight: torch.Tensor | None = None):
+        """``weight`` [out, in] to pack; or ``kernel_weight`` already in the kernels' layout (then
+        ``weight`` is None; ``from_kernel_layout``)."""
         super().__init__()
         with torch.no_grad():
-            if bf16_weight is None and kernels is not None:
-                bf16_weight = kernels.pack_bf16_linear(weight)
-            self.bf16_weight = bf16_weight
-            if bf16_weight is not None:
-                self.out_features, self.in_features = bf16_weight.shape[0] * 16, bf16_weight.shape[1] * 2
-            else:
+            dtype = weight.dtype if weight is not None else kernel_weight.dtype
+            self.kernel_dtype = kernel_layout(kernels, dtype)
+            if kernel_weight is None and self.kernel_dtype is not None:
+                pack = kernels.pack_bf16_linear if self.kernel_dtype == "bf16" else kernels.pack_f32_linear
+                kernel_weight = pack(weight)
+            self.kernel_weight = kernel_weight
+            if kernel_weight is None:
+                self.kernel_dtype = None
                 self.out_features, self.in_features = weight.shape
-            self.all_rows = self.bf16_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
+            elif self.kernel_dtype == "bf16":  # [N / 16][K / 2][16][2]
+                self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 2
+            else:  # [N / 16][K][16]
+                self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1]
+            self.all_rows = kernel_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
             if weight is None and not self.all_rows:
                 raise ValueError("a weight in the kernels' layout alone serves only layers of up to "
-                                 f"{ALL_ROWS_MAX_IN_FEATURES} inputs with the bf16 kernels")
+                                 f"{ALL_ROWS_MAX_IN_FEATURES} inputs")
             self.packed_weight = (
                 None if self.all_rows else torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
             )
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
-        self.bf16_kernels = kernels if self.bf16_weight is not None else None
+        self.kernels = kernels if self.kernel_weight is not None else None
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
-        self.bias_f32 = None if bias is None or self.bf16_kernels is None else bias.detach().float().contiguous()
+        self.bias_f32 = None if bias is None or self.kernels is None else bias.detach().float().contiguous()
 
     @classmethod
-    def from_bf16_layout(cls, bf16_weight: torch.Tensor, bias: torch.Tensor | None, kernels) -> PackedLinear:
-        """A linear whose weight is already in the layout of ``kernels.pack_bf16_linear`` (a prepared
-        file's), used as it is."""
-        if kernels is None or not kernels.has_bf16_linear:
-            raise ValueError("a weight in the kernels' bf16 layout needs the compiled kernels' bf16 linear")
-        return cls(None, bias, kernels, bf16_weight=bf16_weight)
+    def from_kernel_layout(cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels) -> PackedLinear:
+        """A linear whose weight is already in the layout of the kernels' linear for its dtype (a
+        prepared file's), used as it is."""
+        if kernel_layout(kernels, kernel_weight.dtype) is None:
+            raise ValueError(f"no kernel linear runs {kernel_weight.dtype} here")
+        return cls(None, bias, kernels, kernel_weight=kernel_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernels = self.bf16_kernels
+        kernels = self.kernels
         if kernels is not None and (self.all_rows or (x.dim() == 2 and x.shape[0] <= FEW_ROWS)):
-            rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-            out_dtype = torch.float32 if self.float32_output else torch.bfloat16
-            out = kernels.bf16_linear(rows, self.bf16_weight, self.bias_f32, out_dtype)
+            if self.kernel_dtype == "f32":
+                out = kernels.f32_linear(x.reshape(-1, self.in_features), self.kernel_weight, self.bias_f32)
+            else:
+                rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+                out_dtype = torch.float32 if self.float32_output else torch.bfloat16
+                out = kernels.bf16_linear(rows, self.kernel_weight, self.bias_f32, out_dtype)
             return out.reshape(*x.shape[:-1], self.out_features)
         out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
         return out.float() if self.float32_output else out
@@ -102,7 +124,7 @@ class PackedLinear(nn.Module):
 
 def pack_linears(model: nn.Module, kernels=None) -> int:
     """Replace every ``nn.Linear`` inside ``model`` by a ``PackedLinear`` (given the compiled CPU
-    ``kernels``, with their bf16 linear for few rows where it applies); return how many."""
+    ``kernels``, with their linear where it applies); return how many."""
     replaced = []
     for parent in model.modules():
         for name, child in parent.named_children():

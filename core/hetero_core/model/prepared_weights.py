@@ -5,11 +5,11 @@ q/k/v and gate/up (``fusion``) and packs each linear (``cpu_linear``): for SmolL
 ~0.3 s of a ~1.7 s warm start, redone at every start. ``load_packed_model`` saves the result once,
 ``<cache>/prepared/<model>-<dtype>-<key>.safetensors``, and later starts map that file instead: no
 conversion and no copy, the pages come from the page cache (shared by every process serving the
-model). Linears packed in the kernels' bf16 layout are stored packed; oneDNN's packed weights are
-opaque, so those linears are stored fused and converted and are reordered again at load.
+model). Linears in the layout of the compiled kernels' linear are stored in it; oneDNN's packed
+weights are opaque, so those linears are stored fused and converted and are reordered again at load.
 
-The key covers the checkpoint files (path, size, modification time), the dtype, whether the compiled
-kernels pack bf16 linears, and the code that decides the layouts (this file, ``fusion``,
+The key covers the checkpoint files (path, size, modification time), the dtype, which kernel
+layout the linears take (``cpu_linear.kernel_layout``), and the code that decides the layouts (this file, ``fusion``,
 ``cpu_linear``, ``cpu_kernels``, ``llama``), so an edit to any of them starts a new file. At most
 ``KEEP_FILES`` files are kept, the least recently used going first. A file that cannot be read is
 ignored (and replaced); one that cannot be written costs only the saving. Checkpoints under
@@ -33,7 +33,7 @@ from torch import nn
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
-from hetero_core.model.cpu_linear import PackedLinear, pack_linears
+from hetero_core.model.cpu_linear import PackedLinear, kernel_layout, pack_linears
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model, resolve_model_source
 
@@ -43,7 +43,7 @@ FORMAT_VERSION = 1
 KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyond this are deleted
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
-BF16_LAYOUT_SUFFIX = ".bf16_weight"  # a linear stored in the kernels' packed bf16 layout
+KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
 _LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "llama")
 
 
@@ -85,10 +85,10 @@ def load_packed_model(
 
 def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
     """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
-    bf16_layout = bool(kernels is not None and kernels.has_bf16_linear and dtype == torch.bfloat16)
+    layout = kernel_layout(kernels, dtype)
     files = [_identity(p) for p in _checkpoint_files(source)]
     code = [(Path(__file__).with_name(f"{name}.py")).read_bytes() for name in _LAYOUT_MODULES]
-    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, files, str(dtype), bf16_layout]).encode())
+    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, files, str(dtype), layout]).encode())
     for text in code:
         digest.update(text)
     dtype_name = str(dtype).removeprefix("torch.")
@@ -121,7 +121,7 @@ def _save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torc
         if not isinstance(module, PackedLinear):
             continue
         if module.all_rows:
-            tensors[name + BF16_LAYOUT_SUFFIX] = module.bf16_weight
+            tensors[name + KERNEL_LAYOUT_SUFFIX] = module.kernel_weight
         elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
             tensors[name + ".weight"] = unpacked[name + ".weight"]
     metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
@@ -162,16 +162,16 @@ def _load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCa
 def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, kernels) -> LlamaForCausalLM:
     with torch.device("meta"):
         model = LlamaForCausalLM(config, backend)
-    if "lm_head" + BF16_LAYOUT_SUFFIX in tensors:
+    if "lm_head" + KERNEL_LAYOUT_SUFFIX in tensors:
         model.untie_lm_head()
     for name, module in list(model.named_modules()):
-        packed = tensors.get(name + BF16_LAYOUT_SUFFIX)
+        packed = tensors.get(name + KERNEL_LAYOUT_SUFFIX)
         if packed is not None and isinstance(module, nn.Linear):
             bias = tensors.get(name + ".bias")
-            model.set_submodule(name, PackedLinear.from_bf16_layout(packed, bias, kernels))
-    plain = {k: v for k, v in tensors.items() if not k.endswith(BF16_LAYOUT_SUFFIX)}
+            model.set_submodule(name, PackedLinear.from_kernel_layout(packed, bias, kernels))
+    plain = {k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX)}
     model.load_state_dict(plain, strict=False, assign=True)
-    if model.lm_head is None:  # tied and not packed in the kernels' layout: share the loaded embedding
+    if model.lm_head is None:  # tied and not in the kernels' layout: share the loaded embedding
         model.untie_lm_head()
     pack_linears(model, kernels)  # the linears oneDNN packs (their plain weights were stored)
     left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
