@@ -15,6 +15,11 @@
  * 4. accumulates the values with the group's accumulators in registers, each value row converted
  *    once.
  *
+ * Blocks lie anywhere in the cache, so no hardware prefetcher can guess the next row: step 2 asks
+ * for each key row and its value row PREFETCH_KEYS keys ahead, and step 4 finds the values in cache
+ * (24 rows ahead with the values: 23 % less time than 16 ahead without them, SmolLM2's shapes on a
+ * Zen 5 EPYC, in both dtypes and with AVX2 code).
+ *
  * head_dim 64 and 128 get code with the row sizes fixed at compile time (rows live in registers);
  * other multiples of LANES run the same code with runtime sizes; the caller checks the rest.
  *
@@ -87,7 +92,7 @@ static inline int64_t row_offset(const Context *c, int64_t block, int64_t i) {
     return ((c->h * c->num_blocks + c->table[block]) * c->block_size + i) * c->head_dim;
 }
 
-#define PREFETCH_KEYS 16 /* rows requested ahead: blocks lie anywhere, so no hardware prefetcher guesses them */
+#define PREFETCH_KEYS 24 /* rows requested ahead: blocks lie anywhere, so no hardware prefetcher guesses them */
 
 /* A cursor over the context's rows PREFETCH_KEYS ahead of the one being read, asking for each row's
  * cache lines. */
@@ -95,23 +100,24 @@ typedef struct {
     int64_t t, block, i;
 } Prefetcher;
 
-static inline Prefetcher prefetch_start(const Context *c, const void *cache, int64_t row_bytes, int bf16) {
-    Prefetcher p = {0, 0, 0};
-    while (p.t < PREFETCH_KEYS && p.t < c->context) {
-        const char *row = (const char *)cache + row_offset(c, p.block, p.i) * (bf16 ? 2 : 4);
-        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
-        if (++p.i == c->block_size) { p.block++; p.i = 0; }
-        p.t++;
-    }
-    return p;
-}
-
-static inline void prefetch_next(Prefetcher *p, const Context *c, const void *cache, int64_t row_bytes, int bf16) {
+static inline void prefetch_next(Prefetcher *p, const Context *c, const void *cache, const void *also,
+                                 int64_t row_bytes, int bf16) {
     if (p->t >= c->context) return;
-    const char *row = (const char *)cache + row_offset(c, p->block, p->i) * (bf16 ? 2 : 4);
-    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b);
+    const int64_t offset = row_offset(c, p->block, p->i) * (bf16 ? 2 : 4);
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch((const char *)cache + offset + b);
+    if (also != NULL)
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch((const char *)also + offset + b);
     if (++p->i == c->block_size) { p->block++; p->i = 0; }
     p->t++;
+}
+
+/* Rows ``cache`` (and, unless NULL, the same rows of ``also``) from the context's start, PREFETCH_KEYS
+ * of them requested at once; then ``prefetch_next`` keeps that distance. */
+static inline Prefetcher prefetch_start(const Context *c, const void *cache, const void *also, int64_t row_bytes,
+                                        int bf16) {
+    Prefetcher p = {0, 0, 0};
+    while (p.t < PREFETCH_KEYS && p.t < c->context) prefetch_next(&p, c, cache, also, row_bytes, bf16);
+    return p;
 }
 
 /* scores[g * stride + t] = q_g . k_t for every key t of the context (q already scaled). */
@@ -120,13 +126,14 @@ static inline __attribute__((always_inline)) void score_context(
     const int64_t vectors, int bf16) {
     int64_t block = 0, i = 0;  /* where the next key lies */
     const int64_t row_bytes = c->head_dim * (bf16 ? 2 : 4);
-    Prefetcher ahead = prefetch_start(c, c->key_cache, row_bytes, bf16);
+    /* The value rows come along: the accumulation reads them right after, from cache. */
+    Prefetcher ahead = prefetch_start(c, c->key_cache, c->value_cache, row_bytes, bf16);
     for (int64_t t0 = 0; t0 < c->context; t0 += KEYS) {
         const int64_t n = c->context - t0 < KEYS ? c->context - t0 : KEYS;
         for (int64_t k = 0; k < KEYS; k++) {
             vfloat row[MAX_VECTORS];
             if (k < n) {
-                prefetch_next(&ahead, c, c->key_cache, row_bytes, bf16);
+                prefetch_next(&ahead, c, c->key_cache, c->value_cache, row_bytes, bf16);
                 const int64_t offset = row_offset(c, block, i);
                 if (++i == c->block_size) { block++; i = 0; }
                 for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->key_cache, offset + j * LANES, bf16);
@@ -154,10 +161,7 @@ static inline __attribute__((always_inline)) void accumulate_context(
     for (int64_t g = 0; g < rows; g++)
         for (int64_t j = 0; j < vectors; j++) a[g][j] = (vfloat){0};
     int64_t block = 0, i = 0;
-    const int64_t row_bytes = c->head_dim * (bf16 ? 2 : 4);
-    Prefetcher ahead = prefetch_start(c, c->value_cache, row_bytes, bf16);
-    for (int64_t t = 0; t < c->context; t++) {
-        prefetch_next(&ahead, c, c->value_cache, row_bytes, bf16);
+    for (int64_t t = 0; t < c->context; t++) {  /* rows prefetched by score_context */
         const int64_t offset = row_offset(c, block, i);
         if (++i == c->block_size) { block++; i = 0; }
         vfloat row[MAX_VECTORS];
