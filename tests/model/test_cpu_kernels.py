@@ -352,7 +352,7 @@ def test_packed_linears_take_the_bf16_kernel_where_it_applies(bf16_linear_kernel
         x = torch.randn(rows, in_features).bfloat16()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(type(bf16_linear_kernels), "bf16_linear",
-                          lambda self, *args: calls.append(rows) or original(*args))
+                          lambda self, *args, **kw: calls.append(rows) or original(*args, **kw))
             out = linear(x)
         expected = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
         assert out.shape == (rows, 64)
@@ -391,11 +391,77 @@ def test_fp32_packed_linears_take_the_f32_kernel_where_it_applies(kernel, in_fea
     for rows in (1, FEW_ROWS, FEW_ROWS + 1, 300):
         x = torch.randn(rows, in_features)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(type(kernel), "f32_linear", lambda self, *args: calls.append(rows) or original(*args))
+            patch.setattr(type(kernel), "f32_linear", lambda self, *args, **kw: calls.append(rows) or original(*args, **kw))
             out = linear(x)
         expected = torch.nn.functional.linear(x.double(), weight.double(), bias.double()).float()
         assert out.shape == (rows, 64) and (out - expected).abs().max().item() < 1e-4 * in_features**0.5
     assert calls == ([1, FEW_ROWS, FEW_ROWS + 1, 300] if all_rows else [1, FEW_ROWS])
+
+
+def _check_swiglu_linear(kernels, dtype, rows, intermediate, bias, in_features=200):
+    """The linear with its SwiGLU epilogue gives exactly the unfused linear followed by silu_mul."""
+    from hetero_core.model.cpu_kernels import swiglu_panel_order
+
+    torch.manual_seed(rows + intermediate)
+    weight = torch.randn(2 * intermediate, in_features).to(dtype)
+    bias = torch.randn(2 * intermediate) if bias else None
+    x = torch.randn(rows, in_features + 40)[:, 20:20 + in_features].to(dtype)  # strided rows
+    ordered_bias = None if bias is None else swiglu_panel_order(bias)
+    if dtype == torch.float32:
+        plain = kernels.silu_mul(kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias))
+        fused = kernels.f32_linear(x, kernels.pack_f32_linear(weight, swiglu=True), ordered_bias, swiglu=True)
+    else:
+        plain = kernels.silu_mul(kernels.bf16_linear(x, kernels.pack_bf16_linear(weight), bias))
+        fused = kernels.bf16_linear(x, kernels.pack_bf16_linear(weight, swiglu=True), ordered_bias, swiglu=True)
+    assert fused.shape == (rows, intermediate) and fused.dtype == dtype
+    assert torch.equal(fused, plain)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 6, 7, 13, 40])
+@pytest.mark.parametrize("intermediate, bias", [(16, True), (48, False), (96, True)])  # 48: a partial group
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_linears_swiglu_epilogue_equals_the_linear_then_silu_mul(kernel, dtype, rows, intermediate, bias):
+    if dtype == torch.bfloat16 and not kernel.has_bf16_linear:
+        pytest.skip("the kernels were built without AVX-512 BF16 (this CPU, -march=native), so no bf16 linear")
+    _check_swiglu_linear(kernel, dtype, rows, intermediate, bias)
+
+
+@pytest.mark.parametrize("in_features", [96, 4098])
+def test_a_packed_gate_up_projection_returns_the_swiglu_activation(kernel, in_features, monkeypatch):
+    """Packed with ``swiglu``, the MLP's gate/up projection returns silu(gate) * up for any number of
+    rows: inside the kernels' linear, or after oneDNN's (rows beyond FEW_ROWS of a wide layer). (On
+    CPUs where the fused fp32 linear is not the faster one, only this test asks for it.)"""
+    from hetero_core.model.cpu_linear import FEW_ROWS, PackedLinear, pack_linears
+    from hetero_core.model.layers import SwiGLU
+
+    monkeypatch.setattr(type(kernel), "fuses_swiglu", lambda self, dtype: True)
+    torch.manual_seed(1)
+    weight, bias = torch.randn(2 * 48, in_features), torch.randn(2 * 48)
+    linear = PackedLinear(weight, bias, kernel, swiglu=True)
+    assert linear.swiglu and linear.out_features == 96
+    for rows in (1, FEW_ROWS + 1):
+        x = torch.randn(rows, in_features)
+        gate, up = torch.nn.functional.linear(x.double(), weight.double(), bias.double()).chunk(2, dim=-1)
+        expected = (torch.nn.functional.silu(gate) * up).float()
+        torch.testing.assert_close(linear(x), expected, rtol=1e-2, atol=1e-2)  # fp32 sums of 4,098 terms
+    assert not PackedLinear(torch.randn(48, 64), None, kernel, swiglu=True).swiglu  # 48 rows: not pairs of panels
+    mlp = SwiGLU(64, 48, bias=False)
+    expected = mlp(x64 := torch.randn(5, 64))
+    pack_linears(mlp, kernel)
+    assert mlp.gate_up_proj.swiglu and not mlp.down_proj.swiglu
+    assert (mlp(x64) - expected).abs().max().item() < 1e-4
+
+
+def test_the_linear_takes_the_swiglu_activation_where_that_is_faster(kernel):
+    """bf16 (AVX-512 BF16) and fp32 with AVX-512 registers fuse it; AVX2 builds keep it separate."""
+    from hetero_core.model.compute_dtype import cpu_flags
+    from hetero_core.model.cpu_linear import PackedLinear
+
+    assert kernel.fuses_swiglu(torch.float32) == ("avx512f" in cpu_flags())
+    assert kernel.fuses_swiglu(torch.bfloat16) == kernel.has_bf16_linear
+    assert not kernel.fuses_swiglu(torch.float16)
+    linear = PackedLinear(torch.randn(64, 32), None, kernel, swiglu=True)
+    assert linear.swiglu == kernel.fuses_swiglu(torch.float32) and linear.kernel_dtype == "f32"
 
 
 @pytest.mark.parametrize("march", ["x86-64", "haswell"])  # SSE (4 lanes), AVX2 (8 lanes)
@@ -416,7 +482,7 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
     cpu_kernels_module._load.cache_clear()
     try:
         narrow = load_cpu_kernels(required=True)
-        assert not narrow.has_bf16_linear
+        assert not narrow.has_bf16_linear and not narrow.fuses_swiglu(torch.float32)
         for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
             pool = BlockPool(128, shuffle=True, seed=2)
             fresh = [PagedSequence(i, list(range(n)), n) for i, n in enumerate([3, 17, 70])]
@@ -429,7 +495,8 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
             out, expected = _both_paths(narrow, decode_batch, cache, query)
             assert (out.float() - expected.float()).abs().max().item() < tolerance
         test_the_element_wise_kernels_match_the_torch_layers(narrow, torch.bfloat16, 2e-2, 200)
-        for rows in (1, 7, 13, 40):
+        for rows in (1, 2, 3, 7, 13, 40):
             _check_f32_linear(narrow, rows, 48, True)
+            _check_swiglu_linear(narrow, torch.float32, rows, 48, True)
     finally:
         cpu_kernels_module._load.cache_clear()

@@ -22,7 +22,10 @@ they match it at prefill sizes (fp32, 2-core AMD EPYC Zen 5: 500-520 GFLOP/s wit
 with AVX2, oneDNN 490-510 and 233-266). Layers wider than ``ALL_ROWS_MAX_IN_FEATURES`` inputs keep
 a oneDNN copy too, for inputs of more than ``FEW_ROWS`` rows. The LM head (``float32_output``)
 returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer rounded to bf16's
-8 bits (0.125 apart near 25), which had turned near-ties into exact ties.
+8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs' fused gate/up
+projections, where the kernels' linear takes SwiGLU's activation (bf16, and fp32 with AVX-512),
+return ``silu(gate) * up`` straight from its registers (``swiglu``): no gate/up output written
+and read back, no separate ``silu_mul`` pass (1.0-1.2x that pair at SmolLM2's MLP shape).
 """
 
 from __future__ import annotations
@@ -63,20 +66,27 @@ def kernel_layout(kernels, dtype: torch.dtype) -> str | None:
 class PackedLinear(nn.Module):
     """``y = x @ weight.T + bias`` with ``weight`` in oneDNN's blocked layout, or, given ``kernels``
     that can, in the layout of their linear for its dtype (for every input where ``in_features``
-    allows, for inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest)."""
+    allows, for inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest).
+
+    ``swiglu``: the MLP's fused gate/up projection (gate rows first). Where the kernels' linear takes
+    the activation (``kernels.fuses_swiglu``; ``self.swiglu`` stays True) ``forward`` returns
+    ``silu(gate) * up`` ([..., out_features / 2]), computed in registers: the gate/up output is never
+    stored. Elsewhere it is a plain linear and the MLP applies the activation."""
 
     def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None, kernels=None, *,
-                 kernel_weight: torch.Tensor | None = None):
+                 kernel_weight: torch.Tensor | None = None, swiglu: bool = False):
         """``weight`` [out, in] to pack; or ``kernel_weight`` already in the kernels' layout (then
         ``weight`` is None; ``from_kernel_layout``)."""
         super().__init__()
         with torch.no_grad():
             dtype = weight.dtype if weight is not None else kernel_weight.dtype
             self.kernel_dtype = kernel_layout(kernels, dtype)
+            swiglu = swiglu and self.kernel_dtype is not None and kernels.fuses_swiglu(dtype)
             if kernel_weight is None and self.kernel_dtype is not None:
                 pack = kernels.pack_bf16_linear if self.kernel_dtype == "bf16" else kernels.pack_f32_linear
-                kernel_weight = pack(weight)
+                kernel_weight = pack(weight, swiglu=swiglu)
             self.kernel_weight = kernel_weight
+            self.swiglu = swiglu and kernel_weight is not None
             if kernel_weight is None:
                 self.kernel_dtype = None
                 self.out_features, self.in_features = weight.shape
@@ -94,27 +104,35 @@ class PackedLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.kernels = kernels if self.kernel_weight is not None else None
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
-        self.bias_f32 = None if bias is None or self.kernels is None else bias.detach().float().contiguous()
+        self.bias_f32 = None
+        if bias is not None and self.kernels is not None:  # in the packed weight's column order
+            from hetero_core.model.cpu_kernels import swiglu_panel_order
+
+            self.bias_f32 = (swiglu_panel_order(bias) if self.swiglu else bias).detach().float().contiguous()
 
     @classmethod
-    def from_kernel_layout(cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels) -> PackedLinear:
+    def from_kernel_layout(cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels,
+                           swiglu: bool = False) -> PackedLinear:
         """A linear whose weight is already in the layout of the kernels' linear for its dtype (a
-        prepared file's), used as it is."""
+        prepared file's; packed with ``swiglu`` as given), used as it is."""
         if kernel_layout(kernels, kernel_weight.dtype) is None:
             raise ValueError(f"no kernel linear runs {kernel_weight.dtype} here")
-        return cls(None, bias, kernels, kernel_weight=kernel_weight)
+        return cls(None, bias, kernels, kernel_weight=kernel_weight, swiglu=swiglu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernels = self.kernels
         if kernels is not None and (self.all_rows or (x.dim() == 2 and x.shape[0] <= FEW_ROWS)):
+            rows = x.reshape(-1, self.in_features)
             if self.kernel_dtype == "f32":
-                out = kernels.f32_linear(x.reshape(-1, self.in_features), self.kernel_weight, self.bias_f32)
+                out = kernels.f32_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
             else:
-                rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
                 out_dtype = torch.float32 if self.float32_output else torch.bfloat16
-                out = kernels.bf16_linear(rows, self.kernel_weight, self.bias_f32, out_dtype)
-            return out.reshape(*x.shape[:-1], self.out_features)
+                out = kernels.bf16_linear(rows.to(torch.bfloat16), self.kernel_weight, self.bias_f32, out_dtype,
+                                          swiglu=self.swiglu)
+            return out.reshape(*x.shape[:-1], out.shape[-1])
         out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        if self.swiglu:  # oneDNN computed gate/up (in their own order); the activation is a pass of its own
+            return kernels.silu_mul(out.reshape(-1, self.out_features)).reshape(*x.shape[:-1], self.out_features // 2)
         return out.float() if self.float32_output else out
 
     def extra_repr(self) -> str:
@@ -124,12 +142,21 @@ class PackedLinear(nn.Module):
 
 def pack_linears(model: nn.Module, kernels=None) -> int:
     """Replace every ``nn.Linear`` inside ``model`` by a ``PackedLinear`` (given the compiled CPU
-    ``kernels``, with their linear where it applies); return how many."""
+    ``kernels``, with their linear where it applies, the MLPs' gate/up projections with their SwiGLU
+    activation inside); return how many."""
     replaced = []
     for parent in model.modules():
         for name, child in parent.named_children():
             if isinstance(child, nn.Linear):
                 replaced.append((parent, name, child))
     for parent, name, child in replaced:
-        setattr(parent, name, PackedLinear(child.weight, child.bias, kernels))
+        packed = PackedLinear(child.weight, child.bias, kernels, swiglu=is_swiglu_projection(parent, name))
+        setattr(parent, name, packed)
     return len(replaced)
+
+
+def is_swiglu_projection(parent: nn.Module, name: str) -> bool:
+    """True for the fused gate/up projection of a SwiGLU MLP, which packs with its activation."""
+    from hetero_core.model.layers import SwiGLU
+
+    return isinstance(parent, SwiGLU) and name == "gate_up_proj"

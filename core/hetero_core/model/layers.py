@@ -52,6 +52,8 @@ class SwiGLU(nn.Module):
         self.kernels = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if getattr(self.gate_up_proj, "swiglu", False):  # a packed projection that applies the activation
+            return self.down_proj(self.gate_up_proj(x))
         gate_up = self.gate_up_proj(x)
         if self.kernels is not None and gate_up.dim() == 2 and self.kernels.handles(gate_up, gate_up.shape[1] // 2):
             return self.down_proj(self.kernels.silu_mul(gate_up))

@@ -33,7 +33,7 @@ from torch import nn
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
-from hetero_core.model.cpu_linear import PackedLinear, kernel_layout, pack_linears
+from hetero_core.model.cpu_linear import PackedLinear, is_swiglu_projection, kernel_layout, pack_linears
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model, resolve_model_source
 
@@ -164,11 +164,14 @@ def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, ke
         model = LlamaForCausalLM(config, backend)
     if "lm_head" + KERNEL_LAYOUT_SUFFIX in tensors:
         model.untie_lm_head()
-    for name, module in list(model.named_modules()):
-        packed = tensors.get(name + KERNEL_LAYOUT_SUFFIX)
-        if packed is not None and isinstance(module, nn.Linear):
-            bias = tensors.get(name + ".bias")
-            model.set_submodule(name, PackedLinear.from_kernel_layout(packed, bias, kernels))
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            packed = tensors.get(name + KERNEL_LAYOUT_SUFFIX)
+            if packed is not None and isinstance(child, nn.Linear):
+                swiglu = is_swiglu_projection(parent, child_name)
+                linear = PackedLinear.from_kernel_layout(packed, tensors.get(name + ".bias"), kernels, swiglu)
+                setattr(parent, child_name, linear)
     plain = {k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX)}
     model.load_state_dict(plain, strict=False, assign=True)
     if model.lm_head is None:  # tied and not in the kernels' layout: share the loaded embedding

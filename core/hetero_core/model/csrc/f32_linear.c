@@ -11,6 +11,10 @@
  * (one panel) for each step of the reduction dimension, one 64-byte line. Its layout does not depend
  * on the vector width: a panel is one AVX-512 vector, two AVX2 ones, four SSE ones. A group's
  * accumulators live in registers for the whole of K.
+ *
+ * With ``swiglu`` the weight is the MLP's fused gate/up projection with its panels interleaved
+ * (gate panel i, then up panel i) and the kernel writes silu(gate) * up, N / 2 columns: the
+ * activation is applied in registers and the gate/up output is never stored.
  */
 #include <stdint.h>
 #include <string.h>
@@ -19,25 +23,39 @@
 
 /* Panels per group and rows of x per pass, from the registers: VECTORS * ROWS accumulators plus a
  * group's weight vectors and one broadcast. AVX-512 (32 registers): 3 panels x 8 rows = 24
- * accumulators; AVX2 (16): 1 panel (2 vectors) x 6 rows = 12; SSE (16): 1 panel (4 vectors) x 3 rows. */
+ * accumulators; SwiGLU: 2 gate/up pairs x 6 rows, or, for up to 12 rows in all, 1 pair x 12 rows
+ * (one pass). AVX2 (16): 1 panel (2 vectors) x 6 rows = 12; SwiGLU: 1 pair x 3 rows, which runs
+ * ~20 % slower than the unfused linear and silu_mul (a pair's K lines outgrow L1 and each pass
+ * covers fewer rows), so the caller does not use it there (f32_swiglu_preferred). SSE (16): 1 panel
+ * (4 vectors) x 3 rows; SwiGLU 1 pair x 1 row. */
 #if LANES == 16
 #define F32_WIDTH 3
 #define F32_ROWS 8
+#define SWIGLU_WIDTH 4
+#define SWIGLU_ROWS 6
+#define SWIGLU_FEW_ROWS 12 /* rows of the 1-pair configuration */
 #elif LANES == 8
 #define F32_WIDTH 1
 #define F32_ROWS 6
+#define SWIGLU_WIDTH 2
+#define SWIGLU_ROWS 3
+#define SWIGLU_FEW_ROWS 3
 #else
 #define F32_WIDTH 1
 #define F32_ROWS 3
+#define SWIGLU_WIDTH 2
+#define SWIGLU_ROWS 1
+#define SWIGLU_FEW_ROWS 1
 #endif
+#define MAX_WIDTH (F32_WIDTH > SWIGLU_WIDTH ? F32_WIDTH : SWIGLU_WIDTH)
 #define PANEL 16 /* output columns per panel */
 #define PANEL_VECTORS (PANEL / LANES)
 #define F32_PREFETCH_LINES 16 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
 static inline __attribute__((always_inline)) void f32_panel_rows(
     const float *x, int64_t ldx, const float *panel, const float *bias, float *y, int64_t ldy,
-    int64_t k, const int rows, const int width, const char *ahead, int64_t ahead_lines) {
-    vfloat acc[F32_WIDTH * PANEL_VECTORS][F32_ROWS];
+    int64_t k, const int rows, const int width, const int swiglu, const char *ahead, int64_t ahead_lines) {
+    vfloat acc[MAX_WIDTH * PANEL_VECTORS][F32_ROWS > SWIGLU_FEW_ROWS ? F32_ROWS : SWIGLU_FEW_ROWS];
     for (int v = 0; v < width * PANEL_VECTORS; v++) {
         vfloat start = {0};
         if (bias != NULL) memcpy(&start, bias + v * LANES, sizeof start);
@@ -47,7 +65,7 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
     for (int64_t i = 0; i < k; i++) {
         for (int64_t a = i * ahead_per_step; a < (i + 1) * ahead_per_step && a < ahead_lines; a++)
             __builtin_prefetch(ahead + 64 * a, 0, 2);  /* the next panels, while this pass runs from cache */
-        vfloat w[F32_WIDTH * PANEL_VECTORS];
+        vfloat w[MAX_WIDTH * PANEL_VECTORS];
         for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
             const float *line = panel + (c * k + i) * PANEL;
             __builtin_prefetch(line + F32_PREFETCH_LINES * PANEL, 0, 3);
@@ -58,54 +76,85 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             for (int v = 0; v < width * PANEL_VECTORS; v++) acc[v][r] += w[v] * xr;
         }
     }
+    if (swiglu) {  /* panels 2j and 2j + 1: gate and up of output panel j */
+        for (int c = 0; c < width; c += 2)
+            for (int v = 0; v < PANEL_VECTORS; v++)
+                for (int r = 0; r < rows; r++) {
+                    const vfloat out = vswiglu(acc[c * PANEL_VECTORS + v][r], acc[(c + 1) * PANEL_VECTORS + v][r], 0);
+                    memcpy(y + r * ldy + c / 2 * PANEL + v * LANES, &out, sizeof out);
+                }
+        return;
+    }
     for (int v = 0; v < width * PANEL_VECTORS; v++)
         for (int r = 0; r < rows; r++) memcpy(y + r * ldy + v * LANES, &acc[v][r], sizeof(vfloat));
 }
 
-#define F32_WIDTH_CASE(n, c) case c: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, ahead, ahead_lines); break;
-#if F32_WIDTH == 3
-#define F32_ROWS_CASE(n) case n: \
-    switch (width) { F32_WIDTH_CASE(n, 1) F32_WIDTH_CASE(n, 2) F32_WIDTH_CASE(n, 3) } \
-    break;
-#else
-#define F32_ROWS_CASE(n) case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, 1, ahead, ahead_lines); break;
-#endif
+/* The cases of the switches below: rows 1 .. n. */
+#define CASES_1(F, w) F(1, w)
+#define CASES_3(F, w) CASES_1(F, w) F(2, w) F(3, w)
+#define CASES_6(F, w) CASES_3(F, w) F(4, w) F(5, w) F(6, w)
+#define CASES_8(F, w) CASES_6(F, w) F(7, w) F(8, w)
+#define CASES_12(F, w) CASES_8(F, w) F(9, w) F(10, w) F(11, w) F(12, w)
+#define CASES__(n) CASES_##n
+#define CASES(n) CASES__(n)
 
-/* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] or NULL, y [M, N] (row stride
- * ldy); N a multiple of 16 (the caller checks). Returns 0. */
+#define PLAIN_CALL(n, c) case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, 0, ahead, ahead_lines); break;
+#define SWIGLU_CALL(n, c) case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, 1, ahead, ahead_lines); break;
+
+/* One pass: ``rows`` rows of x against a group of ``width`` panels. */
+static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
+                            int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines) {
+    if (swiglu) {
+#if SWIGLU_WIDTH == 4
+        if (width == 4) {
+            switch (rows) { CASES(SWIGLU_ROWS)(SWIGLU_CALL, 4) }
+            return;
+        }
+#endif
+        switch (rows) { CASES(SWIGLU_FEW_ROWS)(SWIGLU_CALL, 2) }  /* one pair */
+        return;
+    }
+    switch (width) {
+        case F32_WIDTH: switch (rows) { CASES(F32_ROWS)(PLAIN_CALL, F32_WIDTH) } break;
+#if F32_WIDTH == 3
+        case 2: switch (rows) { CASES(F32_ROWS)(PLAIN_CALL, 2) } break;
+        case 1: switch (rows) { CASES(F32_ROWS)(PLAIN_CALL, 1) } break;
+#endif
+    }
+}
+
+int f32_swiglu_preferred(void) { return LANES == 16; }
+
+/* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] (in the weight's column order)
+ * or NULL, y [M, N] (row stride ldy), or [M, N / 2] with swiglu (the weight's panels then pairs of
+ * gate and up); N a multiple of 16, of 32 with swiglu (the caller checks). Returns 0. */
 int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bias, float *y, int64_t ldy,
-               int64_t m, int64_t n, int64_t k, int num_threads) {
+               int64_t m, int64_t n, int64_t k, int swiglu, int num_threads) {
     const int64_t panels = n / PANEL;
-    const int64_t groups = (panels + F32_WIDTH - 1) / F32_WIDTH;  /* F32_WIDTH panels at a time */
+    const int few = swiglu && m <= SWIGLU_FEW_ROWS;  /* one pass of one pair per group */
+    const int group_width = few ? 2 : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
+    const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
+    const int64_t groups = (panels + group_width - 1) / group_width;
     #pragma omp parallel for schedule(static) num_threads(num_threads)
     for (int64_t group = 0; group < groups; group++) {
-        const int64_t p = F32_WIDTH * group;
-        const int width = panels - p < F32_WIDTH ? (int)(panels - p) : F32_WIDTH;
+        const int64_t p = group_width * group;
+        const int width = panels - p < group_width ? (int)(panels - p) : group_width;
         const float *w = packed + p * k * PANEL;
         const float *b = bias != NULL ? bias + p * PANEL : NULL;
-        const int64_t passes = (m + F32_ROWS - 1) / F32_ROWS;  /* rows split evenly over the passes */
+        const int64_t passes = (m + max_rows - 1) / max_rows;  /* rows split evenly over the passes */
         /* The first pass streams this group's panels from memory; the others read them from cache and
          * meanwhile pull the next group's panels in (one share each). */
-        const int64_t next_panels = panels - p - width < F32_WIDTH ? panels - p - width : F32_WIDTH;
+        const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
         const char *next = (const char *)(w + width * k * PANEL);
         const int64_t next_lines = next_panels * k, share = passes > 1 ? (next_lines + passes - 2) / (passes - 1) : 0;
+        float *y_group = y + (swiglu ? p / 2 : p) * PANEL;
         for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
             const int64_t rows = (m - m0) / (passes - pass);
             const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
-            const char *ahead = next + 64 * first_line;
             const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
-            const float *xr = x + m0 * ldx;
-            float *yr = y + m0 * ldy + p * PANEL;
+            f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
+                     ahead_lines);
             m0 += rows;
-            switch (rows) {
-                F32_ROWS_CASE(1) F32_ROWS_CASE(2) F32_ROWS_CASE(3)
-#if F32_ROWS >= 6
-                F32_ROWS_CASE(4) F32_ROWS_CASE(5) F32_ROWS_CASE(6)
-#endif
-#if F32_ROWS >= 8
-                F32_ROWS_CASE(7) F32_ROWS_CASE(8)
-#endif
-            }
         }
     }
     return 0;

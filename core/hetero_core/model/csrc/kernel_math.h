@@ -150,6 +150,19 @@ static inline vfloat vexp_nonpositive(vfloat x) {
 
 /* max(start, x[0..n)), LANES at a time. Like ``a > b ? a : b`` element by element, it skips NaNs
  * (the caller's exp then turns a NaN score into a NaN weight, so the row still ends up NaN). */
+static inline vfloat vsilu(vfloat x) { /* x * sigmoid(x), with exp(-|x|) only (no overflow) */
+    const vint negative = x < (vfloat){0};
+    const vfloat e = vexp_nonpositive(vselect(negative, x, -x));
+    return x * vselect(negative, e, (vfloat){0} + 1.0f) / (1.0f + e);
+}
+
+/* SwiGLU's activation of one vector of gate and up sums: silu(gate) * up, rounded where Hugging
+ * Face's eager bf16 code rounds (the projections' outputs, silu's output, the product). */
+static inline vfloat vswiglu(vfloat gate, vfloat up, int bf16) {
+    gate = vround_to(gate, bf16);
+    return vround_to(vround_to(vsilu(gate), bf16) * vround_to(up, bf16), bf16);
+}
+
 static inline float max_array(const float *x, int64_t n, float start) {
     vfloat top = (vfloat){0} + start;
     int64_t i = 0;

@@ -47,12 +47,6 @@ static inline __attribute__((always_inline)) void rms_norm_impl(
     }
 }
 
-static inline vfloat vsilu(vfloat x) { /* x * sigmoid(x), with exp(-|x|) only (no overflow) */
-    const vint negative = x < (vfloat){0};
-    const vfloat e = vexp_nonpositive(vselect(negative, x, -x));
-    return x * vselect(negative, e, (vfloat){0} + 1.0f) / (1.0f + e);
-}
-
 static inline __attribute__((always_inline)) void silu_mul_impl(
     const void *gate_up, int64_t gate_up_stride, void *out, int64_t out_stride, int64_t rows, int64_t width,
     int num_threads, int bf16) {
@@ -61,7 +55,7 @@ static inline __attribute__((always_inline)) void silu_mul_impl(
         for (int64_t i = 0; i < width; i += LANES) {
             const vfloat gate = vload(gate_up, r * gate_up_stride + i, bf16);
             const vfloat up = vload(gate_up, r * gate_up_stride + width + i, bf16);
-            vstore(out, r * out_stride + i, vround_to(vsilu(gate), bf16) * up, bf16);
+            vstore(out, r * out_stride + i, vswiglu(gate, up, bf16), bf16);
         }
     }
 }
