@@ -32,6 +32,9 @@ static int scratch_alloc(Scratch *s, int64_t rows, int64_t dim) {
     const size_t floats = (size_t)(2 * rows * dim + rows * KEY_CHUNK + 2 * dim * KEY_CHUNK + 2 * rows);
     float *base = NULL;
     if (posix_memalign((void **)&base, 64, floats * sizeof(float)) != 0) return -1;
+    /* Zeroed once: the padding of head_dim (rows of keys_t, columns of values) is never written again,
+     * and stays zero; columns of a chunk beyond its keys are never read. */
+    memset(base, 0, floats * sizeof(float));
     s->query = base;
     s->acc = s->query + rows * dim;
     s->keys_t = s->acc + rows * dim;
@@ -101,13 +104,22 @@ static inline __attribute__((always_inline)) void attend_tile(
     const int64_t last_pos = first_pos + tokens - 1;
     for (int64_t start = 0; start <= last_pos; start += KEY_CHUNK) {
         const int64_t count = last_pos - start + 1 < KEY_CHUNK ? last_pos - start + 1 : KEY_CHUNK;
-        memset(s->keys_t, 0, sizeof(float) * (size_t)(dim * KEY_CHUNK));
-        memset(s->values, 0, sizeof(float) * (size_t)(dim * KEY_CHUNK));
+        /* The chunk's keys (transposed) and values in fp32. Scores of columns beyond ``count`` are
+         * computed from stale keys and never read. */
         for (int64_t k = 0; k < count; k++) {
             const int64_t pos = start + k;
             const int64_t base = ((h * num_blocks + table[pos / block_size]) * block_size + pos % block_size)
                                  * head_dim;
-            for (int64_t d = 0; d < head_dim; d++) {
+            int64_t d = 0;
+            for (; d + LANES <= head_dim; d += LANES) {
+                const vfloat key = vload(key_cache, base + d, bf16);
+                const vfloat value = vload(value_cache, base + d, bf16);
+                memcpy(s->values + k * dim + d, &value, sizeof value);
+                float lanes[LANES];
+                memcpy(lanes, &key, sizeof key);
+                for (int l = 0; l < LANES; l++) s->keys_t[(d + l) * KEY_CHUNK + k] = lanes[l];
+            }
+            for (; d < head_dim; d++) {
                 s->keys_t[d * KEY_CHUNK + k] = load_elem(key_cache, base + d, bf16);
                 s->values[k * dim + d] = load_elem(value_cache, base + d, bf16);
             }
