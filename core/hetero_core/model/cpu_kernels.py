@@ -69,9 +69,8 @@ _SIGNATURES = {
     "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "bf16_linear_available": [],
     "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
-    "f32_swiglu_preferred": [],
 }
-_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "f32_linear", "f32_swiglu_preferred")  # one symbol for every dtype
+_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "f32_linear")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
 
 
@@ -170,12 +169,9 @@ class CpuKernels:
         return bool(self.library.bf16_linear_available())
 
     def fuses_swiglu(self, dtype: torch.dtype) -> bool:
-        """True where the linear of ``dtype`` should take the MLP's SwiGLU activation inside it
-        (``swiglu=True``): bf16 (AVX-512 BF16) and fp32 with AVX-512; with AVX2's 16 registers the
-        fused fp32 linear runs ~20 % slower than the linear followed by ``silu_mul``."""
-        if dtype == torch.bfloat16:
-            return self.has_bf16_linear
-        return dtype == torch.float32 and bool(self.library.f32_swiglu_preferred())
+        """True where the linear of ``dtype`` takes the MLP's SwiGLU activation inside it
+        (``swiglu=True``): fp32 everywhere, bf16 with AVX-512 BF16."""
+        return dtype == torch.float32 or (dtype == torch.bfloat16 and self.has_bf16_linear)
 
     def pack_bf16_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
         """``weight`` [N, K] -> the layout ``bf16_linear`` reads ([N / 16][K / 2][16][2] bf16), or None

@@ -23,7 +23,7 @@ with AVX2, oneDNN 490-510 and 233-266). Layers wider than ``ALL_ROWS_MAX_IN_FEAT
 a oneDNN copy too, for inputs of more than ``FEW_ROWS`` rows. The LM head (``float32_output``)
 returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer rounded to bf16's
 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs' fused gate/up
-projections, where the kernels' linear takes SwiGLU's activation (bf16, and fp32 with AVX-512),
+projections, where the kernels' linear takes SwiGLU's activation (fp32, and bf16 with AVX-512 BF16),
 return ``silu(gate) * up`` straight from its registers (``swiglu``): no gate/up output written
 and read back, no separate ``silu_mul`` pass (1.0-1.2x that pair at SmolLM2's MLP shape).
 """

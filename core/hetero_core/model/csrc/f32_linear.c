@@ -24,43 +24,50 @@
 /* Panels per group and rows of x per pass, from the registers: VECTORS * ROWS accumulators plus a
  * group's weight vectors and one broadcast. AVX-512 (32 registers): 3 panels x 8 rows = 24
  * accumulators; SwiGLU: 2 gate/up pairs x 6 rows, or, for up to 12 rows in all, 1 pair x 12 rows
- * (one pass). AVX2 (16): 1 panel (2 vectors) x 6 rows = 12; SwiGLU: 1 pair x 3 rows, which runs
- * ~20 % slower than the unfused linear and silu_mul (a pair's K lines outgrow L1 and each pass
- * covers fewer rows), so the caller does not use it there (f32_swiglu_preferred). SSE (16): 1 panel
- * (4 vectors) x 3 rows; SwiGLU 1 pair x 1 row. */
+ * (one pass). AVX2 (16): 1 panel (2 vectors) x 6 rows = 12; SwiGLU: 1 pair x 6 rows, one vector
+ * (a slice of 8 columns) of each panel at a time (2 x 6 = 12). SSE (16): 1 panel (4 vectors) x 3
+ * rows; SwiGLU: 1 pair x 6 rows, one vector of each panel at a time. */
 #if LANES == 16
 #define F32_WIDTH 3
 #define F32_ROWS 8
 #define SWIGLU_WIDTH 4
 #define SWIGLU_ROWS 6
 #define SWIGLU_FEW_ROWS 12 /* rows of the 1-pair configuration */
+#define SWIGLU_SLICE 1 /* vectors of each panel per pass */
 #elif LANES == 8
 #define F32_WIDTH 1
 #define F32_ROWS 6
 #define SWIGLU_WIDTH 2
-#define SWIGLU_ROWS 3
-#define SWIGLU_FEW_ROWS 3
+#define SWIGLU_ROWS 6
+#define SWIGLU_FEW_ROWS 6
+#define SWIGLU_SLICE 1
 #else
 #define F32_WIDTH 1
 #define F32_ROWS 3
 #define SWIGLU_WIDTH 2
-#define SWIGLU_ROWS 1
-#define SWIGLU_FEW_ROWS 1
+#define SWIGLU_ROWS 6
+#define SWIGLU_FEW_ROWS 6
+#define SWIGLU_SLICE 1
 #endif
+#define MAX_ROWS (F32_ROWS > SWIGLU_FEW_ROWS ? F32_ROWS : SWIGLU_FEW_ROWS)
 #define MAX_WIDTH (F32_WIDTH > SWIGLU_WIDTH ? F32_WIDTH : SWIGLU_WIDTH)
 #define PANEL 16 /* output columns per panel */
 #define PANEL_VECTORS (PANEL / LANES)
 #define F32_PREFETCH_LINES 16 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
+/* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each panel from vector ``v0``
+ * (all of it: slice = PANEL_VECTORS, v0 = 0). */
 static inline __attribute__((always_inline)) void f32_panel_rows(
     const float *x, int64_t ldx, const float *panel, const float *bias, float *y, int64_t ldy,
-    int64_t k, const int rows, const int width, const int swiglu, const char *ahead, int64_t ahead_lines) {
-    vfloat acc[MAX_WIDTH * PANEL_VECTORS][F32_ROWS > SWIGLU_FEW_ROWS ? F32_ROWS : SWIGLU_FEW_ROWS];
-    for (int v = 0; v < width * PANEL_VECTORS; v++) {
-        vfloat start = {0};
-        if (bias != NULL) memcpy(&start, bias + v * LANES, sizeof start);
-        for (int r = 0; r < rows; r++) acc[v][r] = start;
-    }
+    int64_t k, const int rows, const int width, const int slice, int v0, const int swiglu, const char *ahead,
+    int64_t ahead_lines) {
+    vfloat acc[MAX_WIDTH * PANEL_VECTORS][MAX_ROWS];
+    for (int c = 0; c < width; c++)
+        for (int v = 0; v < slice; v++) {
+            vfloat start = {0};
+            if (bias != NULL) memcpy(&start, bias + c * PANEL + (v0 + v) * LANES, sizeof start);
+            for (int r = 0; r < rows; r++) acc[c * slice + v][r] = start;
+        }
     const int64_t ahead_per_step = (ahead_lines + k - 1) / k;
     for (int64_t i = 0; i < k; i++) {
         for (int64_t a = i * ahead_per_step; a < (i + 1) * ahead_per_step && a < ahead_lines; a++)
@@ -69,24 +76,26 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
         for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
             const float *line = panel + (c * k + i) * PANEL;
             __builtin_prefetch(line + F32_PREFETCH_LINES * PANEL, 0, 3);
-            for (int v = 0; v < PANEL_VECTORS; v++) memcpy(&w[c * PANEL_VECTORS + v], line + v * LANES, sizeof(vfloat));
+            for (int v = 0; v < slice; v++) memcpy(&w[c * slice + v], line + (v0 + v) * LANES, sizeof(vfloat));
         }
         for (int r = 0; r < rows; r++) {
             const float xr = x[r * ldx + i];  /* broadcast to every lane */
-            for (int v = 0; v < width * PANEL_VECTORS; v++) acc[v][r] += w[v] * xr;
+            for (int v = 0; v < width * slice; v++) acc[v][r] += w[v] * xr;
         }
     }
     if (swiglu) {  /* panels 2j and 2j + 1: gate and up of output panel j */
         for (int c = 0; c < width; c += 2)
-            for (int v = 0; v < PANEL_VECTORS; v++)
+            for (int v = 0; v < slice; v++)
                 for (int r = 0; r < rows; r++) {
-                    const vfloat out = vswiglu(acc[c * PANEL_VECTORS + v][r], acc[(c + 1) * PANEL_VECTORS + v][r], 0);
-                    memcpy(y + r * ldy + c / 2 * PANEL + v * LANES, &out, sizeof out);
+                    const vfloat out = vswiglu(acc[c * slice + v][r], acc[(c + 1) * slice + v][r], 0);
+                    memcpy(y + r * ldy + c / 2 * PANEL + (v0 + v) * LANES, &out, sizeof out);
                 }
         return;
     }
-    for (int v = 0; v < width * PANEL_VECTORS; v++)
-        for (int r = 0; r < rows; r++) memcpy(y + r * ldy + v * LANES, &acc[v][r], sizeof(vfloat));
+    for (int c = 0; c < width; c++)
+        for (int v = 0; v < slice; v++)
+            for (int r = 0; r < rows; r++)
+                memcpy(y + r * ldy + c * PANEL + (v0 + v) * LANES, &acc[c * slice + v][r], sizeof(vfloat));
 }
 
 /* The cases of the switches below: rows 1 .. n. */
@@ -98,20 +107,25 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
 #define CASES__(n) CASES_##n
 #define CASES(n) CASES__(n)
 
-#define PLAIN_CALL(n, c) case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, 0, ahead, ahead_lines); break;
-#define SWIGLU_CALL(n, c) case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, 1, ahead, ahead_lines); break;
+#define PLAIN_CALL(n, c) \
+    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines); break;
+#define SWIGLU_CALL(n, c) \
+    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, SWIGLU_SLICE, v0, 1, v0 ? NULL : ahead, v0 ? 0 : ahead_lines); \
+    break;
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels. */
 static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
                             int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines) {
     if (swiglu) {
+        for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {  /* a panel's vectors, a slice at a time */
 #if SWIGLU_WIDTH == 4
-        if (width == 4) {
-            switch (rows) { CASES(SWIGLU_ROWS)(SWIGLU_CALL, 4) }
-            return;
-        }
+            if (width == 4) {
+                switch (rows) { CASES(SWIGLU_ROWS)(SWIGLU_CALL, 4) }
+                continue;
+            }
 #endif
-        switch (rows) { CASES(SWIGLU_FEW_ROWS)(SWIGLU_CALL, 2) }  /* one pair */
+            switch (rows) { CASES(SWIGLU_FEW_ROWS)(SWIGLU_CALL, 2) }  /* one pair */
+        }
         return;
     }
     switch (width) {
@@ -122,8 +136,6 @@ static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const 
 #endif
     }
 }
-
-int f32_swiglu_preferred(void) { return LANES == 16; }
 
 /* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] (in the weight's column order)
  * or NULL, y [M, N] (row stride ldy), or [M, N / 2] with swiglu (the weight's panels then pairs of
