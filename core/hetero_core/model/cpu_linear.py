@@ -81,7 +81,10 @@ class PackedLinear(nn.Module):
         with torch.no_grad():
             dtype = weight.dtype if weight is not None else kernel_weight.dtype
             self.kernel_dtype = kernel_layout(kernels, dtype)
-            swiglu = swiglu and self.kernel_dtype is not None and kernels.fuses_swiglu(dtype)
+            fused = swiglu and self.kernel_dtype is not None and kernels.fuses_swiglu(dtype)
+            if kernel_weight is not None and swiglu and not fused:
+                raise ValueError("a gate/up weight packed for the SwiGLU linear needs kernels that fuse it")
+            swiglu = fused
             if kernel_weight is None and self.kernel_dtype is not None:
                 pack = kernels.pack_bf16_linear if self.kernel_dtype == "bf16" else kernels.pack_f32_linear
                 kernel_weight = pack(weight, swiglu=swiglu)
