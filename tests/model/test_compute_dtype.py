@@ -1,12 +1,15 @@
-"""``dtype = "auto"``: bf16 where the CPU computes it natively, fp32 elsewhere; names always win."""
+"""``dtype = "auto"``: bf16 where the CPU computes it natively and faster than fp32, fp32 elsewhere;
+names always win."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
-from hetero_core.model import compute_dtype
+from hetero_core.model import compute_dtype, cpu_bf16_speed
 from hetero_core.model.cpu_linear import PackedLinear, can_pack
 
 CPU = torch.device("cpu")
@@ -45,10 +48,57 @@ def test_an_explicit_dtype_always_wins(name, native, monkeypatch):
     assert compute_dtype.resolve_dtype(name, CPU) == getattr(torch, name)
 
 
-@pytest.mark.parametrize("native, expected", [(True, torch.bfloat16), (False, torch.float32)])
-def test_auto_on_the_cpu_follows_native_bf16(native, expected, monkeypatch):
+@pytest.mark.parametrize("native, speedup, expected", [
+    (True, 4.3, torch.bfloat16),  # AMD Zen 5: bf16 matmuls ~4x fp32
+    (True, 0.53, torch.float32),  # Intel Emerald Rapids without AMX: bf16 at about half the fp32 rate
+    (True, 1.1, torch.float32),  # no clear gain: keep fp32's precision
+    (False, 4.3, torch.float32),
+])
+def test_auto_on_the_cpu_needs_native_bf16_that_is_faster(native, speedup, expected, monkeypatch, tmp_path):
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(cpu_bf16_speed, "default_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: speedup)
     assert compute_dtype.resolve_dtype("auto", CPU) == expected
+
+
+def test_the_bf16_speed_is_measured_once_per_cpu_and_cached(cpuinfo, monkeypatch, tmp_path):
+    cpuinfo(CPUINFO_AVX512_BF16 + "model name\t: AMD EPYC 9B45\n")
+    measured = []
+
+    def measure():
+        measured.append(1)
+        return 4.0
+
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", measure)
+    assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0
+    assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0  # from the file
+    assert len(measured) == 1
+    cached = json.loads((tmp_path / cpu_bf16_speed.CACHE_FILE).read_text())
+    [(key, value)] = cached.items()
+    assert "AMD EPYC 9B45" in key and torch.__version__ in key and value == 4.0
+    cpuinfo(CPUINFO_AVX512_BF16 + "model name\t: Intel(R) Xeon(R) Processor\n")  # another CPU: measured again
+    assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0
+    assert len(measured) == 2 and len(json.loads((tmp_path / cpu_bf16_speed.CACHE_FILE).read_text())) == 2
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"key": "not a number"}'])
+def test_a_damaged_speed_cache_is_measured_again(content, monkeypatch, tmp_path):
+    (tmp_path / cpu_bf16_speed.CACHE_FILE).write_text(content)
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 0.6)
+    assert cpu_bf16_speed.bf16_speedup(tmp_path) == 0.6
+    assert 0.6 in json.loads((tmp_path / cpu_bf16_speed.CACHE_FILE).read_text()).values()
+
+
+def test_an_unwritable_speed_cache_still_answers(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 2.0)
+    assert cpu_bf16_speed.bf16_speedup(blocker / "cache") == 2.0  # its parent is a file: no cache, no error
+
+
+def test_the_measurement_times_both_dtypes():
+    speedup = cpu_bf16_speed.measure_bf16_speedup()
+    assert 0 < speedup < float("inf")
 
 
 def test_flags_come_from_proc_cpuinfo(cpuinfo):
@@ -66,10 +116,10 @@ def test_without_native_bf16_flags_auto_is_float32(text, cpuinfo):
     assert compute_dtype.resolve_dtype("auto", CPU) == torch.float32
 
 
-def test_an_auto_executor_on_a_native_bf16_cpu_runs_bf16_with_packed_linears(
+def test_an_auto_executor_on_a_cpu_preferring_bf16_runs_bf16_with_packed_linears(
     tiny_model_dirs, make_executor, monkeypatch
 ):
-    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(compute_dtype, "cpu_prefers_bf16", lambda: True)
     model_dir, _ = tiny_model_dirs["llama"]
     executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.bfloat16

@@ -1,9 +1,10 @@
 """The executor's compute dtype: an explicit name, or ``"auto"``.
 
 ``"auto"`` picks what the hardware computes fastest without changing the answer in a way users
-notice: bfloat16 on a CPU with native bf16 instructions (AVX-512 BF16 or AMX; there a bf16 matmul
-runs ~4x the fp32 rate and the weights stream at half the bytes), float32 on every other CPU
-(bf16 would be emulated there, slower than fp32), bfloat16 on a CUDA device that supports it
+notice: bfloat16 on a CPU with native bf16 instructions (AVX-512 BF16 or AMX) where a bf16 matmul
+is measurably faster than fp32 (``cpu_bf16_speed``: ~4x on AMD Zen 4/5, and the weights stream at
+half the bytes; but about half the fp32 rate on Intel Xeons without AMX), float32 on every other
+CPU (bf16 would be emulated there, slower than fp32), bfloat16 on a CUDA device that supports it
 (float16 otherwise). An explicit name always wins.
 """
 
@@ -25,9 +26,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
         return DTYPES[name]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "cpu" and cpu_has_native_bf16():
+    if device.type == "cpu" and cpu_prefers_bf16():
         return torch.bfloat16
     return torch.float32
+
+
+def cpu_prefers_bf16() -> bool:
+    """True when this CPU computes bf16 natively and faster than fp32 (measured once, cached)."""
+    if not cpu_has_native_bf16():
+        return False
+    from hetero_core.model.cpu_bf16_speed import bf16_is_faster
+
+    return bf16_is_faster()
 
 
 def cpu_has_native_bf16() -> bool:
@@ -45,12 +55,21 @@ def native_bf16_flags(flags: frozenset[str]) -> list[str]:
 @cache
 def cpu_flags() -> frozenset[str]:
     """The ``flags`` of the first CPU in ``/proc/cpuinfo``; empty where there is none (macOS, Windows)."""
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+def cpu_model_name() -> str:
+    """The ``model name`` of the first CPU in ``/proc/cpuinfo``; empty where there is none."""
+    return _cpuinfo_field("model name").strip()
+
+
+def _cpuinfo_field(name: str) -> str:
     try:
         text = CPUINFO.read_text(errors="replace")
     except OSError:
-        return frozenset()
+        return ""
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
+        if key.strip() == name:
+            return value
+    return ""
