@@ -273,14 +273,28 @@ class RecordingTensor(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def test_an_all_greedy_batch_is_one_argmax():
+def test_an_all_greedy_batch_is_one_max():
     logits = torch.randn(32, 1000).as_subclass(RecordingTensor)
     RecordingTensor.calls = []
-    Sampler().sample(logits, rows_for(SamplingParams(temperature=0), 32))
+    out = Sampler().sample(logits, rows_for(SamplingParams(temperature=0), 32))
     calls = [c for c in RecordingTensor.calls if not c.startswith("__")]
-    assert calls.count("argmax") == 1
-    # one amax per row checks the logits are finite; no copy, no softmax
-    assert set(calls) <= {"dim", "size", "argmax", "tolist", "amax", "isfinite", "any", "shape"}
+    assert calls.count("max") == 1 and "argmax" not in calls and "amax" not in calls
+    # the row maxima also check the logits are finite; no copy, no softmax
+    assert set(calls) <= {"dim", "size", "max", "tolist", "isfinite", "any", "shape"}
+    assert out.token_ids == torch.as_tensor(logits).argmax(dim=-1).tolist()
+
+
+def test_all_greedy_ties_pick_the_first_index_and_broken_rows_fail_alone():
+    logits = torch.zeros(4, 50)
+    logits[0, [7, 3, 40]] = 2.0  # a tie: the first index wins, as argmax picks
+    logits[1, 11] = float("nan")
+    logits[2, 5] = float("inf")
+    logits[3] = float("-inf")  # no finite entry
+    good = torch.randn(1, 50)
+    out = Sampler().sample(torch.cat([logits, good]), rows_for(SamplingParams(temperature=0), 5))
+    assert out.token_ids[0] == 3 and out.token_ids[4] == int(good.argmax())
+    assert out.errors[0] is None and out.errors[4] is None
+    assert all("not finite" in out.errors[i] for i in (1, 2, 3))
 
 
 def test_a_full_size_batch_with_every_feature_is_fast():

@@ -88,14 +88,19 @@ class Sampler:
         if not rows:
             return SamplerOutput(token_ids=[], logprobs=[])
         errors: list[str | None] = [None] * len(rows)
+        if all(_is_plain_greedy(row.params) for row in rows):
+            # One pass: the row maxima find the broken rows (NaN propagates) and their first indices
+            # are argmax's (torch.max returns the first maximal index); ~2x faster than amax + argmax.
+            best, token_ids = logits.max(dim=-1)
+            for i in _non_finite(best):
+                errors[i] = NON_FINITE_LOGITS
+            return _checked(token_ids.tolist(), [None] * len(rows), errors, logits.shape[1])
         broken = _broken_rows(logits)
         if broken:
             logits = logits.clone()
             logits[broken] = 0.0  # sampled as a placeholder, reported as failed
             for i in broken:
-                errors[i] = "the model's logits for this request are not finite (NaN or inf)"
-        if all(_is_plain_greedy(row.params) for row in rows):
-            return _checked(logits.argmax(dim=-1).tolist(), [None] * len(rows), errors, logits.shape[1])
+                errors[i] = NON_FINITE_LOGITS
 
         scores = logits.to(torch.float32, copy=True)
         self._penalise(scores, rows)
@@ -156,6 +161,9 @@ class Sampler:
         return torch.minimum(token_ids, last_allowed).squeeze(1)
 
 
+NON_FINITE_LOGITS = "the model's logits for this request are not finite (NaN or inf)"
+
+
 def _apply_temperature_rows(scores: torch.Tensor, picked: list[int], temperatures: list[float]) -> None:
     """``apply_temperature`` on the rows ``picked`` of ``scores`` (in place)."""
     if len(picked) == scores.shape[0]:
@@ -168,7 +176,11 @@ def _apply_temperature_rows(scores: torch.Tensor, picked: list[int], temperature
 
 def _broken_rows(logits: torch.Tensor) -> list[int]:
     """Rows with a NaN or +inf, or with no finite entry: one ``amax`` per row (NaN propagates)."""
-    best = logits.amax(dim=-1)
+    return _non_finite(logits.amax(dim=-1))
+
+
+def _non_finite(best: torch.Tensor) -> list[int]:
+    """Indices of the non-finite entries of the row maxima ``best``."""
     bad = ~torch.isfinite(best)
     if not bool(bad.any()):
         return []
