@@ -13,7 +13,7 @@ class TorchExecutorOptions(BaseModel):
         "auto",
         description="weights, activations and KV cache dtype; auto: bfloat16 on a CPU with native bf16 "
         "(avx512_bf16 or amx_bf16 in /proc/cpuinfo) where a bf16 matmul is at least 1.2x as fast as fp32 "
-        "(timed once per CPU, ~50 ms, kept in <cache_dir>/cpu_dtype_speed.json) or a bf16-capable CUDA "
+        "(timed once per CPU, ~25 ms, kept in <cache_dir>/cpu_dtype_speed.json) or a bf16-capable CUDA "
         "device, float32 on other CPUs",
     )
     num_threads: int | None = Field(
