@@ -44,25 +44,26 @@ def test_run_mock_with_input_flags_and_config(tmp_path):
     assert all(e["num_output_tokens"] == 3 for e in finished)
 
 
-def test_hetero_run_on_the_mock_imports_no_torch():
+def _mock_run_then(probe: str) -> str:
+    """stderr of a fresh interpreter that runs `hetero run` on the mock in-process, then prints
+    ``RC <status> <probe's value>`` (``probe``: a Python expression; ``sys`` is imported)."""
     code = (
         "import sys; from hetero_core.cli import main; "
         "rc = main(['run', '--executor', 'mock', 'hi', '--max-tokens', '4']); "
-        "print('RC', rc, 'TORCH' if 'torch' in sys.modules else 'NO-TORCH', file=sys.stderr)"
+        f"print('RC', rc, {probe}, file=sys.stderr)"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, input="")
-    assert "RC 0 NO-TORCH" in result.stderr, result.stderr
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, input="").stderr
+
+
+def test_hetero_run_on_the_mock_imports_no_torch():
+    stderr = _mock_run_then("'TORCH' if 'torch' in sys.modules else 'NO-TORCH'")
+    assert "RC 0 NO-TORCH" in stderr, stderr
 
 
 def test_hetero_run_builds_only_its_own_flags():
     """`hetero run` skips what other commands' flags need (the server's settings import its engine)."""
-    code = (
-        "import sys; from hetero_core.cli import main; "
-        "rc = main(['run', '--executor', 'mock', 'hi', '--max-tokens', '4']); "
-        "print('RC', rc, sorted(m for m in sys.modules if m.startswith('hetero_core.server')), file=sys.stderr)"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, input="")
-    assert "RC 0 []" in result.stderr, result.stderr
+    stderr = _mock_run_then("sorted(m for m in sys.modules if m.startswith('hetero_core.server'))")
+    assert "RC 0 []" in stderr, stderr
     assert "--max-body-bytes" in hetero("serve", "--help").stdout
 
 
