@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -11,6 +12,13 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HETERO_") or k == "HETERO_CACHE_DIR"}
     env.update(extra or {})
     return env
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that is to be interrupted with SIGINT: a test run started in the
+    background by a non-interactive shell ignores SIGINT, children inherit that, and Python then
+    installs no KeyboardInterrupt handler; restore the default as a terminal's foreground job has it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def hetero_command(*args: str) -> list[str]:

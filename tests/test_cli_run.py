@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 import pytest
-from cli_helpers import clean_env, hetero, hetero_command
+from cli_helpers import clean_env, default_sigint, hetero, hetero_command
 
 from hetero_core import LLM, SamplingParams
 from hetero_core.cli_run import print_each_when_done, read_prompts, stream_one
@@ -108,7 +108,8 @@ def test_ctrl_c_stops_at_once_keeps_what_was_printed_and_exits_130():
     env = clean_env({"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.1"})
     # 1000 tokens at 0.1 s each: only streaming can show text before the end, and only Ctrl-C ends it soon.
     proc = subprocess.Popen(hetero_command("run", "--executor", "mock", "--max-tokens", "1000", "hi"),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=default_sigint)
     try:
         first = b""
         while len(first) < 3:
