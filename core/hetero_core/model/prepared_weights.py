@@ -9,8 +9,9 @@ model). Linears in the layout of the compiled kernels' linear are stored in it; 
 weights are opaque, so those linears are stored fused and converted and are reordered again at load.
 
 The key covers the checkpoint files (path, size, modification time), the dtype, which kernel
-layout the linears take (``cpu_linear.kernel_layout``), and the code that decides the layouts (this file, ``fusion``,
-``cpu_linear``, ``cpu_kernels``, ``llama``), so an edit to any of them starts a new file. At most
+layout the linears take (``cpu_linear.kernel_layout``), and the code that decides the layouts
+(this file, ``fusion``, ``cpu_linear``, ``cpu_kernels``, ``q4_weights``, ``llama``, and the C
+linears that read them), so an edit to any of them starts a new file. At most
 ``KEEP_FILES`` files are kept, the least recently used going first. A file that cannot be read is
 ignored (and replaced); one that cannot be written costs only the saving. Checkpoints under
 ``MIN_CHECKPOINT_BYTES`` prepare in milliseconds and get no file. The torch executor's
@@ -44,7 +45,8 @@ KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyo
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
-_LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "llama")
+_LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "q4_weights", "llama")
+_LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 
 
 def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
@@ -87,7 +89,9 @@ def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=Non
     """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
     layout = kernel_layout(kernels, dtype)
     files = [_identity(p) for p in _checkpoint_files(source)]
-    code = [(Path(__file__).with_name(f"{name}.py")).read_bytes() for name in _LAYOUT_MODULES]
+    here = Path(__file__).parent
+    code = [(here / f"{name}.py").read_bytes() for name in _LAYOUT_MODULES]
+    code += [(here / name).read_bytes() for name in _LAYOUT_SOURCES]
     digest = hashlib.sha256(json.dumps([FORMAT_VERSION, files, str(dtype), layout]).encode())
     for text in code:
         digest.update(text)

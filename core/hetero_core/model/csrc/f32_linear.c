@@ -17,7 +17,10 @@
  * activation is applied in registers and the gate/up output is never stored.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <immintrin.h>
 
 #include "kernel_math.h"
 
@@ -55,12 +58,49 @@
 #define PANEL_VECTORS (PANEL / LANES)
 #define F32_PREFETCH_LINES 16 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
+/* ---- The same linear over 4-bit block weights (Q4_1), expanded exactly. ----
+ *
+ * GGUF's Q4_1 stores a weight as d * q + m: q a 4-bit code, d and m per block of 32 inputs. d * q
+ * is exact in fp32 (d has an 11-bit significand, q 4 bits), so fma(d, q, m), d * q + m and the
+ * dequantized checkpoint's value are one and the same float. The kernel expands each group of panels
+ * into fp32 once per call (into a per-thread buffer) and runs the passes above on it: the result
+ * equals f32_linear on the dequantized weight bit for bit, while the weight streams from memory at
+ * 0.75 instead of 4 bytes per weight (decode steps are bound by that stream).
+ *
+ * Packed by the caller (cpu_kernels.pack_q4_linear) as [N / 16][K / 32][384 bytes]: for one panel
+ * of 16 columns and one block of 32 inputs, d[16] and m[16] as fp32, then for each pair of inputs
+ * 16 bytes, byte c holding column c's code of the first input in its low nibble and of the second
+ * in its high one (one 16-byte load, a mask and a shift give an input's codes). */
+#define Q4_BLOCK 32
+#define Q4_BLOCK_BYTES (2 * PANEL * 4 + Q4_BLOCK * PANEL / 2)
+#ifndef Q4_FUSED_PASSES
+#define Q4_FUSED_PASSES 2
+#endif
+
+/* One input's 16 codes as floats: ``pair`` holds two inputs' codes, 16 bytes, byte c with column c's
+ * code of the first input in its low nibble and of the second in its high one (``high``). */
+static inline void q4_codes(const uint8_t *pair, int high, float *q) {
+#if defined(__AVX2__)
+    __m128i bytes = _mm_loadu_si128((const __m128i *)pair);
+    if (high) bytes = _mm_srli_epi16(bytes, 4);
+    bytes = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+#if defined(__AVX512F__)
+    _mm512_store_ps(q, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)));
+#else
+    _mm256_store_ps(q, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
+    _mm256_store_ps(q + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
+#endif
+#else
+    for (int c = 0; c < PANEL; c++) q[c] = (float)((high ? pair[c] >> 4 : pair[c]) & 15);
+#endif
+}
+
 /* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each panel from vector ``v0``
  * (all of it: slice = PANEL_VECTORS, v0 = 0). */
 static inline __attribute__((always_inline)) void f32_panel_rows(
     const float *x, int64_t ldx, const float *panel, const float *bias, float *y, int64_t ldy,
     int64_t k, const int rows, const int width, const int slice, int v0, const int swiglu, const char *ahead,
-    int64_t ahead_lines) {
+    int64_t ahead_lines, const uint8_t *codes) {
     vfloat acc[MAX_WIDTH * PANEL_VECTORS][MAX_ROWS];
     for (int c = 0; c < width; c++)
         for (int v = 0; v < slice; v++) {
@@ -74,6 +114,20 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             __builtin_prefetch(ahead + 64 * a, 0, 2);  /* the next panels, while this pass runs from cache */
         vfloat w[MAX_WIDTH * PANEL_VECTORS];
         for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
+            if (codes != NULL) {  /* 4-bit codes (q4_linear), expanded in registers */
+                const uint8_t *block = codes + (c * (k / Q4_BLOCK) + i / Q4_BLOCK) * Q4_BLOCK_BYTES;
+                const int input = (int)(i % Q4_BLOCK);
+                float q[PANEL] __attribute__((aligned(64)));
+                q4_codes(block + 2 * PANEL * sizeof(float) + input / 2 * PANEL, input & 1, q);
+                for (int v = 0; v < slice; v++) {
+                    vfloat d, m, qv;
+                    memcpy(&d, block + (v0 + v) * LANES * sizeof(float), sizeof d);
+                    memcpy(&m, block + (PANEL + (v0 + v) * LANES) * sizeof(float), sizeof m);
+                    memcpy(&qv, q + (v0 + v) * LANES, sizeof qv);
+                    w[c * slice + v] = d * qv + m;  /* d * q is exact: one rounding, fused or not */
+                }
+                continue;
+            }
             const float *line = panel + (c * k + i) * PANEL;
             __builtin_prefetch(line + F32_PREFETCH_LINES * PANEL, 0, 3);
             for (int v = 0; v < slice; v++) memcpy(&w[c * slice + v], line + (v0 + v) * LANES, sizeof(vfloat));
@@ -108,14 +162,16 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
 #define CASES(n) CASES__(n)
 
 #define PLAIN_CALL(n, c) \
-    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines); break;
+    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines, codes); break;
 #define SWIGLU_CALL(n, c) \
-    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, SWIGLU_SLICE, v0, 1, v0 ? NULL : ahead, v0 ? 0 : ahead_lines); \
+    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, SWIGLU_SLICE, v0, 1, v0 ? NULL : ahead, v0 ? 0 : ahead_lines, \
+                           codes); \
     break;
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels. */
 static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
-                            int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines) {
+                            int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines,
+                            const uint8_t *codes) {
     if (swiglu) {
         for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {  /* a panel's vectors, a slice at a time */
 #if SWIGLU_WIDTH == 4
@@ -165,9 +221,93 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
             const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
             const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
             f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
-                     ahead_lines);
+                     ahead_lines, NULL);
             m0 += rows;
         }
     }
     return 0;
+}
+
+/* ``width`` panels (``k`` inputs each) from ``packed`` into ``out`` in f32_linear's layout. */
+static void q4_expand(const uint8_t *packed, int width, int64_t k, float *out) {
+    const int64_t blocks = k / Q4_BLOCK;
+    for (int c = 0; c < width; c++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *block = packed + (c * blocks + b) * Q4_BLOCK_BYTES;
+            vfloat d[PANEL_VECTORS], m[PANEL_VECTORS];
+            memcpy(d, block, sizeof d);
+            memcpy(m, block + sizeof d, sizeof m);
+            const uint8_t *codes = block + 2 * sizeof d;
+            float *line = out + (c * k + b * Q4_BLOCK) * PANEL;
+            for (int i = 0; i < Q4_BLOCK; i++) {
+                float q[PANEL] __attribute__((aligned(64)));
+                q4_codes(codes + i / 2 * PANEL, i & 1, q);
+                for (int v = 0; v < PANEL_VECTORS; v++) {
+                    vfloat qv;
+                    memcpy(&qv, q + v * LANES, sizeof qv);
+                    const vfloat w = d[v] * qv + m[v];  /* d * q is exact: one rounding, fused or not */
+                    memcpy(line + i * PANEL + v * LANES, &w, sizeof w);
+                }
+            }
+        }
+}
+
+/* The expanded panels of the group a thread works on; grown as needed, kept for the thread's life. */
+static __thread float *q4_scratch;
+static __thread int64_t q4_scratch_floats;
+
+static float *q4_buffer(int64_t floats) {
+    if (floats > q4_scratch_floats) {
+        free(q4_scratch);
+        q4_scratch = aligned_alloc(64, (size_t)floats * sizeof(float));
+        q4_scratch_floats = q4_scratch != NULL ? floats : 0;
+    }
+    return q4_scratch;
+}
+
+/* As f32_linear, with ``packed`` in the Q4_1 layout above (K a multiple of 32, the caller checks).
+ * Returns 0, or 1 when a thread's buffer cannot be allocated. */
+int q4_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
+              int64_t m, int64_t n, int64_t k, int swiglu, int num_threads) {
+    const int64_t panels = n / PANEL, panel_bytes = k / Q4_BLOCK * Q4_BLOCK_BYTES;
+    const int few = swiglu && m <= SWIGLU_FEW_ROWS;
+    const int group_width = few ? 2 : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
+    const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
+    const int64_t groups = (panels + group_width - 1) / group_width;
+    int failed = 0;
+    #pragma omp parallel for schedule(static) num_threads(num_threads) reduction(| : failed)
+    for (int64_t group = 0; group < groups; group++) {
+        const int64_t p = group_width * group;
+        const int width = panels - p < group_width ? (int)(panels - p) : group_width;
+        const uint8_t *group_codes = packed + p * panel_bytes;
+        const int64_t passes = (m + max_rows - 1) / max_rows;
+        /* Up to Q4_FUSED_PASSES passes expand the codes in registers, each pass again; more expand
+         * the group once into the thread's buffer and run from there. */
+        const uint8_t *codes = passes <= Q4_FUSED_PASSES ? group_codes : NULL;
+        float *w = NULL;
+        if (codes == NULL) {
+            w = q4_buffer(group_width * k * PANEL);
+            if (w == NULL) {
+                failed = 1;
+                continue;
+            }
+            q4_expand(group_codes, width, k, w);
+        }
+        const float *b = bias != NULL ? bias + p * PANEL : NULL;
+        /* Every pass pulls in a share of the next group's codes (0.75 bytes a weight: one pass's share
+         * is small), so the expansion of the next group finds them in cache. */
+        const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
+        const char *next = (const char *)(packed + (p + width) * panel_bytes);
+        const int64_t next_lines = next_panels * panel_bytes / 64, share = (next_lines + passes - 1) / passes;
+        float *y_group = y + (swiglu ? p / 2 : p) * PANEL;
+        for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
+            const int64_t rows = (m - m0) / (passes - pass);
+            const int64_t first_line = pass * share < next_lines ? pass * share : next_lines;
+            const int64_t ahead_lines = next_lines - first_line < share ? next_lines - first_line : share;
+            f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
+                     ahead_lines, codes);
+            m0 += rows;
+        }
+    }
+    return failed;
 }
