@@ -410,73 +410,100 @@ def q4_1_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Ten
     return (d[..., None] * q + m[..., None]).reshape(out_features, in_features)
 
 
-def _check_q4_linear(kernels, rows, out_features, bias, in_features=96):
-    """The 4-bit kernel equals the fp32 kernel on the dequantized weight bit for bit, plain and SwiGLU."""
+def q8_0_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
+    """What a Q8_0 checkpoint dequantizes to: d * q per block of 32 inputs (f16 d, q in -127..127,
+    each block reaching +-127 as the quantizer's scale max |w| / 127 makes it)."""
+    generator = torch.Generator().manual_seed(seed)
+    blocks = in_features // 32
+    d = (torch.rand(out_features, blocks, generator=generator) * 0.002 + 1e-4).half().float()
+    q = torch.randint(-127, 128, (out_features, blocks, 32), generator=generator).float()
+    q[..., 9] = torch.where(torch.rand(out_features, blocks, generator=generator) < 0.5, -127.0, 127.0)
+    return (d[..., None] * q).reshape(out_features, in_features)
+
+
+CODED_WEIGHTS = {"q4_1": (q4_1_weight, torch.uint8), "q8_0": (q8_0_weight, torch.int8)}
+
+
+def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes="q4_1"):
+    """The block-code kernel equals the fp32 kernel on the dequantized weight bit for bit, plain and SwiGLU."""
     from hetero_core.model.cpu_kernels import swiglu_panel_order
 
-    weight = q4_1_weight(out_features, in_features, seed=rows)
+    make, dtype = CODED_WEIGHTS[codes]
+    weight = make(out_features, in_features, seed=rows)
     bias = torch.randn(out_features) if bias else None
     x = torch.randn(rows, in_features + 20)[:, 10:10 + in_features]  # strided rows
-    packed = kernels.pack_q4_linear(weight)
-    assert packed is not None and packed.dtype == torch.uint8
-    assert torch.equal(kernels.q4_linear(x, packed, bias), kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias))
+    packed = kernels.pack_coded_linear(weight)
+    assert packed is not None and packed.dtype == dtype
+    expected = kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias)
+    assert torch.equal(kernels.coded_linear(x, packed, bias), expected)
     if out_features % 32 == 0:
         ordered = None if bias is None else swiglu_panel_order(bias)
-        fused = kernels.q4_linear(x, kernels.pack_q4_linear(weight, swiglu=True), ordered, swiglu=True)
+        fused = kernels.coded_linear(x, kernels.pack_coded_linear(weight, swiglu=True), ordered, swiglu=True)
         plain = kernels.f32_linear(x, kernels.pack_f32_linear(weight, swiglu=True), ordered, swiglu=True)
         assert fused.shape == (rows, out_features // 2) and torch.equal(fused, plain)
 
 
+@pytest.mark.parametrize("codes", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 17, 33, 100])  # register-expanded (1-2 passes) and buffered
 @pytest.mark.parametrize("out_features, bias", [(48, True), (64, False), (16, True)])
-def test_the_q4_linear_equals_the_f32_linear_on_the_dequantized_weight(kernel, rows, out_features, bias):
-    _check_q4_linear(kernel, rows, out_features, bias)
+def test_the_coded_linear_equals_the_f32_linear_on_the_dequantized_weight(kernel, rows, out_features, bias, codes):
+    _check_coded_linear(kernel, rows, out_features, bias, codes=codes)
 
 
-def test_the_q4_linear_handles_wide_inputs(kernel):
-    _check_q4_linear(kernel, 37, 64, True, in_features=1536)
+@pytest.mark.parametrize("codes", ["q4_1", "q8_0"])
+def test_the_coded_linear_handles_wide_inputs(kernel, codes):
+    _check_coded_linear(kernel, 37, 64, True, in_features=1536, codes=codes)
 
 
-def test_weights_that_are_not_4_bit_codes_are_not_packed_as_such(kernel):
+def test_weights_that_are_not_block_codes_are_not_packed_as_such(kernel):
     weight = q4_1_weight(64, 96)
-    assert kernel.pack_q4_linear(torch.randn(64, 96)) is None  # full precision
-    assert kernel.pack_q4_linear(weight[:, :80]) is None  # inputs not whole blocks of 32
-    assert kernel.pack_q4_linear(weight[:48], swiglu=True) is None  # SwiGLU needs pairs of panels
-    assert kernel.pack_q4_linear(weight.bfloat16()) is None
-    nudged = weight.clone()
-    nudged[5, 40] = torch.nextafter(nudged[5, 40], torch.tensor(1.0))  # one weight off the grid
-    assert kernel.pack_q4_linear(nudged) is None
+    assert kernel.pack_coded_linear(torch.randn(64, 96)) is None  # full precision
+    assert kernel.pack_coded_linear(weight[:, :80]) is None  # inputs not whole blocks of 32
+    assert kernel.pack_coded_linear(weight[:48], swiglu=True) is None  # SwiGLU needs pairs of panels
+    assert kernel.pack_coded_linear(weight.bfloat16()) is None
+    for make in (q4_1_weight, q8_0_weight):
+        nudged = make(64, 96)
+        nudged[5, 40] = torch.nextafter(nudged[5, 40], torch.tensor(1.0))  # one weight off the grid
+        assert kernel.pack_coded_linear(nudged) is None
 
 
-def test_the_4_bit_codes_are_recovered_exactly_including_constant_blocks():
-    from hetero_core.model.q4_weights import q4_1_codes
+def test_the_block_codes_are_recovered_exactly_including_constant_blocks():
+    from hetero_core.model.block_codes import block_codes
 
     weight = q4_1_weight(80, 64)  # more rows than the quick probe looks at
     weight[7, :32] = -0.125  # a constant block: d = 0
-    d, m, q = q4_1_codes(weight)
-    assert d.shape == m.shape == (80, 2) and q.shape == (80, 2, 32) and q.dtype == torch.uint8
+    d, m, q, bits = block_codes(weight)
+    assert bits == 4 and d.shape == m.shape == (80, 2) and q.shape == (80, 2, 32) and q.dtype == torch.uint8
     assert int(q.max()) <= 15 and float(d[7, 0]) == 0.0 and float(m[7, 0]) == -0.125
     assert torch.equal(d[..., None] * q.float() + m[..., None], weight.reshape(80, 2, 32))
     late = weight.clone()
     late[75, 3] += 1e-3  # beyond the probe's rows: still refused
-    assert q4_1_codes(late) is None
+    assert block_codes(late) is None
+    eight = q8_0_weight(80, 64)
+    eight[3, 32:] = 0.0  # an all-zero block
+    d, m, q, bits = block_codes(eight)
+    assert bits == 8 and q.dtype == torch.int8 and not m.any() and float(d[3, 1]) == 0.0
+    assert torch.equal(d[..., None] * q.float(), eight.reshape(80, 2, 32))
 
 
-def test_fp32_packed_linears_take_the_q4_kernel_for_4_bit_weights(kernel):
+def test_fp32_packed_linears_take_the_coded_kernel_for_block_code_weights(kernel):
     from hetero_core.model.cpu_linear import PackedLinear
 
     weight, bias = q4_1_weight(64, 96), torch.randn(64)
     linear = PackedLinear(weight, bias, kernel)
-    assert linear.kernel_dtype == "q4" and linear.kernel_weight.dtype == torch.uint8
+    assert linear.kernel_dtype == "codes" and linear.kernel_weight.dtype == torch.uint8
     assert (linear.in_features, linear.out_features) == (96, 64)
     plain = PackedLinear(torch.randn(64, 96), bias, kernel)
     assert plain.kernel_dtype == "f32"
     x = torch.randn(5, 96)
     assert torch.equal(linear(x), kernel.f32_linear(x, kernel.pack_f32_linear(weight), bias))
     again = PackedLinear.from_kernel_layout(linear.kernel_weight, bias, kernel)  # as a prepared file loads it
-    assert again.kernel_dtype == "q4" and torch.equal(again(x), linear(x))
+    assert again.kernel_dtype == "codes" and torch.equal(again(x), linear(x))
     swiglu = PackedLinear(q4_1_weight(64, 96), None, kernel, swiglu=True)
-    assert swiglu.kernel_dtype == "q4" and swiglu.swiglu and swiglu(x).shape == (5, 32)
+    assert swiglu.kernel_dtype == "codes" and swiglu.swiglu and swiglu(x).shape == (5, 32)
+    head = PackedLinear(q8_0_weight(64, 96), None, kernel)  # an LM head tied to Q8_0 embeddings
+    assert head.kernel_weight.dtype == torch.int8 and torch.equal(
+        head(x), kernel.f32_linear(x, kernel.pack_f32_linear(q8_0_weight(64, 96)), None))
 
 
 def _check_swiglu_linear(kernels, dtype, rows, intermediate, bias, in_features=200):
@@ -576,6 +603,7 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
         for rows in (1, 2, 3, 7, 13, 40):
             _check_f32_linear(narrow, rows, 48, True)
             _check_swiglu_linear(narrow, torch.float32, rows, 48, True)
-            _check_q4_linear(narrow, rows, 64, True)
+            _check_coded_linear(narrow, rows, 64, True)
+            _check_coded_linear(narrow, rows, 64, True, codes="q8_0")
     finally:
         cpu_kernels_module._load.cache_clear()

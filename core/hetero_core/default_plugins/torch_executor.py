@@ -10,6 +10,8 @@ On CPU the linears run through oneDNN with weights packed once at load (``cpu_li
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
@@ -56,6 +58,8 @@ class TorchExecutor:
         self.block_size = ctx.block_size
         self.backend = backend if backend is not None else _cpu_backend(options, self.device)
         kernels = getattr(self.backend, "cpu_kernels", None) if self.device.type == "cpu" else None
+        if kernels is not None and not options.block_code_weights:
+            kernels = dataclasses.replace(kernels, block_codes=False)
         pack = options.prepack_weights and can_pack(self.device, self.dtype)
         if pack and shard is None and options.prepared_weights_cache:
             cache_dir = ctx.settings.cache_dir if ctx.settings is not None else None

@@ -15,9 +15,9 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``bf16_linear.c``: bf16 linears (AVX-512 BF16 dot products over a weight packed once at load),
   overlapping the weight stream with compute better than oneDNN at decode sizes;
 - ``f32_linear.c``: fp32 linears the same way, with fused multiply-adds of any vector width (the
-  default dtype of CPUs without bf16 arithmetic, AVX2-only ones); and ``q4_linear``, the same over
-  weights that are exactly 4-bit block codes (a Q4_1 GGUF's), expanded in cache: bit-identical
-  results from 0.75 instead of 4 bytes of weight per weight (``q4_weights``).
+  default dtype of CPUs without bf16 arithmetic, AVX2-only ones); and ``coded_linear``, the same
+  over weights that are exact block codes (a Q4_1 or Q8_0 GGUF's), expanded as they stream in:
+  bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``).
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
@@ -71,9 +71,9 @@ _SIGNATURES = {
     "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "bf16_linear_available": [],
     "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
-    "q4_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
+    "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
 }
-_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "f32_linear", "q4_linear")  # one symbol for every dtype
+_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "f32_linear", "coded_linear")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
 
 
@@ -95,6 +95,7 @@ class PrefillSequences:
 class CpuKernels:
     library: ctypes.CDLL
     path: Path
+    block_codes: bool = True  # pack_coded_linear looks for block-code weights (False: it never does)
 
     def supports(self, query: torch.Tensor, num_kv_heads: int) -> bool:
         """True for a CPU query of a dtype, head size and group size the kernels handle."""
@@ -173,8 +174,8 @@ class CpuKernels:
 
     def fuses_swiglu(self, dtype: torch.dtype) -> bool:
         """True where the linear of ``dtype`` takes the MLP's SwiGLU activation inside it
-        (``swiglu=True``): fp32 everywhere (4-bit codes, uint8, too), bf16 with AVX-512 BF16."""
-        return dtype in (torch.float32, torch.uint8) or (dtype == torch.bfloat16 and self.has_bf16_linear)
+        (``swiglu=True``): fp32 everywhere (block codes, uint8 and int8, too), bf16 with AVX-512 BF16."""
+        return dtype in (torch.float32, torch.uint8, torch.int8) or (dtype == torch.bfloat16 and self.has_bf16_linear)
 
     def pack_bf16_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
         """``weight`` [N, K] -> the layout ``bf16_linear`` reads ([N / 16][K / 2][16][2] bf16), or None
@@ -232,31 +233,33 @@ class CpuKernels:
                                 width, rows, out_features, in_features, int(swiglu), torch.get_num_threads())
         return out
 
-    @staticmethod
-    def pack_q4_linear(weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
-        """``weight`` [N, K] fp32 whose values are exactly 4-bit block codes (``q4_weights``) -> the
-        layout ``q4_linear`` reads ([N / 16, K / 32, 384] uint8); None for any other weight, or N
-        not a multiple of 16 (32 with ``swiglu``: packed as for ``pack_f32_linear``)."""
-        from hetero_core.model.q4_weights import pack_q4_panels, q4_1_codes
+    def pack_coded_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
+        """``weight`` [N, K] fp32 whose values are exact block codes (``block_codes``: Q4_1, Q8_0) ->
+        the layout ``coded_linear`` reads ([N / 16, K / 32, bytes]: uint8 for 4-bit codes, int8 for
+        8-bit); None for any other weight, N not a multiple of 16 (32 with ``swiglu``: packed as for
+        ``pack_f32_linear``), or with ``block_codes`` off."""
+        from hetero_core.model.block_codes import block_codes, pack_code_panels
 
-        if weight.dtype != torch.float32 or weight.shape[0] % (32 if swiglu else 16):
+        if not self.block_codes or weight.dtype != torch.float32 or weight.shape[0] % (32 if swiglu else 16):
             return None
-        codes = q4_1_codes(swiglu_panel_order(weight.detach()) if swiglu else weight)
-        return None if codes is None else pack_q4_panels(*codes)
+        found = block_codes(swiglu_panel_order(weight.detach()) if swiglu else weight)
+        return None if found is None else pack_code_panels(*found)
 
-    def q4_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                  swiglu: bool = False) -> torch.Tensor:
-        """``f32_linear`` with ``packed`` from ``pack_q4_linear``: the same result, bit for bit, as
+    def coded_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                     swiglu: bool = False) -> torch.Tensor:
+        """``f32_linear`` with ``packed`` from ``pack_coded_linear``: the same result, bit for bit, as
         ``f32_linear`` on the fp32 weight it was packed from."""
         rows, in_features = x.shape
         out_features = packed.shape[0] * 16
         width = out_features // 2 if swiglu else out_features
+        bits = 4 if packed.dtype == torch.uint8 else 8
         x = _last_dim_contiguous(x)
         out = torch.empty((rows, width), dtype=torch.float32)
-        status = self.library.q4_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), _pointer(bias), out.data_ptr(),
-                                        width, rows, out_features, in_features, int(swiglu), torch.get_num_threads())
+        status = self.library.coded_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), _pointer(bias),
+                                           out.data_ptr(), width, rows, out_features, in_features, bits, int(swiglu),
+                                           torch.get_num_threads())
         if status != 0:
-            raise MemoryError("the q4 linear kernel could not allocate its expansion buffer")
+            raise MemoryError("the coded linear kernel could not allocate its expansion buffer")
         return out
 
     def handles(self, tensor: torch.Tensor, width: int) -> bool:

@@ -56,11 +56,11 @@ ALL_ROWS_MAX_IN_FEATURES = 4096
 
 def kernel_layout(kernels, dtype: torch.dtype) -> str | None:
     """Which linear of ``kernels`` runs ``dtype`` here: ``"bf16"``, ``"f32"``, or None (oneDNN); a
-    weight already packed as 4-bit codes (uint8, ``q4_weights``) runs in ``"q4"``."""
+    weight already packed as block codes (uint8 or int8, ``block_codes``) runs in ``"codes"``."""
     if kernels is None:
         return None
-    if dtype == torch.uint8:
-        return "q4"
+    if dtype in (torch.uint8, torch.int8):
+        return "codes"
     if dtype == torch.float32:
         return "f32"
     return "bf16" if dtype == torch.bfloat16 and kernels.has_bf16_linear else None
@@ -88,9 +88,9 @@ class PackedLinear(nn.Module):
             if kernel_weight is not None and swiglu and not fused:
                 raise ValueError("a gate/up weight packed for the SwiGLU linear needs kernels that fuse it")
             swiglu = fused
-            if kernel_weight is None and self.kernel_dtype == "f32":  # exactly 4-bit codes: 5x fewer bytes
-                kernel_weight = kernels.pack_q4_linear(weight, swiglu=swiglu)
-                self.kernel_dtype = "f32" if kernel_weight is None else "q4"
+            if kernel_weight is None and self.kernel_dtype == "f32":  # exact block codes: 3-5x fewer bytes
+                kernel_weight = kernels.pack_coded_linear(weight, swiglu=swiglu)
+                self.kernel_dtype = "f32" if kernel_weight is None else "codes"
             if kernel_weight is None and self.kernel_dtype is not None:
                 pack = kernels.pack_bf16_linear if self.kernel_dtype == "bf16" else kernels.pack_f32_linear
                 kernel_weight = pack(weight, swiglu=swiglu)
@@ -101,7 +101,7 @@ class PackedLinear(nn.Module):
                 self.out_features, self.in_features = weight.shape
             elif self.kernel_dtype == "bf16":  # [N / 16][K / 2][16][2]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 2
-            elif self.kernel_dtype == "q4":  # [N / 16][K / 32][384 bytes]
+            elif self.kernel_dtype == "codes":  # [N / 16][K / 32][bytes]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 32
             else:  # [N / 16][K][16]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1]
@@ -136,8 +136,8 @@ class PackedLinear(nn.Module):
             rows = x.reshape(-1, self.in_features)
             if self.kernel_dtype == "f32":
                 out = kernels.f32_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
-            elif self.kernel_dtype == "q4":
-                out = kernels.q4_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
+            elif self.kernel_dtype == "codes":
+                out = kernels.coded_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
             else:
                 out_dtype = torch.float32 if self.float32_output else torch.bfloat16
                 out = kernels.bf16_linear(rows.to(torch.bfloat16), self.kernel_weight, self.bias_f32, out_dtype,

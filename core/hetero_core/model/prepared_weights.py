@@ -10,7 +10,7 @@ weights are opaque, so those linears are stored fused and converted and are reor
 
 The key covers the checkpoint files (path, size, modification time), the dtype, which kernel
 layout the linears take (``cpu_linear.kernel_layout``), and the code that decides the layouts
-(this file, ``fusion``, ``cpu_linear``, ``cpu_kernels``, ``q4_weights``, ``llama``, and the C
+(this file, ``fusion``, ``cpu_linear``, ``cpu_kernels``, ``block_codes``, ``llama``, and the C
 linears that read them), so an edit to any of them starts a new file. At most
 ``KEEP_FILES`` files are kept, the least recently used going first. A file that cannot be read is
 ignored (and replaced); one that cannot be written costs only the saving. Checkpoints under
@@ -45,7 +45,7 @@ KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyo
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
-_LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "q4_weights", "llama")
+_LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "block_codes", "llama")
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 
 
@@ -87,7 +87,7 @@ def load_packed_model(
 
 def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
     """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
-    layout = kernel_layout(kernels, dtype)
+    layout = [kernel_layout(kernels, dtype), getattr(kernels, "block_codes", False)]
     files = [_identity(p) for p in _checkpoint_files(source)]
     here = Path(__file__).parent
     code = [(here / f"{name}.py").read_bytes() for name in _LAYOUT_MODULES]

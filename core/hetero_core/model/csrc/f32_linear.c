@@ -58,23 +58,24 @@
 #define PANEL_VECTORS (PANEL / LANES)
 #define F32_PREFETCH_LINES 16 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
-/* ---- The same linear over 4-bit block weights (Q4_1), expanded exactly. ----
+/* ---- The same linear over weights that are exact block codes (GGUF's Q4_1 and Q8_0). ----
  *
- * GGUF's Q4_1 stores a weight as d * q + m: q a 4-bit code, d and m per block of 32 inputs. d * q
- * is exact in fp32 (d has an 11-bit significand, q 4 bits), so fma(d, q, m), d * q + m and the
- * dequantized checkpoint's value are one and the same float. The kernel expands each group of panels
- * into fp32 once per call (into a per-thread buffer) and runs the passes above on it: the result
- * equals f32_linear on the dequantized weight bit for bit, while the weight streams from memory at
- * 0.75 instead of 4 bytes per weight (decode steps are bound by that stream).
+ * Q4_1 stores a weight as d * q + m (q a 4-bit code, d and m f16 per block of 32 inputs), Q8_0 as
+ * d * q (q an 8-bit signed code, m = 0). d * q is exact in fp32 (d has an 11-bit significand, q 4
+ * or 8 bits), so d * q + m, rounded once whether fused or not, is the dequantized checkpoint's value
+ * itself. ``coded_linear`` expands the codes, in registers for one or two passes (decode steps) or
+ * once per group into a per-thread buffer for more, and runs the passes above: its results equal
+ * f32_linear's on the dequantized weight bit for bit, while the weight streams at 0.75 (4-bit) or
+ * 1.25 (8-bit) bytes per weight instead of 4.
  *
- * Packed by the caller (cpu_kernels.pack_q4_linear) as [N / 16][K / 32][384 bytes]: for one panel
- * of 16 columns and one block of 32 inputs, d[16] and m[16] as fp32, then for each pair of inputs
- * 16 bytes, byte c holding column c's code of the first input in its low nibble and of the second
- * in its high one (one 16-byte load, a mask and a shift give an input's codes). */
-#define Q4_BLOCK 32
-#define Q4_BLOCK_BYTES (2 * PANEL * 4 + Q4_BLOCK * PANEL / 2)
-#ifndef Q4_FUSED_PASSES
-#define Q4_FUSED_PASSES 2
+ * Packed by the caller (cpu_kernels.pack_coded_linear, block_codes.py) as [N / 16][K / 32][bytes]:
+ * for one panel of 16 columns and one block of 32 inputs, d[16] and m[16] as fp32, then the codes:
+ * 4-bit, for each pair of inputs 16 bytes, byte c holding column c's code of the first input in its
+ * low nibble and of the second in its high one; 8-bit, for each input 16 signed bytes. */
+#define CODE_BLOCK 32
+#define CODE_BLOCK_BYTES(bits) (2 * PANEL * 4 + CODE_BLOCK * PANEL * (bits) / 8)
+#ifndef FUSED_CODE_PASSES
+#define FUSED_CODE_PASSES 2 /* passes that expand the codes in registers; more use the buffer */
 #endif
 
 /* One input's 16 codes as floats: ``pair`` holds two inputs' codes, 16 bytes, byte c with column c's
@@ -95,12 +96,36 @@ static inline void q4_codes(const uint8_t *pair, int high, float *q) {
 #endif
 }
 
+/* One input's 16 signed 8-bit codes as floats. */
+static inline void q8_codes(const uint8_t *codes, float *q) {
+#if defined(__AVX2__)
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)codes);
+#if defined(__AVX512F__)
+    _mm512_store_ps(q, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
+#else
+    _mm256_store_ps(q, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+    _mm256_store_ps(q + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8))));
+#endif
+#else
+    for (int c = 0; c < PANEL; c++) q[c] = (float)(int8_t)codes[c];
+#endif
+}
+
+/* Input ``input`` (0..31) of a packed block: its 16 codes as floats. */
+static inline void block_codes(const uint8_t *block, int input, int bits, float *q) {
+    const uint8_t *codes = block + 2 * PANEL * sizeof(float);
+    if (bits == 4)
+        q4_codes(codes + input / 2 * PANEL, input & 1, q);
+    else
+        q8_codes(codes + input * PANEL, q);
+}
+
 /* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each panel from vector ``v0``
  * (all of it: slice = PANEL_VECTORS, v0 = 0). */
 static inline __attribute__((always_inline)) void f32_panel_rows(
     const float *x, int64_t ldx, const float *panel, const float *bias, float *y, int64_t ldy,
     int64_t k, const int rows, const int width, const int slice, int v0, const int swiglu, const char *ahead,
-    int64_t ahead_lines, const uint8_t *codes) {
+    int64_t ahead_lines, const uint8_t *codes, const int bits) {
     vfloat acc[MAX_WIDTH * PANEL_VECTORS][MAX_ROWS];
     for (int c = 0; c < width; c++)
         for (int v = 0; v < slice; v++) {
@@ -114,11 +139,10 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             __builtin_prefetch(ahead + 64 * a, 0, 2);  /* the next panels, while this pass runs from cache */
         vfloat w[MAX_WIDTH * PANEL_VECTORS];
         for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
-            if (codes != NULL) {  /* 4-bit codes (q4_linear), expanded in registers */
-                const uint8_t *block = codes + (c * (k / Q4_BLOCK) + i / Q4_BLOCK) * Q4_BLOCK_BYTES;
-                const int input = (int)(i % Q4_BLOCK);
+            if (codes != NULL) {  /* block codes (coded_linear), expanded in registers */
+                const uint8_t *block = codes + (c * (k / CODE_BLOCK) + i / CODE_BLOCK) * CODE_BLOCK_BYTES(bits);
                 float q[PANEL] __attribute__((aligned(64)));
-                q4_codes(block + 2 * PANEL * sizeof(float) + input / 2 * PANEL, input & 1, q);
+                block_codes(block, (int)(i % CODE_BLOCK), bits, q);
                 for (int v = 0; v < slice; v++) {
                     vfloat d, m, qv;
                     memcpy(&d, block + (v0 + v) * LANES * sizeof(float), sizeof d);
@@ -162,16 +186,16 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
 #define CASES(n) CASES__(n)
 
 #define PLAIN_CALL(n, c) \
-    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines, codes); break;
+    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines, codes, bits); break;
 #define SWIGLU_CALL(n, c) \
     case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, SWIGLU_SLICE, v0, 1, v0 ? NULL : ahead, v0 ? 0 : ahead_lines, \
-                           codes); \
+                           codes, bits); \
     break;
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels. */
 static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
                             int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines,
-                            const uint8_t *codes) {
+                            const uint8_t *codes, int bits) {
     if (swiglu) {
         for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {  /* a panel's vectors, a slice at a time */
 #if SWIGLU_WIDTH == 4
@@ -221,27 +245,27 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
             const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
             const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
             f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
-                     ahead_lines, NULL);
+                     ahead_lines, NULL, 0);
             m0 += rows;
         }
     }
     return 0;
 }
 
-/* ``width`` panels (``k`` inputs each) from ``packed`` into ``out`` in f32_linear's layout. */
-static void q4_expand(const uint8_t *packed, int width, int64_t k, float *out) {
-    const int64_t blocks = k / Q4_BLOCK;
+/* ``width`` panels (``k`` inputs each) of ``bits``-bit codes from ``packed`` into ``out`` in
+ * f32_linear's layout. */
+static void expand_codes(const uint8_t *packed, int width, int64_t k, int bits, float *out) {
+    const int64_t blocks = k / CODE_BLOCK;
     for (int c = 0; c < width; c++)
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = packed + (c * blocks + b) * Q4_BLOCK_BYTES;
+            const uint8_t *block = packed + (c * blocks + b) * CODE_BLOCK_BYTES(bits);
             vfloat d[PANEL_VECTORS], m[PANEL_VECTORS];
             memcpy(d, block, sizeof d);
             memcpy(m, block + sizeof d, sizeof m);
-            const uint8_t *codes = block + 2 * sizeof d;
-            float *line = out + (c * k + b * Q4_BLOCK) * PANEL;
-            for (int i = 0; i < Q4_BLOCK; i++) {
+            float *line = out + (c * k + b * CODE_BLOCK) * PANEL;
+            for (int i = 0; i < CODE_BLOCK; i++) {
                 float q[PANEL] __attribute__((aligned(64)));
-                q4_codes(codes + i / 2 * PANEL, i & 1, q);
+                block_codes(block, i, bits, q);
                 for (int v = 0; v < PANEL_VECTORS; v++) {
                     vfloat qv;
                     memcpy(&qv, q + v * LANES, sizeof qv);
@@ -253,23 +277,23 @@ static void q4_expand(const uint8_t *packed, int width, int64_t k, float *out) {
 }
 
 /* The expanded panels of the group a thread works on; grown as needed, kept for the thread's life. */
-static __thread float *q4_scratch;
-static __thread int64_t q4_scratch_floats;
+static __thread float *code_scratch;
+static __thread int64_t code_scratch_floats;
 
-static float *q4_buffer(int64_t floats) {
-    if (floats > q4_scratch_floats) {
-        free(q4_scratch);
-        q4_scratch = aligned_alloc(64, (size_t)floats * sizeof(float));
-        q4_scratch_floats = q4_scratch != NULL ? floats : 0;
+static float *code_buffer(int64_t floats) {
+    if (floats > code_scratch_floats) {
+        free(code_scratch);
+        code_scratch = aligned_alloc(64, (size_t)floats * sizeof(float));
+        code_scratch_floats = code_scratch != NULL ? floats : 0;
     }
-    return q4_scratch;
+    return code_scratch;
 }
 
-/* As f32_linear, with ``packed`` in the Q4_1 layout above (K a multiple of 32, the caller checks).
- * Returns 0, or 1 when a thread's buffer cannot be allocated. */
-int q4_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
-              int64_t m, int64_t n, int64_t k, int swiglu, int num_threads) {
-    const int64_t panels = n / PANEL, panel_bytes = k / Q4_BLOCK * Q4_BLOCK_BYTES;
+/* As f32_linear, with ``packed`` holding ``bits``-bit block codes (4 or 8) in the layout above (K a
+ * multiple of 32, the caller checks). Returns 0, or 1 when a thread's buffer cannot be allocated. */
+int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
+                 int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
+    const int64_t panels = n / PANEL, panel_bytes = k / CODE_BLOCK * CODE_BLOCK_BYTES(bits);
     const int few = swiglu && m <= SWIGLU_FEW_ROWS;
     const int group_width = few ? 2 : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
     const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
@@ -281,21 +305,19 @@ int q4_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *b
         const int width = panels - p < group_width ? (int)(panels - p) : group_width;
         const uint8_t *group_codes = packed + p * panel_bytes;
         const int64_t passes = (m + max_rows - 1) / max_rows;
-        /* Up to Q4_FUSED_PASSES passes expand the codes in registers, each pass again; more expand
-         * the group once into the thread's buffer and run from there. */
-        const uint8_t *codes = passes <= Q4_FUSED_PASSES ? group_codes : NULL;
+        const uint8_t *codes = passes <= FUSED_CODE_PASSES ? group_codes : NULL;
         float *w = NULL;
         if (codes == NULL) {
-            w = q4_buffer(group_width * k * PANEL);
+            w = code_buffer(group_width * k * PANEL);
             if (w == NULL) {
                 failed = 1;
                 continue;
             }
-            q4_expand(group_codes, width, k, w);
+            expand_codes(group_codes, width, k, bits, w);
         }
         const float *b = bias != NULL ? bias + p * PANEL : NULL;
-        /* Every pass pulls in a share of the next group's codes (0.75 bytes a weight: one pass's share
-         * is small), so the expansion of the next group finds them in cache. */
+        /* Every pass pulls in a share of the next group's codes, so the next expansion finds them in
+         * cache. */
         const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
         const char *next = (const char *)(packed + (p + width) * panel_bytes);
         const int64_t next_lines = next_panels * panel_bytes / 64, share = (next_lines + passes - 1) / passes;
@@ -305,7 +327,7 @@ int q4_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *b
             const int64_t first_line = pass * share < next_lines ? pass * share : next_lines;
             const int64_t ahead_lines = next_lines - first_line < share ? next_lines - first_line : share;
             f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
-                     ahead_lines, codes);
+                     ahead_lines, codes, bits);
             m0 += rows;
         }
     }

@@ -1,0 +1,95 @@
+"""Find fp32 weights that are exact block codes (GGUF's Q4_1 and Q8_0), and pack them for ``coded_linear``.
+
+A quantized checkpoint dequantizes each weight from a code and per-block constants (blocks of 32
+inputs): Q4_1 as ``d * q + m`` (f16 ``d`` and ``m``, ``q`` in 0..15), Q8_0 as ``d * q`` (f16 ``d``,
+``q`` in -127..127). ``d * q`` is exact in fp32, so the dequantized value is a single rounding of
+``d * q + m``, which the kernel reproduces bit for bit. The converted checkpoint holds only the fp32
+values; ``block_codes`` recovers the codes from them and checks that every weight comes back exactly:
+
+- Q4_1: ``m`` is the block's minimum (the weight of code 0), ``d`` is (max - min) / 15 rounded to f16;
+- Q8_0: ``d`` is max |w| / 127 rounded to f16 (``m`` = 0);
+
+trying ``d``'s f16 neighbours where rounding went the other way. Any other tensor (a full-precision
+checkpoint, another quantization) is left as it is: None.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 32  # inputs per block
+PANEL = 16  # output columns per panel (the kernels' layout)
+_PROBE_ROWS = 64  # rows checked first, so most tensors that are not codes are refused cheaply
+
+
+def block_bytes(bits: int) -> int:
+    """Bytes of one panel's block: d[16] and m[16] fp32, then 32 inputs x 16 codes of ``bits`` bits."""
+    return 2 * PANEL * 4 + BLOCK * PANEL * bits // 8
+
+
+def block_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
+    """``weight`` [N, K] fp32 -> ``(d, m, q, bits)``: [N, K / 32] fp32 twice, [N, K / 32, 32] codes
+    (uint8 for 4 bits, int8 for 8) with ``d * q + m == weight`` exactly; None for any other tensor."""
+    if weight.dtype != torch.float32 or weight.dim() != 2 or weight.shape[1] % BLOCK or weight.numel() == 0:
+        return None
+    for codes in (_q4_1, _q8_0):
+        if weight.shape[0] > _PROBE_ROWS and codes(weight[:_PROBE_ROWS]) is None:
+            continue
+        found = codes(weight)
+        if found is not None:
+            return found
+    return None
+
+
+def _q4_1(weight: torch.Tensor):
+    blocks = weight.detach().reshape(weight.shape[0], -1, BLOCK)
+    low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)
+    if not torch.equal(low.half().float(), low):  # m is an f16 value (and the code-0 weight)
+        return None
+    found = _find_scales(blocks, (high - low) / 15, low, 0, 15)
+    return None if found is None else (found[0], low, found[1].to(torch.uint8), 4)
+
+
+def _q8_0(weight: torch.Tensor):
+    blocks = weight.detach().reshape(weight.shape[0], -1, BLOCK)
+    zero = torch.zeros(blocks.shape[:2])
+    found = _find_scales(blocks, blocks.abs().amax(dim=-1) / 127, zero, -127, 127)
+    return None if found is None else (found[0], zero, found[1].to(torch.int8), 8)
+
+
+def _find_scales(blocks, estimate, m, lowest: int, highest: int):
+    """Per block the f16 ``d`` (the estimate rounded to f16, or one step either side) and codes in
+    ``[lowest, highest]`` with ``d * q + m == blocks`` exactly; None if some block has none."""
+    if not (torch.isfinite(estimate).all() and torch.isfinite(m).all()):
+        return None
+    nearest = estimate.half()
+    found_d = torch.full_like(m, float("nan"))
+    found_q = torch.zeros(blocks.shape)
+    for d16 in (nearest, torch.nextafter(nearest, torch.full_like(nearest, float("inf"))),
+                torch.nextafter(nearest, torch.zeros_like(nearest))):
+        d = d16.float()
+        q = torch.round((blocks - m[..., None]) / torch.where(d > 0, d, 1)[..., None]).clamp_(lowest, highest)
+        exact = torch.eq(d[..., None] * q + m[..., None], blocks).all(dim=-1) & torch.isnan(found_d)
+        found_d = torch.where(exact, d, found_d)
+        found_q[exact] = q[exact]
+    if torch.isnan(found_d).any():
+        return None
+    return found_d, found_q
+
+
+def pack_code_panels(d: torch.Tensor, m: torch.Tensor, q: torch.Tensor, bits: int) -> torch.Tensor:
+    """``block_codes``'s output (rows in the kernel's column order; N a multiple of 16) -> the
+    ``coded_linear`` layout, [N / 16, K / 32, block_bytes(bits)], uint8 for 4-bit codes and int8 for
+    8-bit ones (the dtype tells a packed weight's format)."""
+    rows, blocks = d.shape
+    panels = rows // PANEL
+
+    def per_panel(t: torch.Tensor) -> torch.Tensor:  # [N, B, ...] -> [N / 16, B, 16, ...]
+        return t.reshape(panels, PANEL, blocks, *t.shape[2:]).transpose(1, 2)
+
+    scales = torch.cat([per_panel(d), per_panel(m)], dim=-1).contiguous().view(torch.uint8)  # [P, B, 128]
+    codes = per_panel(q).transpose(2, 3).contiguous().view(torch.uint8)  # [P, B, 32 inputs, 16 columns]
+    if bits == 4:
+        codes = codes[:, :, 0::2] | (codes[:, :, 1::2] << 4)  # [P, B, 16 pairs of inputs, 16 columns]
+    packed = torch.cat([scales, codes.reshape(panels, blocks, -1)], dim=-1).contiguous()
+    return packed if bits == 4 else packed.view(torch.int8)

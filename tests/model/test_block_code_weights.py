@@ -1,0 +1,39 @@
+"""The embedded SmolLM2 is a Q4_1 GGUF (Q8_0 embeddings): in fp32 its linears stream block codes,
+with the same logits as the fp32 weights, bit for bit; ``block_code_weights = false`` turns it off."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+from hetero_core.model.cpu_linear import PackedLinear
+
+
+def _linear_kinds(executor) -> Counter:
+    return Counter((m.kernel_dtype, m.kernel_weight.dtype) for m in executor.model.modules() if isinstance(m, PackedLinear))
+
+
+def _logits(executor, token_ids: list[int]) -> torch.Tensor:
+    model = executor.model
+    hidden = model.model.embed_tokens(torch.tensor(token_ids))
+    for layer in model.model.layers:  # every linear, without attention's context (q stands in for its output)
+        attention = layer.self_attn
+        q = attention.qkv_proj(layer.input_layernorm(hidden))[:, : attention.o_proj.in_features]
+        hidden = hidden + attention.o_proj(q)
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    return model.compute_logits(model.model.norm(hidden))
+
+
+@pytest.mark.slow
+def test_the_embedded_model_streams_block_codes_with_identical_logits(smollm2_dir, make_executor, cpu_kernels):
+    options = {"dtype": "float32", "prepared_weights_cache": False}
+    coded = make_executor(smollm2_dir, options=TorchExecutorOptions(**options))
+    plain = make_executor(smollm2_dir, options=TorchExecutorOptions(**options, block_code_weights=False))
+    layers = len(coded.model.model.layers)
+    assert _linear_kinds(coded) == {("codes", torch.uint8): 4 * layers, ("codes", torch.int8): 1}  # head: Q8_0
+    assert _linear_kinds(plain) == {("f32", torch.float32): 4 * layers + 1}
+    for rows in ([5], list(range(100, 109)), list(range(200, 240))):  # 1 row, 9 rows, 40 rows: every path
+        assert torch.equal(_logits(coded, rows), _logits(plain, rows))
