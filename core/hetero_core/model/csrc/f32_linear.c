@@ -74,8 +74,12 @@
  * low nibble and of the second in its high one; 8-bit, for each input 16 signed bytes. */
 #define CODE_BLOCK 32
 #define CODE_BLOCK_BYTES(bits) (2 * PANEL * 4 + CODE_BLOCK * PANEL * (bits) / 8)
-#ifndef FUSED_CODE_PASSES
-#define FUSED_CODE_PASSES 2 /* passes that expand the codes in registers; more use the buffer */
+/* Passes that expand the codes in registers, each pass again; more expand them once into a buffer.
+ * Measured on an Emerald Rapids Xeon with cold weights: 2 with AVX-512 (32 registers), 1 with AVX2. */
+#if LANES == 16
+#define FUSED_CODE_PASSES 2
+#else
+#define FUSED_CODE_PASSES 1
 #endif
 
 /* One input's 16 codes as floats: ``pair`` holds two inputs' codes, 16 bytes, byte c with column c's
@@ -193,9 +197,9 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
     break;
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels. */
-static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
-                            int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines,
-                            const uint8_t *codes, int bits) {
+static inline __attribute__((always_inline)) void f32_pass_as(
+    const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy, int64_t k, int64_t rows,
+    int width, int swiglu, const char *ahead, int64_t ahead_lines, const uint8_t *codes, const int bits) {
     if (swiglu) {
         for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {  /* a panel's vectors, a slice at a time */
 #if SWIGLU_WIDTH == 4
@@ -215,6 +219,19 @@ static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const 
         case 1: switch (rows) { CASES(F32_ROWS)(PLAIN_CALL, 1) } break;
 #endif
     }
+}
+
+/* f32_pass_as with the weight's format fixed at compile time (fp32 panels, 4-bit or 8-bit codes):
+ * one copy of the loops each, so none carries another format's code (and registers). */
+static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
+                            int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines,
+                            const uint8_t *codes, int bits) {
+    if (codes == NULL)
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, NULL, 0);
+    else if (bits == 4)
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, 4);
+    else
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, 8);
 }
 
 /* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] (in the weight's column order)
