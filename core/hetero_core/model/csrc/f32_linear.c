@@ -82,19 +82,29 @@
 #define FUSED_CODE_PASSES 1
 #endif
 
+#if defined(__AVX2__)
+/* 16 bytes as 16 floats, zero-extended (``is_signed`` 0) or sign-extended (1). */
+static inline void bytes_as_floats(__m128i bytes, const int is_signed, float *q) {
+#if defined(__AVX512F__)
+    const __m512i wide = is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
+    _mm512_store_ps(q, _mm512_cvtepi32_ps(wide));
+#else
+    const __m128i high = _mm_srli_si128(bytes, 8);
+    const __m256i first = is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+    const __m256i second = is_signed ? _mm256_cvtepi8_epi32(high) : _mm256_cvtepu8_epi32(high);
+    _mm256_store_ps(q, _mm256_cvtepi32_ps(first));
+    _mm256_store_ps(q + 8, _mm256_cvtepi32_ps(second));
+#endif
+}
+#endif
+
 /* One input's 16 codes as floats: ``pair`` holds two inputs' codes, 16 bytes, byte c with column c's
  * code of the first input in its low nibble and of the second in its high one (``high``). */
 static inline void q4_codes(const uint8_t *pair, int high, float *q) {
 #if defined(__AVX2__)
     __m128i bytes = _mm_loadu_si128((const __m128i *)pair);
     if (high) bytes = _mm_srli_epi16(bytes, 4);
-    bytes = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
-#if defined(__AVX512F__)
-    _mm512_store_ps(q, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)));
-#else
-    _mm256_store_ps(q, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)));
-    _mm256_store_ps(q + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8))));
-#endif
+    bytes_as_floats(_mm_and_si128(bytes, _mm_set1_epi8(0x0f)), 0, q);
 #else
     for (int c = 0; c < PANEL; c++) q[c] = (float)((high ? pair[c] >> 4 : pair[c]) & 15);
 #endif
@@ -103,13 +113,7 @@ static inline void q4_codes(const uint8_t *pair, int high, float *q) {
 /* One input's 16 signed 8-bit codes as floats. */
 static inline void q8_codes(const uint8_t *codes, float *q) {
 #if defined(__AVX2__)
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)codes);
-#if defined(__AVX512F__)
-    _mm512_store_ps(q, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
-#else
-    _mm256_store_ps(q, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
-    _mm256_store_ps(q + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8))));
-#endif
+    bytes_as_floats(_mm_loadu_si128((const __m128i *)codes), 1, q);
 #else
     for (int c = 0; c < PANEL; c++) q[c] = (float)(int8_t)codes[c];
 #endif
