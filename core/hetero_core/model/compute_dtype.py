@@ -2,8 +2,8 @@
 
 ``"auto"`` picks what the hardware computes fastest without changing the answer in a way users
 notice: bfloat16 on a CPU with native bf16 instructions (AVX-512 BF16 or AMX) where a bf16 matmul
-is measurably faster than fp32 (``cpu_bf16_speed``: ~4x on AMD Zen 4/5, and the weights stream at
-half the bytes; but about half the fp32 rate on Intel Xeons without AMX), float32 on every other
+is measurably faster than fp32 (``cpu_bf16_speed``: ~4x on an AMD Zen 5, and the weights stream at
+half the bytes; but about half the fp32 rate on an Intel Xeon without AMX), float32 on every other
 CPU (bf16 would be emulated there, slower than fp32), bfloat16 on a CUDA device that supports it
 (float16 otherwise). An explicit name always wins.
 """

@@ -1,9 +1,8 @@
 """Does this CPU multiply faster in bf16 than in fp32? Measured once, remembered.
 
-A native-bf16 flag is not enough to choose bf16: on AMD Zen 4/5 ``VDPBF16PS`` runs a bf16 matmul at
-~4x the fp32 rate, while on Intel Xeons without AMX (Cooper Lake, or Sapphire/Emerald Rapids where
-the hypervisor hides AMX) it issues on one port and a bf16 matmul runs at about half the fp32 rate
-(measured on a 2-core Emerald Rapids VM: 170 against 323 GFLOP/s). So ``dtype = "auto"`` times
+A native-bf16 flag is not enough to choose bf16: on a 2-core AMD Zen 5 VM a bf16 matmul ran at
+~4x the fp32 rate (1,016 against 239 GFLOP/s), on a 2-core Intel Emerald Rapids VM whose
+hypervisor hides AMX at about half of it (170 against 323 GFLOP/s). So ``dtype = "auto"`` times
 one matmul of each dtype (torch's oneDNN path, ~20-50 ms) the first time it runs on a CPU and keeps
 the ratio in ``<cache_dir>/cpu_dtype_speed.json``, keyed by the CPU's model name and flags and the
 torch version; later starts read it.
