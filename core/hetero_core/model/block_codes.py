@@ -22,11 +22,6 @@ PANEL = 16  # output columns per panel (the kernels' layout)
 _PROBE_ROWS = 64  # rows checked first, so most tensors that are not codes are refused cheaply
 
 
-def block_bytes(bits: int) -> int:
-    """Bytes of one panel's block: d[16] and m[16] fp32, then 32 inputs x 16 codes of ``bits`` bits."""
-    return 2 * PANEL * 4 + BLOCK * PANEL * bits // 8
-
-
 def block_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
     """``weight`` [N, K] fp32 -> ``(d, m, q, bits)``: [N, K / 32] fp32 twice, [N, K / 32, 32] codes
     (uint8 for 4 bits, int8 for 8) with ``d * q + m == weight`` exactly; None for any other tensor."""
@@ -79,8 +74,9 @@ def _find_scales(blocks, estimate, m, lowest: int, highest: int):
 
 def pack_code_panels(d: torch.Tensor, m: torch.Tensor, q: torch.Tensor, bits: int) -> torch.Tensor:
     """``block_codes``'s output (rows in the kernel's column order; N a multiple of 16) -> the
-    ``coded_linear`` layout, [N / 16, K / 32, block_bytes(bits)], uint8 for 4-bit codes and int8 for
-    8-bit ones (the dtype tells a packed weight's format)."""
+    ``coded_linear`` layout, [N / 16, K / 32, bytes]: per panel and block d[16] and m[16] fp32, then
+    32 inputs x 16 codes (384 bytes for 4-bit codes, uint8; 640 for 8-bit ones, int8: the dtype
+    tells a packed weight's format)."""
     rows, blocks = d.shape
     panels = rows // PANEL
 

@@ -83,11 +83,17 @@ def _read(path: Path) -> dict:
 
 
 def _write(path: Path, data: dict) -> None:
+    """``data`` to ``path`` atomically; a failure (a read-only cache) costs only a measurement at the
+    next start, and leaves no temporary file behind."""
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json", dir=path.parent)
         with os.fdopen(fd, "w") as file:
             json.dump(data, file, indent=1, sort_keys=True)
         os.replace(tmp, path)
-    except OSError as exc:  # a read-only cache only costs the measurement at the next start
+    except OSError as exc:
         log.info("executor.cpu_bf16_speed_not_cached", reason=str(exc))
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)

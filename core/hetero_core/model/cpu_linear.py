@@ -93,7 +93,8 @@ class PackedLinear(nn.Module):
             swiglu = fused
             if kernel_weight is None and self.kernel_dtype == "f32":  # exact block codes: 3-5x fewer bytes
                 kernel_weight = kernels.pack_coded_linear(weight, swiglu=swiglu)
-                self.kernel_dtype = "f32" if kernel_weight is None else "codes"
+                if kernel_weight is not None:
+                    self.kernel_dtype = "codes"
             if kernel_weight is None and self.kernel_dtype is not None:
                 pack = kernels.pack_bf16_linear if self.kernel_dtype == "bf16" else kernels.pack_f32_linear
                 kernel_weight = pack(weight, swiglu=swiglu)
