@@ -426,8 +426,6 @@ CODED_WEIGHTS = {"q4_1": (q4_1_weight, torch.uint8), "q8_0": (q8_0_weight, torch
 
 def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes="q4_1"):
     """The block-code kernel equals the fp32 kernel on the dequantized weight bit for bit, plain and SwiGLU."""
-    from hetero_core.model.cpu_kernels import swiglu_panel_order
-
     make, dtype = CODED_WEIGHTS[codes]
     weight = make(out_features, in_features, seed=rows)
     bias = torch.randn(out_features) if bias else None
@@ -437,7 +435,7 @@ def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes
     expected = kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias)
     assert torch.equal(kernels.coded_linear(x, packed, bias), expected)
     if out_features % 32 == 0:
-        ordered = None if bias is None else swiglu_panel_order(bias)
+        ordered = None if bias is None else kernels.swiglu_order(bias)
         fused = kernels.coded_linear(x, kernels.pack_coded_linear(weight, swiglu=True), ordered, swiglu=True)
         plain = kernels.f32_linear(x, kernels.pack_f32_linear(weight, swiglu=True), ordered, swiglu=True)
         assert fused.shape == (rows, out_features // 2) and torch.equal(fused, plain)
@@ -508,13 +506,11 @@ def test_fp32_packed_linears_take_the_coded_kernel_for_block_code_weights(kernel
 
 def _check_swiglu_linear(kernels, dtype, rows, intermediate, bias, in_features=200):
     """The linear with its SwiGLU epilogue gives exactly the unfused linear followed by silu_mul."""
-    from hetero_core.model.cpu_kernels import swiglu_panel_order
-
     torch.manual_seed(rows + intermediate)
     weight = torch.randn(2 * intermediate, in_features).to(dtype)
     bias = torch.randn(2 * intermediate) if bias else None
     x = torch.randn(rows, in_features + 40)[:, 20:20 + in_features].to(dtype)  # strided rows
-    ordered_bias = None if bias is None else swiglu_panel_order(bias)
+    ordered_bias = None if bias is None else kernels.swiglu_order(bias, dtype)
     if dtype == torch.float32:
         plain = kernels.silu_mul(kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias))
         fused = kernels.f32_linear(x, kernels.pack_f32_linear(weight, swiglu=True), ordered_bias, swiglu=True)

@@ -70,10 +70,12 @@ _SIGNATURES = {
     "rotary": [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
     "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "bf16_linear_available": [],
+    "swiglu_pair_columns": [],
     "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
     "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
 }
-_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "f32_linear", "coded_linear")  # one symbol for every dtype
+_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "swiglu_pair_columns", "f32_linear",
+            "coded_linear")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
 
 
@@ -95,6 +97,9 @@ class PrefillSequences:
 class CpuKernels:
     library: ctypes.CDLL
     path: Path
+    # How the fp32 linear wants a fused gate/up weight's rows interleaved for SwiGLU (swiglu_panel_order):
+    # 16 with 16-lane vectors (AVX-512), 8 with narrower ones (a pair in one 16-column panel).
+    swiglu_pair_columns: int = 16
     block_codes: bool = True  # pack_coded_linear looks for block-code weights (False: it never does)
 
     def supports(self, query: torch.Tensor, num_kv_heads: int) -> bool:
@@ -186,7 +191,7 @@ class CpuKernels:
         if (not self.has_bf16_linear or weight.dtype != torch.bfloat16 or out_features % (32 if swiglu else 16)
                 or in_features % 2):
             return None
-        panels = swiglu_panel_order(weight.detach()) if swiglu else weight.detach()
+        panels = swiglu_panel_order(weight.detach(), 16) if swiglu else weight.detach()  # bf16_linear: AVX-512
         return panels.reshape(out_features // 16, 16, in_features // 2, 2).permute(0, 2, 1, 3).contiguous()
 
     def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
@@ -208,15 +213,14 @@ class CpuKernels:
             raise ValueError("the bf16 linear kernel refused its shapes")
         return out
 
-    @staticmethod
-    def pack_f32_linear(weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
+    def pack_f32_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
         """``weight`` [N, K] fp32 -> the layout ``f32_linear`` reads ([N / 16][K][16]), or None where it
         does not apply (not fp32, N not a multiple of 16, of 32 with ``swiglu``; as for
         ``pack_bf16_linear``)."""
         out_features, in_features = weight.shape
         if weight.dtype != torch.float32 or out_features % (32 if swiglu else 16):
             return None
-        panels = swiglu_panel_order(weight.detach()) if swiglu else weight.detach()
+        panels = self.swiglu_order(weight.detach()) if swiglu else weight.detach()
         return panels.reshape(out_features // 16, 16, in_features).permute(0, 2, 1).contiguous()
 
     def f32_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
@@ -242,7 +246,7 @@ class CpuKernels:
 
         if not self.block_codes or weight.dtype != torch.float32 or weight.shape[0] % (32 if swiglu else 16):
             return None
-        found = block_codes(swiglu_panel_order(weight.detach()) if swiglu else weight)
+        found = block_codes(self.swiglu_order(weight.detach()) if swiglu else weight)
         return None if found is None else pack_code_panels(*found)
 
     def coded_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
@@ -261,6 +265,10 @@ class CpuKernels:
         if status != 0:
             raise MemoryError("the coded linear kernel could not allocate its expansion buffer")
         return out
+
+    def swiglu_order(self, gate_up: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``gate_up``'s rows (or bias) in the order the linear of ``dtype`` takes for ``swiglu``."""
+        return swiglu_panel_order(gate_up, 16 if dtype == torch.bfloat16 else self.swiglu_pair_columns)
 
     def handles(self, tensor: torch.Tensor, width: int) -> bool:
         """True for a CPU tensor of a dtype the element-wise kernels compute, rows ``width`` wide
@@ -306,11 +314,11 @@ class CpuKernels:
         )
 
 
-def swiglu_panel_order(gate_up: torch.Tensor) -> torch.Tensor:
+def swiglu_panel_order(gate_up: torch.Tensor, columns: int) -> torch.Tensor:
     """A fused gate/up projection's rows (or bias), gate first, reordered to the kernels' SwiGLU order:
-    16 gate rows, the 16 up rows of the same outputs, the next 16 gate rows, ..."""
+    ``columns`` gate rows, the ``columns`` up rows of the same outputs, the next gate rows, ..."""
     size = gate_up.shape[0] // 2
-    halves = gate_up.reshape(2, size // 16, 16, *gate_up.shape[1:])
+    halves = gate_up.reshape(2, size // columns, columns, *gate_up.shape[1:])
     return halves.transpose(0, 1).reshape(gate_up.shape)
 
 
@@ -352,7 +360,7 @@ def _load() -> CpuKernels:
             function = getattr(library, symbol)
             function.argtypes = argtypes
             function.restype = None if name in _VOID else ctypes.c_int  # bf16_linear_available too
-    return CpuKernels(library, path)
+    return CpuKernels(library, path, library.swiglu_pair_columns())
 
 
 def _build() -> Path:

@@ -121,9 +121,8 @@ class PackedLinear(nn.Module):
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
         self.bias_f32 = None
         if bias is not None and self.kernels is not None:  # in the packed weight's column order
-            from hetero_core.model.cpu_kernels import swiglu_panel_order
-
-            self.bias_f32 = (swiglu_panel_order(bias) if self.swiglu else bias).detach().float().contiguous()
+            order_dtype = torch.bfloat16 if self.kernel_dtype == "bf16" else torch.float32
+            self.bias_f32 = (kernels.swiglu_order(bias, order_dtype) if self.swiglu else bias).detach().float().contiguous()
 
     @classmethod
     def from_kernel_layout(cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels,

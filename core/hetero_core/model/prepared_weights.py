@@ -87,7 +87,8 @@ def load_packed_model(
 
 def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
     """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
-    layout = [kernel_layout(kernels, dtype), getattr(kernels, "block_codes", False)]
+    layout = [kernel_layout(kernels, dtype), getattr(kernels, "block_codes", False),
+              getattr(kernels, "swiglu_pair_columns", None)]
     files = [_identity(p) for p in _checkpoint_files(source)]
     here = Path(__file__).parent
     code = [(here / f"{name}.py").read_bytes() for name in _LAYOUT_MODULES]

@@ -27,30 +27,36 @@
 /* Panels per group and rows of x per pass, from the registers: VECTORS * ROWS accumulators plus a
  * group's weight vectors and one broadcast. AVX-512 (32 registers): 3 panels x 8 rows = 24
  * accumulators; SwiGLU: 2 gate/up pairs x 6 rows, or, for up to 12 rows in all, 1 pair x 12 rows
- * (one pass). AVX2 (16): 1 panel (2 vectors) x 6 rows = 12; SwiGLU: 1 pair x 6 rows, one vector
- * (a slice of 8 columns) of each panel at a time (2 x 6 = 12). SSE (16): 1 panel (4 vectors) x 3
- * rows; SwiGLU: 1 pair x 6 rows, one vector of each panel at a time. */
+ * (one pass). AVX2 (16): 1 panel (2 vectors) x 6 rows = 12. SSE (16): 1 panel (4 vectors) x 3 rows.
+ *
+ * SWIGLU_PAIR_COLUMNS: how the fused gate/up weight's rows are interleaved (the packer asks
+ * ``swiglu_pair_columns``). With 16-lane vectors a pair is two panels, 16 gate columns then the 16
+ * up columns of the same outputs. With narrower ones a pair is one panel, 8 gate columns then their
+ * 8 up columns, so SwiGLU runs the plain configuration: a panel's first half of vectors are gates,
+ * its second half ups. (AVX2 had taken pairs of panels one 8-column slice at a time: every pass then
+ * read half of each line of a 72 KiB pair, from L2, at 130 instead of 160 GF/s.) */
 #if LANES == 16
 #define F32_WIDTH 3
 #define F32_ROWS 8
+#define SWIGLU_PAIR_COLUMNS 16
 #define SWIGLU_WIDTH 4
 #define SWIGLU_ROWS 6
-#define SWIGLU_FEW_ROWS 12 /* rows of the 1-pair configuration */
+#define SWIGLU_FEW_WIDTH 2 /* panels of the configuration for few rows: 1 pair */
+#define SWIGLU_FEW_ROWS 12 /* and its rows */
 #define SWIGLU_SLICE 1 /* vectors of each panel per pass */
-#elif LANES == 8
-#define F32_WIDTH 1
-#define F32_ROWS 6
-#define SWIGLU_WIDTH 2
-#define SWIGLU_ROWS 6
-#define SWIGLU_FEW_ROWS 6
-#define SWIGLU_SLICE 1
 #else
-#define F32_WIDTH 1
+#if LANES == 8
+#define F32_ROWS 6
+#else
 #define F32_ROWS 3
-#define SWIGLU_WIDTH 2
-#define SWIGLU_ROWS 6
-#define SWIGLU_FEW_ROWS 6
-#define SWIGLU_SLICE 1
+#endif
+#define F32_WIDTH 1
+#define SWIGLU_PAIR_COLUMNS 8
+#define SWIGLU_WIDTH 1
+#define SWIGLU_ROWS F32_ROWS
+#define SWIGLU_FEW_WIDTH 1
+#define SWIGLU_FEW_ROWS F32_ROWS
+#define SWIGLU_SLICE PANEL_VECTORS
 #endif
 #define MAX_ROWS (F32_ROWS > SWIGLU_FEW_ROWS ? F32_ROWS : SWIGLU_FEW_ROWS)
 #define MAX_WIDTH (F32_WIDTH > SWIGLU_WIDTH ? F32_WIDTH : SWIGLU_WIDTH)
@@ -82,50 +88,32 @@
 #define FUSED_CODE_PASSES 1
 #endif
 
-#if defined(__AVX2__)
-/* 16 bytes as 16 floats, zero-extended (``is_signed`` 0) or sign-extended (1). */
-static inline void bytes_as_floats(__m128i bytes, const int is_signed, float *q) {
-#if defined(__AVX512F__)
-    const __m512i wide = is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
-    _mm512_store_ps(q, _mm512_cvtepi32_ps(wide));
+/* LANES bytes from ``p`` as LANES 32-bit integers, zero-extended (``is_signed`` 0) or sign-extended
+ * (1), in one extending load (VPMOVZXBD / VPMOVSXBD; GCC 12 widens a byte vector element by element). */
+static inline __attribute__((always_inline)) vint widen_bytes(const uint8_t *p, const int is_signed) {
+#if LANES == 16
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)p);
+    return (vint)(is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes));
+#elif LANES == 8
+    const __m128i bytes = _mm_loadl_epi64((const __m128i *)p);
+    return (vint)(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
 #else
-    const __m128i high = _mm_srli_si128(bytes, 8);
-    const __m256i first = is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
-    const __m256i second = is_signed ? _mm256_cvtepi8_epi32(high) : _mm256_cvtepu8_epi32(high);
-    _mm256_store_ps(q, _mm256_cvtepi32_ps(first));
-    _mm256_store_ps(q + 8, _mm256_cvtepi32_ps(second));
-#endif
-}
-#endif
-
-/* One input's 16 codes as floats: ``pair`` holds two inputs' codes, 16 bytes, byte c with column c's
- * code of the first input in its low nibble and of the second in its high one (``high``). */
-static inline void q4_codes(const uint8_t *pair, int high, float *q) {
-#if defined(__AVX2__)
-    __m128i bytes = _mm_loadu_si128((const __m128i *)pair);
-    if (high) bytes = _mm_srli_epi16(bytes, 4);
-    bytes_as_floats(_mm_and_si128(bytes, _mm_set1_epi8(0x0f)), 0, q);
-#else
-    for (int c = 0; c < PANEL; c++) q[c] = (float)((high ? pair[c] >> 4 : pair[c]) & 15);
+    vint q;
+    for (int l = 0; l < LANES; l++) q[l] = is_signed ? (int32_t)(int8_t)p[l] : (int32_t)p[l];
+    return q;
 #endif
 }
 
-/* One input's 16 signed 8-bit codes as floats. */
-static inline void q8_codes(const uint8_t *codes, float *q) {
-#if defined(__AVX2__)
-    bytes_as_floats(_mm_loadu_si128((const __m128i *)codes), 1, q);
-#else
-    for (int c = 0; c < PANEL; c++) q[c] = (float)(int8_t)codes[c];
-#endif
-}
-
-/* Input ``input`` (0..31) of a packed block: its 16 codes as floats. */
-static inline void block_codes(const uint8_t *block, int input, int bits, float *q) {
+/* Input ``input`` (0..31) of a packed block: its codes for the LANES columns of vector ``v`` of the
+ * panel, as floats, straight from memory into registers. */
+static inline __attribute__((always_inline)) vfloat code_vector(const uint8_t *block, int input, int v,
+                                                                const int bits) {
     const uint8_t *codes = block + 2 * PANEL * sizeof(float);
-    if (bits == 4)
-        q4_codes(codes + input / 2 * PANEL, input & 1, q);
-    else
-        q8_codes(codes + input * PANEL, q);
+    if (bits == 4) {  /* byte c: column c's code of input 2j in its low nibble, of input 2j + 1 in its high one */
+        const vint q = widen_bytes(codes + input / 2 * PANEL + v * LANES, 0);
+        return __builtin_convertvector(input & 1 ? q >> 4 : q & 15, vfloat);
+    }
+    return __builtin_convertvector(widen_bytes(codes + input * PANEL + v * LANES, 1), vfloat);
 }
 
 /* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each panel from vector ``v0``
@@ -142,40 +130,55 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             for (int r = 0; r < rows; r++) acc[c * slice + v][r] = start;
         }
     const int64_t ahead_per_step = (ahead_lines + k - 1) / k;
-    for (int64_t i = 0; i < k; i++) {
-        for (int64_t a = i * ahead_per_step; a < (i + 1) * ahead_per_step && a < ahead_lines; a++)
-            __builtin_prefetch(ahead + 64 * a, 0, 2);  /* the next panels, while this pass runs from cache */
-        vfloat w[MAX_WIDTH * PANEL_VECTORS];
-        for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
-            if (codes != NULL) {  /* block codes (coded_linear), expanded in registers */
-                const uint8_t *block = codes + (c * (k / CODE_BLOCK) + i / CODE_BLOCK) * CODE_BLOCK_BYTES(bits);
-                float q[PANEL] __attribute__((aligned(64)));
-                block_codes(block, (int)(i % CODE_BLOCK), bits, q);
+    const int64_t span = codes != NULL ? CODE_BLOCK : k;  /* inputs that share a block's d and m */
+    for (int64_t i0 = 0; i0 < k; i0 += span) {
+        vfloat d[MAX_WIDTH * PANEL_VECTORS], m[MAX_WIDTH * PANEL_VECTORS];
+        const uint8_t *blocks[MAX_WIDTH];
+        if (codes != NULL)  /* block codes (coded_linear): d and m once per block, the codes expanded in registers */
+            for (int c = 0; c < width; c++) {
+                blocks[c] = codes + (c * (k / CODE_BLOCK) + i0 / CODE_BLOCK) * CODE_BLOCK_BYTES(bits);
                 for (int v = 0; v < slice; v++) {
-                    vfloat d, m, qv;
-                    memcpy(&d, block + (v0 + v) * LANES * sizeof(float), sizeof d);
-                    memcpy(&m, block + (PANEL + (v0 + v) * LANES) * sizeof(float), sizeof m);
-                    memcpy(&qv, q + (v0 + v) * LANES, sizeof qv);
-                    w[c * slice + v] = d * qv + m;  /* d * q is exact: one rounding, fused or not */
+                    memcpy(&d[c * slice + v], blocks[c] + (v0 + v) * LANES * sizeof(float), sizeof(vfloat));
+                    memcpy(&m[c * slice + v], blocks[c] + (PANEL + (v0 + v) * LANES) * sizeof(float), sizeof(vfloat));
                 }
-                continue;
             }
-            const float *line = panel + (c * k + i) * PANEL;
-            __builtin_prefetch(line + F32_PREFETCH_LINES * PANEL, 0, 3);
-            for (int v = 0; v < slice; v++) memcpy(&w[c * slice + v], line + (v0 + v) * LANES, sizeof(vfloat));
-        }
-        for (int r = 0; r < rows; r++) {
-            const float xr = x[r * ldx + i];  /* broadcast to every lane */
-            for (int v = 0; v < width * slice; v++) acc[v][r] += w[v] * xr;
+        for (int64_t i = i0; i < i0 + span; i++) {
+            for (int64_t a = i * ahead_per_step; a < (i + 1) * ahead_per_step && a < ahead_lines; a++)
+                __builtin_prefetch(ahead + 64 * a, 0, 2);  /* the next panels, while this pass runs from cache */
+            vfloat w[MAX_WIDTH * PANEL_VECTORS];
+            for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
+                if (codes != NULL) {
+                    for (int v = 0; v < slice; v++)  /* d * q is exact: one rounding, fused or not */
+                        w[c * slice + v] = d[c * slice + v] * code_vector(blocks[c], (int)(i - i0), v0 + v, bits)
+                                           + m[c * slice + v];
+                    continue;
+                }
+                const float *line = panel + (c * k + i) * PANEL;
+                __builtin_prefetch(line + F32_PREFETCH_LINES * PANEL, 0, 3);
+                for (int v = 0; v < slice; v++) memcpy(&w[c * slice + v], line + (v0 + v) * LANES, sizeof(vfloat));
+            }
+            for (int r = 0; r < rows; r++) {
+                const float xr = x[r * ldx + i];  /* broadcast to every lane */
+                for (int v = 0; v < width * slice; v++) acc[v][r] += w[v] * xr;
+            }
         }
     }
-    if (swiglu) {  /* panels 2j and 2j + 1: gate and up of output panel j */
+    if (swiglu) {
+#if SWIGLU_PAIR_COLUMNS == PANEL  /* panels 2j and 2j + 1: gate and up of output panel j */
         for (int c = 0; c < width; c += 2)
             for (int v = 0; v < slice; v++)
                 for (int r = 0; r < rows; r++) {
                     const vfloat out = vswiglu(acc[c * slice + v][r], acc[(c + 1) * slice + v][r], 0);
                     memcpy(y + r * ldy + c / 2 * PANEL + (v0 + v) * LANES, &out, sizeof out);
                 }
+#else  /* the halves of panel c: gate and up of output columns 8c .. 8c + 7 (the whole panel in each pass) */
+        for (int c = 0; c < width; c++)
+            for (int v = 0; v < PANEL_VECTORS / 2; v++)
+                for (int r = 0; r < rows; r++) {
+                    const vfloat out = vswiglu(acc[c * slice + v][r], acc[c * slice + v + PANEL_VECTORS / 2][r], 0);
+                    memcpy(y + r * ldy + c * SWIGLU_PAIR_COLUMNS + v * LANES, &out, sizeof out);
+                }
+#endif
         return;
     }
     for (int c = 0; c < width; c++)
@@ -205,15 +208,18 @@ static inline __attribute__((always_inline)) void f32_pass_as(
     const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy, int64_t k, int64_t rows,
     int width, int swiglu, const char *ahead, int64_t ahead_lines, const uint8_t *codes, const int bits) {
     if (swiglu) {
+#if SWIGLU_PAIR_COLUMNS == PANEL
         for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {  /* a panel's vectors, a slice at a time */
-#if SWIGLU_WIDTH == 4
             if (width == 4) {
                 switch (rows) { CASES(SWIGLU_ROWS)(SWIGLU_CALL, 4) }
                 continue;
             }
-#endif
             switch (rows) { CASES(SWIGLU_FEW_ROWS)(SWIGLU_CALL, 2) }  /* one pair */
         }
+#else
+        const int v0 = 0;  /* every vector of the panel: it holds both halves of its pairs */
+        switch (rows) { CASES(SWIGLU_ROWS)(SWIGLU_CALL, 1) }
+#endif
         return;
     }
     switch (width) {
@@ -238,6 +244,24 @@ static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const 
         f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, 8);
 }
 
+/* How the rows of a fused gate/up weight are interleaved for ``swiglu`` (see SWIGLU_PAIR_COLUMNS):
+ * 16 gate rows then their 16 up rows, or 8 and 8. */
+int swiglu_pair_columns(void) { return SWIGLU_PAIR_COLUMNS; }
+
+/* Rows of x per chunk: the passes over a group of panels read x's rows again for every group, so a
+ * large x (a prefill's) is walked a chunk at a time, every group over one chunk before the next, and
+ * the chunk stays in L2 instead of streaming from L3 once per group (AVX2's groups are one panel:
+ * qkv at 2,597 rows ran at 124 GF/s instead of oneDNN's 163). Whole passes of ``max_rows``. */
+#define X_CHUNK_BYTES (256 * 1024)
+#define MIN_CHUNK_PASSES 16 /* coded_linear expands a group's codes once per chunk: over this many passes at least */
+static int64_t row_chunk(int64_t m, int64_t k, int max_rows) {
+    int64_t chunk = X_CHUNK_BYTES / (k * (int64_t)sizeof(float)) / max_rows * max_rows;
+    if (chunk < MIN_CHUNK_PASSES * max_rows) chunk = MIN_CHUNK_PASSES * max_rows;
+    if (chunk >= m) return m;
+    const int64_t chunks = (m + chunk - 1) / chunk;  /* the same rows in each */
+    return ((m + chunks - 1) / chunks + max_rows - 1) / max_rows * max_rows;
+}
+
 /* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] (in the weight's column order)
  * or NULL, y [M, N] (row stride ldy), or [M, N / 2] with swiglu (the weight's panels then pairs of
  * gate and up); N a multiple of 16, of 32 with swiglu (the caller checks). Returns 0. */
@@ -245,29 +269,35 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
                int64_t m, int64_t n, int64_t k, int swiglu, int num_threads) {
     const int64_t panels = n / PANEL;
     const int few = swiglu && m <= SWIGLU_FEW_ROWS;  /* one pass of one pair per group */
-    const int group_width = few ? 2 : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
+    const int group_width = few ? SWIGLU_FEW_WIDTH : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
     const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
-    const int64_t groups = (panels + group_width - 1) / group_width;
-    #pragma omp parallel for schedule(static) num_threads(num_threads)
-    for (int64_t group = 0; group < groups; group++) {
-        const int64_t p = group_width * group;
-        const int width = panels - p < group_width ? (int)(panels - p) : group_width;
-        const float *w = packed + p * k * PANEL;
-        const float *b = bias != NULL ? bias + p * PANEL : NULL;
-        const int64_t passes = (m + max_rows - 1) / max_rows;  /* rows split evenly over the passes */
-        /* The first pass streams this group's panels from memory; the others read them from cache and
-         * meanwhile pull the next group's panels in (one share each). */
-        const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
-        const char *next = (const char *)(w + width * k * PANEL);
-        const int64_t next_lines = next_panels * k, share = passes > 1 ? (next_lines + passes - 2) / (passes - 1) : 0;
-        float *y_group = y + (swiglu ? p / 2 : p) * PANEL;
-        for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
-            const int64_t rows = (m - m0) / (passes - pass);
-            const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
-            const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
-            f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
-                     ahead_lines, NULL, 0);
-            m0 += rows;
+    const int64_t groups = (panels + group_width - 1) / group_width, chunk = row_chunk(m, k, max_rows);
+    #pragma omp parallel num_threads(num_threads)
+    for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+        const int64_t chunk_rows = m - r0 < chunk ? m - r0 : chunk;
+        const float *x_chunk = x + r0 * ldx;
+        /* The same groups to each thread in every chunk (a static schedule): no barrier between chunks. */
+        #pragma omp for schedule(static) nowait
+        for (int64_t group = 0; group < groups; group++) {
+            const int64_t p = group_width * group;
+            const int width = panels - p < group_width ? (int)(panels - p) : group_width;
+            const float *w = packed + p * k * PANEL;
+            const float *b = bias != NULL ? bias + p * PANEL : NULL;
+            const int64_t passes = (chunk_rows + max_rows - 1) / max_rows;  /* rows split evenly over the passes */
+            /* The first pass streams this group's panels from memory; the others read them from cache
+             * and meanwhile pull the next group's panels in (one share each). */
+            const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
+            const char *next = (const char *)(w + width * k * PANEL);
+            const int64_t next_lines = next_panels * k, share = passes > 1 ? (next_lines + passes - 2) / (passes - 1) : 0;
+            float *y_group = y + r0 * ldy + (swiglu ? p * (PANEL / 2) : p * PANEL);
+            for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
+                const int64_t rows = (chunk_rows - m0) / (passes - pass);
+                const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
+                const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
+                f32_pass(x_chunk + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu,
+                         next + 64 * first_line, ahead_lines, NULL, 0);
+                m0 += rows;
+            }
         }
     }
     return 0;
@@ -275,7 +305,8 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
 
 /* ``width`` panels (``k`` inputs each) of ``bits``-bit codes from ``packed`` into ``out`` in
  * f32_linear's layout. */
-static void expand_codes(const uint8_t *packed, int width, int64_t k, int bits, float *out) {
+static inline __attribute__((always_inline)) void expand_codes_as(const uint8_t *packed, int width, int64_t k,
+                                                                 const int bits, float *out) {
     const int64_t blocks = k / CODE_BLOCK;
     for (int c = 0; c < width; c++)
         for (int64_t b = 0; b < blocks; b++) {
@@ -284,17 +315,17 @@ static void expand_codes(const uint8_t *packed, int width, int64_t k, int bits, 
             memcpy(d, block, sizeof d);
             memcpy(m, block + sizeof d, sizeof m);
             float *line = out + (c * k + b * CODE_BLOCK) * PANEL;
-            for (int i = 0; i < CODE_BLOCK; i++) {
-                float q[PANEL] __attribute__((aligned(64)));
-                block_codes(block, i, bits, q);
+            for (int i = 0; i < CODE_BLOCK; i++)
                 for (int v = 0; v < PANEL_VECTORS; v++) {
-                    vfloat qv;
-                    memcpy(&qv, q + v * LANES, sizeof qv);
-                    const vfloat w = d[v] * qv + m[v];  /* d * q is exact: one rounding, fused or not */
+                    const vfloat w = d[v] * code_vector(block, i, v, bits) + m[v];  /* d * q is exact: one rounding */
                     memcpy(line + i * PANEL + v * LANES, &w, sizeof w);
                 }
-            }
         }
+}
+
+static void expand_codes(const uint8_t *packed, int width, int64_t k, int bits, float *out) {
+    if (bits == 4) expand_codes_as(packed, width, k, 4, out);  /* one copy of the loop per format */
+    else expand_codes_as(packed, width, k, 8, out);
 }
 
 /* The expanded panels of the group a thread works on; grown as needed, kept for the thread's life. */
@@ -316,40 +347,45 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
     const int64_t panels = n / PANEL, panel_bytes = k / CODE_BLOCK * CODE_BLOCK_BYTES(bits);
     const int few = swiglu && m <= SWIGLU_FEW_ROWS;
-    const int group_width = few ? 2 : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
+    const int group_width = few ? SWIGLU_FEW_WIDTH : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
     const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
-    const int64_t groups = (panels + group_width - 1) / group_width;
+    const int64_t groups = (panels + group_width - 1) / group_width, chunk = row_chunk(m, k, max_rows);
     int failed = 0;
-    #pragma omp parallel for schedule(static) num_threads(num_threads) reduction(| : failed)
-    for (int64_t group = 0; group < groups; group++) {
-        const int64_t p = group_width * group;
-        const int width = panels - p < group_width ? (int)(panels - p) : group_width;
-        const uint8_t *group_codes = packed + p * panel_bytes;
-        const int64_t passes = (m + max_rows - 1) / max_rows;
-        const uint8_t *codes = passes <= FUSED_CODE_PASSES ? group_codes : NULL;
-        float *w = NULL;
-        if (codes == NULL) {
-            w = code_buffer(group_width * k * PANEL);
-            if (w == NULL) {
-                failed = 1;
-                continue;
+    #pragma omp parallel num_threads(num_threads) reduction(| : failed)
+    for (int64_t r0 = 0; r0 < m; r0 += chunk) {  /* as in f32_linear */
+        const int64_t chunk_rows = m - r0 < chunk ? m - r0 : chunk;
+        const float *x_chunk = x + r0 * ldx;
+        #pragma omp for schedule(static) nowait
+        for (int64_t group = 0; group < groups; group++) {
+            const int64_t p = group_width * group;
+            const int width = panels - p < group_width ? (int)(panels - p) : group_width;
+            const uint8_t *group_codes = packed + p * panel_bytes;
+            const int64_t passes = (chunk_rows + max_rows - 1) / max_rows;
+            const uint8_t *codes = passes <= FUSED_CODE_PASSES ? group_codes : NULL;
+            float *w = NULL;
+            if (codes == NULL) {
+                w = code_buffer(group_width * k * PANEL);
+                if (w == NULL) {
+                    failed = 1;
+                    continue;
+                }
+                expand_codes(group_codes, width, k, bits, w);
             }
-            expand_codes(group_codes, width, k, bits, w);
-        }
-        const float *b = bias != NULL ? bias + p * PANEL : NULL;
-        /* Every pass pulls in a share of the next group's codes, so the next expansion finds them in
-         * cache. */
-        const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
-        const char *next = (const char *)(packed + (p + width) * panel_bytes);
-        const int64_t next_lines = next_panels * panel_bytes / 64, share = (next_lines + passes - 1) / passes;
-        float *y_group = y + (swiglu ? p / 2 : p) * PANEL;
-        for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
-            const int64_t rows = (m - m0) / (passes - pass);
-            const int64_t first_line = pass * share < next_lines ? pass * share : next_lines;
-            const int64_t ahead_lines = next_lines - first_line < share ? next_lines - first_line : share;
-            f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, next + 64 * first_line,
-                     ahead_lines, codes, bits);
-            m0 += rows;
+            const float *b = bias != NULL ? bias + p * PANEL : NULL;
+            /* Every pass pulls in a share of the next group's codes, so the next expansion finds them in
+             * cache. */
+            const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
+            const char *next = (const char *)(packed + (p + width) * panel_bytes);
+            const int64_t next_lines = next_panels * panel_bytes / 64, share = (next_lines + passes - 1) / passes;
+            float *y_group = y + r0 * ldy + (swiglu ? p * (PANEL / 2) : p * PANEL);
+            for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
+                const int64_t rows = (chunk_rows - m0) / (passes - pass);
+                const int64_t first_line = pass * share < next_lines ? pass * share : next_lines;
+                const int64_t ahead_lines = next_lines - first_line < share ? next_lines - first_line : share;
+                f32_pass(x_chunk + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu,
+                         next + 64 * first_line, ahead_lines, codes, bits);
+                m0 += rows;
+            }
         }
     }
     return failed;
