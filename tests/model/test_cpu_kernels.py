@@ -453,6 +453,16 @@ def test_the_coded_linear_handles_wide_inputs(kernel, codes):
     _check_coded_linear(kernel, 37, 64, True, in_features=1536, codes=codes)
 
 
+@pytest.mark.parametrize("rows, in_features", [(700, 1536), (1500, 96)])  # x in several row chunks
+def test_the_linears_walk_large_inputs_in_row_chunks(kernel, rows, in_features):
+    """A prefill-sized x goes through the kernels a chunk of rows at a time (the coded kernel with runs
+    of groups expanded at once: one group per run at 1,536 inputs, every group at 96): the same sums."""
+    _check_f32_linear(kernel, rows, 96, True, in_features=in_features)
+    _check_swiglu_linear(kernel, torch.float32, rows, 48, True, in_features=in_features)
+    for codes in ("q4_1", "q8_0"):
+        _check_coded_linear(kernel, rows, 96, True, in_features=in_features, codes=codes)
+
+
 def test_weights_that_are_not_block_codes_are_not_packed_as_such(kernel):
     weight = q4_1_weight(64, 96)
     assert kernel.pack_coded_linear(torch.randn(64, 96)) is None  # full precision
@@ -601,5 +611,7 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
             _check_swiglu_linear(narrow, torch.float32, rows, 48, True)
             _check_coded_linear(narrow, rows, 64, True)
             _check_coded_linear(narrow, rows, 64, True, codes="q8_0")
+        _check_f32_linear(narrow, 700, 48, True, in_features=1536)  # several row chunks
+        _check_coded_linear(narrow, 700, 64, True, in_features=1536)
     finally:
         cpu_kernels_module._load.cache_clear()

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include "kernel_math.h"
 
@@ -341,8 +342,39 @@ static float *code_buffer(int64_t floats) {
     return code_scratch;
 }
 
+/* The passes of ``chunk_rows`` rows of x against group ``group`` (its panels at ``w``, expanded, or
+ * at ``codes``, expanded in registers), prefetching ``ahead_bytes`` bytes from ``ahead`` meanwhile. */
+static void coded_group_passes(const float *x, int64_t ldx, const float *w, const uint8_t *codes, const float *bias,
+                               float *y, int64_t ldy, int64_t chunk_rows, int64_t panels, int64_t k, int bits,
+                               int swiglu, int group_width, int max_rows, int64_t group, const char *ahead,
+                               int64_t ahead_bytes) {
+    const int64_t p = group_width * group;
+    const int width = panels - p < group_width ? (int)(panels - p) : group_width;
+    const float *b = bias != NULL ? bias + p * PANEL : NULL;
+    const int64_t passes = (chunk_rows + max_rows - 1) / max_rows;  /* rows split evenly over the passes */
+    const int64_t lines = ahead_bytes / 64, share = (lines + passes - 1) / passes;
+    float *y_group = y + (swiglu ? p * (PANEL / 2) : p * PANEL);
+    for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
+        const int64_t rows = (chunk_rows - m0) / (passes - pass);
+        const int64_t first_line = pass * share < lines ? pass * share : lines;
+        const int64_t ahead_lines = lines - first_line < share ? lines - first_line : share;
+        f32_pass(x + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu, ahead + 64 * first_line,
+                 ahead_lines, codes, bits);
+        m0 += rows;
+    }
+}
+
+/* Bytes of expanded panels a thread keeps for the row chunks of a large x (see coded_linear). */
+#define EXPANDED_GROUPS_BYTES (512 * 1024)
+
 /* As f32_linear, with ``packed`` holding ``bits``-bit block codes (4 or 8) in the layout above (K a
- * multiple of 32, the caller checks). Returns 0, or 1 when a thread's buffer cannot be allocated. */
+ * multiple of 32, the caller checks). Returns 0, or 1 when a thread's buffer cannot be allocated.
+ *
+ * One chunk of x (decode steps, short prompts): each group's codes are expanded in registers (up to
+ * FUSED_CODE_PASSES passes) or into a buffer once, and its passes pull the next group's codes into
+ * cache. Several chunks (long prefills): a thread expands a run of its groups at once, about
+ * EXPANDED_GROUPS_BYTES, and runs every chunk of x against that run before the next, so neither a
+ * group's expansion (once per chunk, 5-6 % of a prefill) nor x's chunks (once per group) repeat. */
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
     const int64_t panels = n / PANEL, panel_bytes = k / CODE_BLOCK * CODE_BLOCK_BYTES(bits);
@@ -350,43 +382,49 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
     const int group_width = few ? SWIGLU_FEW_WIDTH : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
     const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
     const int64_t groups = (panels + group_width - 1) / group_width, chunk = row_chunk(m, k, max_rows);
+    const int64_t group_floats = group_width * k * PANEL;
     int failed = 0;
-    #pragma omp parallel num_threads(num_threads) reduction(| : failed)
-    for (int64_t r0 = 0; r0 < m; r0 += chunk) {  /* as in f32_linear */
-        const int64_t chunk_rows = m - r0 < chunk ? m - r0 : chunk;
-        const float *x_chunk = x + r0 * ldx;
-        #pragma omp for schedule(static) nowait
-        for (int64_t group = 0; group < groups; group++) {
-            const int64_t p = group_width * group;
-            const int width = panels - p < group_width ? (int)(panels - p) : group_width;
-            const uint8_t *group_codes = packed + p * panel_bytes;
-            const int64_t passes = (chunk_rows + max_rows - 1) / max_rows;
-            const uint8_t *codes = passes <= FUSED_CODE_PASSES ? group_codes : NULL;
-            float *w = NULL;
-            if (codes == NULL) {
-                w = code_buffer(group_width * k * PANEL);
-                if (w == NULL) {
-                    failed = 1;
-                    continue;
-                }
-                expand_codes(group_codes, width, k, bits, w);
-            }
-            const float *b = bias != NULL ? bias + p * PANEL : NULL;
-            /* Every pass pulls in a share of the next group's codes, so the next expansion finds them in
-             * cache. */
-            const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
-            const char *next = (const char *)(packed + (p + width) * panel_bytes);
-            const int64_t next_lines = next_panels * panel_bytes / 64, share = (next_lines + passes - 1) / passes;
-            float *y_group = y + r0 * ldy + (swiglu ? p * (PANEL / 2) : p * PANEL);
-            for (int64_t pass = 0, m0 = 0; pass < passes; pass++) {
-                const int64_t rows = (chunk_rows - m0) / (passes - pass);
-                const int64_t first_line = pass * share < next_lines ? pass * share : next_lines;
-                const int64_t ahead_lines = next_lines - first_line < share ? next_lines - first_line : share;
-                f32_pass(x_chunk + m0 * ldx, ldx, w, b, y_group + m0 * ldy, ldy, k, rows, width, swiglu,
-                         next + 64 * first_line, ahead_lines, codes, bits);
-                m0 += rows;
+    if (chunk < m) {
+        int64_t run = EXPANDED_GROUPS_BYTES / (group_floats * (int64_t)sizeof(float));
+        if (run < 1) run = 1;
+        #pragma omp parallel num_threads(num_threads) reduction(| : failed)
+        {
+            const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+            const int64_t first = groups * thread / threads, end = groups * (thread + 1) / threads;
+            float *w = code_buffer(run * group_floats);
+            failed = w == NULL && first < end;
+            for (int64_t g0 = first; g0 < end && w != NULL; g0 += run) {
+                const int64_t g1 = end - g0 < run ? end : g0 + run;
+                const int64_t p0 = g0 * group_width, p1 = g1 * group_width < panels ? g1 * group_width : panels;
+                expand_codes(packed + p0 * panel_bytes, (int)(p1 - p0), k, bits, w);  /* panels follow each other */
+                for (int64_t r0 = 0; r0 < m; r0 += chunk)
+                    for (int64_t g = g0; g < g1; g++)
+                        coded_group_passes(x + r0 * ldx, ldx, w + (g - g0) * group_floats, NULL, bias, y + r0 * ldy,
+                                           ldy, m - r0 < chunk ? m - r0 : chunk, panels, k, bits, swiglu, group_width,
+                                           max_rows, g, NULL, 0);
             }
         }
+        return failed;
+    }
+    const int64_t passes = (m + max_rows - 1) / max_rows;
+    #pragma omp parallel for schedule(static) num_threads(num_threads) reduction(| : failed)
+    for (int64_t group = 0; group < groups; group++) {
+        const int64_t p = group_width * group;
+        const int width = panels - p < group_width ? (int)(panels - p) : group_width;
+        const uint8_t *group_codes = packed + p * panel_bytes;
+        const uint8_t *codes = passes <= FUSED_CODE_PASSES ? group_codes : NULL;
+        float *w = NULL;
+        if (codes == NULL) {
+            w = code_buffer(group_floats);
+            if (w == NULL) {
+                failed = 1;
+                continue;
+            }
+            expand_codes(group_codes, width, k, bits, w);
+        }
+        const int64_t next_panels = panels - p - width < group_width ? panels - p - width : group_width;
+        coded_group_passes(x, ldx, w, codes, bias, y, ldy, m, panels, k, bits, swiglu, group_width, max_rows, group,
+                           (const char *)(group_codes + width * panel_bytes), next_panels * panel_bytes);
     }
     return failed;
 }
