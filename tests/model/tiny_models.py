@@ -41,6 +41,11 @@ TINY_MODELS = {
     "llama_bias": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
     "qwen2": ("Qwen2Config", {"tie_word_embeddings": False}),
     "qwen3": ("Qwen3Config", {"head_dim": 32, "tie_word_embeddings": False}),
+    # heads of 32 dims: decode steps take the fused path (fused_decode), with biases in every linear
+    "llama_wide_heads": ("LlamaConfig", {"num_attention_heads": 2, "num_key_value_heads": 1,
+                                         "attention_bias": True, "mlp_bias": True}),
+    "qwen2_wide_heads": ("Qwen2Config", {"num_attention_heads": 2, "num_key_value_heads": 1,
+                                         "tie_word_embeddings": False}),
 }
 
 

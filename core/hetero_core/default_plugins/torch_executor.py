@@ -22,6 +22,7 @@ from hetero_core.logging import get_logger
 from hetero_core.model.compute_dtype import resolve_dtype
 from hetero_core.model.cpu_linear import PackedLinear, can_pack
 from hetero_core.model.cpu_threads import FreeCpuThreads, intra_op_threads
+from hetero_core.model.fused_decode import FusedDecode
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.gguf_cache import default_cache_dir
 from hetero_core.model.loader import load_model
@@ -86,6 +87,9 @@ class TorchExecutor:
             dtype=self.dtype,
             device=self.device,
         )
+        if kernels is not None and pack and options.fused_decode and self.dtype == torch.float32:
+            self.model.fused_decode = FusedDecode.for_model(self.model, kernels, self.kv_caches)
+            log.info("executor.fused_decode", applies=self.model.fused_decode is not None)
         self.block_dim = getattr(self.backend, "kv_block_dim", 0)
         self.num_swap_blocks = getattr(ctx, "num_swap_blocks", 0)
         self._swap = self._allocate_swap_space() if self.num_swap_blocks else None  # swap preemption

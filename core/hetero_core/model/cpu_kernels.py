@@ -17,7 +17,9 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``f32_linear.c``: fp32 linears the same way, with fused multiply-adds of any vector width (the
   default dtype of CPUs without bf16 arithmetic, AVX2-only ones); and ``coded_linear``, the same
   over weights that are exact block codes (a Q4_1 or Q8_0 GGUF's), expanded as they stream in:
-  bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``).
+  bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``);
+- ``decode_layers.c``: every decoder layer of a pure decode step in one call, the kernels above in
+  the model code's order (``fused_decode``).
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
@@ -50,7 +52,7 @@ log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
-           "bf16_linear.c", "f32_linear.c")
+           "bf16_linear.c", "f32_linear.c", "decode_layers.c")
 HEADERS = ("kernel_math.h",)
 COMPILER_ENV = "CC"
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
@@ -71,11 +73,12 @@ _SIGNATURES = {
     "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "bf16_linear_available": [],
     "swiglu_pair_columns": [],
+    "decode_layers": [_PTR, _PTR],
     "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
     "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
 }
 _UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "swiglu_pair_columns", "f32_linear",
-            "coded_linear")  # one symbol for every dtype
+            "coded_linear", "decode_layers")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
 
 

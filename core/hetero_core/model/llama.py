@@ -98,6 +98,7 @@ class LlamaForCausalLM(nn.Module):
             None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.fused_decode = None  # a fused_decode.FusedDecode: pure decode steps in one kernel call
 
     def forward(
         self,
@@ -108,6 +109,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
+        fused = None if self.fused_decode is None else self.fused_decode(hidden, cos, sin, attn_metadata, kv_caches)
+        if fused is not None:
+            return self.model.norm(*fused)[0]
         residual = None
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
             hidden, residual = layer(hidden, residual, cos, sin, kv_cache, attn_metadata)
