@@ -1,6 +1,6 @@
 """Pure decode steps run every decoder layer in one kernel call (``fused_decode``): the same
-logits and KV cache as the layer-by-layer model code, bit for bit; other steps, other dtypes and
-models it cannot run take the model code."""
+logits and KV cache as the layer-by-layer model code, bit for bit, in fp32 and bf16; other steps
+and models it cannot run take the model code."""
 
 from __future__ import annotations
 
@@ -35,11 +35,12 @@ def fused_calls(monkeypatch):
     return outcomes
 
 
-def _run_both(model_dir, make_executor, steps_of, vocab: int = VOCAB):
+def _run_both(model_dir, make_executor, steps_of, dtype: str = "float32"):
     """The same steps through an executor with the fused path and one without; each step's logits
     from both, and both executors."""
-    fused = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**FP32))
-    plain = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**FP32, fused_decode=False))
+    options = {**FP32, "dtype": dtype}
+    fused = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options))
+    plain = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options, fused_decode=False))
     assert fused.model.fused_decode is not None and plain.model.fused_decode is None
     results = []
     for executor in (fused, plain):
@@ -59,11 +60,14 @@ def _decode_steps(vocab: int = VOCAB):
     return steps_of
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", ["llama_wide_heads", "qwen2_wide_heads"])
-def test_fused_decode_steps_equal_the_layer_by_layer_model(name, tiny_model_dirs, make_executor, cpu_kernels,
+def test_fused_decode_steps_equal_the_layer_by_layer_model(name, dtype, tiny_model_dirs, make_executor, cpu_kernels,
                                                            fused_calls):
+    if dtype == "bfloat16" and not cpu_kernels.has_bf16_linear:
+        pytest.skip("the kernels were built without AVX-512 BF16 (this CPU), so no bf16 linear to fuse")
     model_dir, _ = tiny_model_dirs[name]
-    (fused, plain), fused_executor, plain_executor = _run_both(model_dir, make_executor, _decode_steps())
+    (fused, plain), fused_executor, plain_executor = _run_both(model_dir, make_executor, _decode_steps(), dtype)
     assert fused_calls == [False, True, True, True, True, True]  # the prefill step declined, decodes fused
     for step_logits, expected in zip(fused, plain, strict=True):
         assert torch.equal(step_logits, expected)
@@ -89,7 +93,7 @@ def test_mixed_steps_take_the_model_code(tiny_model_dirs, make_executor, cpu_ker
 def test_the_fused_path_applies_only_where_every_piece_is_a_kernel(tiny_model_dirs, make_executor, cpu_kernels):
     wide, _ = tiny_model_dirs["llama_wide_heads"]
     bf16 = make_executor(wide, options=TorchExecutorOptions(dtype="bfloat16", prepared_weights_cache=False))
-    assert bf16.model.fused_decode is None  # fp32 only
+    assert (bf16.model.fused_decode is not None) == cpu_kernels.has_bf16_linear  # bf16 needs bf16_linear
     unpacked = make_executor(wide, options=TorchExecutorOptions(**FP32, prepack_weights=False))
     assert unpacked.model.fused_decode is None  # plain torch linears
     for name in ("llama", "qwen3"):  # heads of 16 dims (RoPE kernel needs 32); q/k norms
@@ -103,7 +107,6 @@ def test_the_fused_path_applies_only_where_every_piece_is_a_kernel(tiny_model_di
 def test_the_embedded_model_decodes_fused_with_identical_logits(smollm2_dir, make_executor, cpu_kernels,
                                                                fused_calls):
     """SmolLM2's block-code linears (Q4_1 layers, the Q8_0 head) through the fused path."""
-    vocab = 49152
-    (fused, plain), _, _ = _run_both(smollm2_dir, make_executor, _decode_steps(vocab), vocab)
+    (fused, plain), _, _ = _run_both(smollm2_dir, make_executor, _decode_steps(vocab=49152))
     assert fused_calls.count(True) == 5
     assert all(torch.equal(x, y) for x, y in zip(fused, plain, strict=True))

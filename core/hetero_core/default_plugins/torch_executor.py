@@ -87,7 +87,7 @@ class TorchExecutor:
             dtype=self.dtype,
             device=self.device,
         )
-        if kernels is not None and pack and options.fused_decode and self.dtype == torch.float32:
+        if kernels is not None and pack and options.fused_decode and shard is None:
             self.model.fused_decode = FusedDecode.for_model(self.model, kernels, self.kv_caches)
             log.info("executor.fused_decode", applies=self.model.fused_decode is not None)
         self.block_dim = getattr(self.backend, "kv_block_dim", 0)

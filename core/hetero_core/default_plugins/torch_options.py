@@ -40,8 +40,9 @@ class TorchExecutorOptions(BaseModel):
     )
     fused_decode: bool = Field(
         True,
-        description="on the CPU in float32 with the compiled kernels and kernel-layout linears: a step "
-        "whose every token is a decode runs all decoder layers in one kernel call (the same kernels in "
+        description="on the CPU with the compiled kernels and every linear in their layout (float32; "
+        "bfloat16 with AVX-512 BF16), one process (no tensor parallelism): a step whose every token "
+        "is a decode runs all decoder layers in one kernel call (the same kernels in "
         "the same order, bit-identical results) instead of ~8 Python-level calls per layer (~3-4 ms "
         "less per step on SmolLM2's 30 layers); false: always the layer-by-layer model code",
     )

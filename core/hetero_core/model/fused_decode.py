@@ -1,4 +1,4 @@
-"""Pure decode steps through every decoder layer in one call of the compiled kernels (fp32, CPU).
+"""Pure decode steps through every decoder layer in one call of the compiled kernels (CPU).
 
 A decode step of the model code makes ~8 kernel calls per layer through ctypes, each with its
 module call, checks and torch output in Python: ~13 us apiece, 3-4 ms of every step on SmolLM2's 30
@@ -7,9 +7,10 @@ buffers allocated once per step, so the hidden states, the residual stream and t
 the model code's bit for bit; only the Python between the kernels is gone.
 
 It applies where every piece of a layer is one of those kernels: a Llama-family model (no q/k norm)
-in fp32 whose linears all run in the kernels' fp32 layouts (``f32`` panels or block ``codes``, the
-MLP's gate/up with SwiGLU inside), the torch paged attention backend with the kernels and
-contiguous fp32 caches, and a step whose every token is a decode. ``FusedDecode.for_model`` returns
+whose linears all run in the kernels' layouts (in fp32 ``f32`` panels or block ``codes``, in bf16
+``bf16_linear``'s, which needs AVX-512 BF16; the MLP's gate/up with SwiGLU inside), the torch paged
+attention backend with the kernels and contiguous caches of the model's dtype, and a step whose
+every token is a decode. ``FusedDecode.for_model`` returns
 None where it does not apply; the torch executor's option ``fused_decode`` turns it off.
 """
 
@@ -36,7 +37,7 @@ class _Layer(ctypes.Structure):
 class _Model(ctypes.Structure):
     _fields_ = [("layers", _PTR), ("num_layers", _I64), ("hidden", _I64), ("num_heads", _I64),
                 ("num_kv_heads", _I64), ("head_dim", _I64), ("intermediate", _I64), ("num_blocks", _I64),
-                ("block_size", _I64), ("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+                ("block_size", _I64), ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("bf16", ctypes.c_int32)]
 
 
 class _Step(ctypes.Structure):
@@ -45,14 +46,18 @@ class _Step(ctypes.Structure):
                 ("slots", _PTR), ("block_tables", _PTR), ("context_lens", _PTR), ("num_threads", ctypes.c_int32)]
 
 
-def _linear(module) -> _Linear | None:
-    """``module`` as the C side reads it, or None where it does not run in an fp32 kernel layout."""
+_LAYOUTS = {torch.float32: ("f32", "codes"), torch.bfloat16: ("bf16",)}  # kernel layouts of each model dtype
+
+
+def _linear(module, dtype: torch.dtype) -> _Linear | None:
+    """``module`` as the C side reads it, or None where it does not run in a kernel layout of ``dtype``."""
     from hetero_core.model.cpu_linear import PackedLinear
 
-    if not isinstance(module, PackedLinear) or not module.all_rows or module.kernel_dtype not in ("f32", "codes"):
+    if (not isinstance(module, PackedLinear) or not module.all_rows or module.float32_output
+            or module.kernel_dtype not in _LAYOUTS[dtype]):
         return None
     weight = module.kernel_weight
-    bits = 0 if module.kernel_dtype == "f32" else (4 if weight.dtype == torch.uint8 else 8)
+    bits = {"f32": 0, "bf16": 16, "codes": 4 if weight.dtype == torch.uint8 else 8}[module.kernel_dtype]
     bias = module.bias_f32
     return _Linear(weight.data_ptr(), None if bias is None else bias.data_ptr(), module.out_features,
                    module.in_features, bits, int(module.swiglu))
@@ -63,6 +68,7 @@ class FusedDecode:
 
     def __init__(self, kernels, model_struct: _Model, layers, keep_alive: list, key_cache: torch.Tensor) -> None:
         self.kernels = kernels
+        self.dtype = key_cache.dtype
         self._first_key_cache = key_cache.data_ptr()  # the caches the structures point at
         self._model = model_struct
         self._layers = layers  # the array _model points into
@@ -77,6 +83,9 @@ class FusedDecode:
 
         if kernels is None or not isinstance(model, LlamaForCausalLM) or not hasattr(kernels.library, "decode_layers"):
             return None
+        dtype = model.model.embed_tokens.weight.dtype
+        if dtype not in _LAYOUTS:
+            return None
         config = model.config
         head_dim, num_heads, num_kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
         if (head_dim > MAX_HEAD_DIM or head_dim % 32 or config.hidden_size % 16 or num_heads % num_kv_heads
@@ -87,14 +96,15 @@ class FusedDecode:
         keep: list[Any] = []
         for index, (layer, cache) in enumerate(zip(model.model.layers, kv_caches, strict=True)):
             attention, mlp = layer.self_attn, layer.mlp
-            linears = [_linear(m) for m in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+            linears = [_linear(m, dtype) for m in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
+                                                   mlp.down_proj)]
             norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
             caches = (cache.key, cache.value)
             if (any(linear is None for linear in linears) or not mlp.gate_up_proj.swiglu
                     or attention.q_norm is not None or attention.kernels is None
                     or layer.input_layernorm.kernels is None or layer.post_attention_layernorm.kernels is None
-                    or any(n.dtype != torch.float32 or not n.is_contiguous() for n in norms)
-                    or any(c.dtype != torch.float32 or c.device.type != "cpu" or not c.is_contiguous() for c in caches)):
+                    or any(n.dtype != dtype or not n.is_contiguous() for n in norms)
+                    or any(c.dtype != dtype or c.device.type != "cpu" or not c.is_contiguous() for c in caches)):
                 return None
             keep += [*norms, *caches]
             layers[index] = _Layer(norms[0].data_ptr(), norms[1].data_ptr(), *linears, caches[0].data_ptr(),
@@ -102,16 +112,16 @@ class FusedDecode:
         key_cache = kv_caches[0].key
         struct = _Model(ctypes.addressof(layers), len(layers), config.hidden_size, num_heads, num_kv_heads, head_dim,
                         config.intermediate_size, key_cache.shape[1], key_cache.shape[2], config.rms_norm_eps,
-                        head_dim**-0.5)
+                        head_dim**-0.5, int(dtype == torch.bfloat16))
         return cls(kernels, struct, layers, keep, key_cache)
 
     def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, metadata: Any,
                  kv_caches) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The decoder layers over ``hidden`` (the embeddings, fp32 [rows, hidden], overwritten) for a
+        """The decoder layers over ``hidden`` (the embeddings [rows, hidden], overwritten) for a
         pure decode step -> ``(hidden, residual)`` as the last layer leaves them; None for any other
         step or other caches (the model code runs those)."""
         decode = getattr(metadata, "decode", None)
-        if (decode is None or decode.token_index is not None or metadata.prefills or hidden.dtype != torch.float32
+        if (decode is None or decode.token_index is not None or metadata.prefills or hidden.dtype != self.dtype
                 or hidden.dim() != 2 or hidden.shape[0] != decode.num_seqs
                 or kv_caches[0].key.data_ptr() != self._first_key_cache):
             return None
@@ -121,8 +131,8 @@ class FusedDecode:
         q_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
         hidden = hidden.contiguous()  # overwritten with each layer's output
         residual = torch.empty_like(hidden)
-        buffers = [torch.empty((rows, width)) for width in (model.hidden, q_width + 2 * kv_width, q_width,
-                                                              model.intermediate)]
+        buffers = [torch.empty((rows, width), dtype=self.dtype)
+                   for width in (model.hidden, q_width + 2 * kv_width, q_width, model.intermediate)]
         normed, qkv, attention, activation = buffers
         cos, sin = cos.contiguous(), sin.contiguous()
         step = _Step(rows, tables.shape[1], hidden.data_ptr(), residual.data_ptr(), normed.data_ptr(),
@@ -131,7 +141,7 @@ class FusedDecode:
                      torch.get_num_threads())
         status = self.kernels.library.decode_layers(ctypes.byref(model), ctypes.byref(step))
         if status == 1:
-            raise MemoryError("the coded linear kernel could not allocate its expansion buffer")
+            raise MemoryError("a linear kernel could not allocate its buffer or refused its shapes")
         if status == 2:
             raise ValueError("the CPU decode-attention kernel refused its inputs (a context beyond its block "
                              "table, a slot outside the cache) or could not allocate its buffers")

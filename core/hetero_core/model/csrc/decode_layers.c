@@ -1,4 +1,4 @@
-/* Every decoder layer of a pure decode step (one new token per sequence) in one call, fp32.
+/* Every decoder layer of a pure decode step (one new token per sequence) in one call, fp32 or bf16.
  *
  * The model code calls seven kernels per layer (RMSNorm, the q/k/v linear, RoPE, decode attention,
  * the output linear, RMSNorm with the residual, the SwiGLU and down linears), each through ctypes
@@ -12,23 +12,35 @@
 #include <string.h>
 
 /* The kernels of the other translation units (cpu_kernels.py declares the same signatures). */
-void rms_norm_f32(void *x, int64_t x_stride, void *residual, int64_t residual_stride, const void *weight, void *out,
-                  int64_t out_stride, int64_t rows, int64_t hidden, float eps, int num_threads);
-void rotary_f32(void *x, int64_t x_stride, const void *cos, const void *sin, int64_t tokens, int64_t heads,
-                int64_t head_dim, int num_threads);
-int paged_decode_attention_f32(const void *query, int64_t query_token_stride, const void *new_key,
-                               const void *new_value, int64_t new_token_stride, const int64_t *new_slots,
-                               void *key_cache, void *value_cache, const int64_t *block_tables, int64_t max_blocks,
-                               const int64_t *context_lens, void *out, int64_t num_seqs, int64_t num_heads,
-                               int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size,
-                               float scale, int num_threads);
+#define RMS_NORM(suffix)                                                                                      \
+    void rms_norm_##suffix(void *x, int64_t x_stride, void *residual, int64_t residual_stride, const void *weight, \
+                           void *out, int64_t out_stride, int64_t rows, int64_t hidden, float eps, int num_threads)
+#define ROTARY(suffix)                                                                                 \
+    void rotary_##suffix(void *x, int64_t x_stride, const void *cos, const void *sin, int64_t tokens, \
+                         int64_t heads, int64_t head_dim, int num_threads)
+#define DECODE_ATTENTION(suffix)                                                                                 \
+    int paged_decode_attention_##suffix(                                                                         \
+        const void *query, int64_t query_token_stride, const void *new_key, const void *new_value,               \
+        int64_t new_token_stride, const int64_t *new_slots, void *key_cache, void *value_cache,                  \
+        const int64_t *block_tables, int64_t max_blocks, const int64_t *context_lens, void *out, int64_t num_seqs, \
+        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size,       \
+        float scale, int num_threads)
+RMS_NORM(f32);
+RMS_NORM(bf16);
+ROTARY(f32);
+ROTARY(bf16);
+DECODE_ATTENTION(f32);
+DECODE_ATTENTION(bf16);
+int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y, int64_t ldy,
+                int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads);
 int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bias, float *y, int64_t ldy, int64_t m,
                int64_t n, int64_t k, int swiglu, int num_threads);
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads);
 
-/* A linear in the layout of one of the kernels' fp32 linears: ``bits`` 0 for f32_linear's panels, 4
- * or 8 for coded_linear's block codes; ``bias`` fp32 in the packed column order, or NULL. */
+/* A linear in the layout of one of the kernels' linears: ``bits`` 0 for f32_linear's panels, 4 or 8
+ * for coded_linear's block codes, 16 for bf16_linear's; ``bias`` fp32 in the packed column order, or
+ * NULL. */
 struct fused_linear {
     const void *weight;
     const float *bias;
@@ -37,29 +49,34 @@ struct fused_linear {
 };
 
 struct fused_layer {
-    const float *input_norm, *post_attention_norm; /* RMSNorm weights [hidden] */
+    const void *input_norm, *post_attention_norm; /* RMSNorm weights [hidden], the model's dtype */
     struct fused_linear qkv, o, gate_up, down;
-    float *key_cache, *value_cache; /* [num_kv_heads, num_blocks, block_size, head_dim] */
+    void *key_cache, *value_cache; /* [num_kv_heads, num_blocks, block_size, head_dim] */
 };
 
 struct fused_model {
     const struct fused_layer *layers;
     int64_t num_layers, hidden, num_heads, num_kv_heads, head_dim, intermediate, num_blocks, block_size;
     float eps, scale;
+    int32_t bf16; /* activations, norms and caches in bf16 (the linears bf16_linear's), else fp32 */
 };
 
-/* One step's rows and buffers: ``hidden`` holds the embeddings on entry and the last layer's output
- * on return, ``residual`` the residual stream beside it (the model's final norm adds the two). */
+/* One step's rows and buffers, in the model's dtype: ``hidden`` holds the embeddings on entry and the
+ * last layer's output on return, ``residual`` the residual stream beside it (the model's final norm
+ * adds the two). */
 struct fused_step {
     int64_t rows, max_blocks;
-    float *hidden, *residual, *normed, *qkv, *attention, *activation;
-    const float *cos, *sin; /* [rows, head_dim / 2] */
+    void *hidden, *residual, *normed, *qkv, *attention, *activation;
+    const void *cos, *sin; /* [rows, head_dim / 2] */
     const int64_t *slots, *block_tables, *context_lens;
     int32_t num_threads;
 };
 
-static int run_linear(const struct fused_linear *linear, const float *x, float *y, int64_t rows, int threads) {
+static int run_linear(const struct fused_linear *linear, const void *x, void *y, int64_t rows, int threads) {
     const int64_t width = linear->swiglu ? linear->out_features / 2 : linear->out_features;
+    if (linear->bits == 16)
+        return bf16_linear(x, linear->in_features, linear->weight, linear->bias, y, width, rows, linear->out_features,
+                           linear->in_features, 0, linear->swiglu, threads);
     if (linear->bits == 0)
         return f32_linear(x, linear->in_features, linear->weight, linear->bias, y, width, rows, linear->out_features,
                           linear->in_features, linear->swiglu, threads);
@@ -67,38 +84,46 @@ static int run_linear(const struct fused_linear *linear, const float *x, float *
                         linear->in_features, linear->bits, linear->swiglu, threads);
 }
 
-/* Returns 0; 1 when a linear could not allocate its buffer; 2 when attention refused its inputs
- * (a context beyond its block table, a slot outside the cache): the caller raises, as the model
- * code's kernels do. */
-int decode_layers(const struct fused_model *model, const struct fused_step *step) {
+/* The layers in the dtype ``bf16`` says (a constant where this is inlined: one loop per dtype). */
+static inline __attribute__((always_inline)) int layers_as(const struct fused_model *model,
+                                                          const struct fused_step *step, const int bf16) {
     const int64_t rows = step->rows, hidden = model->hidden, head_dim = model->head_dim;
     const int64_t q_width = model->num_heads * head_dim, kv_width = model->num_kv_heads * head_dim;
-    const int64_t qkv_width = q_width + 2 * kv_width;
+    const int64_t qkv_width = q_width + 2 * kv_width, element = bf16 ? 2 : 4;
     const int threads = step->num_threads;
+    char *const qkv = step->qkv;
     for (int64_t l = 0; l < model->num_layers; l++) {
         const struct fused_layer *layer = &model->layers[l];
         if (l == 0) { /* the residual stream starts as the embeddings */
-            memcpy(step->residual, step->hidden, (size_t)(rows * hidden) * sizeof(float));
-            rms_norm_f32(step->hidden, hidden, NULL, 0, layer->input_norm, step->normed, hidden, rows, hidden,
-                         model->eps, threads);
+            memcpy(step->residual, step->hidden, (size_t)(rows * hidden * element));
+            (bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, NULL, 0, layer->input_norm, step->normed,
+                                                  hidden, rows, hidden, model->eps, threads);
         } else {
-            rms_norm_f32(step->hidden, hidden, step->residual, hidden, layer->input_norm, step->normed, hidden, rows,
-                         hidden, model->eps, threads);
+            (bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden, layer->input_norm,
+                                                  step->normed, hidden, rows, hidden, model->eps, threads);
         }
-        if (run_linear(&layer->qkv, step->normed, step->qkv, rows, threads)) return 1;
-        rotary_f32(step->qkv, qkv_width, step->cos, step->sin, rows, model->num_heads + model->num_kv_heads, head_dim,
-                   threads);
-        if (paged_decode_attention_f32(step->qkv, qkv_width, step->qkv + q_width, step->qkv + q_width + kv_width,
-                                       qkv_width, step->slots, layer->key_cache, layer->value_cache,
-                                       step->block_tables, step->max_blocks, step->context_lens, step->attention, rows,
-                                       model->num_heads, model->num_kv_heads, head_dim, model->num_blocks,
-                                       model->block_size, model->scale, threads))
+        if (run_linear(&layer->qkv, step->normed, qkv, rows, threads)) return 1;
+        (bf16 ? rotary_bf16 : rotary_f32)(qkv, qkv_width, step->cos, step->sin, rows,
+                                          model->num_heads + model->num_kv_heads, head_dim, threads);
+        if ((bf16 ? paged_decode_attention_bf16 : paged_decode_attention_f32)(
+                qkv, qkv_width, qkv + q_width * element, qkv + (q_width + kv_width) * element, qkv_width, step->slots,
+                layer->key_cache, layer->value_cache, step->block_tables, step->max_blocks, step->context_lens,
+                step->attention, rows, model->num_heads, model->num_kv_heads, head_dim, model->num_blocks,
+                model->block_size, model->scale, threads))
             return 2;
         if (run_linear(&layer->o, step->attention, step->hidden, rows, threads)) return 1;
-        rms_norm_f32(step->hidden, hidden, step->residual, hidden, layer->post_attention_norm, step->normed, hidden,
-                     rows, hidden, model->eps, threads);
+        (bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden,
+                                              layer->post_attention_norm, step->normed, hidden, rows, hidden,
+                                              model->eps, threads);
         if (run_linear(&layer->gate_up, step->normed, step->activation, rows, threads)) return 1;
         if (run_linear(&layer->down, step->activation, step->hidden, rows, threads)) return 1;
     }
     return 0;
+}
+
+/* Returns 0; 1 when a linear could not allocate its buffer or refused its shapes; 2 when attention
+ * refused its inputs (a context beyond its block table, a slot outside the cache): the caller
+ * raises, as the model code's kernels do. */
+int decode_layers(const struct fused_model *model, const struct fused_step *step) {
+    return model->bf16 ? layers_as(model, step, 1) : layers_as(model, step, 0);
 }
