@@ -106,9 +106,11 @@ class CudaExecutor:
         input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
         positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
         metadata = self.backend.build_metadata(batch, self.device)
-        hidden = self.model(input_ids, positions, metadata, kv_caches)
         rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
-        return self.model.compute_logits(hidden[torch.tensor(rows, dtype=torch.long).to(self.device)])
+        if len(rows) == len(batch.token_ids):  # every row sampled: no selection
+            return self.model.compute_logits(self.model(input_ids, positions, metadata, kv_caches))
+        row_index = torch.tensor(rows, dtype=torch.long).to(self.device)  # the last layer's MLP on these alone
+        return self.model.compute_logits(self.model(input_ids, positions, metadata, kv_caches, output_rows=row_index))
 
     def shutdown(self) -> None:
         self.graph_runner = None

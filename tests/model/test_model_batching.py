@@ -89,3 +89,23 @@ def test_no_sampled_rows_returns_empty_logits(tiny_model_dirs, make_executor):
     seq = PagedSequence(1, tokens(40, seed=7), num_prompt_tokens=40)
     out = executor.execute(step([(seq, 20)], BlockPool(64), BLOCK_SIZE))
     assert out.logits.shape == (0, VOCAB)
+
+
+def test_the_last_layer_runs_its_mlp_on_the_sampled_rows_alone(tiny_model_dirs, make_executor, monkeypatch):
+    """A prefill samples one row per prompt: the last layer's output projection and MLP run on those
+    rows only; every row's K/V is still written (the decode after it matches HF)."""
+    model_dir, hf_model = tiny_model_dirs["llama"]
+    executor = make_executor(model_dir, block_size=BLOCK_SIZE)
+    mlp_rows = []
+    for layer in executor.model.model.layers:
+        original = layer.mlp.forward
+        monkeypatch.setattr(layer.mlp, "forward", lambda x, original=original: mlp_rows.append(len(x)) or original(x))
+    a = PagedSequence(1, tokens(31, seed=6), num_prompt_tokens=30)
+    b = PagedSequence(2, tokens(13, seed=7), num_prompt_tokens=12)
+    expected = {seq.seq_id: hf_logits(hf_model, seq.token_ids) for seq in (a, b)}
+    pool = BlockPool(64, shuffle=True)
+    logits = executor.execute(step([(a, 30), (b, 12)], pool, BLOCK_SIZE)).logits
+    assert mlp_rows == [42, 2]  # two layers: the first over every row, the last over the sampled ones
+    assert (logits[0] - expected[1][29]).abs().max() < TOL and (logits[1] - expected[2][11]).abs().max() < TOL
+    logits = executor.execute(step([(a, 1), (b, 1)], pool, BLOCK_SIZE)).logits  # reads the last layer's K/V
+    assert (logits[0] - expected[1][30]).abs().max() < TOL and (logits[1] - expected[2][12]).abs().max() < TOL

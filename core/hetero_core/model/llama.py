@@ -37,7 +37,10 @@ class LlamaAttention(nn.Module):
             self.q_norm = self.k_norm = None
         self.kernels = None  # the compiled CPU kernels (RoPE in place), see layers.use_cpu_kernels
 
-    def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any) -> torch.Tensor:
+    def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any,
+                output_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``output_rows``: only these rows of the output are needed (every row's K/V is still
+        written): the output projection runs on them alone."""
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden).view(num_tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
         num_qk = self.num_heads + self.num_kv_heads
@@ -51,7 +54,8 @@ class LlamaAttention(nn.Module):
             q = apply_rotary(self.q_norm(qkv[:, : self.num_heads]), cos, sin)
             k = apply_rotary(self.k_norm(qkv[:, self.num_heads : num_qk]), cos, sin)
         out = self.backend.forward(q, k, qkv[:, num_qk:], kv_cache, attn_metadata, self.scale)
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+        out = out.reshape(num_tokens, self.num_heads * self.head_dim)
+        return self.o_proj(out if output_rows is None else out[output_rows])
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -62,14 +66,19 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
 
-    def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any):
+    def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any,
+                output_rows: torch.Tensor | None = None):
         """``(hidden, residual) -> (hidden, residual)``: the layer's output is their sum, left
-        unadded so the next norm adds it in the same pass (``residual`` is None for the first layer)."""
+        unadded so the next norm adds it in the same pass (``residual`` is None for the first layer).
+        ``output_rows``: the output only for these rows (after attention, which writes every row's
+        K/V, the rest of the layer runs on them alone)."""
         if residual is None:
             hidden, residual = self.input_layernorm(hidden), hidden
         else:
             hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(hidden, cos, sin, kv_cache, attn_metadata)
+        hidden = self.self_attn(hidden, cos, sin, kv_cache, attn_metadata, output_rows)
+        if output_rows is not None:
+            residual = residual[output_rows]
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
 
@@ -87,7 +96,10 @@ class LlamaModel(nn.Module):
 
 class LlamaForCausalLM(nn.Module):
     """``forward(input_ids, positions, attn_metadata, kv_caches) -> hidden [num_tokens, hidden]``;
-    ``compute_logits(hidden_rows) -> [rows, vocab]`` only for the rows that are sampled."""
+    ``compute_logits(hidden_rows) -> [rows, vocab]`` only for the rows that are sampled.
+    ``forward(..., output_rows=rows)`` returns only those rows' hidden states ([len(rows), hidden]):
+    the last layer's output projection and MLP then run on them alone (a prefill samples one row of
+    its prompt: ~2.5 % less work for a 30-layer model), every row's K/V is still written."""
 
     def __init__(self, config: ModelConfig, backend: AttentionBackend):
         super().__init__()
@@ -106,17 +118,22 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,
         attn_metadata: Any,
         kv_caches: list[KVCache],
+        output_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
         fused = None if self.fused_decode is None else self.fused_decode(hidden, cos, sin, attn_metadata, kv_caches)
         if fused is not None:
-            return self.model.norm(*fused)[0]
+            hidden = self.model.norm(*fused)[0]
+            return hidden if output_rows is None else hidden[output_rows]
         residual = None
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, attn_metadata)
+        last = len(self.model.layers) - 1
+        for index, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
+            rows = output_rows if index == last else None
+            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, attn_metadata, rows)
         if residual is None:  # a model with no layers
-            return self.model.norm(hidden)
+            hidden = self.model.norm(hidden)
+            return hidden if output_rows is None else hidden[output_rows]
         return self.model.norm(hidden, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
