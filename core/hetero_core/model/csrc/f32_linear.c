@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) vint widen_bytes(const uint8_t *p, 
 #if LANES == 16
     const __m128i bytes = _mm_loadu_si128((const __m128i *)p);
     return (vint)(is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes));
-#elif LANES == 8
+#elif LANES == 8 && defined(__AVX2__)  /* (AVX without AVX2 has 8 lanes and no 256-bit integer ops) */
     const __m128i bytes = _mm_loadl_epi64((const __m128i *)p);
     return (vint)(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
 #else
