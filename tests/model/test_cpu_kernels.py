@@ -575,10 +575,11 @@ def test_the_linear_takes_the_swiglu_activation_where_it_runs(kernel):
     assert linear.swiglu == kernel.fuses_swiglu(torch.float32) and linear.kernel_dtype == "f32"
 
 
-@pytest.mark.parametrize("march", ["x86-64", "haswell"])  # SSE (4 lanes), AVX2 (8 lanes)
+@pytest.mark.parametrize("march", ["x86-64", "sandybridge", "haswell"])  # SSE (4 lanes), AVX (8, no AVX2), AVX2
 def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path, march):
     """The kernels pick their vector width from the ISA they are compiled for; built here for a
-    baseline x86 and for AVX2 (machines without AVX-512 get these), they give the same answers."""
+    baseline x86, for AVX without AVX2 and for AVX2 (machines without AVX-512 get these), they give
+    the same answers."""
     import platform
 
     from hetero_core.model.compute_dtype import cpu_flags
@@ -587,6 +588,8 @@ def test_kernels_built_for_narrower_vectors_agree(kernel, monkeypatch, tmp_path,
         pytest.skip("x86 -march values")
     if march == "haswell" and not {"avx2", "fma", "bmi2"} <= cpu_flags():
         pytest.skip("this CPU cannot run code built for haswell (AVX2, FMA, BMI2)")
+    if march == "sandybridge" and "avx" not in cpu_flags():
+        pytest.skip("this CPU cannot run code built for sandybridge (AVX)")
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     flags = tuple(f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS)
     monkeypatch.setattr(cpu_kernels_module, "CFLAGS", flags)
