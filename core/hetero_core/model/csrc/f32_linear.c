@@ -252,9 +252,10 @@ int swiglu_pair_columns(void) { return SWIGLU_PAIR_COLUMNS; }
 /* Rows of x per chunk: the passes over a group of panels read x's rows again for every group, so a
  * large x (a prefill's) is walked a chunk at a time, every group over one chunk before the next, and
  * the chunk stays in L2 instead of streaming from L3 once per group (AVX2's groups are one panel:
- * qkv at 2,597 rows ran at 124 GF/s instead of oneDNN's 163). Whole passes of ``max_rows``. */
+ * qkv at 2,597 rows ran at 124 GF/s instead of oneDNN's 163). Whole passes of ``max_rows``, and at
+ * least MIN_CHUNK_PASSES of them: every chunk streams each group's panels in again. */
 #define X_CHUNK_BYTES (256 * 1024)
-#define MIN_CHUNK_PASSES 16 /* coded_linear expands a group's codes once per chunk: over this many passes at least */
+#define MIN_CHUNK_PASSES 16
 static int64_t row_chunk(int64_t m, int64_t k, int max_rows) {
     int64_t chunk = X_CHUNK_BYTES / (k * (int64_t)sizeof(float)) / max_rows * max_rows;
     if (chunk < MIN_CHUNK_PASSES * max_rows) chunk = MIN_CHUNK_PASSES * max_rows;
@@ -263,16 +264,32 @@ static int64_t row_chunk(int64_t m, int64_t k, int max_rows) {
     return ((m + chunks - 1) / chunks + max_rows - 1) / max_rows * max_rows;
 }
 
+/* How a linear of ``m`` rows over ``n`` outputs and ``k`` inputs is split: groups of ``group_width``
+ * panels (a thread's unit of work), passes of up to ``max_rows`` rows, chunks of ``chunk`` rows. */
+struct linear_plan {
+    int64_t panels, groups, chunk;
+    int group_width, max_rows;
+};
+
+static struct linear_plan plan_linear(int64_t m, int64_t n, int64_t k, int swiglu) {
+    struct linear_plan plan;
+    const int few = swiglu && m <= SWIGLU_FEW_ROWS;  /* one pass of one pair per group */
+    plan.panels = n / PANEL;
+    plan.group_width = few ? SWIGLU_FEW_WIDTH : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
+    plan.max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
+    plan.groups = (plan.panels + plan.group_width - 1) / plan.group_width;
+    plan.chunk = row_chunk(m, k, plan.max_rows);
+    return plan;
+}
+
 /* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] (in the weight's column order)
  * or NULL, y [M, N] (row stride ldy), or [M, N / 2] with swiglu (the weight's panels then pairs of
  * gate and up); N a multiple of 16, of 32 with swiglu (the caller checks). Returns 0. */
 int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bias, float *y, int64_t ldy,
                int64_t m, int64_t n, int64_t k, int swiglu, int num_threads) {
-    const int64_t panels = n / PANEL;
-    const int few = swiglu && m <= SWIGLU_FEW_ROWS;  /* one pass of one pair per group */
-    const int group_width = few ? SWIGLU_FEW_WIDTH : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
-    const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
-    const int64_t groups = (panels + group_width - 1) / group_width, chunk = row_chunk(m, k, max_rows);
+    const struct linear_plan plan = plan_linear(m, n, k, swiglu);
+    const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
+    const int group_width = plan.group_width, max_rows = plan.max_rows;
     #pragma omp parallel num_threads(num_threads)
     for (int64_t r0 = 0; r0 < m; r0 += chunk) {
         const int64_t chunk_rows = m - r0 < chunk ? m - r0 : chunk;
@@ -329,7 +346,8 @@ static void expand_codes(const uint8_t *packed, int width, int64_t k, int bits, 
     else expand_codes_as(packed, width, k, 8, out);
 }
 
-/* The expanded panels of the group a thread works on; grown as needed, kept for the thread's life. */
+/* The expanded panels a thread works on (a group, or a run of groups for a large x); grown as
+ * needed, kept for the thread's life. */
 static __thread float *code_scratch;
 static __thread int64_t code_scratch_floats;
 
@@ -377,12 +395,10 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
  * group's expansion (once per chunk, 5-6 % of a prefill) nor x's chunks (once per group) repeat. */
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
-    const int64_t panels = n / PANEL, panel_bytes = k / CODE_BLOCK * CODE_BLOCK_BYTES(bits);
-    const int few = swiglu && m <= SWIGLU_FEW_ROWS;
-    const int group_width = few ? SWIGLU_FEW_WIDTH : swiglu ? SWIGLU_WIDTH : F32_WIDTH;
-    const int max_rows = few ? SWIGLU_FEW_ROWS : swiglu ? SWIGLU_ROWS : F32_ROWS;
-    const int64_t groups = (panels + group_width - 1) / group_width, chunk = row_chunk(m, k, max_rows);
-    const int64_t group_floats = group_width * k * PANEL;
+    const struct linear_plan plan = plan_linear(m, n, k, swiglu);
+    const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
+    const int group_width = plan.group_width, max_rows = plan.max_rows;
+    const int64_t panel_bytes = k / CODE_BLOCK * CODE_BLOCK_BYTES(bits), group_floats = group_width * k * PANEL;
     int failed = 0;
     if (chunk < m) {
         int64_t run = EXPANDED_GROUPS_BYTES / (group_floats * (int64_t)sizeof(float));
