@@ -80,6 +80,8 @@ _SIGNATURES = {
 _UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_available", "swiglu_pair_columns", "f32_linear",
             "coded_linear", "decode_layers")  # one symbol for every dtype
 _VOID = ("rms_norm", "silu_mul", "rotary")
+DECODE_ATTENTION_REFUSED = ("the CPU decode-attention kernel refused its inputs (a context beyond its block "
+                            "table, a slot outside the cache) or could not allocate its buffers")
 
 
 class KernelUnavailable(Exception):
@@ -153,8 +155,7 @@ class CpuKernels:
             torch.get_num_threads(),
         )
         if status != 0:
-            raise ValueError("the CPU decode-attention kernel refused its inputs (a context beyond its block "
-                             "table, a slot outside the cache) or could not allocate its buffers")
+            raise ValueError(DECODE_ATTENTION_REFUSED)
         return out
 
     def attend_prefill(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -194,7 +195,7 @@ class CpuKernels:
         if (not self.has_bf16_linear or weight.dtype != torch.bfloat16 or out_features % (32 if swiglu else 16)
                 or in_features % 2):
             return None
-        panels = swiglu_panel_order(weight.detach(), 16) if swiglu else weight.detach()  # bf16_linear: AVX-512
+        panels = self.swiglu_order(weight.detach(), torch.bfloat16) if swiglu else weight.detach()
         return panels.reshape(out_features // 16, 16, in_features // 2, 2).permute(0, 2, 1, 3).contiguous()
 
     def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
@@ -259,7 +260,7 @@ class CpuKernels:
         rows, in_features = x.shape
         out_features = packed.shape[0] * 16
         width = out_features // 2 if swiglu else out_features
-        bits = 4 if packed.dtype == torch.uint8 else 8
+        bits = code_bits(packed)
         x = _last_dim_contiguous(x)
         out = torch.empty((rows, width), dtype=torch.float32)
         status = self.library.coded_linear(x.data_ptr(), x.stride(0), packed.data_ptr(), _pointer(bias),
@@ -315,6 +316,11 @@ class CpuKernels:
             x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), tokens, heads, head_dim,
             torch.get_num_threads(),
         )
+
+
+def code_bits(packed: torch.Tensor) -> int:
+    """The code width of a weight from ``pack_coded_linear``: 4 (uint8) or 8 (int8)."""
+    return 4 if packed.dtype == torch.uint8 else 8
 
 
 def swiglu_panel_order(gate_up: torch.Tensor, columns: int) -> torch.Tensor:

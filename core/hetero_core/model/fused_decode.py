@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from hetero_core.model.cpu_kernels import DECODE_ATTENTION_REFUSED, code_bits
+
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
 
@@ -57,7 +59,10 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
             or module.kernel_dtype not in _LAYOUTS[dtype]):
         return None
     weight = module.kernel_weight
-    bits = {"f32": 0, "bf16": 16, "codes": 4 if weight.dtype == torch.uint8 else 8}[module.kernel_dtype]
+    if module.kernel_dtype == "codes":
+        bits = code_bits(weight)
+    else:
+        bits = 0 if module.kernel_dtype == "f32" else 16
     bias = module.bias_f32
     return _Linear(weight.data_ptr(), None if bias is None else bias.data_ptr(), module.out_features,
                    module.in_features, bits, int(module.swiglu))
@@ -78,7 +83,6 @@ class FusedDecode:
     def for_model(cls, model, kernels, kv_caches) -> FusedDecode | None:
         """The fused path for ``model`` (a ``LlamaForCausalLM`` after packing and ``use_cpu_kernels``)
         over ``kv_caches``, or None where a piece of it is not one of the kernels."""
-        from hetero_core.model.cpu_kernels import MAX_GROUP, MAX_HEAD_DIM
         from hetero_core.model.llama import LlamaForCausalLM
 
         if kernels is None or not isinstance(model, LlamaForCausalLM) or not hasattr(kernels.library, "decode_layers"):
@@ -88,9 +92,10 @@ class FusedDecode:
             return None
         config = model.config
         head_dim, num_heads, num_kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
-        if (head_dim > MAX_HEAD_DIM or head_dim % 32 or config.hidden_size % 16 or num_heads % num_kv_heads
-                or num_heads // num_kv_heads > MAX_GROUP or len(kv_caches) != len(model.model.layers)
-                or getattr(model.backend, "cpu_kernels", None) is None):
+        query = torch.empty((1, num_heads, head_dim), dtype=dtype)  # the kernels' own checks decide
+        if (not kernels.supports(query, num_kv_heads) or not kernels.handles(query, head_dim // 2)  # RoPE
+                or not kernels.handles(query, config.hidden_size)  # RMSNorm
+                or len(kv_caches) != len(model.model.layers) or getattr(model.backend, "cpu_kernels", None) is None):
             return None
         layers = (_Layer * len(model.model.layers))()
         keep: list[Any] = []
@@ -143,6 +148,5 @@ class FusedDecode:
         if status == 1:
             raise MemoryError("a linear kernel could not allocate its buffer or refused its shapes")
         if status == 2:
-            raise ValueError("the CPU decode-attention kernel refused its inputs (a context beyond its block "
-                             "table, a slot outside the cache) or could not allocate its buffers")
+            raise ValueError(DECODE_ATTENTION_REFUSED)
         return hidden, residual
