@@ -107,10 +107,7 @@ class CudaExecutor:
         positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
         metadata = self.backend.build_metadata(batch, self.device)
         rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
-        if len(rows) == len(batch.token_ids):  # every row sampled: no selection
-            return self.model.compute_logits(self.model(input_ids, positions, metadata, kv_caches))
-        row_index = torch.tensor(rows, dtype=torch.long).to(self.device)  # the last layer's MLP on these alone
-        return self.model.compute_logits(self.model(input_ids, positions, metadata, kv_caches, output_rows=row_index))
+        return self.model.sampled_logits(input_ids, positions, metadata, kv_caches, rows)
 
     def shutdown(self) -> None:
         self.graph_runner = None

@@ -113,12 +113,7 @@ class TorchExecutor:
             positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
             metadata = self.backend.build_metadata(batch, self.device)
             rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
-            if len(rows) == len(batch.token_ids):  # every row sampled (decode steps): no selection
-                hidden = self.model(input_ids, positions, metadata, self.kv_caches)
-            else:  # the last layer's projection and MLP run on the sampled rows alone
-                row_index = torch.tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
-                hidden = self.model(input_ids, positions, metadata, self.kv_caches, output_rows=row_index)
-            logits = self.model.compute_logits(hidden)
+            logits = self.model.sampled_logits(input_ids, positions, metadata, self.kv_caches, rows)
             # fp32 rows on the executor's device: the sampler runs where they are (no copy of
             # [rows, vocab] logits to the host each step on a GPU).
             return ExecutorOutput(logits=logits.float())
