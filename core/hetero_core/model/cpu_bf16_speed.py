@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from hetero_core.logging import get_logger
+from hetero_core.model.atomic_file import replaced_atomically
 from hetero_core.model.compute_dtype import cpu_flags, cpu_model_name
 from hetero_core.model.gguf_cache import default_cache_dir
 
@@ -85,15 +84,8 @@ def _read(path: Path) -> dict:
 def _write(path: Path, data: dict) -> None:
     """``data`` to ``path`` atomically; a failure (a read-only cache) costs only a measurement at the
     next start, and leaves no temporary file behind."""
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as file:
-            json.dump(data, file, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        with replaced_atomically(path, ".json") as tmp:
+            Path(tmp).write_text(json.dumps(data, indent=1, sort_keys=True))
     except OSError as exc:
         log.info("executor.cpu_bf16_speed_not_cached", reason=str(exc))
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)

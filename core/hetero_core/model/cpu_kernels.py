@@ -37,7 +37,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -45,6 +44,7 @@ from pathlib import Path
 import torch
 
 from hetero_core.logging import get_logger
+from hetero_core.model.atomic_file import replaced_atomically
 from hetero_core.model.compute_dtype import cpu_flags
 from hetero_core.model.gguf_cache import default_cache_dir
 
@@ -386,21 +386,14 @@ def _build() -> Path:
     target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels-{key}.so"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
+    with replaced_atomically(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
         sources = [str(SOURCE_DIR / name) for name in SOURCES]
         result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
         if result.returncode != 0:
             detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
-        os.replace(tmp, target)  # atomic: concurrent builders (tensor-parallel ranks) are fine
-        log.info("executor.cpu_kernels_built", path=str(target))
-        return target
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    log.info("executor.cpu_kernels_built", path=str(target))
+    return target
 
 
 def _compiler_identity(compiler: str) -> str:

@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import torch
 from torch import nn
 
 from hetero_core.logging import get_logger
+from hetero_core.model.atomic_file import replaced_atomically
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu_linear import PackedLinear, is_swiglu_projection, kernel_layout, pack_linears
@@ -131,16 +131,9 @@ def _save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torc
             tensors[name + ".weight"] = unpacked[name + ".weight"]
     metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with replaced_atomically(path, ".tmp") as tmp:
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
             os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
     except (OSError, RuntimeError, ValueError) as exc:
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
         return
