@@ -125,11 +125,10 @@ class FusedDecode:
         """The decoder layers over ``hidden`` (the embeddings [rows, hidden], overwritten) for a
         pure decode step -> ``(hidden, residual)`` as the last layer leaves them; None for any other
         step or other caches (the model code runs those)."""
-        decode = getattr(metadata, "decode", None)
-        if (decode is None or decode.token_index is not None or metadata.prefills or hidden.dtype != self.dtype
-                or hidden.dim() != 2 or hidden.shape[0] != decode.num_seqs
-                or kv_caches[0].key.data_ptr() != self._first_key_cache):
+        if (not getattr(metadata, "pure_decode", False) or hidden.dtype != self.dtype or hidden.dim() != 2
+                or hidden.shape[0] != metadata.decode.num_seqs or kv_caches[0].key.data_ptr() != self._first_key_cache):
             return None
+        decode = metadata.decode
         model = self._model
         rows = hidden.shape[0]
         tables = decode.block_index.view(decode.num_seqs, -1)

@@ -74,6 +74,11 @@ class TorchPagedMetadata:
     prefills: tuple[PrefillSegment, ...]
     prefill_seqs: PrefillSequences | None = None  # the prefills as the CPU kernel reads them
 
+    @property
+    def pure_decode(self) -> bool:
+        """True when every token of the step is a decode (one group, in token order)."""
+        return self.decode is not None and self.decode.token_index is None
+
 
 class TorchPagedAttention:
     """Paged KV cache ``[num_kv_heads, num_blocks, block_size, head_dim]`` per layer (head-major:
@@ -113,7 +118,7 @@ class TorchPagedAttention:
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         kernels = self._kernels_for(query, kv_cache)
         decode = metadata.decode
-        pure_decode = decode is not None and decode.token_index is None
+        pure_decode = metadata.pure_decode
         if kernels is not None and pure_decode:
             tables = decode.block_index.view(decode.num_seqs, -1)
             return kernels.attend_decode(query, kv_cache.key, kv_cache.value, tables, decode.context_lens, scale,
