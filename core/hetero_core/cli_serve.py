@@ -42,7 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
     from hetero_core.logging import configure_logging
 
     try:
-        from hetero_core.server.runner import create_server_app, run_server
+        from hetero_core.server.runner import create_server_app, listen, run_server
         from hetero_core.server.signals import sigterm_interrupts
     except ImportError as exc:
         from hetero_core.server import SERVER_EXTRA_HINT
@@ -62,8 +62,9 @@ def _serve(args: argparse.Namespace) -> int:
         if server.uses_ray:
             _serve_replicas(settings, server)  # until Ctrl-C or SIGTERM, which raise KeyboardInterrupt
             return 130
-        app = create_server_app(settings, server)
-        interrupted = run_server(app, server, log_level=settings.log_level)
+        with listen(server.host, server.port) as listening:  # before the engine loads: a port in use fails at once
+            app = create_server_app(settings, server)
+            interrupted = run_server(app, server, listening, log_level=settings.log_level)
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
 
 
