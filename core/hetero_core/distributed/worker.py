@@ -66,12 +66,14 @@ def watch_rank0(conn: Connection) -> None:
     """Exit the moment rank 0's end of ``conn`` closes (rank 0 exited or was killed), even while the
     main thread is blocked in a collective or a slow load. Polls for the hang-up only: it never
     reads, so the commands stay the main thread's."""
+    hang_up = getattr(select, "POLLRDHUP", 0)  # Linux; elsewhere POLLHUP alone says it
+
     def watch() -> None:
         poller = select.poll()
-        poller.register(conn.fileno(), select.POLLRDHUP)
+        poller.register(conn.fileno(), hang_up)  # never POLLIN: hang-ups and errors are always reported
         while True:
             for _, events in poller.poll():
-                if events & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                if events & (hang_up | select.POLLHUP | select.POLLERR | select.POLLNVAL):
                     os._exit(EXIT_RANK0_GONE)
 
     threading.Thread(target=watch, name="hetero-tp-watch-rank0", daemon=True).start()
