@@ -80,6 +80,7 @@ BOUND_BREAKERS = [  # (field, JSON value, what the error row says)
     ("prompt", DEEP, "nested deeper than 128 levels"),
     ("seed", "1" * 5000, "an integer of 5000 digits; the limit is 4300"),
     ("temperature", "1" * 400, "invalid value|temperature"),  # 400 digits: too large for a float
+    ("presence_penalty", "1" * 400 + ".5", "presence_penalty"),  # a 400-digit float: infinity, refused
     ("top_p", "NaN", "NaN is not a JSON value"),
 ]
 

@@ -132,10 +132,10 @@ def resume_output(path: str) -> set[str]:
     for raw in data.splitlines(keepends=True):
         try:
             record = decode_line(raw)
-        except LineError:
+        except LineError as exc:
             if raw.endswith(b"\n"):
-                raise HeteroError(f"cannot resume: {path} holds a line that is not JSON at byte {end}; "
-                                  "is it a results file?") from None
+                raise HeteroError(f"cannot resume: {path} holds a line that is not a result at byte {end} "
+                                  f"({exc}); is it a results file?") from None
             break  # the cut-off last line
         if not isinstance(record, dict) or not ("custom_id" in record or "id" in record):
             raise HeteroError(f"cannot resume: {path} holds a line without 'id' or 'custom_id' at byte {end}")
