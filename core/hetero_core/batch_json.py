@@ -22,6 +22,7 @@ from hetero_core.errors import InvalidRequestError
 MAX_DEPTH = 128
 MAX_INT_DIGITS = 4300
 _NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)  # a string (skipped) or a bracket
+_LONG_DIGITS = re.compile(r"[0-9]{%d}" % (MAX_INT_DIGITS + 1))
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -41,7 +42,8 @@ def decode_line(raw: bytes | str) -> Any:
         return None
     _check_depth(text)
     try:
-        value = json.loads(text, parse_int=_bounded_int, parse_constant=_no_constant)
+        bounded_int = _bounded_int if _LONG_DIGITS.search(text) else None  # (a callback per int is slow)
+        value = json.loads(text, parse_int=bounded_int, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise LineError(f"invalid JSON: {exc}") from None
     except ValueError as exc:  # int() under a lower limit than ours (PYTHONINTMAXSTRDIGITS)
