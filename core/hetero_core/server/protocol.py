@@ -1,8 +1,10 @@
 """Request and response bodies of the OpenAI API, as pydantic models (the fields Hetero serves).
 
 Requests ignore fields they do not know (clients send many); fields they know are validated here,
-so a wrong type or range becomes a 400 that names the field. Values that depend on the model
-(prompt length against ``max_model_len``) are checked by the engine.
+so a wrong type or range becomes a 400 that names the field. Types are strict, as OpenAI's and
+vLLM's: ``"5"`` is not an integer and ``"yes"`` is not a boolean (a number field takes an integer, as
+JSON has one number type). Values that depend on the model (prompt length against ``max_model_len``)
+are checked by the engine; the number of choices against the server's limit by the routes.
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ MAX_STOP_STRINGS = 16
 MAX_LOGPROBS = 20
 
 
-class StreamOptions(BaseModel):
+class RequestModel(BaseModel):
+    """A request body or a part of one: strict types, finite numbers, unknown fields ignored."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(RequestModel):
     """Fields completions and chat share; ``None`` means the server's default."""
-
-    model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
     n: int = Field(1, ge=1, le=MAX_N)
@@ -102,14 +108,12 @@ class CompletionRequest(SamplingFields):
         return list(self.prompt)
 
 
-class TextPart(BaseModel):
+class TextPart(RequestModel):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class ChatMessage(RequestModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
 
@@ -229,3 +233,21 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the server answers: OpenAI's ``{"error": {...}}``."""
+
+    error: ErrorInfo
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    reason: str | None = None
