@@ -13,8 +13,12 @@ from hetero_core.server.errors import install_error_handlers
 from hetero_core.server.limits import DEFAULT_MAX_BODY_BYTES, PUBLIC_PATHS, ApiKeyGuard, BodySizeLimit
 from hetero_core.server.metrics import EngineMetrics
 from hetero_core.server.openapi import install_openapi
-from hetero_core.server.protocol import ChatCompletionRequest, CompletionRequest
+from hetero_core.server.protocol import ChatCompletionChunk, ChatCompletionRequest, CompletionRequest
 from hetero_core.server.state import ServerState
+
+
+TITLE = "Hetero"
+ROUTERS = (completions.router, chat.router, models.router, models.health_router, metrics.router)
 
 
 def create_app(llm: AsyncLLM, *, model_name: str, api_key: str | None = None,
@@ -33,18 +37,29 @@ def create_app(llm: AsyncLLM, *, model_name: str, api_key: str | None = None,
         if shutdown_llm:
             llm.shutdown()
 
-    app = FastAPI(title="Hetero", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title=TITLE, lifespan=lifespan, docs_url=None, redoc_url=None)
     engine = llm.engine
     app.state.hetero = ServerState(llm=llm, model_name=model_name, max_model_len=engine.max_model_len,
                                    default_params=engine.default_params,
                                    choices=ChoiceBudget(max_pending_choices))
     app.state.metrics = engine_metrics or EngineMetrics()
     app.state.metrics.watch(llm)
-    for router in (completions.router, chat.router, models.router, models.health_router, metrics.router):
-        app.include_router(router)
-    install_openapi(app, [CompletionRequest, ChatCompletionRequest], public_paths=PUBLIC_PATHS,
-                    has_api_key=bool(api_key))
+    _add_routes(app, has_api_key=bool(api_key))
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)  # the last added runs first
     app.add_middleware(ApiKeyGuard, api_key=api_key)
     install_error_handlers(app)
     return app
+
+
+def openapi_schema(*, has_api_key: bool) -> dict:
+    """The schema ``/openapi.json`` serves, without an engine (what the fuzz tests generate requests from)."""
+    app = FastAPI(title=TITLE)
+    _add_routes(app, has_api_key=has_api_key)
+    return app.openapi()
+
+
+def _add_routes(app: FastAPI, *, has_api_key: bool) -> None:
+    for router in ROUTERS:
+        app.include_router(router)
+    install_openapi(app, [CompletionRequest, ChatCompletionRequest, ChatCompletionChunk], public_paths=PUBLIC_PATHS,
+                    has_api_key=has_api_key)

@@ -159,7 +159,9 @@ async def _wait_for_disconnect(request: Request) -> None:
 
 
 def sse(payload) -> str:
-    data = payload if isinstance(payload, str) else payload.model_dump_json(exclude_none=True)
+    """One event. Models are written whole, nulls included as in the JSON answers (OpenAI's chunks carry
+    ``"finish_reason": null``; dropping nulls would drop required ones such as a token's ``logprob``)."""
+    data = payload if isinstance(payload, str) else payload.model_dump_json()
     return f"data: {data}\n\n"
 
 

@@ -31,9 +31,18 @@ def errors(*statuses: int) -> dict:
 
 
 def generation_route(request: type[BaseModel], response: type[BaseModel], chunk: type[BaseModel]) -> dict:
-    """``router.post`` arguments of an endpoint that generates: JSON body in, JSON or events out."""
-    events = {"schema": {"type": "string", "description": f"server-sent events: data: <{chunk.__name__}>"
-                                                          " ... data: [DONE]"}}
+    """``router.post`` arguments of an endpoint that generates: JSON body in, JSON or events out. Each
+    event of a stream is described as OpenAPI 3.2 does (its ``data`` holds JSON of the given schema)."""
+    def json_data(model: type[BaseModel]) -> dict:
+        return {"type": "string", "contentMediaType": "application/json",
+                "contentSchema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+
+    events = {"schema": {
+        "description": f"one server-sent event: data: <{chunk.__name__}> for each new piece of text, "
+                       "data: <ErrorResponse> if the engine fails after the stream started, then data: [DONE]",
+        "type": "object", "required": ["data"],
+        "properties": {"data": {"anyOf": [json_data(chunk), json_data(ErrorResponse), {"const": "[DONE]"}]}},
+    }}
     return {
         "response_model": None,
         "responses": {200: {"model": response, "content": {"text/event-stream": events},
@@ -44,13 +53,13 @@ def generation_route(request: type[BaseModel], response: type[BaseModel], chunk:
     }
 
 
-def install_openapi(app: FastAPI, request_models: list[type[BaseModel]], *, public_paths: frozenset[str],
+def install_openapi(app: FastAPI, models: list[type[BaseModel]], *, public_paths: frozenset[str],
                     has_api_key: bool) -> None:
-    """Serve a schema that holds ``request_models`` (and, with a key, bearer auth on non-public paths)."""
+    """Serve a schema that holds ``models`` (and, with a key, bearer auth on non-public paths)."""
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            _, definitions = models_json_schema([(m, "validation") for m in request_models],
+            _, definitions = models_json_schema([(m, "validation") for m in models],
                                                 ref_template="#/components/schemas/{model}")
             components = schema.setdefault("components", {})
             components.setdefault("schemas", {}).update(definitions.get("$defs", {}))

@@ -12,11 +12,21 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hetero_core.engine.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
+from hetero_core.engine.sequence import MAX_TENANT_LENGTH
 
 MAX_N = 16
 MAX_STOP_STRINGS = 16
-MAX_LOGPROBS = 20
+
+# The shapes the schema documents; the "before" validators below check the same with clearer messages.
+Text = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+Prompt = Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+Stop = Text | Annotated[list[Text], Field(max_length=MAX_STOP_STRINGS)]
 
 
 class RequestModel(BaseModel):
@@ -40,14 +50,14 @@ class SamplingFields(RequestModel):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
     min_p: float | None = Field(None, ge=0, le=1)
-    stop: str | list[str] | None = None
+    stop: Stop | None = None
     seed: int | None = None
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float | None = Field(None, gt=0)
+    repetition_penalty: float | None = Field(None, ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY)
     ignore_eos: bool = False
     priority: int | None = None  # vLLM's extra field: lower is served first
-    user: str | None = Field(None, max_length=256)  # the tenant
+    user: str | None = Field(None, min_length=1, max_length=MAX_TENANT_LENGTH)  # the tenant
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -68,14 +78,14 @@ class SamplingFields(RequestModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: Prompt
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
-    suffix: str | None = None
+    echo: bool = Field(False, json_schema_extra={"const": False})  # documented as refused
+    suffix: None = None
     best_of: int | None = Field(None, ge=1, le=MAX_N)
 
-    @field_validator("echo", "suffix")
+    @field_validator("echo", "suffix", mode="before")
     @classmethod
     def _unsupported(cls, value, info):
         if value:
