@@ -67,7 +67,8 @@ def build_application(settings, server: ServerSettings):
         logging_config={"log_level": log_level, "enable_access_log": False},
     )
     return frontend.bind(engine, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                         max_body_bytes=server.max_body_bytes)
+                         max_body_bytes=server.max_body_bytes,
+                         max_pending_choices=server.replicas * server.max_pending_requests)
 
 
 def app_builder(args: dict[str, str]):

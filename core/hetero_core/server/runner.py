@@ -27,7 +27,8 @@ def create_server_app(settings, server: ServerSettings) -> FastAPI:
     llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests,
                                  observer=engine_metrics)
     return create_app(llm, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                      max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True)
+                      max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True,
+                      max_pending_choices=server.max_pending_requests)
 
 
 class GracefulServer(uvicorn.Server):
