@@ -130,7 +130,11 @@ def test_a_damaged_prepared_file_is_rebuilt_and_the_answer_stays_right(
     [warning] = invalid_cache_warnings(caplog)
     assert str(path) in warning
     cache_file.map_checked(path)  # rebuilt whole: the next start maps it without the checkpoint
-    monkeypatch.setattr(prepared_weights, "load_model", None)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the checkpoint was loaded although a whole prepared file exists")
+
+    monkeypatch.setattr(prepared_weights, "load_model", refuse)
     assert torch.equal(prompt_logits(make_executor(model_dir, options=options)), expected)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,6 +122,7 @@ def written_checked(target: Path, suffix: str) -> Iterator[str]:
         footer = FOOTER.format(length=Path(tmp).stat().st_size, checksum=checksum(map_file(Path(tmp)), target.name))
         with open(tmp, "ab") as file:
             file.write(footer.encode())
+        os.chmod(tmp, os.stat(tmp).st_mode | 0o444)  # mkstemp makes it private; the cache is shared
 
 
 def write_checked(target: Path, payload: bytes) -> None:

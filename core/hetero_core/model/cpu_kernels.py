@@ -392,12 +392,15 @@ def _build() -> Path:
         pass
     except cache_file.CacheFileInvalid as exc:
         cache_file.warn_rebuilding(exc)
-    with cache_file.written_checked(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
-        sources = [str(SOURCE_DIR / name) for name in SOURCES]
-        result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
-        if result.returncode != 0:
-            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
+    try:
+        with cache_file.written_checked(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
+            sources = [str(SOURCE_DIR / name) for name in SOURCES]
+            result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
+            if result.returncode != 0:
+                detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
+    except OSError as exc:
+        raise KernelUnavailable(f"cannot write the CPU kernels to {target}: {exc}") from None
     log.info("executor.cpu_kernels_built", path=str(target))
     return target
 

@@ -42,7 +42,7 @@ def ensure_gguf_converted(gguf_path: Path, cache_dir: Path | None = None) -> Pat
         except cache_file.CacheFileInvalid as exc:
             cache_file.warn_rebuilding(exc)
     root.mkdir(parents=True, exist_ok=True)
-    _convert_atomically(gguf_path, target)
+    _convert_atomically(gguf_path, target, again=target.exists())
     return target
 
 
@@ -65,7 +65,7 @@ def check_converted_weights(folder: Path) -> None:
         raise ModelLoadError(f"the converted model {folder} is damaged ({error.problem}) and the GGUF it was "
                              f"converted from is gone; delete {folder} and load the .gguf file again")
     cache_file.warn_rebuilding(error)
-    _convert_atomically(source, folder)
+    _convert_atomically(source, folder, again=True)
 
 
 def default_cache_dir() -> Path:
@@ -89,7 +89,7 @@ def _check(folder: Path, gguf_path: Path, *, weights: bool) -> None:
     cache_file.check_listed(folder, manifest, names, checked)
 
 
-def _convert_atomically(gguf_path: Path, target: Path) -> None:
+def _convert_atomically(gguf_path: Path, target: Path, again: bool = False) -> None:
     """Convert into a temporary sibling, list it in its manifest, and move it to ``target`` (over a
     damaged copy there: renamed away first, then deleted)."""
     from hetero_core.model import gguf_export
@@ -97,7 +97,8 @@ def _convert_atomically(gguf_path: Path, target: Path) -> None:
     _remove_stale_tmp_dirs(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        description = f"first use: converting {gguf_path.name} into {target} (once)"
+        description = (f"converting {gguf_path.name} into {target} again (the cached copy is damaged)" if again
+                       else f"first use: converting {gguf_path.name} into {target} (once)")
         gguf_export.export_gguf(gguf_path, tmp, description)
         cache_file.write_manifest(tmp, gguf=[gguf_path.name, gguf_path.stat().st_size],
                                   source=str(gguf_path.resolve()))

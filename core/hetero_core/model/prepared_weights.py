@@ -143,7 +143,6 @@ def _save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torc
     try:
         with cache_file.written_checked(path, ".tmp") as tmp:
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-            os.chmod(tmp, 0o644)
     except (OSError, RuntimeError, ValueError) as exc:
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
         return
