@@ -108,3 +108,12 @@ def test_a_reader_never_sees_a_half_written_file_while_two_processes_write(tmp_p
     assert [w.wait(timeout=60) for w in writers] == [0, 0]
     assert reads == 100
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.bin", "stop"]  # no temporaries left
+
+
+def test_the_parallel_and_the_single_threaded_sums_agree(tmp_path, monkeypatch):
+    """Model-sized files are summed by torch on every core, small ones by numpy: one checksum."""
+    data = cache_file.map_file(write(tmp_path))
+    small = cache_file.checksum(data, "x")
+    monkeypatch.setattr(cache_file, "PARALLEL_BYTES", 0)
+    assert cache_file.checksum(data, "x") == small
+    assert cache_file.checksum(data, "y") != small

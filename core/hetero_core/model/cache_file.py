@@ -11,9 +11,10 @@ raise ``CacheFileInvalid`` saying what is wrong; the caller rebuilds the file an
 as they are (a converted model's config, tokenizer and weights) are listed with their checksums in a
 manifest (``write_manifest``, ``check_listed``), itself a checked file.
 
-The checksum: the payload read as 64-bit words, summed (mod 2**64) per 1 MiB chunk by torch on
-every core, the sums hashed with the length and the file's name (BLAKE2b). It runs at memory speed
-(~16 ms for a 325 MB file on 2 cores) and the pages it faults in are those the model reads next.
+The checksum: the payload read as 64-bit words, summed (mod 2**64) per 1 MiB chunk (by torch on
+every core for model-sized files), the sums hashed with the length and the file's name (BLAKE2b).
+It runs at memory speed (~16 ms for a 325 MB file on 2 cores) and the pages it faults in are those
+the model reads next.
 It catches a file that is truncated, extended, zeroed or overwritten (random bytes, another file),
 copied from another key (the name carries the key), written without a footer (an older version, a
 killed writer on a crashing disk), and any change to one chunk's sum: a flipped bit, a lost or
@@ -39,6 +40,7 @@ from hetero_core.model.atomic_file import replaced_atomically
 log = get_logger("hetero.cache")
 
 CHUNK_WORDS = 1 << 17  # 64-bit words per partial sum (1 MiB)
+PARALLEL_BYTES = 64 << 20  # files this big are summed by torch on every core, smaller ones by numpy
 FOOTER = "\n#hetero-cache v1 {length:016x} {checksum}\n"
 FOOTER_BYTES = len(FOOTER.format(length=0, checksum="0" * 32))
 _FOOTER_PATTERN = re.compile(rb"\n#hetero-cache v1 ([0-9a-f]{16}) ([0-9a-f]{32})\n")
@@ -61,16 +63,21 @@ def warn_rebuilding(error: CacheFileInvalid) -> None:
 
 def checksum(data, name: str) -> str:
     """The checksum of ``data`` (a 1-D uint8 tensor) as the file ``name``."""
+    import numpy as np
     import torch
 
     length = data.numel()
     num_words = length // 8
-    words = data[: num_words * 8].view(torch.int64)
     whole = num_words - num_words % CHUNK_WORDS
+    words = data.numpy()[: num_words * 8].view(np.int64)
+    if length >= PARALLEL_BYTES:  # every core; the same sums (integer adds wrap in any order)
+        chunk_sums = data[: whole * 8].view(torch.int64).view(-1, CHUNK_WORDS).sum(1).numpy()
+    else:  # one thread: waking torch's pool costs more than small files take
+        chunk_sums = words[:whole].reshape(-1, CHUNK_WORDS).sum(1)
     digest = hashlib.blake2b(f"{name}\0{length}\0".encode(), digest_size=16)
-    digest.update(words[:whole].view(-1, CHUNK_WORDS).sum(1).numpy().tobytes())
-    digest.update(words[whole:].sum().reshape(1).numpy().tobytes())
-    digest.update(data[num_words * 8:].numpy().tobytes())
+    digest.update(chunk_sums.tobytes())
+    digest.update(words[whole:].sum(dtype=np.int64).tobytes())
+    digest.update(data.numpy()[num_words * 8:].tobytes())
     return digest.hexdigest()
 
 
