@@ -86,6 +86,8 @@ class AsyncLLM:
                     finished = True
                     raise item
                 finished = item.finished
+                if finished:  # the slot is free once the last delta is out, read to the end or not
+                    self._close(stream)
                 yield item
         finally:
             if submitted and not finished:

@@ -3,7 +3,8 @@
 A call queues all its requests (each checked before any is queued) and waits for them. Whichever
 calling thread holds the lock steps the engine for everyone and hands each output to the call that
 owns it: requests from different threads join the same batches, and every output reaches its own
-caller. While calls run, the engine is claimed for them (``ThreadGuard.acting_for``): a thread that
+caller. The lock is first come, first served, so a thread that arrives while another steps joins
+before that one's next step. While calls run, the engine is claimed for them (``ThreadGuard.acting_for``): a thread that
 drives ``llm.engine`` directly meanwhile gets ``ConcurrentEngineUseError`` instead of taking other
 callers' outputs. A call that ends early (an exception in its thread, such as KeyboardInterrupt)
 aborts its unfinished requests, and their final outputs are collected: nothing stays in the engine.
@@ -12,6 +13,7 @@ aborts its unfinished requests, and their final outputs are collected: nothing s
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.outputs import RequestOutput
@@ -33,15 +35,63 @@ class _Call:
         return len(self.finished) == len(self.request_ids)
 
 
+class FairLock:
+    """A lock handed over in the order it was asked for (``threading.Lock`` promises no order).
+
+    A waiter interrupted (KeyboardInterrupt) leaves the queue, or passes the lock on if it was
+    already handed to it: nobody waits for a thread that is gone.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._is_held = False
+        self._waiters: deque[threading.Lock] = deque()
+
+    def __enter__(self) -> None:
+        with self._mutex:
+            if not self._is_held:
+                self._is_held = True
+                return
+            waiter = threading.Lock()
+            waiter.acquire()
+            self._waiters.append(waiter)
+        try:
+            waiter.acquire()  # released by the holder: the lock is ours
+        except BaseException:
+            with self._mutex:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                    raise
+            self.__exit__()  # it was handed to us meanwhile: hand it on
+            raise
+
+    def __exit__(self, *exc_info) -> None:
+        with self._mutex:
+            if self._waiters:
+                self._waiters.popleft().release()  # still held: now by the first waiter
+            else:
+                self._is_held = False
+
+    @property
+    def num_waiting(self) -> int:
+        """Threads waiting for the lock."""
+        return len(self._waiters)
+
+
 class SharedEngine:
     name = "LLM.generate / chat calls of other threads"  # how the engine's guard names the claimant
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._lock = threading.Lock()
+        self._lock = FairLock()
         self._owners: dict[str, _Call] = {}  # request id -> the call waiting for it
         self._abandoned: set[str] = set()  # aborted by a call that left; their outputs are dropped
         self._num_calls = 0
+
+    @property
+    def num_waiting(self) -> int:
+        """Calling threads waiting for their turn to join or to step."""
+        return self._lock.num_waiting
 
     def run(self, prompts: list, params: list) -> list[RequestOutput]:
         """Run the prompts to completion, stepping for every call meanwhile; outputs in prompt order."""
