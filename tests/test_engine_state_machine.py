@@ -19,7 +19,7 @@ from collections import Counter
 from functools import lru_cache
 
 import pytest
-from fuzzing import fuzz_settings
+from fuzzing import TALLY, fuzz_settings, print_tally
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
@@ -158,7 +158,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(request_id=consumes(requests))
     def abort(self, request_id):
-        self.engine.abort(request_id)
+        TALLY["aborts"] += self.engine.abort(request_id)
 
     @rule()
     def abort_unknown(self):
@@ -206,6 +206,8 @@ class EngineMachine(RuleBasedStateMachine):
         assert not any(t.is_alive() for t in threads), "a generate thread hung"
         assert errors == []
         event(f"threads: {len(scripts)}, calls: {len(results)}")
+        TALLY.update({"threaded rules": 1, "threads": len(scripts), "calls": len(results),
+                      "thread requests": sum(len(outputs) for _, _, outputs in results)})
         for prompt_list, params, outputs in results:
             assert len(outputs) == len(prompt_list) and all(o.finished for o in outputs)
             self.record_own(outputs)
@@ -222,8 +224,10 @@ class EngineMachine(RuleBasedStateMachine):
                 self.accepted.add(self.engine.add_request("direct", {"max_tokens": 3}))
             elif action == "abort":
                 self.engine.abort(next(iter(self.accepted), "none"))
+            TALLY[f"direct {action} allowed"] += action is not None
         except ConcurrentEngineUseError:
             event(f"direct {action} refused while threads ran")
+            TALLY[f"direct {action} refused"] += 1
 
     def record_own(self, outputs):
         for out in outputs:  # generate's own requests: one final output each, never seen by step()
@@ -272,6 +276,12 @@ class EngineMachine(RuleBasedStateMachine):
         allocator = engine.scheduler.allocator
         assert allocator.num_free_blocks == allocator.num_blocks
         engine.executor = self.executor.inner
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tally():
+    yield
+    print_tally("engine state machine")
 
 
 def build_mock_engine(**overrides):

@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
-from fuzzing import fuzz_settings
+import pytest
+from fuzzing import TALLY, fuzz_settings, print_tally
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -160,6 +161,12 @@ def run_thread(llm, plans, indices, results):
         results.setdefault("errors", []).append(repr(exc))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tally():
+    yield
+    print_tally("AsyncLLM fuzz")
+
+
 @fuzz_settings(40)
 @given(plans=PLANS, max_pending=st.sampled_from([4, 64]))
 def test_async_llm_under_aborts_cancellations_and_bad_input(plans, max_pending):
@@ -176,9 +183,11 @@ def test_async_llm_under_aborts_cancellations_and_bad_input(plans, max_pending):
         assert "errors" not in results, results.get("errors")
         assert sorted(results) == list(range(len(plans)))
         assert settle(llm), f"slots or blocks left: {llm.stats}"
+    TALLY.update({"examples": 1, "threads": len(threads), "requests": len(plans)})
     for i, plan in enumerate(plans):
         outcome, ids, reason = results[i]
         event(f"{plan.action[0]}: {outcome}" + (f" ({reason})" if reason else ""))
+        TALLY[f"{plan.action[0]}: {outcome}"] += 1
         if outcome in ("overloaded", "left"):
             continue
         failed, solo_ids, solo_reason = solo(plan.prompt, plan.params)
