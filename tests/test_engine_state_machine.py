@@ -174,7 +174,7 @@ class EngineMachine(RuleBasedStateMachine):
             params = as_params(raw)
         except InvalidRequestError:
             return
-        if isinstance(params, list) and len(params) != len(prompts):  # one params per prompt, or an error
+        if isinstance(params, list) and len(params) != len(as_prompt_list(prompts)):  # one per prompt, or an error
             with pytest.raises(InvalidRequestError, match="sampling params for"):
                 self.engine.generate(prompts, params)
             return

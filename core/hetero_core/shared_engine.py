@@ -79,7 +79,7 @@ class FairLock:
 
 
 class SharedEngine:
-    name = "LLM.generate / chat calls of other threads"  # how the engine's guard names the claimant
+    name = "LLM.generate / chat (running in other threads)"  # how the engine's guard names the claimant
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
