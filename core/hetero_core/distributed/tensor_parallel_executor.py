@@ -15,9 +15,11 @@ error from the constructor. ``shutdown()`` stops the workers.
 
 from __future__ import annotations
 
+import atexit
 import pickle
 import sys
 import time
+import weakref
 from dataclasses import replace
 from multiprocessing.connection import wait
 
@@ -33,6 +35,7 @@ log = get_logger("hetero.tensor_parallel")
 BLOCK_TRANSFERS = ("copy_blocks", "swap_out", "swap_in")
 FAILURE_GRACE_S = 5.0  # after a failure: how long the workers get to report or exit
 STOP_GRACE_S = 10.0  # at shutdown: how long a worker gets to finish before it is killed
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # executors not shut down yet (stopped at interpreter exit)
 
 
 class TensorParallelExecutor:
@@ -63,6 +66,7 @@ class TensorParallelExecutor:
         for method in BLOCK_TRANSFERS:  # mirror what the rank executors can do (see block_transfer)
             if not callable(getattr(self.local, method, None)):
                 setattr(self, method, None)
+        _LIVE.add(self)
 
     def _start(self, payload: bytes, factory, ctx) -> None:
         backend = process_group.backend()
@@ -101,6 +105,7 @@ class TensorParallelExecutor:
         if self._closed:
             return
         self._closed = True
+        _LIVE.discard(self)
         if self.dead_reason is None:
             for worker in self._workers:
                 try:
@@ -234,3 +239,14 @@ def _drain(conn, report: WorkerReport) -> bool:
     except (EOFError, OSError):
         return True
     return False
+
+
+@atexit.register
+def _shutdown_live_executors() -> None:
+    """A script that never calls ``shutdown()``: stop its groups before the interpreter tears down
+    (gloo's threads destroyed at exit abort the process: 'terminate called without an active exception')."""
+    for executor in list(_LIVE):
+        try:
+            executor.shutdown()
+        except Exception:  # exiting anyway: one failed stop must not keep the others running
+            pass
