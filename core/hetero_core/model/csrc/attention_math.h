@@ -7,9 +7,8 @@
  *
  * 1. Scores: s_t = q . k_t as LANES lane partials, partial[l] = sum over d = l, l + LANES, ... of
  *    q[d] k_t[d], one vfma chain per lane in increasing d from zero, then the lanes summed in a fixed
- *    halving tree: lane l + LANES / 2 onto lane l, then l + LANES / 4, ... down to lane 0
- *    (``tree_lanes`` on one key's partials in a register, ``tree_vectors`` on LANES keys' partials
- *    held transposed: the same additions in the same order).
+ *    halving tree, LANES keys at a time (``tree_lanes``): lane l + LANES / 2 onto lane l, then
+ *    l + LANES / 4, ... down to lane 0.
  * 2. Online softmax over chunks of KEY_CHUNK keys aligned at context positions 0, KEY_CHUNK, ...
  *    (``softmax_chunk``): the running maximum m and sum l, alpha = exp(m_old - m_new), the chunk's
  *    weights e_t = exp(s_t - m_new) and l = l * alpha + (their sum, in a fixed order).
@@ -28,17 +27,8 @@
 
 #define KEY_CHUNK 64 /* keys per online-softmax step (a multiple of LANES) */
 
-/* The halving tree over LANES vectors, element by element: p[l] += p[l + half] for half = LANES / 2,
- * LANES / 4, ..., 1; returns p[0]. With p[l] holding lane l's partial dot products of LANES keys
- * (transposed), lane i of the result is key i's score. p is overwritten. */
-static inline vfloat tree_vectors(vfloat *p) {
-    for (int half = LANES / 2; half >= 1; half /= 2)
-        for (int l = 0; l < half; l++) p[l] = p[l] + p[l + half];
-    return p[0];
-}
-
-/* The same tree over the lanes of each of LANES vectors at once: lane i of the result is the sum of
- * the lanes of p[i] (p[i]: key i's lane partials), in tree_vectors' order, with shuffles. */
+/* The halving tree over the lanes of each of LANES vectors at once, with shuffles: lane i of the
+ * result is the sum of the lanes of p[i] (key i's lane partials). */
 #if LANES == 16
 static inline vfloat tree_lanes(const vfloat *p) {
     const vint lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};

@@ -8,8 +8,8 @@
  * TILE_TOKENS query tokens, KV head), run by OpenMP (torch's libgomp) with dynamic scheduling.
  *
  * A task is flash attention over its rows (each tile token times each query head of the group):
- * keys come in chunks of KEY_CHUNK, converted to fp32 once (K transposed, so a row's scores for LANES
- * keys are vector FMAs with no horizontal sums), then an online softmax and the value accumulation
+ * keys come in chunks of KEY_CHUNK, converted to fp32 once, scored ROW_BLOCK rows at a time against
+ * each key row (the rows' queries in registers), then an online softmax and the value accumulation
  * with the row's accumulator in registers. Each row's arithmetic is attention_math.h's, the decode
  * kernel's: a token gets the same bits however its prompt is chunked or batched. head_dim is padded
  * to a multiple of LANES inside the task's buffers, so any head size works.
@@ -23,44 +23,68 @@
 
 #define TILE_TOKENS 16
 #define MAX_PADDED_HEAD_DIM 512
+#define ROW_BLOCK 4 /* query rows scored together against each key row */
 
 typedef struct {
-    float *query, *acc, *scores, *keys_t, *values, *row_max, *row_sum;
+    float *query, *acc, *scores, *keys, *values, *row_max, *row_sum;
+    vfloat *partial;
 } Scratch;
 
 static int scratch_alloc(Scratch *s, int64_t rows, int64_t dim) {
-    const size_t floats = (size_t)(2 * rows * dim + rows * KEY_CHUNK + 2 * dim * KEY_CHUNK + 2 * rows);
+    const size_t floats = (size_t)(2 * rows * dim + rows * KEY_CHUNK + 2 * dim * KEY_CHUNK + 2 * rows
+                                   + ROW_BLOCK * LANES * LANES);
     float *base = NULL;
     if (posix_memalign((void **)&base, 64, floats * sizeof(float)) != 0) return -1;
-    /* Zeroed once: the padding of head_dim (rows of keys_t, columns of values) is never written again,
-     * and stays zero; columns of a chunk beyond its keys are never read. */
+    /* Zeroed once: the padding of head_dim (columns of keys and values) is never written again, and
+     * stays zero; rows of a chunk beyond its keys are never read. */
     memset(base, 0, floats * sizeof(float));
-    s->query = base;
+    s->partial = (vfloat *)base;
+    s->query = base + ROW_BLOCK * LANES * LANES;
     s->acc = s->query + rows * dim;
-    s->keys_t = s->acc + rows * dim;
-    s->values = s->keys_t + dim * KEY_CHUNK;
+    s->keys = s->acc + rows * dim;
+    s->values = s->keys + dim * KEY_CHUNK;
     s->scores = s->values + KEY_CHUNK * dim;
     s->row_max = s->scores + rows * KEY_CHUNK;
     s->row_sum = s->row_max + rows;
     return 0;
 }
 
-/* scores[0:n rounded up to LANES] = query . keys_t[:, 0:n] (keys_t is [dim][KEY_CHUNK]): per LANES
- * keys, the lane partials of attention_math.h (one vfma chain per lane over d = l, l + LANES, ...)
- * held transposed, summed by tree_vectors. */
-static inline void score_keys(const float *restrict query, const float *restrict keys_t, float *restrict scores,
-                              int64_t n, int64_t dim) {
+/* scores[r * KEY_CHUNK + k] = query_r . keys_k for the ``rows`` (at most ROW_BLOCK) query rows from
+ * ``query`` and the chunk's first n keys (rounded up to LANES; keys [KEY_CHUNK][dim], fp32): the
+ * decode kernel's lane partials (one vfma chain per lane from zero) and tree_lanes, the rows' queries
+ * in registers, each key row loaded once for all of them. */
+static inline __attribute__((always_inline)) void score_rows(
+    const float *restrict query, int64_t rows, const float *restrict keys, float *restrict scores, vfloat *partial,
+    int64_t n, const int64_t vectors) {
+    vfloat q[ROW_BLOCK][MAX_PADDED_HEAD_DIM / LANES];
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < vectors; j++) memcpy(&q[r][j], query + r * vectors * LANES + j * LANES, sizeof(vfloat));
     for (int64_t k0 = 0; k0 < n; k0 += LANES) {
-        vfloat partial[LANES];
-        for (int l = 0; l < LANES; l++) partial[l] = (vfloat){0};
-        for (int64_t d0 = 0; d0 < dim; d0 += LANES)
-            for (int l = 0; l < LANES; l++) {
-                vfloat k;
-                memcpy(&k, keys_t + (d0 + l) * KEY_CHUNK + k0, sizeof k);
-                partial[l] = vfma(vsplat(query[d0 + l]), k, partial[l]);
+        for (int64_t k = 0; k < LANES; k++) {
+            const float *key = keys + (k0 + k) * vectors * LANES;
+            for (int64_t r = 0; r < rows; r++) {
+                vfloat dot = {0};
+                for (int64_t j = 0; j < vectors; j++) {
+                    vfloat kv;
+                    memcpy(&kv, key + j * LANES, sizeof kv);
+                    dot = vfma(q[r][j], kv, dot);
+                }
+                partial[r * LANES + k] = dot;
             }
-        const vfloat sums = tree_vectors(partial);
-        memcpy(scores + k0, &sums, sizeof sums);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const vfloat sums = tree_lanes(partial + r * LANES);
+            memcpy(scores + r * KEY_CHUNK + k0, &sums, sizeof sums);
+        }
+    }
+}
+
+static void score_rows_any(const float *query, int64_t rows, const float *keys, float *scores, vfloat *partial,
+                           int64_t n, int64_t vectors) {
+    switch (vectors) {
+        case 64 / LANES: score_rows(query, rows, keys, scores, partial, n, 64 / LANES); break;
+        case 128 / LANES: score_rows(query, rows, keys, scores, partial, n, 128 / LANES); break;
+        default: score_rows(query, rows, keys, scores, partial, n, vectors);
     }
 }
 
@@ -110,32 +134,37 @@ static inline __attribute__((always_inline)) void attend_tile(
     const int64_t last_pos = first_pos + tokens - 1;
     for (int64_t start = 0; start <= last_pos; start += KEY_CHUNK) {
         const int64_t count = last_pos - start + 1 < KEY_CHUNK ? last_pos - start + 1 : KEY_CHUNK;
-        /* The chunk's keys (transposed) and values in fp32. Columns beyond ``count`` hold stale keys,
-         * whose scores are never used. */
+        /* The chunk's keys and values in fp32. Rows beyond ``count`` hold stale keys, whose scores are
+         * never used. */
         for (int64_t k = 0; k < count; k++) {
             const int64_t pos = start + k;
             const int64_t base = ((h * num_blocks + table[pos / block_size]) * block_size + pos % block_size)
                                  * head_dim;
             int64_t d = 0;
             for (; d + LANES <= head_dim; d += LANES) {
-                const vfloat key = vload(key_cache, base + d, bf16);
-                const vfloat value = vload(value_cache, base + d, bf16);
+                const vfloat key = vload(key_cache, base + d, bf16), value = vload(value_cache, base + d, bf16);
+                memcpy(s->keys + k * dim + d, &key, sizeof key);
                 memcpy(s->values + k * dim + d, &value, sizeof value);
-                for (int l = 0; l < LANES; l++) s->keys_t[(d + l) * KEY_CHUNK + k] = key[l];
             }
             for (; d < head_dim; d++) {
-                s->keys_t[d * KEY_CHUNK + k] = load_elem(key_cache, base + d, bf16);
+                s->keys[k * dim + d] = load_elem(key_cache, base + d, bf16);
                 s->values[k * dim + d] = load_elem(value_cache, base + d, bf16);
             }
         }
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t visible = first_pos + r / group - start + 1;  /* keys of this chunk row r sees */
-            if (visible <= 0) continue;
-            const int64_t n = visible < count ? visible : count;
-            float *sc = s->scores + r * KEY_CHUNK;
-            score_keys(s->query + r * dim, s->keys_t, sc, n, dim);
-            const float alpha = softmax_chunk(sc, n, &s->row_max[r], &s->row_sum[r]);
-            accumulate_values_any(s->acc + r * dim, sc, s->values, n, alpha, dim / LANES);
+        for (int64_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
+            const int64_t block = rows - r0 < ROW_BLOCK ? rows - r0 : ROW_BLOCK;
+            const int64_t seen = first_pos + (r0 + block - 1) / group - start + 1;  /* keys the block's last row sees */
+            if (seen <= 0) continue;
+            score_rows_any(s->query + r0 * dim, block, s->keys, s->scores + r0 * KEY_CHUNK, s->partial,
+                           seen < count ? seen : count, dim / LANES);
+            for (int64_t r = r0; r < r0 + block; r++) {
+                const int64_t visible = first_pos + r / group - start + 1;  /* keys of this chunk row r sees */
+                if (visible <= 0) continue;
+                const int64_t n = visible < count ? visible : count;
+                float *sc = s->scores + r * KEY_CHUNK;
+                const float alpha = softmax_chunk(sc, n, &s->row_max[r], &s->row_sum[r]);
+                accumulate_values_any(s->acc + r * dim, sc, s->values, n, alpha, dim / LANES);
+            }
         }
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -207,7 +236,7 @@ static inline __attribute__((always_inline)) int prefill_attention(
                         block_tables + seq * max_blocks, out, out_token_stride, query_start[seq] + first_token,
                         tokens, first_pos, h, group, head_dim, dim, num_blocks, block_size, scale, bf16);
         }
-        if (ok) free(scratch.query);
+        if (ok) free(scratch.partial);
     }
     free(task_start);
     return failed ? -2 : 0;
