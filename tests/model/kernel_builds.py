@@ -1,7 +1,7 @@
 """The compiled CPU kernels built for narrower vector ISAs than this CPU's, so every width's code runs
 in the tests on any x86 machine: SSE (``x86-64``, 4 lanes), AVX without AVX2 or FMA (``sandybridge``,
-8 lanes), AVX2 with FMA (``haswell``), and this CPU's own (``native``: AVX-512, AVX-512 BF16 where it
-has them). Builds are cached per test session in a temporary directory, never in ~/.cache/hetero."""
+8 lanes), AVX2 with FMA (``haswell``), AVX-512 without AVX-512 BF16 (``skylake-avx512``, 16 lanes, the
+bf16 linear widening its weight), and this CPU's own (``native``). Builds are cached per test session in a temporary directory, never in ~/.cache/hetero."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from hetero_core.model import cpu_kernels as cpu_kernels_module
 from hetero_core.model.compute_dtype import cpu_flags
 from hetero_core.model.cpu_kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
 
-BUILDS = ("native", "x86-64", "sandybridge", "haswell")
-_NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"}}
+BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512")
+_NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"},
+          "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}}
 _built: dict[str, CpuKernels] = {}
 
 

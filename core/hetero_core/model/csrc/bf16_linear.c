@@ -27,6 +27,7 @@
  * f32_linear.c does.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernel_math.h"
@@ -49,6 +50,7 @@
 #define PREFETCH_LINES 24 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
 int bf16_linear_native(void) { return 1; }
+#define WIDENS_INPUT 0 /* the passes read x in bf16 */
 
 /* ``width`` panels (16 columns each, one after the other in memory) for ``rows`` rows of x. */
 static inline __attribute__((always_inline)) void panel_rows(
@@ -104,9 +106,10 @@ static inline __attribute__((always_inline)) void panel_rows(
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels (swiglu: pairs of them; ``few``:
  * the one-pair configuration for few rows). */
-static void bf16_pass(const uint16_t *xr, int64_t ldx, const uint16_t *w, const float *b, void *yr, int64_t ldy,
+static void bf16_pass(const void *x, int64_t ldx, const uint16_t *w, const float *b, void *yr, int64_t ldy,
                       int64_t pairs, int64_t rows, int width, int out_f32, int swiglu, int few, const char *ahead,
                       int64_t ahead_lines) {
+    const uint16_t *xr = x;
     if (swiglu) {
         if (few) {
             switch (rows) {
@@ -127,40 +130,42 @@ static void bf16_pass(const uint16_t *xr, int64_t ldx, const uint16_t *w, const 
 
 
 int bf16_linear_native(void) { return 0; }
+#define WIDENS_INPUT 1 /* the passes read x widened to fp32, once per call */
 
 #define PANEL 16
 #define PANEL_VECTORS (PANEL / LANES)
 /* Panels per group, vectors of each panel per pass (a slice, from vector v0) and rows per pass, from
- * the registers: accumulators, two weight vectors per panel vector, two broadcasts. */
+ * the registers: accumulators, a panel vector's two widened weight vectors, two broadcasts. */
 #if LANES == 16
 #define WIDTH 3
-#define ROWS 6
+#define ROWS 8
 #define SLICE 1
 #define SWIGLU_WIDTH 4
-#define SWIGLU_ROWS 4
-#define SWIGLU_FEW_ROWS 8 /* one pair for up to this many rows */
+#define SWIGLU_ROWS 6
+#define SWIGLU_FEW_ROWS 12 /* one pair for up to this many rows */
 #else
 #define WIDTH 1
 #if LANES == 8
-#define ROWS 4
+#define ROWS 6
 #else
-#define ROWS 2
+#define ROWS 3
 #endif
 #define SLICE 2
 #define SWIGLU_WIDTH 2
-#define SWIGLU_ROWS 4
-#define SWIGLU_FEW_ROWS 4
+#define SWIGLU_ROWS ROWS
+#define SWIGLU_FEW_ROWS ROWS
 #endif
 #define SWIGLU_SLICE 1
 #define MAX_WIDTH (WIDTH > SWIGLU_WIDTH ? WIDTH : SWIGLU_WIDTH)
 #define MAX_ROWS (ROWS > SWIGLU_FEW_ROWS ? ROWS : SWIGLU_FEW_ROWS)
 #define MAX_SLICE (SLICE > SWIGLU_SLICE ? SLICE : SWIGLU_SLICE)
 
-/* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each from vector ``v0``: per pair
- * of inputs, the LANES columns' two bf16 weights (one 32-bit lane each) widened to an even and an odd
- * fp32 vector, then acc = vfma(even, x[2kp], acc), acc = vfma(odd, x[2kp + 1], acc). */
+/* ``rows`` rows of x (fp32: the call's input widened once) against ``width`` panels, ``slice`` vectors
+ * of each from vector ``v0``: per pair of inputs, the LANES columns' two bf16 weights (one 32-bit lane
+ * each) widened to an even and an odd fp32 vector, then acc = vfma(even, x[2kp], acc),
+ * acc = vfma(odd, x[2kp + 1], acc). */
 static inline __attribute__((always_inline)) void widened_rows(
-    const uint16_t *x, int64_t ldx, const uint16_t *panel, const float *bias, void *y, int64_t ldy, int64_t pairs,
+    const float *x, int64_t ldx, const uint16_t *panel, const float *bias, void *y, int64_t ldy, int64_t pairs,
     const int rows, const int width, const int slice, int v0, int out_f32, const int swiglu) {
     vfloat acc[MAX_WIDTH * MAX_SLICE][MAX_ROWS];
     for (int c = 0; c < width; c++)
@@ -169,21 +174,20 @@ static inline __attribute__((always_inline)) void widened_rows(
             if (bias != NULL) memcpy(&start, bias + c * PANEL + (v0 + v) * LANES, sizeof start);
             for (int r = 0; r < rows; r++) acc[c * slice + v][r] = start;
         }
-    for (int64_t kp = 0; kp < pairs; kp++) {
-        vfloat even[MAX_WIDTH * MAX_SLICE], odd[MAX_WIDTH * MAX_SLICE];
+    for (int64_t kp = 0; kp < pairs; kp++)
         for (int c = 0; c < width; c++)
             for (int v = 0; v < slice; v++) {
                 vuint u;  /* lane j: column j's weights of inputs 2kp (low half) and 2kp + 1 (high half) */
                 memcpy(&u, panel + (c * pairs + kp) * 2 * PANEL + (v0 + v) * 2 * LANES, sizeof u);
                 const vuint low = u << 16, high = u & 0xffff0000u;
-                memcpy(&even[c * slice + v], &low, sizeof low);
-                memcpy(&odd[c * slice + v], &high, sizeof high);
+                vfloat even, odd;
+                memcpy(&even, &low, sizeof low);
+                memcpy(&odd, &high, sizeof high);
+                for (int r = 0; r < rows; r++) {
+                    const float *xr = x + r * ldx + 2 * kp;
+                    acc[c * slice + v][r] = vfma(odd, vsplat(xr[1]), vfma(even, vsplat(xr[0]), acc[c * slice + v][r]));
+                }
             }
-        for (int r = 0; r < rows; r++) {
-            const vfloat xe = vsplat(bf16_to_f32(x[r * ldx + 2 * kp])), xo = vsplat(bf16_to_f32(x[r * ldx + 2 * kp + 1]));
-            for (int i = 0; i < width * slice; i++) acc[i][r] = vfma(odd[i], xo, vfma(even[i], xe, acc[i][r]));
-        }
-    }
     for (int c = 0; c < width; c += swiglu ? 2 : 1)
         for (int v = 0; v < slice; v++)
             for (int r = 0; r < rows; r++) {
@@ -197,18 +201,21 @@ static inline __attribute__((always_inline)) void widened_rows(
 
 #define CASES_1(F, w) F(1, w)
 #define CASES_2(F, w) CASES_1(F, w) F(2, w)
-#define CASES_4(F, w) CASES_2(F, w) F(3, w) F(4, w)
+#define CASES_4(F, w) CASES_3(F, w) F(4, w)
 #define CASES_6(F, w) CASES_4(F, w) F(5, w) F(6, w)
+#define CASES_3(F, w) CASES_2(F, w) F(3, w)
 #define CASES_8(F, w) CASES_6(F, w) F(7, w) F(8, w)
+#define CASES_12(F, w) CASES_8(F, w) F(9, w) F(10, w) F(11, w) F(12, w)
 #define CASES__(n) CASES_##n
 #define CASES(n) CASES__(n)
 #define PLAIN_CALL(n, c) case n: widened_rows(xr, ldx, w, b, yr, ldy, pairs, n, c, SLICE, v0, out_f32, 0); break;
 #define SWIGLU_CALL(n, c) case n: widened_rows(xr, ldx, w, b, yr, ldy, pairs, n, c, SWIGLU_SLICE, v0, 0, 1); break;
 
-static void bf16_pass(const uint16_t *xr, int64_t ldx, const uint16_t *w, const float *b, void *yr, int64_t ldy,
+static void bf16_pass(const void *x, int64_t ldx, const uint16_t *w, const float *b, void *yr, int64_t ldy,
                       int64_t pairs, int64_t rows, int width, int out_f32, int swiglu, int few, const char *ahead,
                       int64_t ahead_lines) {
-    (void)ahead, (void)ahead_lines;  /* the hardware prefetcher follows these loops' sequential stream */
+    (void)ahead, (void)ahead_lines;
+    const float *xr = x;  /* the hardware prefetcher follows these loops' sequential stream */
     if (swiglu) {
         for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {
             if (few || width == 2) {
@@ -238,11 +245,21 @@ int bf16_linear_available(void) { return bf16_linear_native(); }
 /* x [M, K] bf16 (row stride ldx), packed weight [N / 16][K / 2][16][2], bias fp32 [N] (in the weight's
  * column order) or NULL, y [M, N] (row stride ldy) in bf16, or in fp32 with out_f32 (the sums
  * unrounded: logits), or [M, N / 2] bf16 with swiglu (the weight's panels then pairs of gate and up).
- * Returns 0, or -1 for shapes linear_refuses (K must be even; nothing written). */
+ * Returns 0; -1 for shapes linear_refuses (K must be even; nothing written); -2 when the widened
+ * copy of x cannot be allocated. */
 int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y,
                 int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads) {
     if (linear_refuses(m, n, k, ldx, ldy, swiglu, 2) || (swiglu && out_f32)) return -1;
     if (m == 0 || n == 0) return 0;
+    float *widened = NULL;  /* x in fp32, for the passes that widen (a pass reads each row many times) */
+    if (WIDENS_INPUT && k > 0) {
+        widened = malloc((size_t)(m * k) * sizeof(float));
+        if (widened == NULL) return -2;
+        #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t i = 0; i < k; i++) widened[r * k + i] = bf16_to_f32(x[r * ldx + i]);
+    }
+    const int64_t ld = widened != NULL ? k : ldx;
     const int64_t panels = n / 16, pairs = k / 2;
     const int few = swiglu && m <= SWIGLU_FEW_ROWS;  /* one pass of one pair per group */
     const int group_width = few ? 2 : swiglu ? SWIGLU_WIDTH : WIDTH;
@@ -266,10 +283,12 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
             const int64_t first_line = pass == 0 ? 0 : (pass - 1) * share;
             const int64_t ahead_lines = pass == 0 ? 0 : (next_lines - first_line < share ? next_lines - first_line : share);
             void *yr = out_f32 ? (void *)((float *)y + m0 * ldy + column) : (void *)((uint16_t *)y + m0 * ldy + column);
-            bf16_pass(x + m0 * ldx, ldx, w, b, yr, ldy, pairs, rows, width, out_f32, swiglu, few, next + 64 * first_line,
+            const void *xr = widened != NULL ? (const void *)(widened + m0 * ld) : (const void *)(x + m0 * ld);
+            bf16_pass(xr, ld, w, b, yr, ldy, pairs, rows, width, out_f32, swiglu, few, next + 64 * first_line,
                       ahead_lines);
             m0 += rows;
         }
     }
+    free(widened);
     return 0;
 }
