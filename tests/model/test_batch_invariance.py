@@ -76,7 +76,7 @@ def _assert_same(first: dict, second: dict) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", ["llama_wide_heads", "llama", "qwen2_wide_heads", "llama_q4_1"])
+@pytest.mark.parametrize("name", ["llama_wide_heads", "llama", "qwen2_wide_heads", "llama_q4_1", "qwen3", "llama_mqa_tied", "llama3_rope"])
 def test_logits_do_not_depend_on_chunking_batch_mates_or_preemption(build_kernels, tiny_model_dirs, make_executor,
                                                                    dtype, name):
     model_dir, _ = tiny_model_dirs[name]
@@ -166,11 +166,17 @@ PROMPTS = ["alpha beta gamma delta the quick brown fox jumps over", "The capital
 
 
 def _generate(llm, prompts, alone: bool = False):
-    """(token ids, logprobs, preemptions) of each prompt, greedy; ``alone``: one request at a time."""
+    """(token ids, logprobs, preemptions) of each prompt, greedy but for the last one (sampled with a
+    seed); ``alone``: one request at a time."""
     from hetero_core import SamplingParams
 
-    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=0)
-    outputs = [out for p in prompts for out in llm.generate([p], params)] if alone else llm.generate(prompts, params)
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=0)
+    seeded = SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=10, ignore_eos=True, logprobs=0)
+    params = [greedy] * (len(prompts) - 1) + [seeded]
+    if alone:
+        outputs = [out for p, sp in zip(prompts, params, strict=True) for out in llm.generate([p], [sp])]
+    else:
+        outputs = llm.generate(prompts, params)
     return [(out.output_token_ids, [lp.logprob for lp in out.logprobs], out.num_preemptions) for out in outputs]
 
 
@@ -179,7 +185,8 @@ def _generate(llm, prompts, alone: bool = False):
 def test_the_embedded_model_answers_the_same_however_it_is_batched(smollm2_dir, dtype):
     """The issue's case: in bf16, ``max_prefill_chunk=1`` changed 2 of 16 greedy outputs and
     ``max_prefill_chunk=5`` moved logprobs by up to 0.086. Now the same tokens and the same logprobs,
-    bit for bit, for every chunk size, alone or batched, and after preemptions that recompute."""
+    bit for bit, for every chunk size, alone or batched, and after preemptions (recompute or swap);
+    a seeded sampled request too."""
     from hetero_core import LLM
 
     def llm(**settings):
@@ -194,10 +201,11 @@ def test_the_embedded_model_answers_the_same_however_it_is_batched(smollm2_dir, 
         chunked = llm(max_prefill_chunk=chunk)
         runs[f"max_prefill_chunk={chunk}"] = _generate(chunked, PROMPTS)
         chunked.shutdown()
-    tight = llm(max_num_blocks=3, block_size=8, preemption_mode="recompute")  # room for about one sequence
-    runs["preempted"] = _generate(tight, PROMPTS)
-    tight.shutdown()
-    assert sum(preemptions for *_, preemptions in runs["preempted"]) > 0
+    for mode in ("recompute", "swap"):  # room for about one sequence at a time
+        tight = llm(max_num_blocks=3, block_size=8, preemption_mode=mode)
+        runs[f"preempted ({mode})"] = _generate(tight, PROMPTS)
+        tight.shutdown()
+        assert sum(preemptions for *_, preemptions in runs[f"preempted ({mode})"]) > 0
     for name, run in runs.items():
         for prompt, (tokens, logprobs, _), (want_tokens, want_logprobs, _) in zip(PROMPTS, run, expected, strict=True):
             assert tokens == want_tokens, f"{name}: {prompt!r}"

@@ -9,17 +9,24 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
 - ``paged_kv_write.c``: the step's new K/V rows into their slots;
 - ``paged_decode_attention.c``: single-token queries, K and V each read once;
 - ``paged_prefill_attention.c``: every multi-token query of a step in one call (causal, any cached
-  prefix), flash-attention style in fp32;
+  prefix), flash-attention style in fp32; both attention kernels compute a query row with the same
+  arithmetic (``attention_math.h``), so a token gets the same bits from either;
 - ``pointwise.c``: the model's element-wise steps (residual add + RMSNorm, SiLU-and-multiply, RoPE
   in place), one pass each instead of 5-7 eager torch ops;
-- ``bf16_linear.c``: bf16 linears (AVX-512 BF16 dot products over a weight packed once at load),
-  overlapping the weight stream with compute better than oneDNN at decode sizes;
+- ``bf16_linear.c``: bf16 linears over a weight packed once at load (AVX-512 BF16 dot products, or
+  the weight widened to fp32 in registers on other CPUs), overlapping the weight stream with compute
+  better than oneDNN at decode sizes;
 - ``f32_linear.c``: fp32 linears the same way, with fused multiply-adds of any vector width (the
   default dtype of CPUs without bf16 arithmetic, AVX2-only ones); and ``coded_linear``, the same
   over weights that are exact block codes (a Q4_1 or Q8_0 GGUF's), expanded as they stream in:
   bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``);
 - ``decode_layers.c``: every decoder layer of a pure decode step in one call, the kernels above in
   the model code's order (``fused_decode``).
+
+Every entry point takes any number of rows, tokens or sequences (none too) and checks its shapes
+(a ValueError here, -1 from the C side); every row's result is one fixed-order computation,
+whatever else is in the batch and however many threads run it (batch invariance; no
+``-fassociative-math``). The linears' wrappers are in ``cpu_kernel_linears``.
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
