@@ -29,6 +29,11 @@ def read_results(path):
     return [json.loads(line) for line in text.splitlines()]
 
 
+def split_rows(results):
+    """(result rows, {line number: error row of a malformed line})."""
+    return [r for r in results if "line" not in r], {r["line"]: r for r in results if "line" in r}
+
+
 def run_batch(tmp_path, records, *extra, capsys=None):
     source = write_lines(tmp_path / "in.jsonl", records)
     out = tmp_path / "out.jsonl"
@@ -78,7 +83,11 @@ def test_malformed_lines_are_reported_with_their_line_number_and_the_rest_run(tm
     code, results = run_batch(tmp_path, records)
     err = capsys.readouterr().err
     assert code == 1
-    assert sorted(r["id"] for r in results) == ["ok1", "ok2"]
+    ran, bad = split_rows(results)
+    assert sorted(r["id"] for r in ran) == ["ok1", "ok2"]
+    assert {line: row["id"] for line, row in bad.items()} == {2: None, 3: "typo", 4: "none", 5: "bad-temp"}
+    assert all(row["finish_reason"] is None and row["num_output_tokens"] == 0 for row in bad.values())
+    assert bad[3]["error"].startswith("unknown sampling parameter 'max_tokenz'")
     assert "in.jsonl:2: skipped: invalid JSON" in err
     assert "in.jsonl:3: skipped: unknown sampling parameter 'max_tokenz' (did you mean 'max_tokens'?)" in err
     assert "in.jsonl:4: skipped: a line needs exactly one of 'prompt'" in err
@@ -91,7 +100,9 @@ def test_undecodable_bytes_and_a_line_of_the_other_format_are_skipped(tmp_path, 
                        b'{"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x"}}\n')
     out = tmp_path / "out.jsonl"
     assert main(["run", *MOCK, "--input-file", str(source), "--output", str(out)]) == 1
-    assert [r["id"] for r in read_results(out)] == ["ok"]
+    ran, bad = split_rows(read_results(out))
+    assert [r["id"] for r in ran] == ["ok"]
+    assert {line: row["id"] for line, row in bad.items()} == {2: None, 3: 3}  # 3: the line number, the default id
     err = capsys.readouterr().err
     assert "in.jsonl:2: skipped: not UTF-8 text: 'utf-8' codec can't decode" in err
     assert "in.jsonl:3: skipped: an OpenAI batch line in a file of Hetero lines" in err
@@ -127,8 +138,13 @@ def test_openai_batch_format_in_and_out(tmp_path, capsys):
     code, results = run_batch(tmp_path, records)
     err = capsys.readouterr().err
     assert code == 1
-    by_id = {r["custom_id"]: r for r in results}
+    ran, bad = split_rows(results)
+    by_id = {r["custom_id"]: r for r in ran}
     assert set(by_id) == {"chat-1", "cmpl-1", "far"}
+    assert {line: row["custom_id"] for line, row in bad.items()} == {3: "emb", 4: "hot"}
+    assert all(row["response"] == {"status_code": 400, "request_id": row["response"]["request_id"], "body": None}
+               and row["error"]["code"] == 400 for row in bad.values())
+    assert bad[3]["error"]["message"].startswith("unsupported 'url' '/v1/embeddings'")
     chat = by_id["chat-1"]
     assert chat["error"] is None and chat["response"]["status_code"] == 200 and chat["id"]
     body = ChatCompletionResponse.model_validate(chat["response"]["body"])
@@ -227,9 +243,14 @@ def test_ctrl_c_leaves_a_valid_file_and_exits_130(tmp_path):
     (["--input-file", "in.jsonl", "--output", "-", "--resume"], "'-' (stdout) cannot be resumed"),
     (["hi", "--input-file", "in.jsonl", "--output", "o"], "not both"),
     (["--input-file", "missing.jsonl", "--output", "o"], "cannot read --input-file missing.jsonl"),
+    (["--input-file", "folder", "--output", "o"], "cannot read --input-file folder: Is a directory"),
+    (["--input-file", "in.jsonl", "--output", "folder"], "cannot write --output folder: it is a directory"),
+    (["--input-file", "in.jsonl", "--output", "in.jsonl/o"], "cannot write --output in.jsonl/o: there is no folder"),
 ])
 def test_flag_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    write_lines(tmp_path / "in.jsonl", [{"prompt": "x"}])
     assert main(["run", *MOCK, *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
@@ -371,6 +392,12 @@ class _LogitsPlugin:
         self.register_executors = register_executors
 
 
+class Records(list):
+    """Stands in for a ``ResultWriter``: keeps the records written."""
+
+    write = list.append
+
+
 @pytest.mark.parametrize("records", [
     [{"id": "n", "prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}],
     [{"custom_id": "c", "url": "/v1/completions", "method": "POST", "body": {"prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}},
@@ -395,10 +422,9 @@ def test_logprob_values_reach_the_result_lines(records):
     best, second = torch.log_softmax(row, 0)[:2].tolist()
     batch = read_batch_file([json.dumps(r) for r in records], SamplingParams(temperature=0), chat=True,
                             max_model_len=engine.max_model_len)
-    out = io.StringIO()
+    out = Records()
     assert BatchRunner(engine, batch.format, "m", io.StringIO()).run(batch.requests, out) == 0
-    for line in out.getvalue().splitlines():
-        result = json.loads(line)
+    for result in out:
         if "custom_id" not in result:
             for entry in result["logprobs"]:
                 assert math.isclose(entry["logprob"], best, rel_tol=1e-5)
@@ -415,7 +441,7 @@ def test_logprob_values_reach_the_result_lines(records):
                 assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx([best, second])
 
 
-def test_logprobs_mistakes_skip_the_line(tmp_path, capsys):
+def test_logprobs_mistakes_fail_their_line(tmp_path, capsys):
     records = [{"id": "both", "prompt": "x", "logprobs": 3, "top_logprobs": 2},
                {"id": "top-alone", "prompt": "x", "top_logprobs": 2},
                {"id": "many", "prompt": "x", "logprobs": 99},
@@ -423,8 +449,9 @@ def test_logprobs_mistakes_skip_the_line(tmp_path, capsys):
                {"id": "ok", "prompt": "x", "max_tokens": 1, "logprobs": 0}]
     code, results = run_batch(tmp_path, records)
     err = capsys.readouterr().err
-    assert code == 1 and [r["id"] for r in results] == ["ok"]
-    assert results[0]["logprobs"][0]["top_logprobs"] == []
+    ran, bad = split_rows(results)
+    assert code == 1 and [r["id"] for r in ran] == ["ok"] and sorted(bad) == [1, 2, 3, 4]
+    assert ran[0]["logprobs"][0]["top_logprobs"] == []
     assert "in.jsonl:1: skipped: give 'logprobs': N (alternatives per token), or 'logprobs': true" in err
     assert "in.jsonl:2: skipped: 'top_logprobs' needs 'logprobs': true" in err
     assert "in.jsonl:3: skipped: invalid sampling parameters: logprobs must be in [0, 20], got 99" in err

@@ -1,24 +1,35 @@
 """A hypothesis state machine drives add / abort / step / generate with random valid and invalid
 input, plus injected executor faults, on the mock executor (and, shorter, on the real embedded model).
+One rule runs generate from several threads at once through ``SharedEngine`` (what ``LLM`` does)
+while this thread tries to step, add or abort directly: that is refused (``ConcurrentEngineUseError``)
+or, between calls, allowed; every thread's outputs must equal a solo run's on the mock.
 
 After every step: no exception escaped, the allocator is consistent (free + used == total, every
 owned block counted once per owner, no free block owned), no request ended twice. At the end:
 every accepted request ended exactly once and the engine is empty.
+
+A long run: ``HETERO_FUZZ_EXAMPLES=5000 python -m pytest tests/test_engine_state_machine.py``
+(docs/testing.md).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from functools import lru_cache
 
 import pytest
+from fuzzing import TALLY, fuzz_settings, print_tally
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
 
 from hetero_core.engine.batch import ExecutorOutput
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.prompts import as_prompt_list
+from hetero_core.engine.thread_guard import ConcurrentEngineUseError
 from hetero_core.errors import InvalidRequestError
+from hetero_core.shared_engine import SharedEngine
 
 # -- input strategies: valid and invalid ------------------------------------------------------------
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=24)
@@ -69,6 +80,15 @@ PARAMS = st.one_of(
     st.fixed_dictionaries({}, optional={**PARAM_VALUES, "temprature": st.just(1)}),
     st.sampled_from(["greedy", 7, [("temperature", 0)]]),
 )
+THREAD_PARAMS = st.one_of(  # what one generate call in a thread sends: one params for all its prompts
+    st.none(),
+    st.fixed_dictionaries({}, optional=VALID_VALUES),
+    st.fixed_dictionaries({}, optional=PARAM_VALUES),
+)
+THREAD_SCRIPTS = st.lists(  # per thread, its generate calls: (prompts, params)
+    st.lists(st.tuples(st.lists(PROMPTS, min_size=1, max_size=3), THREAD_PARAMS), min_size=1, max_size=3),
+    min_size=2, max_size=3,
+)
 
 
 def as_params(raw):
@@ -102,6 +122,8 @@ class FaultyExecutor:
 
 class EngineMachine(RuleBasedStateMachine):
     make_engine = None  # set by subclasses: () -> Engine (empty)
+    compare_solo = True  # outputs depend only on the request (the mock executor): compare with a solo run
+    _solo_engines: dict = {}
 
     requests = Bundle("requests")
 
@@ -112,6 +134,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine.executor = self.executor
         self.accepted: set[str] = set()
         self.finals: Counter[str] = Counter()
+        self.shared = SharedEngine(self.engine)
 
     def record(self, outputs):
         for out in outputs:
@@ -135,7 +158,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(request_id=consumes(requests))
     def abort(self, request_id):
-        self.engine.abort(request_id)
+        TALLY["aborts"] += self.engine.abort(request_id)
 
     @rule()
     def abort_unknown(self):
@@ -151,15 +174,76 @@ class EngineMachine(RuleBasedStateMachine):
             params = as_params(raw)
         except InvalidRequestError:
             return
-        if isinstance(params, list) and len(params) != len(prompts):  # one params per prompt, or an error
+        if isinstance(params, list) and len(params) != len(as_prompt_list(prompts)):  # one per prompt, or an error
             with pytest.raises(InvalidRequestError, match="sampling params for"):
                 self.engine.generate(prompts, params)
             return
         outputs = self.engine.generate(prompts, params)
-        assert len(outputs) == len(prompts) and all(o.finished for o in outputs)
+        assert len(outputs) == len(as_prompt_list(prompts)) and all(o.finished for o in outputs)
+        self.record_own(outputs)
+
+    @rule(scripts=THREAD_SCRIPTS, direct=st.sampled_from(["step", "add", "abort", None]))
+    def generate_in_threads(self, scripts, direct):
+        """Threads call generate on one SharedEngine (as on one LLM) while this thread drives the engine."""
+        results, errors = [], []
+
+        def run(script):
+            try:
+                for prompts, params in script:
+                    prompt_list = as_prompt_list(prompts)
+                    results.append((prompt_list, params, self.shared.run(prompt_list, [params] * len(prompt_list))))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(script,)) for script in scripts]
+        for thread in threads:
+            thread.start()
+        try:
+            self.drive_directly(direct)
+        finally:
+            for thread in threads:
+                thread.join(120)
+        assert not any(t.is_alive() for t in threads), "a generate thread hung"
+        assert errors == []
+        event(f"threads: {len(scripts)}, calls: {len(results)}")
+        TALLY.update({"threaded rules": 1, "threads": len(scripts), "calls": len(results),
+                      "thread requests": sum(len(outputs) for _, _, outputs in results)})
+        for prompt_list, params, outputs in results:
+            assert len(outputs) == len(prompt_list) and all(o.finished for o in outputs)
+            self.record_own(outputs)
+            if self.compare_solo:
+                for prompt, out in zip(prompt_list, outputs):
+                    self.assert_as_solo(prompt, params, out)
+
+    def drive_directly(self, action):
+        """Step, add or abort from this thread while other threads may be inside the engine."""
+        try:
+            if action == "step":
+                self.record(self.engine.step())
+            elif action == "add":
+                self.accepted.add(self.engine.add_request("direct", {"max_tokens": 3}))
+            elif action == "abort":
+                self.engine.abort(next(iter(self.accepted), "none"))
+            TALLY[f"direct {action} allowed"] += action is not None
+        except ConcurrentEngineUseError:
+            event(f"direct {action} refused while threads ran")
+            TALLY[f"direct {action} refused"] += 1
+
+    def record_own(self, outputs):
         for out in outputs:  # generate's own requests: one final output each, never seen by step()
             assert out.request_id not in self.finals
             self.finals[out.request_id] = 1
+
+    def assert_as_solo(self, prompt, params, out):
+        """A request run among others gives what it gives alone (unless an injected fault failed it)."""
+        solo_engine = self._solo_engines.get(type(self))
+        if solo_engine is None:
+            solo_engine = self._solo_engines[type(self)] = type(self).make_engine()
+        [alone] = solo_engine.generate([prompt], [params])
+        if alone.failed:
+            assert out.failed, f"{prompt!r}: alone it fails ({alone.error}), among threads it ran"
+        elif not out.failed:
+            assert (out.output_token_ids, out.finish_reason) == (alone.output_token_ids, alone.finish_reason)
 
     @rule()
     def fail_next_step(self):
@@ -194,6 +278,12 @@ class EngineMachine(RuleBasedStateMachine):
         engine.executor = self.executor.inner
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _tally():
+    yield
+    print_tally("engine state machine")
+
+
 def build_mock_engine(**overrides):
     from hetero_core.builder import build_engine
     from hetero_core.plugins import load_plugins
@@ -215,8 +305,7 @@ class MockEngineMachine(EngineMachine):
 
 
 TestEngineOnTheMock = MockEngineMachine.TestCase
-TestEngineOnTheMock.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
-                                        suppress_health_check=[HealthCheck.too_slow])
+TestEngineOnTheMock.settings = fuzz_settings(60, stateful_step_count=30)
 
 
 class ContiguousMockEngineMachine(EngineMachine):  # the static allocator: room for two reservations
@@ -224,8 +313,7 @@ class ContiguousMockEngineMachine(EngineMachine):  # the static allocator: room 
 
 
 TestEngineOnTheMockWithContiguousKV = ContiguousMockEngineMachine.TestCase
-TestEngineOnTheMockWithContiguousKV.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                                                        suppress_health_check=[HealthCheck.too_slow])
+TestEngineOnTheMockWithContiguousKV.settings = fuzz_settings(30, stateful_step_count=30)
 
 
 @pytest.mark.slow
@@ -242,6 +330,7 @@ def test_engine_on_the_real_model(smollm2_dir):
 
     class RealEngineMachine(EngineMachine):
         make_engine = staticmethod(shared_engine)
+        compare_solo = False  # one engine for all examples; sampling without a seed differs per run
 
     run = RealEngineMachine.TestCase
     run.settings = settings(max_examples=4, stateful_step_count=10, deadline=None,

@@ -1,5 +1,7 @@
 """SamplingParams are validated once, with a message that names the field and the rule."""
 
+from fractions import Fraction
+
 import pytest
 
 from hetero_core.engine.params import GREEDY_TEMPERATURE, SamplingParams
@@ -119,3 +121,26 @@ def test_extreme_but_accepted_values_sample_in_vocabulary(kwargs):
     rows = [SamplingRow(SamplingParams(seed=3, **kwargs), list(range(400)), list(range(50)))] * 2
     out = Sampler(seed=0).sample(logits, rows)
     assert out.errors is None and all(0 <= t < 500 for t in out.token_ids)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": 10**400}, "temperature must be a number within the float range"),
+        ({"top_p": Fraction(10**400, 3)}, "top_p must be a number within the float range"),
+        ({"min_p": -(10**400)}, "min_p must be a number within the float range"),
+        ({"presence_penalty": Fraction(10**5000, 7)}, "presence_penalty must be a number within the float range"),
+        ({"max_tokens": -(10**5000)}, "max_tokens must be >= 1, got a negative integer of 16610 bits"),
+        ({"top_k": -(10**400)}, "top_k must be -1 (disabled), 0 (disabled) or >= 1, got a negative integer"),
+    ],
+)
+def test_numbers_beyond_floats_and_printing_are_a_clear_error(kwargs, message):
+    """An int or fraction too large for a float was an OverflowError (or a 4,300-digit ValueError)."""
+    with pytest.raises(InvalidRequestError) as err:
+        SamplingParams(**kwargs)
+    assert message in str(err.value) and len(str(err.value)) < 300
+
+
+def test_a_huge_unknown_key_is_named_briefly():
+    with pytest.raises(InvalidRequestError, match="unknown sampling parameter an integer of"):
+        SamplingParams.from_dict({10**5000: 1})

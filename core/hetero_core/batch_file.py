@@ -8,18 +8,21 @@ Two formats, detected from the file's first valid line:
   "/v1/completions" | "/v1/chat/completions", "body": {...}}``; the body is validated by the
   server's own request models.
 
-A malformed line becomes a ``Malformed`` entry (line number and reason): it is reported and
-skipped, never run, so fixing it and running again with ``--resume`` runs just that line. Two
-lines with the same id are an error for the whole file (results are matched by id).
+Every line is read by one bounded decoder (``batch_json.decode_line``). A malformed line becomes a
+``Malformed`` entry (line number, reason, and its id when it has a valid one): it is never run; it
+gets an error row, and ``--resume`` reads it again, so fixing it and resuming runs just that line.
+Two lines with the same id are an error for the whole file (results are matched by id).
 """
 
 from __future__ import annotations
 
 import json
+import reprlib
 from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
+from hetero_core.batch_json import decode_line
 from hetero_core.engine.params import SamplingParams
 from hetero_core.errors import HeteroError, InvalidRequestError
 
@@ -49,6 +52,7 @@ class BatchRequest:
 class Malformed:
     line_number: int
     reason: str
+    id: Any = None  # the line's id (native: its default, the line number, too) when it has a valid one
 
 
 @dataclass
@@ -70,30 +74,62 @@ def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, c
     batch = BatchFile(format="")
     seen: dict[str, int] = {}
     for number, text in enumerate(lines, start=1):
+        line_id = None
         try:
-            text = text.decode("utf-8").lstrip("\ufeff") if isinstance(text, bytes) else text
-            if not text.strip():
+            value = decode_line(text)
+            if value is None:
                 continue
-            value = json.loads(text)
             if not isinstance(value, dict):
                 raise InvalidRequestError(f"a line must be a JSON object, got {type(value).__name__}")
             batch.format = batch.format or (OPENAI if "custom_id" in value or "body" in value else NATIVE)
+            line_id = _line_id(batch.format, value, number)
             if batch.format == OPENAI:
                 request = _openai_request(number, value, defaults, max_model_len, count_tokens)
             else:
                 request = _native_request(number, value, defaults, chat)
-        except (json.JSONDecodeError, UnicodeDecodeError, InvalidRequestError) as exc:
-            reason = (f"not UTF-8 text: {exc}" if isinstance(exc, UnicodeDecodeError)
-                      else f"invalid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc))
-            batch.malformed.append(Malformed(number, reason))
+        except (InvalidRequestError, ValueError, TypeError, ArithmeticError) as exc:
+            # the last three: a value the checks let through (an int too large for a float) fails its
+            # line, never the file
+            reason = str(exc) if isinstance(exc, InvalidRequestError) else f"invalid value: {exc}"
+            batch.malformed.append(Malformed(number, reason, line_id))
+            _check_unique(seen, line_id, number)
             continue
-        if request.key in seen:
-            raise HeteroError(f"duplicate id {request.id!r} on lines {seen[request.key]} and {number}; "
-                              "every line needs its own id (results are matched by id)")
-        seen[request.key] = number
+        _check_unique(seen, request.id, number)
         batch.requests.append(request)
     batch.format = batch.format or NATIVE
     return batch
+
+
+def show(value: Any) -> str:
+    """``repr(value)``, shortened for a message (an id or a field can be megabytes long)."""
+    return _SHORT.repr(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+
+
+def _check_unique(seen: dict[str, int], line_id: Any, number: int) -> None:
+    if line_id is None:
+        return
+    key = id_key(line_id)
+    if key in seen:
+        raise HeteroError(f"duplicate id {show(line_id)} on lines {seen[key]} and {number}; "
+                          "every line needs its own id (results are matched by id)")
+    seen[key] = number
+
+
+def _line_id(batch_format: str, value: dict, number: int) -> Any:
+    """The id a line's results go under, or None when it has no valid one."""
+    if batch_format == OPENAI:
+        custom_id = value.get("custom_id")
+        return custom_id if isinstance(custom_id, str) and custom_id else None
+    request_id = value.get("id", number)
+    return request_id if _is_valid_id(request_id) else None
+
+
+def _is_valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bool) -> BatchRequest:
@@ -115,7 +151,7 @@ def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bo
     SamplingParams.from_dict(sampling)  # names unknown fields against this line's own
     params = SamplingParams.from_dict({**asdict(defaults), **sampling})
     request_id = value.get("id", number)
-    if not (isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool))):
+    if not _is_valid_id(request_id):
         raise InvalidRequestError(f"'id' must be a string or an integer, got {type(request_id).__name__}")
     priority, tenant = value.get("priority", 0), value.get("tenant")
     if not isinstance(priority, int) or isinstance(priority, bool):
@@ -156,9 +192,9 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
         raise InvalidRequestError("an OpenAI batch line needs a non-empty string 'custom_id'")
     method, url = value.get("method", "POST"), value.get("url")
     if method != "POST":
-        raise InvalidRequestError(f"'method' must be \"POST\", got {method!r}")
+        raise InvalidRequestError(f"'method' must be \"POST\", got {show(method)}")
     if url not in OPENAI_URLS:
-        raise InvalidRequestError(f"unsupported 'url' {url!r}; supported: {', '.join(OPENAI_URLS)}")
+        raise InvalidRequestError(f"unsupported 'url' {show(url)}; supported: {', '.join(OPENAI_URLS)}")
     model = CompletionRequest if url == "/v1/completions" else ChatCompletionRequest
     try:
         body = model.model_validate(value.get("body"))

@@ -1,32 +1,45 @@
-"""Result lines of a batch file, and reading back the ids an earlier run already wrote (``--resume``).
+"""The records of a batch run's output, one per line of the input (``batch_output`` writes them).
 
 Hetero's format: ``{"id", "text", "num_prompt_tokens", "num_output_tokens", "finish_reason"}``,
 plus ``"logprobs"`` when the line asked for them (one ``{"token", "token_id", "logprob",
 "top_logprobs"}`` per output token) and ``"error"`` when the request failed. OpenAI's (as vLLM's
 ``run-batch`` writes it): ``{"id", "custom_id", "response": {"status_code", "request_id", "body"},
-"error"}``, the body built from the server's own response models, logprobs included.
+"error"}``, the body built from the server's own response models, logprobs included. A malformed
+line's record has the same fields (the id null when the line has no valid one), an error, and
+``"line"``, its line number: the one field no other record has.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
 from typing import Any
 
-from hetero_core.batch_file import NATIVE, BatchRequest, id_key
-from hetero_core.errors import HeteroError
+from hetero_core.batch_file import NATIVE, BatchRequest, Malformed
 
 
-def result_line(batch_format: str, request: BatchRequest, outputs: list, model_name: str, tokenizer=None) -> str:
-    """One JSON line (no newline) for a finished request; ``outputs``: one per choice, in order
-    (a refused choice is an object with ``error`` set). ``tokenizer``: to write logprobs' tokens as
-    text (needed when a request asked for logprobs)."""
+def result_record(batch_format: str, request: BatchRequest, outputs: list, model_name: str,
+                  tokenizer=None) -> dict[str, Any]:
+    """The record of a finished request; ``outputs``: one per choice, in order (a refused choice is
+    an object with ``error`` set). ``tokenizer``: to write logprobs' tokens as text (needed when a
+    request asked for logprobs)."""
     if batch_format == NATIVE:
-        record = _native(request, outputs[0], tokenizer)
-    else:
-        record = _openai(request, outputs, model_name, [_logprobs(output, tokenizer) for output in outputs])
-    return json.dumps(record, ensure_ascii=False)
+        return _native(request, outputs[0], tokenizer)
+    return _openai(request, outputs, model_name, [_logprobs(output, tokenizer) for output in outputs])
+
+
+def malformed_record(batch_format: str, bad: Malformed) -> dict[str, Any]:
+    """The record of a line that was not run: its id (or null), its line number and why."""
+    if batch_format == NATIVE:
+        return {"id": bad.id, "line": bad.line_number, "text": "", "num_prompt_tokens": 0,
+                "num_output_tokens": 0, "finish_reason": None, "error": bad.reason}
+    return {"id": f"hetero-{uuid.uuid4().hex}", "custom_id": bad.id, "line": bad.line_number,
+            "response": {"status_code": 400, "request_id": f"hetero-batch-{uuid.uuid4().hex}", "body": None},
+            "error": _error(bad.reason, 400)}
+
+
+def _error(message: str, status: int) -> dict[str, Any]:
+    kind = "BadRequestError" if status == 400 else "InternalServerError"
+    return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
 
 
 def _logprobs(output, tokenizer) -> list | None:
@@ -81,11 +94,9 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
     failed = [o for o in outputs if o.error is not None]
     record = {"id": f"hetero-{uuid.uuid4().hex}", "custom_id": request.id}
     if failed:
-        refused = any(getattr(o, "refused", False) for o in failed)
-        status, kind = (400, "BadRequestError") if refused else (500, "InternalServerError")
+        status = 400 if any(getattr(o, "refused", False) for o in failed) else 500
         record["response"] = {"status_code": status, "request_id": request_id, "body": None}
-        record["error"] = {"object": "error", "message": failed[0].error, "type": kind, "param": None,
-                           "code": status}
+        record["error"] = _error(failed[0].error, status)
         return record
     n = request.body.n
     if request.url == "/v1/completions":
@@ -107,32 +118,3 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
     record["response"] = {"status_code": 200, "request_id": request_id, "body": data}
     record["error"] = None
     return record
-
-
-def read_done_ids(path: str) -> set[str]:
-    """The id keys of complete result lines in ``path`` (none if it does not exist). A last line cut
-    short (a run killed mid-write) is removed, so appending continues a valid file."""
-    if not os.path.exists(path):
-        return set()
-    with open(path, "rb") as f:
-        data = f.read()
-    done, end = set(), 0
-    for raw in data.splitlines(keepends=True):
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if raw.endswith(b"\n"):
-                raise HeteroError(f"cannot resume: {path} holds a line that is not JSON at byte {end}; "
-                                  "is it a results file?") from None
-            break  # the cut-off last line
-        if not isinstance(record, dict) or not ("custom_id" in record or "id" in record):
-            raise HeteroError(f"cannot resume: {path} holds a line without 'id' or 'custom_id' at byte {end}")
-        done.add(id_key(record["custom_id"] if "custom_id" in record else record["id"]))
-        end += len(raw)
-    if end < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(end)
-    elif data and not data.endswith(b"\n"):
-        with open(path, "ab") as f:
-            f.write(b"\n")
-    return done

@@ -2,9 +2,11 @@
 
 Every valid line is submitted at once (``Engine.add_request``), so continuous batching fills the
 batch; ``step()`` runs until all are done and each result is written, as one complete JSON line,
-the moment its request finishes (then flushed). Ctrl-C stops after the current step: the lines
-written so far form a valid file and the command exits 130; ``--resume`` then runs only the ids the
-output file does not hold yet, appending to it. Malformed lines are reported and skipped (exit 1).
+the moment its request finishes (``batch_output.ResultWriter``). Ctrl-C stops after the current
+step: the lines written so far form a valid file and the command exits 130; ``--resume`` then runs
+only the ids the output file does not hold yet, appending to it. A malformed line is reported,
+not run, and gets an error row (exit 1). The input or output failing (unreadable, a directory, a
+full disk) stops the run with one line and exit 2; the lines already written stay, each complete.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def check_batch_arguments(args: argparse.Namespace) -> None:
 
 def batch_command(args: argparse.Namespace) -> int:
     from hetero_core.batch_file import read_batch_file
-    from hetero_core.batch_results import read_done_ids
+    from hetero_core.batch_output import ResultWriter, check_output, resume_output
+    from hetero_core.batch_results import malformed_record
     from hetero_core.builder import default_sampling_params
     from hetero_core.cli import load_cli_settings
     from hetero_core.llm import LLM
@@ -57,7 +60,8 @@ def batch_command(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level, quiet_events=quiet)
     params = default_sampling_params(settings, stop=args.stop, ignore_eos=args.ignore_eos or None)
     lines = _read_input(args.input_file)  # file mistakes show before the model loads
-    done = read_done_ids(args.output) if args.resume else set()
+    check_output(args.output)
+    done = resume_output(args.output) if args.resume else set()
     llm = LLM.from_settings(settings)
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
@@ -70,7 +74,9 @@ def batch_command(args: argparse.Namespace) -> int:
             print(f"hetero: resuming: {len(batch.requests) - len(pending)} of {len(batch.requests)} "
                   f"requests already in {args.output}", file=sys.stderr)
         runner = BatchRunner(llm.engine, batch.format, settings.model, sys.stderr)
-        with _open_output(args.output, append=args.resume) as out, _DeferredInterrupt() as interrupt:
+        with ResultWriter(args.output, append=args.resume) as out, _DeferredInterrupt() as interrupt:
+            for bad in batch.malformed:
+                out.write(malformed_record(batch.format, bad))
             num_failed = runner.run(pending, out, interrupt)
     finally:
         llm.shutdown()
@@ -81,8 +87,9 @@ class BatchRunner:
     def __init__(self, engine, batch_format: str, model_name: str, err: TextIO) -> None:
         self.engine, self.format, self.model_name, self.err = engine, batch_format, model_name, err
 
-    def run(self, requests: list, out: TextIO, interrupt=None) -> int:
-        """Run ``requests``, writing each result line to ``out`` as it finishes; the number that failed."""
+    def run(self, requests: list, out, interrupt=None) -> int:
+        """Run ``requests``, writing each result's record to ``out`` (a ``ResultWriter``) as it
+        finishes; the number that failed."""
         from hetero_core.batch_progress import Progress
 
         progress = Progress(len(requests), self.err)
@@ -127,14 +134,15 @@ class BatchRunner:
               f"({progress.tokens_per_second:.1f} tokens/s), {num_failed} failed", file=self.err)
         return num_failed
 
-    def _write(self, request, outputs: list, out: TextIO, progress) -> int:
-        from hetero_core.batch_results import result_line
+    def _write(self, request, outputs: list, out, progress) -> int:
+        from hetero_core.batch_file import show
+        from hetero_core.batch_results import result_record
 
-        out.write(result_line(self.format, request, outputs, self.model_name, self.engine.tokenizer) + "\n")
-        out.flush()
+        out.write(result_record(self.format, request, outputs, self.model_name, self.engine.tokenizer))
         failed = [o for o in outputs if o.error is not None]
         if failed:
-            print(f"hetero: line {request.line_number} (id {request.id!r}) failed: {failed[0].error}", file=self.err)
+            print(f"hetero: line {request.line_number} (id {show(request.id)}) failed: {failed[0].error}",
+                  file=self.err)
         progress.update(1, sum(len(o.output_token_ids) for o in outputs))
         return 1 if failed else 0
 
@@ -189,20 +197,3 @@ def _read_input(path: str) -> list[bytes]:
             return f.readlines()
     except OSError as exc:
         raise HeteroError(f"cannot read --input-file {path}: {exc.strerror}") from None
-
-
-class _Stdout:
-    def __enter__(self):
-        return sys.stdout
-
-    def __exit__(self, *exc) -> None:
-        sys.stdout.flush()
-
-
-def _open_output(path: str, append: bool):
-    if path == "-":
-        return _Stdout()
-    try:
-        return open(path, "a" if append else "w", encoding="utf-8")
-    except OSError as exc:
-        raise HeteroError(f"cannot write --output {path}: {exc.strerror}") from None

@@ -42,7 +42,8 @@ def _serve(args: argparse.Namespace) -> int:
     from hetero_core.logging import configure_logging
 
     try:
-        from hetero_core.server.runner import create_server_app, run_server
+        from hetero_core.server.runner import create_server_app, listen, run_server
+        from hetero_core.server.signals import sigterm_interrupts
     except ImportError as exc:
         from hetero_core.server import SERVER_EXTRA_HINT
 
@@ -57,18 +58,21 @@ def _serve(args: argparse.Namespace) -> int:
         ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
     )
     configure_logging(settings.log_format, settings.log_level)
-    if server.uses_ray:
-        return 130 if _serve_replicas(settings, server) else 0
-    app = create_server_app(settings, server)
-    interrupted = run_server(app, server, log_level=settings.log_level)
+    with sigterm_interrupts():  # SIGTERM stops every mode as Ctrl-C does: cleanly, then exit 130
+        if server.uses_ray:
+            _serve_replicas(settings, server)  # until Ctrl-C or SIGTERM, which raise KeyboardInterrupt
+            return 130
+        with listen(server.host, server.port) as listening:  # before the engine loads: a port in use fails at once
+            app = create_server_app(settings, server)
+            interrupted = run_server(app, server, listening, log_level=settings.log_level)
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
 
 
-def _serve_replicas(settings, server) -> bool:
+def _serve_replicas(settings, server) -> None:
     try:
         from hetero_core.replicas.launcher import serve_replicas
     except ImportError as exc:
         from hetero_core.replicas import RAY_EXTRA_HINT
 
         raise HeteroError(f"{RAY_EXTRA_HINT} (missing: {exc.name})") from None
-    return serve_replicas(settings, server)
+    serve_replicas(settings, server)

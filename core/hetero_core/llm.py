@@ -7,8 +7,11 @@
         print(out.finish_reason, out.text)
     print(llm.chat([{"role": "user", "content": "Hi!"}])[0].text)
 
-``llm.engine`` is the underlying ``Engine`` (``add_request`` / ``step`` / ``abort``) for callers
-that drive the loop themselves, e.g. to stream.
+``generate`` and ``chat`` are safe from several threads: their requests join the same batches and
+each call gets its own outputs (``SharedEngine``). ``llm.engine`` is the underlying ``Engine``
+(``add_request`` / ``step`` / ``abort``) for callers that drive the loop themselves, e.g. to stream;
+it is single-threaded, and refuses (``ConcurrentEngineUseError``) a thread that drives it while
+another thread is inside it or while ``generate`` / ``chat`` calls are running.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from hetero_core.builder import build_engine
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.prompts import as_prompt_list
 from hetero_core.errors import InvalidRequestError
 from hetero_core.plugins import PluginSet
 from hetero_core.settings import HeteroSettings, load_settings
+from hetero_core.shared_engine import SharedEngine
 
 # text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}
 PromptInput = str | list[int] | dict[str, Any]
@@ -32,7 +37,7 @@ ParamsInput = SamplingParams | Sequence[SamplingParams | None] | None
 
 
 class LLM:
-    """An engine built from settings, with batch ``generate`` and ``chat``.
+    """An engine built from settings, with batch ``generate`` and ``chat`` (safe from several threads).
 
     ``model``: the embedded model's name (default), a local HF directory, a .gguf file or a hub id.
     ``executor``: an executor name ("torch" unless settings say otherwise: ``HETERO_EXECUTOR``, the
@@ -61,6 +66,7 @@ class LLM:
     def _start(self, settings: HeteroSettings, plugin_set: PluginSet | None) -> None:
         self.settings = settings
         self.engine: Engine = build_engine(settings, plugin_set)
+        self._shared = SharedEngine(self.engine)
 
     # -- generation -------------------------------------------------------------------------------
     def generate(self, prompts: PromptInput | Sequence[PromptInput],
@@ -69,10 +75,11 @@ class LLM:
 
         ``prompts``: one prompt or a list; a prompt is a string, a list of token ids, or a dict
         with "prompt" or "prompt_token_ids". ``sampling_params``: one for all, one per prompt,
-        or None for the settings' defaults.
+        or None for the settings' defaults. Every prompt is checked before any is queued. Safe to
+        call from several threads at once.
         """
-        prompt_list = [_unwrap_prompt(p) for p in _as_list(prompts)]
-        return self.engine.generate(prompt_list, _params_per_prompt(sampling_params, len(prompt_list)))
+        prompt_list = as_prompt_list(prompts)
+        return self._shared.run(prompt_list, _params_per_prompt(sampling_params, len(prompt_list)))
 
     def chat(self, messages: Messages | Sequence[Messages], sampling_params: ParamsInput = None
              ) -> list[RequestOutput]:
@@ -87,7 +94,7 @@ class LLM:
                     f"conversation {i} must be a list of messages, got {type(conversation).__name__}"
                 )
         prompts = [list(c) for c in conversations]
-        return self.engine.generate(prompts, _params_per_prompt(sampling_params, len(prompts)))
+        return self._shared.run(prompts, _params_per_prompt(sampling_params, len(prompts)))
 
     # -- the rest ---------------------------------------------------------------------------------
     @property
@@ -99,8 +106,9 @@ class LLM:
         return self.engine.tokenizer
 
     def shutdown(self) -> None:
-        """Release the executor (its KV cache and model); the LLM cannot generate afterwards."""
-        self.engine.shutdown()
+        """Release the executor (its KV cache and model); the LLM cannot generate afterwards. Calls
+        still running in other threads end with their requests aborted."""
+        self._shared.shutdown()
 
     def __enter__(self) -> LLM:
         return self
@@ -110,33 +118,6 @@ class LLM:
 
     def __repr__(self) -> str:
         return f"LLM(model={self.settings.model!r}, executor={self.settings.executor.name!r})"
-
-
-def _as_list(prompts) -> list:
-    if isinstance(prompts, (str, dict)) or _is_token_ids(prompts):
-        return [prompts]
-    if isinstance(prompts, (list, tuple)):
-        return list(prompts)
-    raise InvalidRequestError(
-        f"prompts must be a string, a list of token ids, or a list of those; got {type(prompts).__name__}"
-    )
-
-
-def _is_token_ids(value) -> bool:
-    return (isinstance(value, (list, tuple)) and len(value) > 0
-            and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
-
-
-def _unwrap_prompt(prompt):
-    """vLLM's prompt dicts to what the engine takes; anything else goes on (and fails alone there)."""
-    if isinstance(prompt, dict) and len(prompt) == 1:
-        if isinstance(prompt.get("prompt"), str):
-            return prompt["prompt"]
-        if isinstance(prompt.get("prompt_token_ids"), (list, tuple)):
-            return list(prompt["prompt_token_ids"])
-    if isinstance(prompt, tuple):
-        return list(prompt)
-    return prompt
 
 
 def _params_per_prompt(params: ParamsInput, num_prompts: int) -> list[SamplingParams | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.processor import EngineRequest
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,23 @@ class RequestDelta:
 
 
 class RequestStream:
-    """Loop-thread bookkeeping for one request: where its deltas go and what it has been sent."""
+    """One request from its slot to its end: where its deltas go and what it has been sent.
 
-    def __init__(self, request_id, prompt, params, fit_max_tokens, extras, loop, sink) -> None:
-        self.request_id, self.prompt, self.params = request_id, prompt, params
-        self.fit_max_tokens, self.extras = fit_max_tokens, extras
-        self.loop, self.sink = loop, sink
+    Made in the caller's thread when the request takes its slot; ``start`` gives it the tokenized
+    request; from then on the engine loop thread sends to it. ``abort_requested`` is set by
+    ``AsyncLLM.abort`` from any thread (the loop aborts the request as soon as it adds it).
+    """
+
+    def __init__(self, request_id: str, loop, sink) -> None:
+        self.request_id, self.loop, self.sink = request_id, loop, sink
+        self.request: EngineRequest | None = None
+        self.abort_requested = False
         self.num_sent_chars = self.num_sent_tokens = 0
-        self.hold_chars = max((len(s) for s in params.stop), default=1) - 1
+        self.hold_chars = 0
+
+    def start(self, request: EngineRequest) -> None:
+        self.request = request
+        self.hold_chars = max((len(s) for s in request.params.stop), default=1) - 1
 
     def delta(self, out: RequestOutput, tokenizer) -> RequestDelta:
         # Hold back a possible stop-string prefix: the engine truncates the text once it matches.

@@ -44,8 +44,9 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 # Short CLI flags besides the generated ``--setting-name`` ones (vLLM's spellings).
 SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
 # HETERO_* variables that are switches read elsewhere, not settings.
-# HETERO_* variables read by something other than the settings (plugin loading, `hetero bench`)
-NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD", "HETERO_BENCH_VLLM_PYTHON"}
+# HETERO_* variables read by something other than the settings (plugin loading, `hetero bench`, the
+# fuzz tests' example count: docs/testing.md)
+NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD", "HETERO_BENCH_VLLM_PYTHON", "HETERO_FUZZ_EXAMPLES"}
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
 
 

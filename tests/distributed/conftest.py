@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import faulthandler
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from process_tree import live_children
 
 # Helper modules (tiny_models from tests/model, tp_faults here) import by name, here and in the
-# spawned workers (which inherit sys.path).
+# worker processes (which take rank 0's sys.path).
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "model"))
 sys.path.insert(0, str(HERE))
@@ -29,27 +29,8 @@ def no_hang():
 
 @pytest.fixture(autouse=True)
 def no_leftover_processes():
-    """Every worker a test started is gone when it ends (multiprocessing's resource tracker aside)."""
-    before = child_processes()
+    """Every process a test started (workers, scripts) is gone when it ends."""
+    before = live_children()
     yield
-    left = {pid: cmd for pid, cmd in child_processes().items()
-            if pid not in before and "resource_tracker" not in cmd}
+    left = {pid: cmd for pid, cmd in live_children().items() if pid not in before}
     assert not left, f"processes left behind: {left}"
-
-
-def child_processes() -> dict[int, str]:
-    """This process's live children: pid -> command line."""
-    children = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            state = stat.rsplit(")", 1)[1].split()[0]
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == os.getpid() and state != "Z":
-            children[int(entry.name)] = cmdline
-    return children

@@ -4,13 +4,15 @@ names always win."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
-from hetero_core.model import compute_dtype, cpu_bf16_speed
+from hetero_core.model import cache_file, compute_dtype, cpu_bf16_speed
 from hetero_core.model.cpu_linear import PackedLinear, can_pack
+from damaged_files import invalid_cache_warnings
 
 CPU = torch.device("cpu")
 CPUINFO_AVX512_BF16 = """processor\t: 0
@@ -73,20 +75,57 @@ def test_the_bf16_speed_is_measured_once_per_cpu_and_cached(cpuinfo, monkeypatch
     assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0
     assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0  # from the file
     assert len(measured) == 1
-    cached = json.loads((tmp_path / cpu_bf16_speed.CACHE_FILE).read_text())
+    cached = json.loads(cache_file.read_checked(tmp_path / cpu_bf16_speed.CACHE_FILE))
     [(key, value)] = cached.items()
     assert "AMD EPYC 9B45" in key and torch.__version__ in key and value == 4.0
     cpuinfo(CPUINFO_AVX512_BF16 + "model name\t: Intel(R) Xeon(R) Processor\n")  # another CPU: measured again
     assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0
-    assert len(measured) == 2 and len(json.loads((tmp_path / cpu_bf16_speed.CACHE_FILE).read_text())) == 2
+    assert len(measured) == 2 and len(json.loads(cache_file.read_checked(tmp_path / cpu_bf16_speed.CACHE_FILE))) == 2
 
 
-@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"key": "not a number"}'])
-def test_a_damaged_speed_cache_is_measured_again(content, monkeypatch, tmp_path):
-    (tmp_path / cpu_bf16_speed.CACHE_FILE).write_text(content)
+def measured_speedups(tmp_path) -> dict:
+    return json.loads(cache_file.read_checked(tmp_path / cpu_bf16_speed.CACHE_FILE))
+
+
+@pytest.mark.parametrize("value", ["NaN", "-2.5", "0", "Infinity", '"fast"', "true", "[4.0]"])
+def test_a_speed_that_is_not_a_positive_number_is_measured_again(value, monkeypatch, tmp_path, caplog):
+    """A NaN used to pin fp32 for good (NaN >= 1.2 is False, and it was never measured again)."""
+    (tmp_path / cpu_bf16_speed.CACHE_FILE).write_text(f'{{"{cpu_bf16_speed._cpu_key()}": {value}}}')
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 4.0)
+    with caplog.at_level(logging.WARNING, logger="hetero"):
+        assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0
+    [warning] = invalid_cache_warnings(caplog)
+    assert cpu_bf16_speed.CACHE_FILE in warning and "rebuilding" in warning
+    assert measured_speedups(tmp_path) == {cpu_bf16_speed._cpu_key(): 4.0}
+
+
+def test_a_checksummed_nan_is_measured_again_too(monkeypatch, tmp_path, caplog):
+    key = cpu_bf16_speed._cpu_key()
+    cache_file.write_checked(tmp_path / cpu_bf16_speed.CACHE_FILE, f'{{"{key}": NaN, "other cpu": 2.0}}'.encode())
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 0.5)
+    with caplog.at_level(logging.WARNING, logger="hetero"):
+        assert cpu_bf16_speed.bf16_speedup(tmp_path) == 0.5
+    [warning] = invalid_cache_warnings(caplog)
+    assert "not a positive finite number" in warning
+    assert measured_speedups(tmp_path) == {key: 0.5, "other cpu": 2.0}
+
+
+@pytest.mark.parametrize("content", [b"not json", b"[1, 2]", b'{"key": "not a number"}', b"",
+                                     pytest.param(b"\x00" * 64, id="zeros")])
+def test_a_damaged_speed_cache_is_measured_again_with_one_warning(content, monkeypatch, tmp_path, caplog):
+    (tmp_path / cpu_bf16_speed.CACHE_FILE).write_bytes(content)
     monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 0.6)
-    assert cpu_bf16_speed.bf16_speedup(tmp_path) == 0.6
-    assert 0.6 in json.loads((tmp_path / cpu_bf16_speed.CACHE_FILE).read_text()).values()
+    with caplog.at_level(logging.WARNING, logger="hetero"):
+        assert cpu_bf16_speed.bf16_speedup(tmp_path) == 0.6
+        assert cpu_bf16_speed.bf16_speedup(tmp_path) == 0.6  # from the rewritten file: no second warning
+    assert len(invalid_cache_warnings(caplog)) == 1
+    assert 0.6 in measured_speedups(tmp_path).values()
+
+
+def test_a_measurement_that_is_not_a_positive_number_is_not_kept(monkeypatch, tmp_path):
+    monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: float("nan"))
+    assert not cpu_bf16_speed.bf16_is_faster(tmp_path)
+    assert not (tmp_path / cpu_bf16_speed.CACHE_FILE).exists()
 
 
 def test_an_unwritable_speed_cache_still_answers(monkeypatch, tmp_path):

@@ -46,6 +46,8 @@ TINY_MODELS = {
                                          "attention_bias": True, "mlp_bias": True}),
     "qwen2_wide_heads": ("Qwen2Config", {"num_attention_heads": 2, "num_key_value_heads": 1,
                                          "tie_word_embeddings": False}),
+    # heads, KV heads, MLP and vocabulary all divide by 3: tensor parallelism over three ranks
+    "llama_three_ranks": ("LlamaConfig", {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3}),
 }
 
 

@@ -1,4 +1,5 @@
-"""``hetero serve --replicas N``: the flags, the one-line errors, and a real run stopped with Ctrl-C."""
+"""``hetero serve --replicas N``: the flags, the one-line errors, and a real run stopped with Ctrl-C
+or with SIGTERM to its whole process group."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import time
 
 import pytest
+from process_tree import live_in_session, still_alive
 
 from hetero_core.cli import main
 
@@ -63,10 +65,11 @@ def free_port() -> int:
 
 
 def start_serve(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, list[str]]:
-    """``hetero serve ...`` in a subprocess, its output collected by a thread; returns once it serves."""
+    """``hetero serve ...`` in a subprocess leading a session of its own (so that what it leaves behind
+    can be found), its output collected by a thread; returns once it serves."""
     process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", *args],
                                env={**os.environ, "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6", **(env or {})},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     process.reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     process.reader.start()
@@ -116,6 +119,46 @@ def test_hetero_serve_replicas_on_a_local_ray_instance_answers_and_stops_on_ctrl
     finally:
         output = stop_serve(process, lines)
     assert f"serving 2 engine replica(s) on a local Ray instance at http://127.0.0.1:{port}" in output, output
+    assert still_alive(list(live_in_session(process.pid)), 60) == []  # Ray's processes too
+
+
+def test_hetero_serve_replicas_stops_on_sigterm_to_its_process_group():
+    """A service manager's stop (SIGTERM to every process, Ray's too): the application is removed and
+    Ray stopped as after Ctrl-C, a request still running ends with an error event, exit 130."""
+    pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
+    httpx = pytest.importorskip("httpx")
+    port = free_port()
+    process, lines = start_serve("--replicas", "2", "--replica-cpus", "0.5", "--port", str(port),
+                                 "--served-model-name", "mock-model", "--graceful-shutdown-seconds", "1",
+                                 env={"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.01"})  # 1,000 tokens: 10 s
+    events: list[str] = []
+    started = threading.Event()
+
+    def stream() -> None:
+        body = {"model": "mock-model", "prompt": "hi", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120) as response:
+            for line in response.iter_lines():
+                started.set()
+                if line:
+                    events.append(line)
+
+    client = threading.Thread(target=stream)
+    client.start()
+    try:
+        assert started.wait(60), "the stream did not start"
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=120)  # hang guard (before the fix: Ray died under the application, 60 s, exit 1)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        client.join(timeout=60)
+        process.reader.join(timeout=30)
+    output = "".join(lines)
+    assert process.returncode == 130, output
+    assert "Traceback" not in output and "hetero: interrupted" in output, output
+    assert events[-1] == "data: [DONE]" and '"error"' in events[-2], events[-2:]
+    assert still_alive(list(live_in_session(process.pid)), 60) == []  # no Ray process left
 
 
 def test_hetero_serve_replicas_on_an_existing_cluster_leaves_it_running():

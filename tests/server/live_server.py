@@ -24,7 +24,7 @@ class LiveServer:
         self.llm = AsyncLLM(engine, max_pending_requests=max_pending_requests, observer=self.metrics)
         kwargs = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
         self.app = create_app(self.llm, model_name=model_name, api_key=api_key, engine_metrics=self.metrics,
-                              shutdown_llm=True, **kwargs)
+                              shutdown_llm=True, max_pending_choices=max_pending_requests, **kwargs)
         self.model_name, self.api_key = model_name, api_key
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -173,9 +173,9 @@ def test_priority_and_tenant_reach_an_engine_that_takes_them(make_mock_engine):
     seen = []
     original = engine.add_request
 
-    def add_request(prompt, params=None, request_id=None, *, priority=None, tenant=None):
-        seen.append((priority, tenant))
-        return original(prompt, params, request_id)
+    def add_request(request, params=None, request_id=None, **kwargs):  # AsyncLLM adds EngineRequests
+        seen.append((request.priority, request.tenant))
+        return original(request, params, request_id, **kwargs)
 
     engine.add_request = add_request
     with AsyncLLM(engine) as llm:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import logging
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,6 +43,25 @@ BAD = [
     (CHAT, {"messages": MESSAGES, "max_completion_tokens": -5}, 400, "max_completion_tokens"),
     (CHAT, {"messages": MESSAGES, "presence_penalty": 9}, 400, "presence_penalty"),
     ("/v1/nowhere", {}, 404, "Not Found"),
+    # Strict types, as OpenAI and vLLM: nothing is coerced.
+    (COMPLETIONS, {"prompt": "x", "max_tokens": "5"}, 400, "max_tokens: Input should be a valid integer"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 2.0}, 400, "max_tokens: Input should be a valid integer"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": True}, 400, "max_tokens: Input should be a valid integer"),
+    (COMPLETIONS, {"prompt": "x", "stream": "yes"}, 400, "stream: Input should be a valid boolean"),
+    (COMPLETIONS, {"prompt": "x", "n": "2"}, 400, "n: Input should be a valid integer"),
+    (CHAT, {"messages": MESSAGES, "logprobs": 1}, 400, "logprobs: Input should be a valid boolean"),
+    (CHAT, {"messages": MESSAGES, "stream_options": {"include_usage": "true"}}, 400, "stream_options.include_usage"),
+    (CHAT, {"messages": MESSAGES, "temperature": "0.5"}, 400, "temperature: Input should be a valid number"),
+    # JSON the parser must bound: nesting, huge integers, huge floats, lone surrogates.
+    (COMPLETIONS, b'{"prompt": "x", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nest at most"),
+    (COMPLETIONS, b'{"prompt": "x", "seed": ' + b"7" * 5000 + b"}", 400, "at most 4300 digits"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1' + b"0" * 400 + b"}", 400,
+     "temperature: Input should be a finite number"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', 400, "valid Unicode"),
+    (COMPLETIONS, b'{"prompt": "\\udc80"}', 400, "valid Unicode"),
+    (COMPLETIONS, b'{"prompt": "\xed\xa0\x80"}', 400, "not valid JSON"),  # a surrogate as UTF-8 bytes
+    (COMPLETIONS, b"", 400, "empty"),
+    (COMPLETIONS, b'"just a string"', 400, "JSON object, got a string"),
 ]
 
 
@@ -58,6 +79,38 @@ def test_bad_request_gets_openai_error_json_naming_the_field(mock_server, path, 
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert named in error["message"]
+
+
+def test_every_bad_request_keeps_its_keep_alive_connection(mock_server):
+    """The error answers on the connection it came on and the next request there is served: nothing
+    a client sends makes the server drop (reset) a keep-alive connection."""
+    server = mock_server(max_model_len=128)
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    connection.connect()
+    sock = connection.sock
+    for path, body, status, _ in BAD:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        connection.request("POST", path, content, {"content-type": "application/json"})
+        response = connection.getresponse()
+        assert (response.status, response.getheader("content-type")) == (status, "application/json"), body
+        assert "error" in json.loads(response.read())
+        assert not response.will_close, body
+        connection.request("GET", "/v1/models")
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["data"][0]["id"] == "test-model"
+        assert connection.sock is sock, body  # the same connection throughout
+    connection.close()
+
+
+def test_a_lone_surrogate_is_a_clear_400_and_logs_no_error(mock_server, caplog):
+    server = mock_server()
+    body = b'{"messages": [{"role": "user", "content": "caf\\udce9"}]}'  # no max_tokens: fitted to the context
+    with caplog.at_level(logging.INFO, logger="hetero"):
+        response = post(server.base_url, CHAT, body)
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert "valid Unicode" in message and "Error(" not in message  # no exception repr
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_50_mb_body_is_refused_with_413(mock_server):

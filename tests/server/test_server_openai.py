@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -161,3 +163,20 @@ def test_priority_and_user_are_accepted(mock_server):
     result = client.completions.create(model="test-model", prompt="p", max_tokens=3, user="tenant-a",
                                        extra_body={"priority": -1})
     assert result.usage.completion_tokens == 3
+
+
+def test_streamed_chunks_carry_their_null_fields_as_the_json_answer_does(mock_server):
+    """Found by the schema fuzzer: stream chunks dropped every null, required ones included (a token's
+    ``logprob`` is null on an executor without logits), so chunks broke the documented schema."""
+    server = mock_server()
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True, "stream": True}
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=30) as response:
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events[:-1]]
+    tokens = [t for c in chunks for choice in c["choices"] if choice["logprobs"]
+              for t in choice["logprobs"]["content"]]
+    assert len(tokens) == 3
+    assert all(set(t) == {"token", "logprob", "bytes", "top_logprobs"} for t in tokens)
+    assert all("finish_reason" in choice for c in chunks for choice in c["choices"])
+    full = server.client().chat.completions.create(model="test-model", **{**body, "stream": False})
+    assert full.choices[0].logprobs.content[0].logprob is None  # the same null, in both shapes

@@ -23,6 +23,7 @@ class ByteTokenizer:
     eos_token_id: int | None = EOS_TOKEN_ID
     bos_token_id: int = BOS_TOKEN_ID
     vocab_size: int = VOCAB_SIZE
+    max_token_chars: int = 1  # a token is one byte, and a character at least one byte
 
     def encode(self, text: str) -> list[int]:
         """The UTF-8 bytes of ``text`` (no BOS)."""

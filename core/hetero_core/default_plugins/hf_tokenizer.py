@@ -23,15 +23,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from hetero_core.default_plugins.hf_options import HFTokenizerOptions
+from hetero_core.default_plugins.hf_token_bound import max_token_chars
 from hetero_core.errors import ConfigError, InvalidRequestError, ModelLoadError
 from hetero_core.tokenizer import TokenizerContext
 
 __all__ = ["HFTokenizer", "HFTokenizerOptions", "create_hf_tokenizer"]
 
+# Longer texts are encoded through encode_batch, which lets other Python threads run meanwhile.
+GIL_FREE_ENCODE_CHARS = 4096
 SPECIAL_TOKEN_NAMES = (
     "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"
 )  # fmt: skip
@@ -65,16 +69,34 @@ class HFTokenizer:
         self.chat_template: str | None = self._find_chat_template(model_dir, config)
         self._template = _compile_chat_template(self.chat_template) if self.chat_template else None
 
+    @cached_property
+    def max_token_chars(self) -> int | None:
+        """The most characters one token stands for (None: no bound holds for this pipeline).
+        Computed on first use (about 0.1 s), which only a text of max_model_len characters needs."""
+        tokenizer = self._tokenizer
+        model = tokenizer.model
+        spec = {
+            "normalizer": json.loads(tokenizer.normalizer.__getstate__()) if tokenizer.normalizer else None,
+            "pre_tokenizer": json.loads(tokenizer.pre_tokenizer.__getstate__()) if tokenizer.pre_tokenizer else None,
+            "model": {"type": type(model).__name__, "fuse_unk": getattr(model, "fuse_unk", True),
+                      "byte_fallback": getattr(model, "byte_fallback", False)},
+        }
+        return max_token_chars(spec, tokenizer.get_vocab(with_added_tokens=True))
+
     def encode(self, text: str) -> list[int]:
-        add_special_tokens = self.options.add_special_tokens
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        return self._encode(text, self.options.add_special_tokens)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         """The chat template with the generation prompt, encoded (its special tokens included)."""
-        return self._tokenizer.encode(self.render_chat(messages), add_special_tokens=False).ids
+        return self._encode(self.render_chat(messages), False)
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        if len(text) > GIL_FREE_ENCODE_CHARS:  # the same ids; encode() would hold the GIL throughout
+            return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         if self._template is None:

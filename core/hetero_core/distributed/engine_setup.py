@@ -3,8 +3,8 @@
 An executor supports tensor parallelism when it is registered with the trait
 ``tensor_parallel=True`` (``register("torch", factory, tensor_parallel=True)``): its factory then
 receives ``ctx.tensor_parallel_rank`` / ``ctx.tensor_parallel_size`` with the default process group
-up, builds that rank's shard, and must be picklable (a module-level function), since the workers'
-processes call it too.
+up, builds that rank's shard, and must be picklable (a module-level function of an importable
+module, not ``__main__``), since the workers' processes call it too.
 """
 
 from __future__ import annotations

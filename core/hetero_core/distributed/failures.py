@@ -1,9 +1,10 @@
 """What went wrong in a tensor-parallel group, in one line naming the rank.
 
-When a step fails, every rank fails with it: the rank that broke (an exception, or killed) and the
-ranks whose collectives then lost a peer. The cause is, in this order: a worker killed by a signal;
-else the worker that reported an exception first; else a worker that exited without a word; else
-rank 0's own error (``otherwise``).
+When a step fails, every rank fails with it: the rank that broke (an exception, an exit, or killed)
+and the ranks whose collectives then lost a peer. The cause is, in this order: a worker killed by a
+signal; else the worker that reported an exception first; else a worker that exited without a word;
+else rank 0's own error (``otherwise``). A worker that died or exited is quoted by its last stderr
+line, when it wrote one (a fatal error's message, say).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class WorkerReport:
     error_time: float | None = None  # when it reported an exception (its clock: same machine)
     summary: str | None = None  # "ValueError: ..." (first line)
     traceback: str | None = None
+    last_stderr_line: str | None = None  # what it last wrote to stderr before it died or exited
 
     @property
     def killed_by(self) -> str | None:
@@ -46,7 +48,11 @@ def describe_failure(reports: list[WorkerReport], otherwise: str) -> str:
     if culprit is None:
         return otherwise.splitlines()[0]
     if culprit.killed_by is not None:
-        return f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}"
+        return f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}{_last_words(culprit)}"
     if culprit.summary is not None:
         return f"tensor-parallel worker rank {culprit.rank} failed: {culprit.summary}"
-    return f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}"
+    return f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}{_last_words(culprit)}"
+
+
+def _last_words(report: WorkerReport) -> str:
+    return f" (its last stderr line: {report.last_stderr_line!r})" if report.last_stderr_line else ""

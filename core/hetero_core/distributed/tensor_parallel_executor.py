@@ -1,29 +1,30 @@
-"""The executor a tensor-parallel engine sees: rank 0 here, ranks 1..size-1 in spawned workers.
+"""The executor a tensor-parallel engine sees: rank 0 here, ranks 1..size-1 in worker processes.
 
 The scheduler and the KV bookkeeping run once, in the engine's process. Each step rank 0 sends the
-same ``Batch`` to every worker (pickled once, down one pipe per worker), runs its own shard, and
+same ``Batch`` to every worker (pickled once, down one socket per worker), runs its own shard, and
 waits for every worker's answer; all ranks meet in the model's collectives, and the gathered logits
 of rank 0 are the step's output. Block copies and swaps go to every rank the same way, since each
-rank owns its share of the KV heads.
+rank owns its share of the KV heads. Workers are ``python -m`` processes (``worker_process.py``).
 
-Any failure in a step (a worker's exception, a killed worker, a collective timing out) stops the
-group: the workers are stopped and this and every later call raises ``ExecutorDeadError`` naming
-the rank, which the engine lets through. Rank 0 watches the workers' process sentinels, so a
-worker killed while rank 0 waits for it is noticed at once. ``shutdown()`` stops the workers.
+Any failure (a worker's exception, a worker that exits or is killed, a collective timing out) stops
+the group: the workers are stopped and this and every later call raises ``ExecutorDeadError`` with
+one line naming the rank and how it ended (its exception; or its exit code or signal, with its last
+stderr line), which the engine lets through. A failure while the workers start raises the same
+error from the constructor. ``shutdown()`` stops the workers.
 """
 
 from __future__ import annotations
 
 import pickle
+import sys
 import time
-from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection, wait
-
-import torch.multiprocessing
+from dataclasses import replace
+from multiprocessing.connection import wait
 
 from hetero_core.distributed import process_group
 from hetero_core.distributed.failures import WorkerReport, blame, describe_failure
-from hetero_core.distributed.worker import ERROR, OK, READY, STARTED, worker_main
+from hetero_core.distributed.worker import ERROR, OK, READY, STARTED
+from hetero_core.distributed.worker_process import WorkerProcess, pickle_for_workers
 from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ExecutorDeadError, HeteroError
 from hetero_core.logging import get_logger
@@ -31,15 +32,7 @@ from hetero_core.logging import get_logger
 log = get_logger("hetero.tensor_parallel")
 BLOCK_TRANSFERS = ("copy_blocks", "swap_out", "swap_in")
 FAILURE_GRACE_S = 5.0  # after a failure: how long the workers get to report or exit
-STOP_GRACE_S = 10.0  # at shutdown: how long a worker gets to finish before it is terminated
-
-
-@dataclass
-class _Worker:
-    rank: int
-    process: object  # a spawn-context Process
-    conn: Connection
-    error_message: tuple | None = None  # an error report received while waiting for something else
+STOP_GRACE_S = 10.0  # at shutdown: how long a worker gets to finish before it is killed
 
 
 class TensorParallelExecutor:
@@ -50,14 +43,19 @@ class TensorParallelExecutor:
         self.size = ctx.tensor_parallel_size
         self.executor_name = executor_name
         self.dead_reason: str | None = None
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerProcess] = []
         self._closed = False
         self.local = None
         if process_group.dist.is_initialized():
             raise ConfigError("a torch.distributed process group already exists in this process (another "
                               "tensor-parallel engine, or torchrun); shut it down before starting one")
+        payload = pickle_for_workers(factory, ctx, executor_name)  # before any process starts
         try:
-            self._start(factory, ctx)
+            self._start(payload, factory, ctx)
+        except _WorkerGone as exc:
+            error = self._fail(exc, "the engine did not start")
+            process_group.destroy_group()
+            raise error from None
         except BaseException:
             self._stop_workers(graceful=False)
             process_group.destroy_group()
@@ -66,28 +64,24 @@ class TensorParallelExecutor:
             if not callable(getattr(self.local, method, None)):
                 setattr(self, method, None)
 
-    def _start(self, factory, ctx) -> None:
+    def _start(self, payload: bytes, factory, ctx) -> None:
         backend = process_group.backend()
         store = process_group.host_store(self.size)
-        spawn = torch.multiprocessing.get_context("spawn")
         for rank in range(1, self.size):
-            parent, child = spawn.Pipe()
-            process = spawn.Process(target=worker_main, name=f"hetero-tp-rank{rank}", daemon=True,
-                                    args=(rank, self.size, store.port, backend, factory, ctx, child))
+            self._workers.append(WorkerProcess(rank))
+        for worker in self._workers:
+            setup = {"sys_path": list(sys.path), "rank": worker.rank, "world_size": self.size,
+                     "port": store.port, "backend": backend}
             try:
-                process.start()
-            except (pickle.PicklingError, AttributeError, TypeError) as exc:
-                raise ConfigError(f"executor '{self.executor_name}' cannot start tensor-parallel workers: "
-                                  f"its factory or context cannot be sent to another process ({exc})") from None
-            finally:
-                child.close()
-            self._workers.append(_Worker(rank, process, parent))
+                worker.send_setup(setup, payload)
+            except OSError:  # it exited already: _fail says how
+                raise _WorkerGone() from None
         self._wait_for(STARTED, process_group.START_TIMEOUT.total_seconds(), "starting")
         process_group.init_group(store, 0, self.size, backend)
         self.local = factory(replace(ctx, tensor_parallel_rank=0))
         self._wait_for(READY, process_group.START_TIMEOUT.total_seconds(), "loading its shard")
         log.info("tensor_parallel.ready", size=self.size, backend=backend, executor=self.executor_name,
-                 workers=[w.process.pid for w in self._workers])
+                 workers=self.worker_pids)
 
     # -- the executor -----------------------------------------------------------------------------
     def execute(self, batch: Batch) -> ExecutorOutput:
@@ -120,7 +114,7 @@ class TensorParallelExecutor:
 
     @property
     def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        return [w.pid for w in self._workers]
 
     def __getattr__(self, name):
         """Everything else (``vocab_size``, ``eos_token_id``, ``model``, ...) is rank 0's."""
@@ -145,46 +139,43 @@ class TensorParallelExecutor:
         except ExecutorDeadError:
             raise
         except Exception as exc:  # noqa: BLE001 - ranks may now disagree: the group cannot go on
-            raise self._fail(exc) from exc
+            raise self._fail(exc, "the engine has stopped") from None
         return result
 
     def _check_workers_alive(self) -> None:
-        if any(not w.process.is_alive() for w in self._workers):
+        if any(not w.is_alive() for w in self._workers):
             raise _WorkerGone()
 
     def _wait_for(self, expected: str, timeout: float, doing: str) -> None:
-        """Receive ``expected`` from every worker; a worker's error or death raises (sentinels watched)."""
+        """Receive ``expected`` from every worker; a worker's error or exit raises (its socket closes)."""
         pending = {w.conn: w for w in self._workers}
         deadline = time.monotonic() + timeout
         while pending:
-            sentinels = {w.process.sentinel: w for w in pending.values()}
-            ready = wait([*pending, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
+            ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 ranks = ", ".join(str(w.rank) for w in pending.values())
                 raise _WorkerGone(f"tensor-parallel worker rank(s) {ranks} did not answer within "
                                   f"{timeout:.0f}s while {doing}")
-            for item in ready:
-                if item in pending:
-                    try:
-                        message = pending[item].conn.recv()
-                    except (EOFError, OSError):
-                        raise _WorkerGone() from None
-                    if message[0] != expected:
-                        pending[item].error_message = message  # an error report: _fail reads it
-                        raise _WorkerGone()
-                    del pending[item]
-                elif item in sentinels and sentinels[item].conn not in {c for c in ready}:
+            for conn in ready:
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):  # the worker exited
+                    raise _WorkerGone() from None
+                if message[0] != expected:
+                    pending[conn].error_message = message  # an error report: _fail reads it
                     raise _WorkerGone()
+                del pending[conn]
 
     # -- failure ----------------------------------------------------------------------------------
-    def _fail(self, exc: BaseException) -> ExecutorDeadError:
-        """Find which rank broke, stop the group, and return the error to raise (naming the rank)."""
+    def _fail(self, exc: BaseException, outcome: str) -> ExecutorDeadError:
+        """Find which rank broke, stop the group, and return the error to raise (one line naming the
+        rank and how it ended, then ``outcome``)."""
         reports = self._collect_reports()
         if isinstance(exc, _WorkerGone):
             fallback = str(exc) or "a tensor-parallel worker stopped answering"
         else:
             fallback = f"tensor-parallel rank 0 failed: {type(exc).__name__}: {exc}"
-        self.dead_reason = describe_failure(reports, fallback) + "; the engine has stopped"
+        self.dead_reason = f"{describe_failure(reports, fallback)}; {outcome}"
         culprit = blame(reports)
         for report in reports:  # the cause's traceback; the others' only say they lost a peer
             if report.traceback:
@@ -205,31 +196,25 @@ class TensorParallelExecutor:
             waiting = []
             for worker in self._workers:
                 report = reports[worker.rank]
-                _drain(worker.conn, report)
-                if not worker.process.is_alive():
-                    report.exitcode = worker.process.exitcode
-                    _drain(worker.conn, report)
-                elif report.summary is None:
+                closed = _drain(worker.conn, report)
+                if closed and worker.wait(deadline - time.monotonic()):  # exited: how, and its last words
+                    report.exitcode, report.last_stderr_line = worker.exitcode, worker.last_stderr_line
+                elif report.summary is None and not closed:
                     waiting.append(worker)
             remaining = deadline - time.monotonic()
             if not waiting or remaining <= 0:
                 return list(reports.values())
-            wait([w.conn for w in waiting] + [w.process.sentinel for w in waiting], timeout=remaining)
+            wait([w.conn for w in waiting], timeout=remaining)
 
     def _stop_workers(self, graceful: bool = True) -> None:
-        """Join the workers (``graceful``: give them STOP_GRACE_S to finish first), then terminate
-        and, if need be, kill what is left."""
+        """Wait for the workers to exit (``graceful``: up to STOP_GRACE_S, after ``shutdown``), then
+        kill what is left (workers ignore SIGTERM: rank 0 stops them)."""
         deadline = time.monotonic() + (STOP_GRACE_S if graceful else 0.0)
         for worker in self._workers:
-            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            worker.wait(deadline - time.monotonic())
         for worker in self._workers:
-            if worker.process.is_alive():
-                worker.process.terminate()
-                worker.process.join(timeout=5)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.conn.close()
+            worker.kill()
+            worker.close()
 
 
 class _WorkerGone(HeteroError):
@@ -241,9 +226,11 @@ def _record(report: WorkerReport, message) -> None:
         _, report.error_time, report.summary, report.traceback = message
 
 
-def _drain(conn: Connection, report: WorkerReport) -> None:
+def _drain(conn, report: WorkerReport) -> bool:
+    """Record what the worker sent; True when its end is closed (it exited)."""
     try:
         while conn.poll():
             _record(report, conn.recv())
     except (EOFError, OSError):
-        pass
+        return True
+    return False

@@ -1,36 +1,56 @@
-"""A tensor-parallel worker: one rank > 0, in its own (spawned) process.
+"""A tensor-parallel worker: one rank > 0, in its own process, started by rank 0 as
+``python -m hetero_core.distributed.worker FD`` (``worker_process.py``). It never runs the caller's
+``__main__``: a script without an ``if __name__ == "__main__":`` guard, stdin or ``-c`` all work.
 
-It joins the process group, builds its executor shard with the executor's own factory, then serves
-rank 0's commands from its pipe, in order, until told to stop: ``("execute", (batch,))``,
-``("copy_blocks" | "swap_out" | "swap_in", (pairs,))``, ``("shutdown", ())``. It answers each with
-``("ok",)``; a command that raises is answered with ``("error", time, summary, traceback)`` and the
-worker exits, which closes its sockets so that its peers' collectives fail at once. Rank 0 going
-away (the pipe closes) stops it too: no worker outlives its engine.
+``FD`` is this end of a socket pair to rank 0. Down it come, in order: the setup (rank 0's
+``sys.path``, this rank, the world size, the rendezvous port and the backend), the executor's factory
+and context (pickled by rank 0), then rank 0's commands, served in order until told to stop:
+``("execute", (batch,))``, ``("copy_blocks" | "swap_out" | "swap_in", (pairs,))``, ``("shutdown", ())``.
+Each is answered ``("ok",)``; anything that raises is answered ``("error", time, summary, traceback)``
+and the worker exits at once, which closes its sockets so that its peers' collectives fail at once.
+
+Rank 0 stops the worker; the worker ignores SIGINT and SIGTERM (rank 0 handles them for the group)
+and exits as soon as rank 0's end of the socket closes, whatever it is doing: no worker outlives its
+engine, even one whose rank 0 was killed with SIGKILL.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import replace
+from multiprocessing.connection import Connection
 
 import hetero_core.model  # noqa: F401  (OpenMP's wait policy, before torch loads)
 from hetero_core.distributed import process_group
 
 STARTED, READY, OK, ERROR = "started", "ready", "ok", "error"
+EXIT_FAILED = 1  # after reporting an exception to rank 0
+EXIT_RANK0_GONE = 3  # rank 0's end of the socket closed before it said shutdown
 
 
-def worker_main(rank: int, world_size: int, port: int, backend_name: str, factory, ctx, conn) -> None:
-    """The process target (module-level, so the spawn context can pickle it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every process; rank 0 stops us
+def main(argv: list[str] | None = None) -> None:
+    """The worker process: ``argv`` is ``[FD]``."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    argv = sys.argv[1:] if argv is None else argv
+    conn = Connection(int(argv[0]))
+    watch_rank0(conn)
     executor = None
     try:
+        setup = conn.recv()
+        sys.path[:] = setup["sys_path"]  # rank 0's: the factory's module imports as it did there
+        factory, ctx = pickle.loads(conn.recv_bytes())
         conn.send((STARTED,))
-        process_group.init_group(process_group.join_store(port, world_size), rank, world_size, backend_name)
+        rank, world_size = setup["rank"], setup["world_size"]
+        store = process_group.join_store(setup["port"], world_size)
+        process_group.init_group(store, rank, world_size, setup["backend"])
         executor = factory(replace(ctx, tensor_parallel_rank=rank))
         conn.send((READY,))
         serve(executor, conn)
@@ -38,18 +58,31 @@ def worker_main(rank: int, world_size: int, port: int, backend_name: str, factor
         report_error(conn, exc)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(1)  # at once, closing the sockets its peers may be waiting on (no teardown that could block)
+        os._exit(EXIT_FAILED)  # at once, closing the sockets its peers may be waiting on (no teardown that could block)
     process_group.destroy_group()
 
 
+def watch_rank0(conn: Connection) -> None:
+    """Exit the moment rank 0's end of ``conn`` closes (rank 0 exited or was killed), even while the
+    main thread is blocked in a collective or a slow load. Polls for the hang-up only: it never
+    reads, so the commands stay the main thread's."""
+    hang_up = getattr(select, "POLLRDHUP", 0)  # Linux; elsewhere POLLHUP alone says it
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(conn.fileno(), hang_up)  # never POLLIN: hang-ups and errors are always reported
+        while True:
+            for _, events in poller.poll():
+                if events & (hang_up | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    os._exit(EXIT_RANK0_GONE)
+
+    threading.Thread(target=watch, name="hetero-tp-watch-rank0", daemon=True).start()
+
+
 def serve(executor, conn) -> None:
-    """Run rank 0's commands until ``shutdown`` or until rank 0 is gone."""
+    """Run rank 0's commands until ``shutdown``."""
     while True:
-        try:
-            command, args = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):  # rank 0 exited
-            executor.shutdown()
-            return
+        command, args = pickle.loads(conn.recv_bytes())
         if command == "shutdown":
             executor.shutdown()
             conn.send((OK,))
@@ -64,3 +97,9 @@ def report_error(conn, exc: BaseException) -> None:
         conn.send((ERROR, time.time(), summary, traceback.format_exc()))
     except (OSError, ValueError):  # rank 0 is gone: nobody to tell
         pass
+
+
+if __name__ == "__main__":  # run as ``python -m``: take main from the package's module, not this copy
+    from hetero_core.distributed.worker import main as package_main
+
+    package_main()

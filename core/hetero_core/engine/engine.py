@@ -5,11 +5,18 @@ Bookkeeping guarantees (tested by a hypothesis state machine, tests/test_engine_
   (length, eos, stop), aborted, or failed with a reason in ``RequestOutput.error``;
 - ``add_request`` raises ``InvalidRequestError`` for what can never run (bad prompt or parameters,
   longer than ``max_model_len``, more KV blocks than the pool has) and then keeps nothing;
+  ``generate`` / ``add_requests`` check every request before queueing any, so an error leaves no
+  orphan behind;
 - a request that fails (non-finite logits, an executor error) fails alone, or with the batch it ran
   in; the next step runs normally;
 - no exception from the executor, the sampler or the tokenizer escapes ``step()``, except
   ``ExecutorDeadError``: an executor that can no longer run anything (a tensor-parallel worker died);
 - a finished request leaves nothing behind: request table, detokenizer and KV blocks are freed.
+
+The engine is single-threaded: a second thread that calls in while another is inside gets
+``ConcurrentEngineUseError`` (``thread_guard``) and changes nothing. ``LLM`` (generate and chat from
+several threads) and ``AsyncLLM`` (one loop thread) share an engine between threads. Checking and
+tokenizing a request (``engine.processor``) touches no engine state and is safe from any thread.
 """
 
 from __future__ import annotations
@@ -17,15 +24,16 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable
-from dataclasses import asdict
 
 from hetero_core.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.prompts import Prompt, prompt_text, tokenize_prompt
+from hetero_core.engine.processor import EngineRequest, RequestProcessor
+from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
+from hetero_core.engine.thread_guard import ThreadGuard
 from hetero_core.engine.block_transfer import apply_block_transfers
 from hetero_core.engine.scheduler import ScheduledStep, Scheduler, SchedulerStats
-from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus, check_priority_and_tenant
+from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
 from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
@@ -39,11 +47,9 @@ __all__ = ["Engine", "Prompt"]
 class Engine:
     def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
                  default_params: SamplingParams | None = None, sampler_seed: int | None = None) -> None:
-        self.tokenizer = tokenizer
+        self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams())
         self.executor = executor
         self.scheduler = scheduler
-        self.max_model_len = max_model_len
-        self.default_params = default_params or SamplingParams()
         self._sampler_seed = sampler_seed
         self._sampler = None  # created on first logits output (imports torch)
         self._seqs: dict[str, Sequence] = {}
@@ -51,128 +57,171 @@ class Engine:
         self._seq_counter = itertools.count()
         self._finished_outputs: list[RequestOutput] = []
         self._held_outputs: dict[str, RequestOutput] = {}  # other callers' outputs seen by generate()
+        self.guard = ThreadGuard("an Engine")
         self.num_steps = 0
 
+    @property
+    def tokenizer(self):
+        return self.processor.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.processor.max_model_len
+
+    @property
+    def default_params(self) -> SamplingParams:
+        return self.processor.default_params
+
     # -- requests ---------------------------------------------------------------------------------
-    def add_request(self, prompt: Prompt, params: Params = None, request_id: str | None = None, *,
+    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None, request_id: str | None = None, *,
                     priority: int = 0, tenant: str | None = None) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
         (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
         keeps nothing, for a request that is invalid or can never run within the engine's limits.
-        ``priority`` (lower first) and ``tenant`` are read by the scheduler policy."""
-        params = self._params(params)
-        check_priority_and_tenant(priority, tenant)
-        if request_id is not None and not isinstance(request_id, str):
-            raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
-        token_ids = tokenize_prompt(self.tokenizer, prompt)
-        if request_id in self._seqs or request_id in self._held_outputs:
-            raise InvalidRequestError(f"request id {request_id!r} is already in use")
-        seq_id = next(self._seq_counter)
-        request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
-        text = prompt if isinstance(prompt, str) else self.tokenizer.decode(token_ids)
-        seq = Sequence(seq_id, request_id, text, token_ids, params, time.time(), priority=priority, tenant=tenant)
-        reason = self.scheduler.admission_error(seq)
-        if reason is not None:
-            raise InvalidRequestError(reason)
-        self._seqs[request_id] = seq
-        self._detokenizers[seq_id] = IncrementalDetokenizer(self.tokenizer, token_ids)
-        self.scheduler.add(seq)
-        log.info("request.admitted", request_id=request_id, num_prompt_tokens=len(token_ids))
-        return request_id
+        ``priority`` (lower first) and ``tenant`` are read by the scheduler policy. ``prompt`` may
+        be an ``EngineRequest`` from ``engine.processor`` (tokenized already, with its own params,
+        priority and tenant): then adding it does no work that grows with the prompt."""
+        with self.guard:
+            if request_id is not None and not isinstance(request_id, str):
+                raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
+            if isinstance(prompt, EngineRequest):
+                if params is not None or priority != 0 or tenant is not None:
+                    raise InvalidRequestError("an EngineRequest carries its own params, priority and tenant")
+                request = prompt
+            else:
+                request = self.processor.process(prompt, params, priority=priority, tenant=tenant)
+            seq, detokenizer = self._new_sequence(request, request_id)
+            self._queue(seq, detokenizer)
+            return seq.request_id
+
+    def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
+                     priority: int = 0, tenant: str | None = None) -> list[str]:
+        """Check every request, then queue them all; return their ids in order. A request that can
+        never run is queued as failed (its final output, with the error, comes from the next
+        ``step()``); anything else that goes wrong raises before any request is queued."""
+        with self.guard:
+            prompts = as_prompt_list(prompts)
+            params_list = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+            if len(params_list) != len(prompts):
+                raise InvalidRequestError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
+            checked: list[tuple[Sequence, IncrementalDetokenizer] | str] = []
+            for prompt, p in zip(prompts, params_list):
+                try:
+                    request = self.processor.process(prompt, p, priority=priority, tenant=tenant)
+                    checked.append(self._new_sequence(request, None))
+                except InvalidRequestError as exc:
+                    checked.append(str(exc))
+            ids = []
+            for prompt, item in zip(prompts, checked):
+                if isinstance(item, str):
+                    ids.append(self._reject(prompt, item))
+                else:
+                    self._queue(*item)
+                    ids.append(item[0].request_id)
+            return ids
 
     def abort(self, request_id: str) -> bool:
         """Stop a request; its blocks are freed at once. False if unknown or already done."""
-        seq = self._seqs.get(request_id) if isinstance(request_id, str) else None
-        if seq is None or seq.status.is_done:
-            return False
-        self._finish(seq, reason=FinishReason.ABORT)
-        return True
+        with self.guard:
+            seq = self._seqs.get(request_id) if isinstance(request_id, str) else None
+            if seq is None or seq.status.is_done:
+                return False
+            self._finish(seq, reason=FinishReason.ABORT)
+            return True
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work
+
+    def has_request(self, request_id: str) -> bool:
+        """Whether the engine holds the request: queued, running, or ended with its final output
+        not yet returned by ``step()``."""
+        return request_id in self._seqs or request_id in self._held_outputs
+
+    def hold_outputs(self, outputs: Iterable[RequestOutput]) -> None:
+        """Keep outputs for the next ``step()`` caller (the latest per request): how ``generate()``
+        and ``LLM`` pass on outputs of requests they did not add."""
+        with self.guard:
+            for out in outputs:
+                self._held_outputs[out.request_id] = out
 
     # -- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one step; return outputs of requests that progressed or ended since the last step
         (including those another caller's ``generate()`` ran but did not own)."""
-        scheduled = self.scheduler.schedule()
-        if scheduled is None and self.scheduler.has_work:
-            # A step that only preempted (everything running) leaves room for the next one; if
-            # that one schedules nothing either, nothing will ever change.
+        with self.guard:
             scheduled = self.scheduler.schedule()
-            # A policy holding requests back is overridden after a bounded number of steps; only
-            # when it is not the cause can nothing ever change.
-            if scheduled is None and not self.scheduler.runner.num_idle_steps:
-                self._fail_unschedulable()
-        if scheduled is not None:
-            self._run(scheduled)
-        outputs, self._finished_outputs = self._finished_outputs, []
-        for out in outputs:  # reported once; the engine forgets finished requests
-            self._seqs.pop(out.request_id, None)
-        if scheduled is not None:
-            outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
-        if self._held_outputs:
-            held, self._held_outputs = self._held_outputs, {}
-            fresh = {o.request_id for o in outputs}
-            outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
-        return outputs
+            if scheduled is None and self.scheduler.has_work:
+                # A step that only preempted (everything running) leaves room for the next one; if
+                # that one schedules nothing either, nothing will ever change.
+                scheduled = self.scheduler.schedule()
+                # A policy holding requests back is overridden after a bounded number of steps; only
+                # when it is not the cause can nothing ever change.
+                if scheduled is None and not self.scheduler.runner.num_idle_steps:
+                    self._fail_unschedulable()
+            if scheduled is not None:
+                self._run(scheduled)
+            outputs, self._finished_outputs = self._finished_outputs, []
+            for out in outputs:  # reported once; the engine forgets finished requests
+                self._seqs.pop(out.request_id, None)
+            if scheduled is not None:
+                outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
+            if self._held_outputs:
+                held, self._held_outputs = self._held_outputs, {}
+                fresh = {o.request_id for o in outputs}
+                outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
+            return outputs
 
-    def generate(self, prompts: Iterable[Prompt] | str, params: Params | list[Params] = None, *,
+    def generate(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
                  priority: int = 0, tenant: str | None = None) -> list[RequestOutput]:
-        """Run prompts to completion; outputs in prompt order. A bad prompt fails alone (its
-        output carries the error). Outputs of requests added with ``add_request`` are kept for
-        the next ``step()`` caller."""
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        if not isinstance(prompts, Iterable):
-            raise InvalidRequestError(f"prompts must be a list of prompts, got {type(prompts).__name__}")
-        prompts = list(prompts)
-        params_list = params if isinstance(params, list) else [params] * len(prompts)
-        if len(params_list) != len(prompts):
-            raise InvalidRequestError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
-        ids = []
-        for prompt, p in zip(prompts, params_list):
-            try:
-                ids.append(self.add_request(prompt, p, priority=priority, tenant=tenant))
-            except InvalidRequestError as exc:
-                ids.append(self._reject(prompt, p, str(exc)))
-        own, finished = set(ids), {}
-        while len(finished) < len(ids):
-            if not (self.has_unfinished_requests() or self._finished_outputs):
-                missing = sorted(own - set(finished))
-                raise RuntimeError(f"engine bug: requests {missing} ended without a final output")
-            for out in self.step():
-                if out.request_id not in own:
-                    self._held_outputs[out.request_id] = out
-                elif out.finished:
-                    finished[out.request_id] = out
-        return [finished[i] for i in ids]
+        """Run prompts to completion; outputs in prompt order. ``prompts``: one prompt (a string,
+        token ids, a vLLM prompt dict) or a list. Every request is checked before any is queued
+        (``add_requests``); a bad prompt fails alone (its output carries the error). Outputs of
+        requests added with ``add_request`` are kept for the next ``step()`` caller."""
+        with self.guard:
+            ids = self.add_requests(prompts, params, priority=priority, tenant=tenant)
+            own, finished = set(ids), {}
+            while len(finished) < len(ids):
+                if not (self.has_unfinished_requests() or self._finished_outputs):
+                    missing = sorted(own - set(finished))
+                    raise RuntimeError(f"engine bug: requests {missing} ended without a final output")
+                outputs = self.step()
+                self.hold_outputs(out for out in outputs if out.request_id not in own)
+                finished.update((out.request_id, out) for out in outputs if out.request_id in own and out.finished)
+            return [finished[i] for i in ids]
 
     def stats(self) -> SchedulerStats:
         """Scheduler counters: preemptions (by mode), prefix-cache hit / queried tokens, steps."""
         return self.scheduler.stats()
 
     def shutdown(self) -> None:
-        self.executor.shutdown()
+        with self.guard:
+            self.executor.shutdown()
 
     # -- internals --------------------------------------------------------------------------------
-    def _params(self, params: Params) -> SamplingParams:
-        if params is None:
-            return self.default_params
-        if isinstance(params, SamplingParams):
-            return params
-        if isinstance(params, dict):
-            SamplingParams.from_dict(params)  # unknown keys are named against the given dict
-            return SamplingParams.from_dict({**asdict(self.default_params), **params})
-        raise InvalidRequestError(
-            f"sampling parameters must be a SamplingParams or a dict, got {type(params).__name__}"
-        )
-
-    def _reject(self, prompt, params, error: str) -> str:
-        """A failed output for a prompt that ``generate()`` could not add."""
+    def _new_sequence(self, request: EngineRequest, request_id: str | None
+                      ) -> tuple[Sequence, IncrementalDetokenizer]:
+        """The request's sequence, checked against the engine's limits; nothing is queued yet."""
+        if request_id in self._seqs or request_id in self._held_outputs:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
         seq_id = next(self._seq_counter)
-        params = params if isinstance(params, SamplingParams) else self.default_params
-        seq = Sequence(seq_id, self._auto_request_id(seq_id), prompt_text(prompt), [], params, time.time())
+        request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
+        seq = Sequence(seq_id, request_id, request.prompt, list(request.prompt_token_ids), request.params,
+                       time.time(), priority=request.priority, tenant=request.tenant)
+        reason = self.scheduler.admission_error(seq)
+        if reason is not None:
+            raise InvalidRequestError(reason)
+        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
+
+    def _queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
+        self._seqs[seq.request_id] = seq
+        self._detokenizers[seq.seq_id] = detokenizer
+        self.scheduler.add(seq)
+        log.info("request.admitted", request_id=seq.request_id, num_prompt_tokens=seq.num_prompt_tokens)
+
+    def _reject(self, prompt, error: str) -> str:
+        """A failed output for a prompt that ``add_requests()`` could not queue."""
+        seq_id = next(self._seq_counter)
+        seq = Sequence(seq_id, self._auto_request_id(seq_id), prompt_text(prompt), [], self.default_params, time.time())
         self._seqs[seq.request_id] = seq
         self._finish(seq, error=error)
         return seq.request_id

@@ -10,7 +10,9 @@ Values that would make the sampler's arithmetic overflow are made safe or reject
   denormal divides logits into inf.
 
 As in vLLM, ``stop=None`` and ``stop_token_ids=None`` mean "none"; a single stop string is accepted
-as well as a list. ``seed`` takes any Python int (negative or beyond 64 bits).
+as well as a list. ``seed`` takes any Python int (negative or beyond 64 bits). A number too large
+for a float (``temperature=10**400``, ``top_p=Fraction(10**400, 3)``) is an InvalidRequestError
+naming its field, and messages quote huge values shortened, never as thousands of digits.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ class SamplingParams:
         if unknown:
             hints = []
             for key in unknown:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+                name = _short(key, repr)
+                close = difflib.get_close_matches(name.strip("'"), known, n=1)
+                hints.append(name + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise InvalidRequestError(
                 f"unknown sampling parameter {', '.join(hints)}; valid: {', '.join(known)}"
             )
@@ -73,7 +76,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         problems = list(self._type_problems())
         if not problems:
-            given = {f.name: getattr(self, f.name) for f in fields(self)}
+            given = {f.name: _short(getattr(self, f.name)) for f in fields(self)}
+            problems = list(self._float_problems(given))
+        if not problems:
             self._normalise()
             problems = list(self._range_problems(given))
         if problems:
@@ -102,6 +107,14 @@ class SamplingParams:
         if not (self.stop_token_ids is None or _is_list_of(self.stop_token_ids, _is_int)):
             yield f"stop_token_ids must be a list of integers or None, got {_describe(self.stop_token_ids)}"
 
+    def _float_problems(self, given: dict[str, str]):
+        """A float field whose value has no float (an int or fraction beyond 1.8e308)."""
+        for name in _FLOAT_FIELDS:
+            try:
+                float(getattr(self, name))
+            except (OverflowError, ValueError, TypeError, ArithmeticError):
+                yield f"{name} must be a number within the float range (about 1.8e308), got {given[name]}"
+
     def _normalise(self) -> None:
         """Store plain Python types: floats, ints, tuples (hashable, immutable)."""
         set_ = object.__setattr__
@@ -116,7 +129,7 @@ class SamplingParams:
         if 0 <= self.temperature < GREEDY_TEMPERATURE:
             set_(self, "temperature", 0.0)  # greedy, as vLLM treats temperatures below 1e-5
 
-    def _range_problems(self, given: dict[str, Any]):
+    def _range_problems(self, given: dict[str, str]):
         """Checked on the normalised values; messages quote the values as given."""
         if not self.temperature >= 0:
             yield f"temperature must be >= 0, got {given['temperature']}"
@@ -182,7 +195,15 @@ def _has_lone_surrogate(text: str) -> bool:
 
 
 def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"{text} ({type(value).__name__})"
+    return f"{_short(value, repr)} ({type(value).__name__})"
+
+
+def _short(value: Any, form=str, limit: int = 40) -> str:
+    """``form(value)`` cut to ``limit`` characters; a number too long to print says its size."""
+    if _is_int(value) and value.bit_length() > 128:
+        return f"{'a negative' if value < 0 else 'an'} integer of {value.bit_length()} bits"
+    try:
+        text = form(value)
+    except ValueError:  # e.g. a Fraction beyond Python's 4,300-digit int-to-str limit
+        return f"a {type(value).__name__} too large to print"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -4,8 +4,13 @@ A prompt is one of:
 - a string (valid Unicode: a lone surrogate such as ``"\\ud800"`` cannot be encoded);
 - a non-empty list (or tuple) of token ids, each an int in ``[0, vocab_size)``;
 - a non-empty list of chat messages, dicts with string ``role`` and ``content`` (and optionally
-  ``name``), rendered through the tokenizer's chat template.
+  ``name``), rendered through the tokenizer's chat template;
+- a vLLM prompt dict, ``{"prompt": text}`` or ``{"prompt_token_ids": ids}`` (any other dict is refused).
 Anything else is an ``InvalidRequestError`` that says what was sent and what is accepted.
+
+``check_prompt_size`` refuses, without tokenizing, a prompt that can never fit ``max_model_len``:
+more token ids than that, or a text longer than ``max_model_len`` times the most characters one
+token can stand for (the tokenizer's optional ``max_token_chars``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,71 @@ Prompt = str | list[int] | list[dict[str, str]]  # text, token ids, or chat mess
 
 ACCEPTED = "a prompt is a string, a list of token ids or a list of chat messages ({'role': ..., 'content': ...})"
 MESSAGE_KEYS = ("role", "content", "name")
+
+
+def as_prompt_list(prompts: Any) -> list:
+    """One prompt (a string, a list of token ids, a vLLM prompt dict) as a list of one; a list or
+    tuple of prompts as a list. Never iterates a string or a dict."""
+    if isinstance(prompts, (str, dict)) or _is_token_ids(prompts):
+        return [prompts]
+    if isinstance(prompts, (list, tuple)):
+        return list(prompts)
+    raise InvalidRequestError(
+        "prompts must be a string, a list of token ids, a vLLM prompt dict, or a list of prompts (chat "
+        f"messages only inside that list); got {type(prompts).__name__}"
+    )
+
+
+def unwrap_prompt(prompt: Any) -> Any:
+    """A vLLM prompt dict to the prompt it holds; a tuple to a list; anything else as it is."""
+    if isinstance(prompt, dict):
+        if len(prompt) == 1 and isinstance(prompt.get("prompt"), str):
+            return prompt["prompt"]
+        if len(prompt) == 1 and isinstance(prompt.get("prompt_token_ids"), (list, tuple)):
+            return list(prompt["prompt_token_ids"])
+        keys = ", ".join(repr(k[:40]) if isinstance(k, str) else type(k).__name__ for k in list(prompt)[:5])
+        raise InvalidRequestError(
+            f"{ACCEPTED}, or a vLLM prompt dict ({{'prompt': text}} or {{'prompt_token_ids': [ids]}}); "
+            f"got dict with keys {keys or 'none'}"
+        )
+    if isinstance(prompt, tuple):
+        return list(prompt)
+    return prompt
+
+
+def check_prompt_size(prompt: Any, max_model_len: int, max_token_chars) -> None:
+    """InvalidRequestError for a prompt that needs at least ``max_model_len`` tokens, found without
+    tokenizing (output needs at least one more). ``max_token_chars``: the most characters one token
+    stands for (None: unknown, then only token-id prompts are bounded here), or a function that
+    returns it: asked only for a text of at least ``max_model_len`` characters."""
+    if not isinstance(prompt, (str, list)) or not prompt:
+        return
+    if isinstance(prompt, str):
+        num_chars, what = len(prompt), "the prompt"
+    elif all(isinstance(m, dict) for m in prompt):
+        num_chars = sum(len(m["content"]) for m in prompt if isinstance(m.get("content"), str))
+        what = "the chat messages' content"
+    else:
+        if len(prompt) >= max_model_len:
+            raise InvalidRequestError(
+                f"the prompt has {len(prompt):,} token ids, more than max_model_len ({max_model_len}) "
+                "leaves for a prompt (at most max_model_len - 1: the output needs a token)"
+            )
+        return
+    if num_chars < max_model_len:  # fits even at one character per token: no bound needed
+        return
+    max_token_chars = max_token_chars() if callable(max_token_chars) else max_token_chars
+    if max_token_chars and -(-num_chars // max_token_chars) >= max_model_len:
+        raise InvalidRequestError(
+            f"{what} has {num_chars:,} characters: at least {-(-num_chars // max_token_chars):,} tokens (one token "
+            f"stands for at most {max_token_chars} characters), more than max_model_len ({max_model_len}) "
+            "leaves for a prompt; refused without tokenizing"
+        )
+
+
+def decode_prompt(tokenizer, token_ids: list[int]) -> str:
+    """The text of a prompt given as token ids or messages (for its outputs)."""
+    return _call_tokenizer(tokenizer.decode, token_ids, "decode the prompt")
 
 
 def tokenize_prompt(tokenizer, prompt: Any) -> list[int]:
@@ -46,6 +116,11 @@ def prompt_text(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt.encode("utf-8", errors="replace").decode("utf-8")
     return ""
+
+
+def _is_token_ids(value: Any) -> bool:
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
 
 
 def _check_token_ids(prompt: list | tuple, vocab_size: int) -> list[int]:
@@ -92,11 +167,11 @@ def _check_text(text: str, what: str) -> None:
         ) from None
 
 
-def _call_tokenizer(method, value):
+def _call_tokenizer(method, value, what: str = "encode the prompt"):
     """Input-dependent tokenizer failures become the request's error; our own errors pass."""
     try:
         return method(value)
     except HeteroError:
         raise
     except Exception as exc:  # a tokenizer plugin choking on this input fails this request alone
-        raise InvalidRequestError(f"the tokenizer could not encode the prompt: {type(exc).__name__}: {exc}") from exc
+        raise InvalidRequestError(f"the tokenizer could not {what}: {type(exc).__name__}: {exc}") from exc

@@ -5,20 +5,22 @@ A native-bf16 flag is not enough to choose bf16: on a 2-core AMD Zen 5 VM a bf16
 hypervisor hides AMX at about half of it (170 against 323 GFLOP/s). So ``dtype = "auto"`` times
 one matmul of each dtype (torch's oneDNN path, ~20-50 ms) the first time it runs on a CPU and keeps
 the ratio in ``<cache_dir>/cpu_dtype_speed.json``, keyed by the CPU's model name and flags and the
-torch version; later starts read it.
+torch version; later starts read it. The file carries a checksum (``cache_file``); a damaged one,
+or a ratio that is not a positive finite number, is measured again with one warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 
 import torch
 
 from hetero_core.logging import get_logger
-from hetero_core.model.atomic_file import replaced_atomically
+from hetero_core.model import cache_file
 from hetero_core.model.compute_dtype import cpu_flags, cpu_model_name
 from hetero_core.model.gguf_cache import default_cache_dir
 
@@ -36,11 +38,15 @@ def bf16_speedup(cache_dir: Path | None = None) -> float:
     path = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / CACHE_FILE
     key = _cpu_key()
     known = _read(path)
-    if isinstance(known.get(key), (int, float)):
+    if key in known and _is_speedup(known[key]):
         return float(known[key])
+    if key in known:
+        cache_file.warn_rebuilding(cache_file.CacheFileInvalid(
+            path, f"this CPU's speed-up is {known[key]!r}, not a positive finite number"))
     speedup = measure_bf16_speedup()
     log.info("executor.cpu_bf16_speed_measured", bf16_speedup=round(speedup, 2), cache=str(path))
-    _write(path, {**known, key: speedup})
+    if _is_speedup(speedup):
+        _write(path, {**{k: v for k, v in known.items() if _is_speedup(v)}, key: speedup})
     return speedup
 
 
@@ -73,19 +79,31 @@ def _cpu_key() -> str:
     return f"{cpu_model_name()} | flags {flags} | torch {torch.__version__}"
 
 
+def _is_speedup(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
 def _read(path: Path) -> dict:
+    """The cached speed-ups by CPU key; {} when there are none or the file is damaged (one warning)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(cache_file.read_checked(path))
+        if not isinstance(data, dict):
+            raise cache_file.CacheFileInvalid(path, f"a JSON {type(data).__name__}, not an object")
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except ValueError as exc:  # not JSON (its checksum was right: a bug, never the disk)
+        cache_file.warn_rebuilding(cache_file.CacheFileInvalid(path, f"not JSON: {exc}"))
+        return {}
+    except cache_file.CacheFileInvalid as exc:
+        cache_file.warn_rebuilding(exc)
+        return {}
+    return data
 
 
 def _write(path: Path, data: dict) -> None:
     """``data`` to ``path`` atomically; a failure (a read-only cache) costs only a measurement at the
     next start, and leaves no temporary file behind."""
     try:
-        with replaced_atomically(path, ".json") as tmp:
-            Path(tmp).write_text(json.dumps(data, indent=1, sort_keys=True))
+        cache_file.write_checked(path, json.dumps(data, indent=1, sort_keys=True).encode())
     except OSError as exc:
         log.info("executor.cpu_bf16_speed_not_cached", reason=str(exc))

@@ -30,7 +30,8 @@ whatever else is in the batch and however many threads run it (batch invariance;
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
-(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's flags.
+(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's flags, with a checksum
+footer (``cache_file``) checked before it is loaded: a damaged library is rebuilt, never mapped.
 
 Where no C compiler works the torch path runs instead (``load_cpu_kernels`` returns None and says
 why, once). The executor option ``cpu_kernels`` chooses: ``auto`` (the kernels when they build),
@@ -51,7 +52,7 @@ from pathlib import Path
 import torch
 
 from hetero_core.logging import get_logger
-from hetero_core.model.atomic_file import replaced_atomically
+from hetero_core.model import cache_file
 from hetero_core.model.compute_dtype import cpu_flags
 from hetero_core.model.cpu_kernel_linears import LinearKernels, check_status, last_dim_contiguous, pointer
 from hetero_core.model.gguf_cache import default_cache_dir
@@ -333,17 +334,25 @@ def _build() -> Path:
         texts = [(SOURCE_DIR / name).read_text() for name in (*SOURCES, *HEADERS)]
     except OSError as exc:
         raise KernelUnavailable(f"the kernels' sources are missing from this install: {exc}") from None
-    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(CFLAGS),
-                                    " ".join(sorted(cpu_flags()))]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(CFLAGS), " ".join(sorted(cpu_flags())),
+                                    cache_file.FOOTER]).encode()).hexdigest()[:16]
     target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels-{key}.so"
-    if target.is_file():
+    try:
+        cache_file.map_checked(target)  # before dlopen: a truncated library faults (SIGBUS) once mapped
         return target
-    with replaced_atomically(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
-        sources = [str(SOURCE_DIR / name) for name in SOURCES]
-        result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
-        if result.returncode != 0:
-            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
+    except FileNotFoundError:
+        pass
+    except cache_file.CacheFileInvalid as exc:
+        cache_file.warn_rebuilding(exc)
+    try:
+        with cache_file.written_checked(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
+            sources = [str(SOURCE_DIR / name) for name in SOURCES]
+            result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
+            if result.returncode != 0:
+                detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
+    except OSError as exc:
+        raise KernelUnavailable(f"cannot write the CPU kernels to {target}: {exc}") from None
     log.info("executor.cpu_kernels_built", path=str(target))
     return target
 

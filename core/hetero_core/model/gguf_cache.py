@@ -3,7 +3,11 @@
 The cache lives in ``$HETERO_CACHE_DIR`` or ``~/.cache/hetero``, one folder per GGUF (keyed by
 its file name and size). Conversion writes into a temporary sibling that is renamed into place,
 so a killed conversion never leaves a half-written cache; temporaries it leaves behind are swept
-on a later conversion.
+on a later conversion. A manifest (``cache_file``) lists every file with its size and checksum and
+the GGUF it came from: each start checks the small files (config, tokenizer: what every start
+reads) and the weights' sizes, ``check_converted_weights`` checks the weights before they are read
+(a start that maps its prepared weights never reads them). A damaged or manifest-less copy (an older
+version's) is converted again, with one warning.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 
 from hetero_core.errors import ModelLoadError
+from hetero_core.model import cache_file
 
 CACHE_ENV = "HETERO_CACHE_DIR"
 # Bump when the exported layout changes, so stale caches are rebuilt rather than trusted.
@@ -23,17 +28,44 @@ STALE_TMP_SECONDS = 3600  # a conversion takes seconds; older temporaries are fr
 
 
 def ensure_gguf_converted(gguf_path: Path, cache_dir: Path | None = None) -> Path:
-    """Return the cached HF directory for ``gguf_path``, converting it on first use."""
+    """Return the cached HF directory for ``gguf_path``, converting it on first use and again when it
+    is damaged (its small files are checked here; its weights where they are read)."""
     gguf_path = Path(gguf_path)
     if not gguf_path.is_file():
         raise ModelLoadError(f"GGUF file {gguf_path} not found; give the path of an existing .gguf file")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = root / cache_key(gguf_path)
-    if (target / "config.json").is_file():
-        return target
+    if target.exists():
+        try:
+            _check(target, gguf_path, weights=False)
+            return target
+        except cache_file.CacheFileInvalid as exc:
+            cache_file.warn_rebuilding(exc)
     root.mkdir(parents=True, exist_ok=True)
-    _convert_atomically(gguf_path, target)
+    _convert_atomically(gguf_path, target, again=target.exists())
     return target
+
+
+def check_converted_weights(folder: Path) -> None:
+    """Before a checkpoint's weights are read: for a converted GGUF (a folder with a manifest), its
+    weight files match their checksums, or it is converted again (one warning). Any other folder: no
+    check. ModelLoadError when it is damaged and its GGUF is gone."""
+    if not (folder / cache_file.MANIFEST).exists():
+        return
+    source = None
+    try:
+        manifest = cache_file.read_manifest(folder)
+        source = Path(manifest.get("source", ""))
+        weights = [name for name in manifest["files"] if name.endswith(".safetensors")]
+        cache_file.check_listed(folder, manifest, weights)
+        return
+    except cache_file.CacheFileInvalid as exc:
+        error = exc
+    if source is None or not source.is_file() or cache_key(source) != folder.name:
+        raise ModelLoadError(f"the converted model {folder} is damaged ({error.problem}) and the GGUF it was "
+                             f"converted from is gone; delete {folder} and load the .gguf file again")
+    cache_file.warn_rebuilding(error)
+    _convert_atomically(source, folder, again=True)
 
 
 def default_cache_dir() -> Path:
@@ -46,24 +78,58 @@ def cache_key(gguf_path: Path) -> str:
     return f"{gguf_path.stem}-{gguf_path.stat().st_size}-v{EXPORT_VERSION}"
 
 
-def _convert_atomically(gguf_path: Path, target: Path) -> None:
+def _check(folder: Path, gguf_path: Path, *, weights: bool) -> None:
+    """``folder`` is the whole conversion of ``gguf_path`` (CacheFileInvalid otherwise); its weights'
+    checksums are checked only if ``weights`` (their sizes always)."""
+    manifest = cache_file.read_manifest(folder)
+    if manifest.get("gguf") != [gguf_path.name, gguf_path.stat().st_size]:
+        raise cache_file.CacheFileInvalid(folder, f"converted from {manifest.get('gguf')}, not {gguf_path.name}")
+    names = list(manifest["files"])
+    checked = names if weights else [name for name in names if not name.endswith(".safetensors")]
+    cache_file.check_listed(folder, manifest, names, checked)
+
+
+def _convert_atomically(gguf_path: Path, target: Path, again: bool = False) -> None:
+    """Convert into a temporary sibling, list it in its manifest, and move it to ``target`` (over a
+    damaged copy there: renamed away first, then deleted)."""
     from hetero_core.model import gguf_export
 
     _remove_stale_tmp_dirs(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        description = f"first use: converting {gguf_path.name} into {target} (once)"
+        description = (f"converting {gguf_path.name} into {target} again (the cached copy is damaged)" if again
+                       else f"first use: converting {gguf_path.name} into {target} (once)")
         gguf_export.export_gguf(gguf_path, tmp, description)
+        cache_file.write_manifest(tmp, gguf=[gguf_path.name, gguf_path.stat().st_size],
+                                  source=str(gguf_path.resolve()))
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary shared folder
-        try:
-            tmp.rename(target)
-        except OSError:
-            # Another process finished first; its complete copy wins.
-            if not (target / "config.json").is_file():
-                raise
+        _move_into_place(tmp, target, gguf_path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_into_place(tmp: Path, target: Path, gguf_path: Path) -> None:
+    if target.exists() and not _is_whole(target, gguf_path):  # damaged: out of the way first
+        old = target.with_name(f".{target.name}.{os.getpid()}-{time.time_ns()}.tmp")
+        try:
+            target.rename(old)
+        except FileNotFoundError:
+            pass  # another process moved it first
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not _is_whole(target, gguf_path):  # another process finished first: its whole copy wins
+            raise
+
+
+def _is_whole(folder: Path, gguf_path: Path) -> bool:
+    try:
+        _check(folder, gguf_path, weights=True)
+        return True
+    except (cache_file.CacheFileInvalid, OSError):
+        return False
 
 
 def _remove_stale_tmp_dirs(target: Path) -> None:

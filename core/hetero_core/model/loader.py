@@ -15,6 +15,7 @@ from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.fusion import checkpoint_names, fuse_checkpoint
+from hetero_core.model.gguf_cache import check_converted_weights
 from hetero_core.model.llama import LlamaForCausalLM
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja"]
@@ -74,6 +75,7 @@ def read_checkpoint(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     if path.is_dir():
         from hetero_core.model.safetensors_checkpoint import read_safetensors
 
+        check_converted_weights(path)  # a converted GGUF's weights: checked before use, converted again if damaged
         config = ModelConfig.from_dir(path)
         return config, read_safetensors(path)
     if path.suffix == ".gguf":

@@ -3,17 +3,18 @@
 Loading a checkpoint for the CPU executor converts every tensor to the compute dtype, concatenates
 q/k/v and gate/up (``fusion``) and packs each linear (``cpu_linear``): for SmolLM2-135M in bf16 that is
 ~0.3 s of a ~1.7 s warm start, redone at every start. ``load_packed_model`` saves the result once,
-``<cache>/prepared/<model>-<dtype>-<key>.safetensors``, and later starts map that file instead: no
-conversion and no copy, the pages come from the page cache (shared by every process serving the
-model). Linears in the layout of the compiled kernels' linear are stored in it; oneDNN's packed
+``<cache>/prepared/<model>-<dtype>-<key>.safetensors`` (safetensors bytes and ``cache_file``'s checksum
+footer), and later starts map that file instead: no conversion and no copy, the pages come from the
+page cache (shared by every process serving the model). Linears in the layout of the compiled kernels' linear are stored in it; oneDNN's packed
 weights are opaque, so those linears are stored fused and converted and are reordered again at load.
 
 The key covers the checkpoint files (path, size, modification time), the dtype, which kernel
 layout the linears take (``cpu_linear.kernel_layout``), and the code that decides the layouts
 (this file, ``fusion``, ``cpu_linear``, ``cpu_kernels``, ``block_codes``, ``llama``, and the C
 linears that read them), so an edit to any of them starts a new file. At most
-``KEEP_FILES`` files are kept, the least recently used going first. A file that cannot be read is
-ignored (and replaced); one that cannot be written costs only the saving. Checkpoints under
+``KEEP_FILES`` files are kept, the least recently used going first. The checksum is checked at every
+load (~16 ms for 325 MB on 2 cores; it faults in the pages the first step reads anyway): a damaged
+file is rebuilt with one warning; one that cannot be written costs only the saving. Checkpoints under
 ``MIN_CHECKPOINT_BYTES`` prepare in milliseconds and get no file. The torch executor's
 option ``prepared_weights_cache = false`` switches this off.
 """
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 
 from hetero_core.logging import get_logger
-from hetero_core.model.atomic_file import replaced_atomically
+from hetero_core.model import cache_file
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu_linear import PackedLinear, is_swiglu_projection, kernel_layout, pack_linears
@@ -40,13 +41,16 @@ from hetero_core.model.loader import load_model, resolve_model_source
 
 log = get_logger("hetero.executor")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a checksum footer (cache_file) after the safetensors bytes
 KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyond this are deleted
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
 _LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "block_codes", "llama")
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
 
 
 def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
@@ -71,7 +75,13 @@ def load_packed_model(
         pack_model(model, kernels)
         return model
     path = prepared_path(source, cache_dir, dtype, kernels)
-    model = _load_prepared(path, backend, kernels) if path.is_file() else None
+    try:
+        model = _load_prepared(path, backend, kernels)
+    except FileNotFoundError:
+        model = None
+    except cache_file.CacheFileInvalid as exc:
+        cache_file.warn_rebuilding(exc)
+        model = None
     if model is not None:
         _touch(path)
         log.info("executor.prepared_weights", path=str(path), hit=True)
@@ -93,7 +103,7 @@ def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=Non
     here = Path(__file__).parent
     code = [(here / f"{name}.py").read_bytes() for name in _LAYOUT_MODULES]
     code += [(here / name).read_bytes() for name in _LAYOUT_SOURCES]
-    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, files, str(dtype), layout]).encode())
+    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, cache_file.FOOTER, files, str(dtype), layout]).encode())
     for text in code:
         digest.update(text)
     dtype_name = str(dtype).removeprefix("torch.")
@@ -131,30 +141,41 @@ def _save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torc
             tensors[name + ".weight"] = unpacked[name + ".weight"]
     metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
     try:
-        with replaced_atomically(path, ".tmp") as tmp:
+        with cache_file.written_checked(path, ".tmp") as tmp:
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-            os.chmod(tmp, 0o644)
     except (OSError, RuntimeError, ValueError) as exc:
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
         return
     _prune(path.parent, keep=path)
 
 
-def _load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM | None:
-    """The packed model from ``path`` (tensors memory-mapped), or None when the file is unusable."""
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-
+def _load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM:
+    """The packed model from ``path``, its tensors views of the file's mapping (CacheFileInvalid when
+    the file is damaged or unusable, FileNotFoundError when there is none)."""
+    payload = cache_file.map_checked(path)
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-        tensors = load_file(str(path), device="cpu")
+        metadata, tensors = _safetensors_views(payload)
+        if metadata.get("format") != str(FORMAT_VERSION):
+            raise ValueError(f"format {metadata.get('format')!r}, expected {FORMAT_VERSION}")
         raw = json.loads(metadata["config"])
         config = ModelConfig(**{**raw, "eos_token_ids": tuple(raw["eos_token_ids"])})
         return _assemble(config, tensors, backend, kernels)
-    except (OSError, SafetensorError, KeyError, TypeError, ValueError, RuntimeError) as exc:
-        log.warning("executor.prepared_weights_unreadable", path=str(path), error=str(exc))
-        return None
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise cache_file.CacheFileInvalid(path, f"unusable: {exc}") from None
+
+
+def _safetensors_views(payload: torch.Tensor) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The metadata and tensors of the safetensors bytes ``payload``: views of it, nothing copied."""
+    header_bytes = int.from_bytes(payload[:8].numpy().tobytes(), "little")
+    header = json.loads(payload[8:8 + header_bytes].numpy().tobytes())
+    metadata = header.pop("__metadata__", {})
+    start = 8 + header_bytes
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        data = payload[start + begin:start + end]
+        tensors[name] = data.view(_SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
+    return metadata, tensors
 
 
 def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, kernels) -> LlamaForCausalLM:

@@ -32,6 +32,9 @@ ROUTING_STATS_PERIOD_S = 1.0
 HEALTH_CHECK_PERIOD_S = 2.0
 # A replica whose constructor fails this many times fails the deployment (a wrong setting fails fast).
 MAX_CONSTRUCTOR_RETRIES = 3
+# At shutdown the frontend outlives the engine replicas' drain by this much, so that a request still
+# running when they stop ends with an error event (ReplicaLostError) instead of a cut connection.
+FRONTEND_FINAL_WRITE_S = 5.0
 
 
 def build_application(settings, server: ServerSettings):
@@ -59,12 +62,13 @@ def build_application(settings, server: ServerSettings):
         num_replicas=1,
         ray_actor_options={"num_cpus": 0},
         max_ongoing_requests=2 * server.replicas * server.max_pending_requests,
-        graceful_shutdown_timeout_s=server.graceful_shutdown_seconds,
+        graceful_shutdown_timeout_s=server.graceful_shutdown_seconds + FRONTEND_FINAL_WRITE_S,
         max_constructor_retry_count=MAX_CONSTRUCTOR_RETRIES,
         logging_config={"log_level": log_level, "enable_access_log": False},
     )
     return frontend.bind(engine, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                         max_body_bytes=server.max_body_bytes)
+                         max_body_bytes=server.max_body_bytes,
+                         max_pending_choices=server.replicas * server.max_pending_requests)
 
 
 def app_builder(args: dict[str, str]):

@@ -12,9 +12,11 @@ REPLICA_HEADER = "x-hetero-replica"
 
 
 class Frontend:
-    def __init__(self, engine_handle, *, model_name: str, api_key: str | None, max_body_bytes: int) -> None:
+    def __init__(self, engine_handle, *, model_name: str, api_key: str | None, max_body_bytes: int,
+                 max_pending_choices: int) -> None:
         self.engine_handle = engine_handle
-        self.app_options = {"model_name": model_name, "api_key": api_key, "max_body_bytes": max_body_bytes}
+        self.app_options = {"model_name": model_name, "api_key": api_key, "max_body_bytes": max_body_bytes,
+                            "max_pending_choices": max_pending_choices}
 
     async def __serve_build_asgi_app__(self):
         """Called by Ray Serve once the replica is constructed (``@serve.ingress()`` without an app)."""

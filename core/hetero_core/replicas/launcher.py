@@ -1,16 +1,20 @@
 """Run the replicas application: on a local Ray instance (started here, stopped on exit) or on an
 existing cluster (``ray_address``; only our application is removed on exit). What ``hetero serve
---replicas N`` does."""
+--replicas N`` does, until Ctrl-C or SIGTERM (``hetero_core.server.signals``): a local Ray's processes
+start with both signals blocked, so that one sent to the whole process group (or service) does not
+kill them under the application; the application is removed first (its replicas get
+``graceful_shutdown_seconds`` to finish their requests), then Ray is stopped."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
-import signal
 import socket
 import sys
-import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ray
 from ray import serve
@@ -19,6 +23,7 @@ from ray.serve.config import HTTPOptions
 from hetero_core.errors import ConfigError, HeteroError
 from hetero_core.replicas.deployment import build_application
 from hetero_core.server.settings import ServerSettings
+from hetero_core.server.signals import signals_blocked_in_children, take_back_sigterm
 
 APP_NAME = "hetero"
 CONNECT_TIMEOUT_S = 10.0
@@ -64,7 +69,9 @@ def deploy(settings, server: ServerSettings) -> str:
 
 def stop(started_ray: bool) -> None:
     """Remove the application (its replicas get ``graceful_shutdown_seconds`` to finish their requests);
-    stop Ray too when it was started here."""
+    stop Ray too when it was started here. Nothing to do when Ray is not up (it failed to start)."""
+    if not ray.is_initialized():
+        return
     try:
         serve.delete(APP_NAME)
     finally:
@@ -72,18 +79,32 @@ def stop(started_ray: bool) -> None:
             ray.shutdown()
 
 
-def serve_replicas(settings, server: ServerSettings) -> bool:
-    """Serve until SIGINT or SIGTERM; True when a signal stopped it (as ``run_server``)."""
-    started_ray = connect(server, settings.log_level)
+def serve_replicas(settings, server: ServerSettings) -> None:
+    """Serve until SIGINT or SIGTERM (made to interrupt by the caller, ``sigterm_interrupts``): the
+    ``KeyboardInterrupt`` comes out once the application, and Ray when started here, are stopped."""
+    starts_ray = not ray.is_initialized() and server.ray_address in (None, "local")
     try:
+        with signals_blocked_in_children(), _sigterm_during_ray_init_is_a_stop():
+            connect(server, settings.log_level)
         url = deploy(settings, server)
-        where = "a local Ray instance" if started_ray else f"the Ray cluster at {server.ray_address}"
+        where = "a local Ray instance" if starts_ray else f"the Ray cluster at {server.ray_address}"
         print(f"hetero: serving {server.replicas} engine replica(s) on {where} at {url} (Ctrl-C stops)",
               file=sys.stderr)
-        _wait_for_signal()
-        return True
+        while True:  # until a signal's handler interrupts it (in this thread, within a second)
+            time.sleep(1.0)
     finally:
-        stop(started_ray)
+        stop(starts_ray)
+
+
+@contextmanager
+def _sigterm_during_ray_init_is_a_stop() -> Iterator[None]:
+    """``ray.init`` installs a SIGTERM handler that calls ``sys.exit``: a SIGTERM meanwhile is a stop
+    like any other (KeyboardInterrupt), and SIGTERM interrupts again afterwards."""
+    try:
+        yield
+        take_back_sigterm()
+    except SystemExit:
+        raise KeyboardInterrupt from None
 
 
 def _check_reachable(address: str) -> None:
@@ -98,14 +119,6 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise HeteroError(f"could not connect to the Ray cluster at {address!r}: {exc.strerror or exc}") from None
-
-
-def _wait_for_signal() -> None:
-    stopped = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopped.set())
-    while not stopped.wait(1.0):
-        pass
 
 
 def _failure_reason(exc: RuntimeError) -> str:

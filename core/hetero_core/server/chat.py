@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 
 from hetero_core.server.convert import chat_logprobs, usage
-from hetero_core.server.errors import error_body, parse_body, to_api_error
+from hetero_core.server.body import parse_body
+from hetero_core.server.errors import error_body, to_api_error
 from hetero_core.server.generation import (
     EventStream,
     Generation,
@@ -16,6 +17,7 @@ from hetero_core.server.generation import (
     run_choices,
     sse,
 )
+from hetero_core.server.openapi import generation_route
 from hetero_core.server.protocol import (
     ChatChoice,
     ChatChunkChoice,
@@ -30,7 +32,8 @@ from hetero_core.server.state import ServerState, get_state
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post("/v1/chat/completions",
+             **generation_route(ChatCompletionRequest, ChatCompletionResponse, ChatCompletionChunk))
 async def create_chat_completion(request: Request):
     body = await parse_body(request, ChatCompletionRequest)
     state = get_state(request)
@@ -41,7 +44,7 @@ async def create_chat_completion(request: Request):
     generation, _, results = await run_choices(request, state, body, request_id, [messages], max_tokens,
                                                body.num_logprobs)
     if results is None:
-        return EventStream(_events(state, body, request_id, generation))
+        return EventStream(_events(state, body, request_id, generation), generation)
     choices = [
         ChatChoice(index=i, message=ChatMessageOut(content=r.text), finish_reason=finish_reason(r.output),
                    logprobs=chat_logprobs(r.logprobs) if body.logprobs else None)

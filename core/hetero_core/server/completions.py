@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 
 from hetero_core.server.convert import completion_logprobs, usage
-from hetero_core.server.errors import APIError, error_body, parse_body, to_api_error
+from hetero_core.server.body import parse_body
+from hetero_core.server.errors import APIError, error_body, to_api_error
 from hetero_core.server.generation import (
     EventStream,
     Generation,
@@ -16,6 +17,7 @@ from hetero_core.server.generation import (
     run_choices,
     sse,
 )
+from hetero_core.server.openapi import generation_route
 from hetero_core.server.protocol import (
     CompletionChoice,
     CompletionRequest,
@@ -26,7 +28,7 @@ from hetero_core.server.state import ServerState, get_state
 router = APIRouter()
 
 
-@router.post("/v1/completions", response_model=None)
+@router.post("/v1/completions", **generation_route(CompletionRequest, CompletionResponse, CompletionResponse))
 async def create_completion(request: Request):
     body = await parse_body(request, CompletionRequest)
     state = get_state(request)
@@ -37,7 +39,7 @@ async def create_completion(request: Request):
     generation, num_choices, results = await run_choices(request, state, body, request_id, body.prompts,
                                                          body.max_tokens, body.logprobs)
     if results is None:
-        return EventStream(_events(state, body, request_id, generation, num_choices))
+        return EventStream(_events(state, body, request_id, generation, num_choices), generation)
     choices = [
         CompletionChoice(index=i, text=r.text, finish_reason=finish_reason(r.output),
                          logprobs=completion_logprobs(r.logprobs, 0) if body.logprobs is not None else None)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from hetero_core.async_llm import (
@@ -20,6 +17,14 @@ from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.server")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready (while uploading, or while it ran)."""
+
+    def __init__(self, during: str = "generation") -> None:
+        super().__init__(f"client disconnected during {during}")
+        self.during = during
 
 
 class APIError(Exception):
@@ -57,30 +62,19 @@ def to_api_error(exc: Exception) -> APIError:
     return APIError(500, f"internal server error: {type(exc).__name__}: {exc}", "server_error")
 
 
-async def parse_body(request: Request, model: type[BaseModel]):
-    """The JSON body as ``model`` (whatever the Content-Type says); 400 naming the field if not."""
-    raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise APIError(400, f"the request body must be a JSON object, got {type(data).__name__}",
-                       code="invalid_json")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise describe_validation(RequestValidationError(exc.errors())) from None
-
-
-def describe_validation(exc: RequestValidationError) -> APIError:
-    """A 400 naming the first bad field (``messages.0.role: ...``) and listing the others."""
+def describe_validation(errors: list[dict]) -> APIError:
+    """A 400 naming the first bad field (``messages.0.role: ...``) and listing the others; ``errors``
+    are pydantic's (``ValidationError.errors()``)."""
     problems: dict[str, str] = {}
     param = None
-    for error in exc.errors():
+    for error in errors:
         loc = [str(p) for p in error.get("loc", ()) if p != "body"]
         if error.get("type") == "json_invalid":
-            return APIError(400, f"the request body is not valid JSON: {error.get('msg')}", code="invalid_json")
+            return APIError(400, "the request body is not valid JSON: " + _json_problem(str(error.get("msg"))),
+                            code="invalid_json")
+        if error.get("type") == "model_type" and not loc:  # the body itself is not an object
+            got = _JSON_TYPES.get(type(error.get("input")), "a scalar")
+            return APIError(400, f"the request body must be a JSON object, got {got}", code="invalid_json")
         # Drop pydantic's union branch names ("str", "list[int]") from the location.
         loc = [p for p in loc if not any(c in p for c in "[]") and p not in ("str", "int", "float", "bool")]
         field = ".".join(loc) or "body"
@@ -94,15 +88,34 @@ def describe_validation(exc: RequestValidationError) -> APIError:
     return APIError(400, "invalid request: " + "; ".join(problems.values()), param=param, code="invalid_value")
 
 
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
+# What the JSON parser's terse messages mean for the client, and the fix.
+_JSON_HINTS = {
+    "surrogate": "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair",
+    "hex escape": "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair",
+    "recursion limit": "arrays and objects may nest at most 200 deep",
+    "number out of range": "integers may have at most 4300 digits",
+}
+
+
+def _json_problem(message: str) -> str:
+    message = message.removeprefix("Invalid JSON: ")
+    hint = next((h for key, h in _JSON_HINTS.items() if key in message), None)
+    return f"{message} ({hint})" if hint else message
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    """OpenAI error JSON for every error: ours, FastAPI's and Starlette's by handler, anything else
+    (a bug) by ``InternalErrorGuard`` around the whole app."""
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        return error_response(describe_validation(exc))
+        return error_response(describe_validation(exc.errors()))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
@@ -114,3 +127,37 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HeteroError)
     async def _ours(request: Request, exc: Exception):
         return error_response(to_api_error(exc))
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected):
+        log.info("request.client_disconnected", path=request.url.path, during=exc.during)
+        return Response(status_code=499)  # nobody reads this; nginx's "client closed request"
+
+    app.add_middleware(InternalErrorGuard)
+
+
+class InternalErrorGuard:
+    """Outermost ASGI guard: an exception no handler took (a bug) is logged once with its traceback
+    and answered with a 500 in OpenAI's error JSON. Starlette's own fallback answers in plain text and
+    re-raises, so uvicorn drops the connection and the client's next request on it is reset."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_tracked(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as exc:
+            log.error("server.internal_error", path=scope.get("path"), error=repr(exc), exc_info=exc)
+            if not started:  # else the response is cut short; uvicorn closes the connection
+                await error_response(APIError(500, f"internal server error: {type(exc).__name__}",
+                                              "server_error"))(scope, receive, send)

@@ -19,6 +19,8 @@ from hetero_core.async_llm import AsyncLLM, RequestDelta, TokenLogprob
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.server.convert import finish_reason  # noqa: F401  (re-exported for the routes)
+from hetero_core.server.choices import Reservation
+from hetero_core.server.errors import ClientDisconnected
 
 _DONE = object()
 
@@ -30,13 +32,10 @@ class ChoiceSpec:
     fit_max_tokens: bool = False
 
 
-class ClientDisconnected(Exception):
-    """The client went away before the answer was ready."""
-
-
 class Generation:
     def __init__(self, llm: AsyncLLM, request_id: str, specs: list[ChoiceSpec], *,
-                 priority: int | None = None, tenant: str | None = None) -> None:
+                 priority: int | None = None, tenant: str | None = None, reservation: Reservation | None = None) -> None:
+        self._reservation = reservation  # given back when the generation closes
         self._streams = [
             llm.generate(spec.prompt, spec.params, f"{request_id}-{i}", fit_max_tokens=spec.fit_max_tokens,
                          priority=priority, tenant=tenant)
@@ -46,13 +45,21 @@ class Generation:
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        """Wait for each choice's first delta; raise the first error (closing every choice)."""
-        results = await asyncio.gather(*(anext(s) for s in self._streams), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
+        """Wait for each choice's first delta; on the first error, stop the other choices where they
+        are (no waiting for their first tokens), close every choice and raise it."""
+        firsts = [asyncio.ensure_future(anext(s)) for s in self._streams]
+        try:
+            await asyncio.wait(firsts, return_when=asyncio.FIRST_EXCEPTION)
+        finally:  # also when cancelled (the client left): no first may outlive start()
+            unfinished = [f for f in firsts if not f.done()]
+            for first in unfinished:
+                first.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+        errors = [f.exception() for f in firsts if not f.cancelled() and f.exception() is not None]
         if errors:
             await self.aclose()
             raise errors[0]
-        self._firsts = list(results)
+        self._firsts = [f.result() for f in firsts]
 
     async def deltas(self) -> AsyncIterator[tuple[int, RequestDelta]]:
         merged: asyncio.Queue = asyncio.Queue()
@@ -77,6 +84,8 @@ class Generation:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for stream in self._streams:
             await stream.aclose()
+        if self._reservation is not None:
+            self._reservation.release()
 
 
 async def _pump(index: int, stream, merged: asyncio.Queue) -> None:
@@ -110,8 +119,14 @@ async def run_choices(request: Request, state, body, request_id: str, prompts: l
                       num_logprobs: int | None) -> tuple[Generation, int, list[ChoiceResult] | None]:
     """Submit every choice (``n`` per prompt) of an endpoint's request and wait for their first deltas;
     returns the generation, its number of choices and, unless the request streams, their results."""
-    specs = state.choice_specs(body, prompts, max_tokens, num_logprobs)
-    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user)
+    reservation = state.choices.reserve(len(prompts), body.n)  # 400 / 429 here, before any engine work
+    try:
+        specs = state.choice_specs(body, prompts, max_tokens, num_logprobs)
+    except BaseException:
+        reservation.release()
+        raise
+    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user,
+                            reservation=reservation)
     await until_disconnected(request, generation.start(), generation)
     if body.stream:
         return generation, len(specs), None
@@ -135,7 +150,7 @@ async def until_disconnected(request: Request, work: Awaitable, generation: Gene
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await generation.aclose()
-    raise ClientDisconnected()
+    raise ClientDisconnected("generation")
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -144,19 +159,24 @@ async def _wait_for_disconnect(request: Request) -> None:
 
 
 def sse(payload) -> str:
-    data = payload if isinstance(payload, str) else payload.model_dump_json(exclude_none=True)
+    """One event. Models are written whole, nulls included as in the JSON answers (OpenAI's chunks carry
+    ``"finish_reason": null``; dropping nulls would drop required ones such as a token's ``logprob``)."""
+    data = payload if isinstance(payload, str) else payload.model_dump_json()
     return f"data: {data}\n\n"
 
 
 class EventStream(StreamingResponse):
-    """Server-sent events whose generator is always closed (so an unread stream is aborted)."""
+    """Server-sent events of ``generation``; the events and the generation are always closed, even if the
+    client left before the first event (so an unread stream is aborted and its choices given back)."""
 
-    def __init__(self, events: AsyncIterator[str]) -> None:
+    def __init__(self, events: AsyncIterator[str], generation: Generation) -> None:
         super().__init__(events, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.generation = generation
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             await self.body_iterator.aclose()
+            await self.generation.aclose()

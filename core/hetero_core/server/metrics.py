@@ -95,7 +95,9 @@ class _StatsCollector:
             yield GaugeMetricFamily(name, doc, value=value)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses={200: {
+    "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+    "description": "Prometheus text format"}})
 async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

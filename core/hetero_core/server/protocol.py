@@ -1,8 +1,10 @@
 """Request and response bodies of the OpenAI API, as pydantic models (the fields Hetero serves).
 
 Requests ignore fields they do not know (clients send many); fields they know are validated here,
-so a wrong type or range becomes a 400 that names the field. Values that depend on the model
-(prompt length against ``max_model_len``) are checked by the engine.
+so a wrong type or range becomes a 400 that names the field. Types are strict, as OpenAI's and
+vLLM's: ``"5"`` is not an integer and ``"yes"`` is not a boolean (a number field takes an integer, as
+JSON has one number type). Values that depend on the model (prompt length against ``max_model_len``)
+are checked by the engine; the number of choices against the server's limit by the routes.
 """
 
 from __future__ import annotations
@@ -10,21 +12,35 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hetero_core.engine.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
+from hetero_core.engine.sequence import MAX_TENANT_LENGTH
 
 MAX_N = 16
 MAX_STOP_STRINGS = 16
-MAX_LOGPROBS = 20
+
+# The shapes the schema documents; the "before" validators below check the same with clearer messages.
+Text = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+Prompt = Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+Stop = Text | Annotated[list[Text], Field(max_length=MAX_STOP_STRINGS)]
 
 
-class StreamOptions(BaseModel):
+class RequestModel(BaseModel):
+    """A request body or a part of one: strict types, finite numbers, unknown fields ignored."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(RequestModel):
     """Fields completions and chat share; ``None`` means the server's default."""
-
-    model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
     n: int = Field(1, ge=1, le=MAX_N)
@@ -34,14 +50,14 @@ class SamplingFields(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1)
     min_p: float | None = Field(None, ge=0, le=1)
-    stop: str | list[str] | None = None
+    stop: Stop | None = None
     seed: int | None = None
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float | None = Field(None, gt=0)
+    repetition_penalty: float | None = Field(None, ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY)
     ignore_eos: bool = False
     priority: int | None = None  # vLLM's extra field: lower is served first
-    user: str | None = Field(None, max_length=256)  # the tenant
+    user: str | None = Field(None, min_length=1, max_length=MAX_TENANT_LENGTH)  # the tenant
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -62,14 +78,14 @@ class SamplingFields(BaseModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: Prompt
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
-    suffix: str | None = None
+    echo: bool = Field(False, json_schema_extra={"const": False})  # documented as refused
+    suffix: None = None
     best_of: int | None = Field(None, ge=1, le=MAX_N)
 
-    @field_validator("echo", "suffix")
+    @field_validator("echo", "suffix", mode="before")
     @classmethod
     def _unsupported(cls, value, info):
         if value:
@@ -102,14 +118,12 @@ class CompletionRequest(SamplingFields):
         return list(self.prompt)
 
 
-class TextPart(BaseModel):
+class TextPart(RequestModel):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class ChatMessage(RequestModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
 
@@ -229,3 +243,21 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the server answers: OpenAI's ``{"error": {...}}``."""
+
+    error: ErrorInfo
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    reason: str | None = None

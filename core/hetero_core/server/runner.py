@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import uvicorn
 from fastapi import FastAPI
 
 from hetero_core.async_llm import AsyncLLM
+from hetero_core.errors import ConfigError
 from hetero_core.logging import get_logger
 from hetero_core.server.app import create_app
 from hetero_core.server.metrics import EngineMetrics
@@ -25,7 +27,8 @@ def create_server_app(settings, server: ServerSettings) -> FastAPI:
     llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests,
                                  observer=engine_metrics)
     return create_app(llm, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                      max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True)
+                      max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True,
+                      max_pending_choices=server.max_pending_requests)
 
 
 class GracefulServer(uvicorn.Server):
@@ -60,9 +63,30 @@ def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 80
     return GracefulServer(config, app.state.hetero.llm, drain_seconds)
 
 
-def run_server(app: FastAPI, server: ServerSettings, log_level: str = "info") -> bool:
-    """Serve until stopped; True if a signal (Ctrl-C, SIGTERM) stopped it."""
+def run_server(app: FastAPI, server: ServerSettings, listening: socket.socket, log_level: str = "info") -> bool:
+    """Serve on ``listening`` (from ``listen``) until stopped: Ctrl-C or SIGTERM (inside
+    ``signals.sigterm_interrupts``) raise KeyboardInterrupt once the server has shut down; True if a
+    signal stopped it without raising."""
     runner = make_uvicorn_server(app, host=server.host, port=server.port,
                                  drain_seconds=server.graceful_shutdown_seconds, log_level=log_level)
-    runner.run()
+    runner.run(sockets=[listening])
     return runner.interrupted
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the engine loads, so that an address in use or not available
+    is a one-line error at once (``hetero serve`` exits 2), not uvicorn's log line and exit 3 later."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; check --host") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port "
+                          "or --host, or stop what uses it") from None
+    return sock

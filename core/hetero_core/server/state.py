@@ -1,4 +1,4 @@
-"""What every route needs: the AsyncLLM, the served model's name and the request defaults."""
+"""What every route needs: the AsyncLLM, the served model's name, the request defaults, the choice budget."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from fastapi import Request
 
 from hetero_core.async_llm import AsyncLLM
 from hetero_core.engine.params import SamplingParams
+from hetero_core.server.choices import ChoiceBudget
 from hetero_core.server.convert import choice_params, sampling_params
 from hetero_core.server.errors import APIError
 from hetero_core.server.generation import ChoiceSpec
@@ -22,7 +23,7 @@ class ServerState:
     model_name: str
     max_model_len: int
     default_params: SamplingParams
-    api_key: str | None = None
+    choices: ChoiceBudget
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def check_model(self, name: str | None) -> None:

@@ -1,0 +1,257 @@
+"""EngineLoop: the one thread that touches an AsyncLLM's engine.
+
+Commands arrive on a thread-safe queue (``add`` a tokenized request, ``abort``, ``stop``) and are
+applied between steps, so requests that arrive together join the same batches. The loop admits only
+requests that callers have already checked and tokenized (``EngineRequest``): nothing it does for a
+request grows with what the caller sent. Every request it accepted ends with exactly one final item
+on its stream: the last delta (``finished``; ``finish_reason`` "abort" for an aborted one) or an error.
+
+A step that raises fails the requests it was running (``EngineStepError``) and the loop keeps
+serving the others; if the engine cannot even abort them, or the executor is dead
+(``ExecutorDeadError``), the engine is marked dead and every request fails with ``EngineDeadError``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+from hetero_core.async_errors import EngineDeadError, EngineStepError, RequestFailedError
+from hetero_core.engine.outputs import RequestOutput
+from hetero_core.errors import ExecutorDeadError, InvalidRequestError
+from hetero_core.logging import get_logger
+from hetero_core.request_stream import RequestStream
+
+__all__ = ["EngineLoop", "EngineStats", "num_queued_tokens"]
+log = get_logger("hetero.async_llm")
+IDLE_STEP_WAIT_S = 0.002
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot the loop thread publishes after every step (safe to read from any thread)."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    num_swapped: int = 0
+    num_pending: int = 0  # requests holding an AsyncLLM slot (accepted, their stream not closed yet)
+    num_blocks: int = 0
+    num_free_blocks: int = 0
+    num_steps: int = 0
+    last_step_batch_size: int = 0
+    max_step_batch_size: int = 0
+    prefix_cache_hit_rate: float | None = None  # when the KV allocator keeps a prefix cache
+    num_queued_tokens: int = 0  # prompt + remaining output tokens of unfinished requests (see below)
+
+
+class EngineLoop:
+    def __init__(self, engine, *, observer=None) -> None:
+        self.engine = engine
+        self.observer = observer  # optional: on_step(batch_size), on_output(output, num_new_tokens)
+        self.stats = EngineStats(num_blocks=engine.scheduler.allocator.num_blocks,
+                                 num_free_blocks=engine.scheduler.allocator.num_free_blocks)
+        self.dead_reason: str | None = None
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._requests: dict[str, RequestStream] = {}  # loop thread only
+        self._batch_sizes = _BatchSizeRecorder(engine)
+        self._num_steps = self._last_batch_size = self._max_batch_size = 0
+        self._flush_needed = False
+        self._idle_step = False
+        self._closed = False  # set by the loop thread when it exits
+        self._submit_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="hetero-engine-loop", daemon=True)
+        self._thread.start()
+
+    # -- any thread --------------------------------------------------------------------------------
+    def add(self, stream: RequestStream) -> None:
+        """Queue a started stream's request; EngineDeadError once the loop has exited."""
+        with self._submit_lock:
+            if self._closed:  # nobody would answer
+                raise EngineDeadError(f"the engine is not running: {self.dead_reason or 'shut down'}")
+            self._commands.put(("add", stream))
+
+    def abort(self, request_id: str) -> None:
+        with self._submit_lock:
+            if not self._closed:
+                self._commands.put(("abort", request_id))
+
+    def stop(self, timeout: float) -> bool:
+        """Fail pending requests as aborted and stop the thread; True once it has exited."""
+        if self._thread.is_alive():
+            self._commands.put(("stop", None))
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive() and self.dead_reason is None
+
+    # -- the loop thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            try:
+                # Nothing to run: sleep until a command comes. A step that ran nothing (the
+                # scheduler is waiting for room): wait briefly for a command instead of spinning.
+                busy = self._requests or self._flush_needed
+                timeout = None if not busy else (IDLE_STEP_WAIT_S if self._idle_step else 0)
+                stopping = self._drain_commands(timeout)
+                if (self._requests or self._flush_needed) and not stopping:
+                    self._step()
+                self._publish_stats()
+            except Exception as exc:  # a bug in this loop: say so and fail everyone, never hang
+                self.dead_reason = f"engine loop failed: {type(exc).__name__}: {exc}"
+                log.error("engine.dead", reason=self.dead_reason)
+                stopping = True
+        with self._submit_lock:  # after this, add() refuses at once instead of queueing
+            self._closed = True
+        self._fail_all(lambda: EngineDeadError("the engine was shut down; the request was aborted"))
+        self.dead_reason = self.dead_reason or "shut down"
+        while True:  # requests queued before the close get an answer too
+            try:
+                kind, value = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "add":
+                value.send(EngineDeadError("the engine was shut down before the request started"))
+
+    def _drain_commands(self, timeout: float | None) -> bool:
+        """Apply queued commands, waiting up to ``timeout`` for the first (None: forever); True to stop."""
+        try:
+            command = self._commands.get(timeout=timeout) if timeout != 0 else self._commands.get_nowait()
+            while True:
+                kind, value = command
+                if kind == "stop":
+                    return True
+                self._add(value) if kind == "add" else self._abort(value)
+                command = self._commands.get_nowait()
+        except queue.Empty:
+            return False
+
+    def _add(self, stream: RequestStream) -> None:
+        if self.dead_reason is not None:
+            return stream.send(EngineDeadError(f"the engine is not running: {self.dead_reason}"))
+        try:
+            self.engine.add_request(stream.request, request_id=stream.request_id)
+        except InvalidRequestError as exc:
+            return stream.send(InvalidRequestError(str(exc)))
+        except Exception as exc:  # an engine bug must not take the loop down
+            log.error("request.add_failed", request_id=stream.request_id, error=repr(exc))
+            return stream.send(RequestFailedError(f"could not add the request: {exc!r}"))
+        self._requests[stream.request_id] = stream
+        if stream.abort_requested:  # aborted before it got here
+            self._abort(stream.request_id)
+
+    def _abort(self, request_id: str) -> None:
+        """The request stays until its final (aborted) output, which comes with the next step, is sent."""
+        if request_id in self._requests:
+            self.engine.abort(request_id)
+            self._flush_needed = True
+
+    def _step(self) -> None:
+        self._flush_needed = False
+        running_before = {s.request_id for s in self.engine.scheduler.running}
+        try:
+            outputs = self.engine.step()
+        except Exception as exc:  # fail what the step touched; keep serving the rest
+            return self._recover(exc, running_before)
+        batch_size = self._batch_sizes.take()
+        if batch_size:
+            self._record_step(batch_size)
+        self._idle_step = not batch_size and not outputs
+        for out in outputs:
+            stream = self._requests.get(out.request_id)
+            if stream is not None:
+                self._deliver(stream, out)
+            elif self.observer is not None:
+                self.observer.on_output(out, 0)
+        if not outputs and self._requests and not self.engine.has_unfinished_requests():
+            self._fail_all(lambda: RequestFailedError("the engine lost track of the request"))
+
+    def _deliver(self, stream: RequestStream, out: RequestOutput) -> None:
+        if self.observer is not None:
+            self.observer.on_output(out, len(out.output_token_ids) - stream.num_sent_tokens)
+        if out.finished:
+            self._requests.pop(stream.request_id, None)
+        if out.error is not None:
+            self._requests.pop(stream.request_id, None)
+            stream.send(RequestFailedError(out.error))
+        elif not stream.send(stream.delta(out, self.engine.tokenizer)) and not out.finished:
+            self._abort(stream.request_id)  # the caller's event loop is gone: nobody is listening
+
+    def _recover(self, exc: Exception, running_before: set[str]) -> None:
+        reason = f"engine step failed: {type(exc).__name__}: {exc}"
+        log.error("engine.step_failed", error=reason)
+        if isinstance(exc, ExecutorDeadError):  # nothing can run any more: every request fails with it
+            return self._die(str(exc))
+        affected = (running_before | {s.request_id for s in self.engine.scheduler.running}) & set(self._requests)
+        affected = affected or set(self._requests)
+        try:
+            for request_id in affected:
+                self.engine.abort(request_id)
+        except Exception as abort_exc:
+            return self._die(f"{reason}; then abort failed: {abort_exc!r}")
+        for request_id in affected:
+            self._requests.pop(request_id).send(EngineStepError(reason))
+
+    def _die(self, reason: str) -> None:
+        self.dead_reason = reason
+        log.error("engine.dead", reason=reason)
+        self._fail_all(lambda: EngineDeadError(f"the engine stopped: {reason}"))
+
+    def _fail_all(self, make_error) -> None:
+        requests, self._requests = self._requests, {}
+        for stream in requests.values():
+            stream.send(make_error())
+
+    def _record_step(self, batch_size: int) -> None:
+        if self.observer is not None:
+            self.observer.on_step(batch_size)
+        self._num_steps += 1
+        self._last_batch_size = batch_size
+        self._max_batch_size = max(self._max_batch_size, batch_size)
+
+    def _publish_stats(self) -> None:
+        scheduler = self.engine.scheduler
+        counters = self.engine.stats()
+        self.stats = EngineStats(
+            num_running=len(scheduler.running),
+            num_waiting=len(scheduler.waiting),
+            num_swapped=len(scheduler.swapped),
+            num_blocks=scheduler.allocator.num_blocks,
+            num_free_blocks=scheduler.allocator.num_free_blocks,
+            num_steps=self._num_steps,
+            last_step_batch_size=self._last_batch_size,
+            max_step_batch_size=self._max_batch_size,
+            prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
+            num_queued_tokens=num_queued_tokens(scheduler),
+        )
+
+
+def num_queued_tokens(scheduler) -> int:
+    """The work an engine holds, in tokens: for every running, waiting or swapped sequence, its prompt
+    plus the output tokens it may still generate (up to ``max_tokens``; the engine admits no request
+    beyond ``max_model_len``). Replicas report it so that routing prefers the least loaded engine."""
+    return sum(seq.num_prompt_tokens + max(0, seq.params.max_tokens - seq.num_output_tokens)
+               for seqs in (scheduler.running, scheduler.waiting, scheduler.swapped) for seq in seqs)
+
+
+class _BatchSizeRecorder:
+    """Wraps the engine's executor to see how many sequences each step carried."""
+
+    def __init__(self, engine) -> None:
+        self._inner = engine.executor
+        self._last = 0
+        engine.executor = self
+
+    def execute(self, batch):
+        self._last = batch.num_seqs
+        return self._inner.execute(batch)
+
+    def take(self) -> int:
+        last, self._last = self._last, 0
+        return last
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
