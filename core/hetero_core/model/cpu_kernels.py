@@ -321,7 +321,7 @@ def _load() -> CpuKernels:
         for symbol in [name] if name in _UNTYPED else [f"{name}_{suffix}" for suffix in _SUFFIX.values()]:
             function = getattr(library, symbol)
             function.argtypes = argtypes
-            function.restype = None if name in _VOID else ctypes.c_int  # bf16_linear_available too
+            function.restype = None if name in _VOID else ctypes.c_int  # bf16_linear_native too
     return CpuKernels(library, path, library.swiglu_pair_columns())
 
 
