@@ -26,7 +26,7 @@ def _tokens(n: int, seed: int) -> list[int]:
     return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-@pytest.fixture(params=["native", "haswell", "skylake-avx512"])  # this CPU; AVX2 (8 lanes); AVX-512 without BF16
+@pytest.fixture(params=["native", "haswell", "skylake-avx512", "x86-64"])  # + AVX2; AVX-512 without BF16; SSE, no FMA
 def build_kernels(request, tmp_path_factory, monkeypatch):
     """The executor's kernels: this CPU's build, or one for a narrower ISA."""
     from hetero_core.model import cpu_kernels as cpu_kernels_module
