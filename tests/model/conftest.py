@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from hetero_core.default_plugins.torch_executor import TorchExecutor  # noqa: E402
 from hetero_core.executor import ExecutorContext  # noqa: E402
-from tiny_models import TINY_MODELS, save_tiny_model  # noqa: E402
+from tiny_models import BLOCK_CODE_MODELS, TINY_MODELS, save_tiny_model  # noqa: E402
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def make_executor():
 def tiny_model_dirs(tmp_path_factory):
     """Every tiny model saved once per session: name -> (directory, HF model)."""
     root = tmp_path_factory.mktemp("tiny_models")
-    return {name: (root / name, save_tiny_model(name, root / name)) for name in TINY_MODELS}
+    return {name: (root / name, save_tiny_model(name, root / name)) for name in [*TINY_MODELS, *BLOCK_CODE_MODELS]}
 
 
 @pytest.fixture

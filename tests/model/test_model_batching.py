@@ -83,12 +83,26 @@ def test_recompute_after_preemption_reuses_fresh_blocks(tiny_model_dirs, make_ex
     assert (out[0] - expected[21]).abs().max() < TOL
 
 
-def test_no_sampled_rows_returns_empty_logits(tiny_model_dirs, make_executor):
-    model_dir, _ = tiny_model_dirs["llama"]
-    executor = make_executor(model_dir)
+@pytest.mark.parametrize("name", ["llama", "llama_q4_1"])  # fp32 panels; block codes (coded_linear) in fp32
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cpu_kernels", ["auto", "torch"])
+def test_a_step_that_samples_no_row_returns_empty_logits(tiny_model_dirs, make_executor, name, dtype, cpu_kernels):
+    """A middle chunk of a chunked prefill samples nothing: the last layer's projection, MLP and the LM
+    head run on zero rows (they crashed the process with SIGFPE on block-code weights), the K/V of
+    every row is written, and the next chunk's logits are right."""
+    from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+
+    model_dir, hf_model = tiny_model_dirs[name]
+    options = TorchExecutorOptions(dtype=dtype, cpu_kernels=cpu_kernels, prepared_weights_cache=False)
+    executor = make_executor(model_dir, options=options)
     seq = PagedSequence(1, tokens(40, seed=7), num_prompt_tokens=40)
-    out = executor.execute(step([(seq, 20)], BlockPool(64), BLOCK_SIZE))
-    assert out.logits.shape == (0, VOCAB)
+    pool = BlockPool(64)
+    for chunk in (5, 15):
+        out = executor.execute(step([(seq, chunk)], pool, BLOCK_SIZE))
+        assert out.logits.shape == (0, VOCAB) and out.logits.dtype == torch.float32
+    last = executor.execute(step([(seq, 20)], pool, BLOCK_SIZE)).logits
+    expected = hf_logits(hf_model, seq.token_ids)[39]
+    assert last.shape == (1, VOCAB) and (last[0] - expected).abs().max() < (TOL if dtype == "float32" else 0.5)
 
 
 def test_the_last_layer_runs_its_mlp_on_the_sampled_rows_alone(tiny_model_dirs, make_executor, monkeypatch):

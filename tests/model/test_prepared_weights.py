@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
-from hetero_core.model import cpu_linear, prepared_weights
+from hetero_core.model import prepared_weights
 from hetero_core.model.cpu_linear import PackedLinear, can_pack
 from paged_batches import BlockPool, PagedSequence, step
 
@@ -69,18 +69,19 @@ def test_a_prepared_start_gives_the_same_logits_without_loading_the_checkpoint(
 
 
 @pytest.mark.parametrize("dtype, layout", [("bfloat16", "bf16"), ("float32", "f32")])
-def test_layers_too_wide_for_the_kernels_layout_are_stored_plain_and_packed_again(
+def test_layers_no_kernel_layout_takes_are_stored_plain_and_packed_again(
         tiny_model_dirs, make_executor, cache_dir, monkeypatch, cpu_kernels, dtype, layout):
-    if layout == "bf16" and not cpu_kernels.has_bf16_linear:
-        pytest.skip("this CPU has no AVX-512 BF16: the kernels do not pack bf16 linears")
-    monkeypatch.setattr(cpu_linear, "ALL_ROWS_MAX_IN_FEATURES", 80)  # o/gate_up/head take 64, down 96
+    pack = "pack_bf16_linear" if layout == "bf16" else "pack_f32_linear"
+    original = getattr(type(cpu_kernels), pack)
+    monkeypatch.setattr(type(cpu_kernels), pack,  # the down projections (96 inputs) stay with oneDNN
+                        lambda self, weight, swiglu=False: None if weight.shape[1] == 96 else original(self, weight, swiglu))
     model_dir, _ = tiny_model_dirs["llama"]
     expected = prompt_logits(make_executor(model_dir, options=options(dtype, prepared_weights_cache=False)))
     make_executor(model_dir, options=options(dtype))
     forbid_checkpoint_loading(monkeypatch)
     second = make_executor(model_dir, options=options(dtype))
     down = second.model.model.layers[0].mlp.down_proj
-    assert not down.all_rows and down.packed_weight is not None and down.kernel_dtype == layout
+    assert not down.all_rows and down.packed_weight is not None and down.kernel_dtype is None
     gate_up = second.model.model.layers[0].mlp.gate_up_proj
     assert gate_up.all_rows and gate_up.kernel_dtype == layout
     assert torch.equal(prompt_logits(second), expected)

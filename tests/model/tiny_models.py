@@ -51,8 +51,15 @@ TINY_MODELS = {
 }
 
 
+# A Llama whose linear weights are what a Q4_1 checkpoint dequantizes to (exact block codes): in fp32
+# the CPU kernels stream them as codes (coded_linear), as they do the embedded SmolLM2's.
+BLOCK_CODE_MODELS = {"llama_q4_1": "llama"}
+
+
 def build_tiny_hf_model(name: str, seed: int = 0):
     """A randomly initialised HF model with weights large enough to make mistakes visible."""
+    if name in BLOCK_CODE_MODELS:
+        return _q4_1_linears(build_tiny_hf_model(BLOCK_CODE_MODELS[name], seed))
     class_name, extra = TINY_MODELS[name]
     config = getattr(transformers, class_name)(**{**_COMMON, **extra})
     torch.manual_seed(seed)
@@ -64,6 +71,20 @@ def build_tiny_hf_model(name: str, seed: int = 0):
             else:
                 param.normal_(0.0, 0.15)
     return model.eval()
+
+
+def _q4_1_linears(model):
+    """Every linear weight rounded to Q4_1's grid: per block of 32 inputs, f16 ``m`` (the minimum) and
+    ``d`` ((max - min) / 15), the weight ``d * q + m`` with q in 0..15."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                weight = module.weight.reshape(module.weight.shape[0], -1, 32)
+                m = weight.amin(dim=-1, keepdim=True).half().float()
+                d = ((weight.amax(dim=-1, keepdim=True) - m) / 15).half().float()
+                q = torch.round((weight - m) / d).clamp_(0, 15)
+                module.weight.copy_((d * q + m).reshape(module.weight.shape))
+    return model
 
 
 def save_tiny_model(name: str, directory: Path, **save_kwargs):

@@ -61,7 +61,7 @@ class TorchExecutor:
         kernels = getattr(self.backend, "cpu_kernels", None) if self.device.type == "cpu" else None
         if kernels is not None and not options.block_code_weights:
             kernels = dataclasses.replace(kernels, block_codes=False)
-        pack = options.prepack_weights and can_pack(self.device, self.dtype)
+        pack = options.prepack_weights and can_pack(self.device, self.dtype, kernels)
         if pack and shard is None and options.prepared_weights_cache:
             cache_dir = ctx.settings.cache_dir if ctx.settings is not None else None
             self.model = load_packed_model(ctx.model_dir, cache_dir or default_cache_dir(), backend=self.backend,

@@ -26,9 +26,9 @@ class TorchExecutorOptions(BaseModel):
     )
     prepack_weights: bool = Field(
         True,
-        description="on CPU (float32, and bfloat16 where oneDNN supports it): run linears on weights "
-        "packed once at load, in the layout of the compiled kernels' own linear (fp32 on any CPU, bf16 "
-        "with AVX-512 BF16; 1.1-2x oneDNN at decode batch sizes) or else in oneDNN's (fp32: 2-3x "
+        description="on CPU (float32, bfloat16): run linears on weights packed once at load, in the "
+        "layout of the compiled kernels' own linear (fp32 and bf16 on any CPU, for every batch size: "
+        "batch-invariant; 1.1-2x oneDNN at decode batch sizes) or else in oneDNN's (fp32: 2-3x "
         "faster than MKL's sgemm on AMD CPUs); false: plain torch.nn.functional.linear",
     )
     block_code_weights: bool = Field(
@@ -40,8 +40,8 @@ class TorchExecutorOptions(BaseModel):
     )
     fused_decode: bool = Field(
         True,
-        description="on the CPU with the compiled kernels and every linear in their layout (float32; "
-        "bfloat16 with AVX-512 BF16), one process (no tensor parallelism): a step whose every token "
+        description="on the CPU with the compiled kernels and every linear in their layout (float32, "
+        "bfloat16), one process (no tensor parallelism): a step whose every token "
         "is a decode runs all decoder layers in one kernel call (the same kernels in "
         "the same order, bit-identical results) instead of ~8 Python-level calls per layer (~3-4 ms "
         "less per step on SmolLM2's 30 layers); false: always the layer-by-layer model code",
@@ -59,6 +59,8 @@ class TorchExecutorOptions(BaseModel):
         description="on the CPU (float32, bfloat16): compiled: C kernels built once with the system C "
         "compiler (cc/gcc, or $CC) and cached, which write K/V and attend decodes and prefills straight "
         "on the paged cache, fuse the element-wise steps (residual add + RMSNorm, SiLU-and-multiply, "
-        "RoPE) and run the packed linears (prepack_weights); torch: pure torch ops (gathered blocks, SDPA per prompt, eager element-wise ops); auto: "
-        "compiled where the kernels build, torch otherwise",
+        "RoPE) and run the packed linears (prepack_weights), batch-invariant (a sequence's logits do "
+        "not depend on chunking, batch-mates or preemption); torch: pure torch ops (gathered blocks, "
+        "SDPA per prompt, eager element-wise ops; not batch-invariant); auto: compiled where the "
+        "kernels build, torch otherwise",
     )

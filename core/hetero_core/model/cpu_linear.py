@@ -15,20 +15,24 @@ The packed weight is an opaque oneDNN tensor kept as a plain attribute (not a pa
 a packed model is for inference only and its ``state_dict`` holds no linear weights.
 
 With the compiled CPU kernels, a linear keeps its weight in the layout of the kernels' own linear
-instead and runs there (``kernel_weight``): ``bf16_linear`` on a CPU with AVX-512 BF16, ``f32_linear``
-in fp32 on any CPU. At 1-32 rows (decode steps) they are 1.1-1.6x (bf16) and 1.1-2x (fp32) faster
-than oneDNN, because each thread streams the weight from memory while the dot products run, and
-they match it at prefill sizes (fp32, 2-core AMD EPYC Zen 5: 500-520 GFLOP/s with AVX-512, 260-267
-with AVX2, oneDNN 490-510 and 233-266). Layers wider than ``ALL_ROWS_MAX_IN_FEATURES`` inputs keep
-a oneDNN copy too, for inputs of more than ``FEW_ROWS`` rows. In fp32, a weight whose values are
+instead and runs there (``kernel_weight``) for every input, whatever its rows: ``bf16_linear`` in bf16
+(AVX-512 BF16 dot products, or the weight widened to fp32 where the CPU has none), ``f32_linear`` in
+fp32 on any CPU. At 1-32 rows (decode steps) they are 1.1-1.6x (bf16) and 1.1-2x (fp32) faster than
+oneDNN, because each thread streams the weight from memory while the dot products run, and they
+match it at prefill sizes (fp32, 2-core AMD EPYC Zen 5: 500-520 GFLOP/s with AVX-512, 260-267 with
+AVX2, oneDNN 490-510 and 233-266; wider layers than SmolLM2's lose up to ~20 % to oneDNN there: fp32
+at 8,192 inputs and 1,024 rows, 406 GFLOP/s against 496). One kernel at every batch size is what
+makes a row's result independent of its batch-mates (batch invariance): oneDNN picks its algorithm,
+and its order of summation, by the number of rows. In fp32, a weight whose values are
 exact block codes (a Q4_1 or Q8_0 GGUF's, ``block_codes``) keeps the codes instead (``"codes"``,
 ``coded_linear``): the same results bit for bit from 0.75 or 1.25 bytes per weight instead of 4
 (decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head (``float32_output``)
 returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer rounded to bf16's
 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs' fused gate/up
-projections, where the kernels' linear takes SwiGLU's activation (fp32, and bf16 with AVX-512 BF16),
-return ``silu(gate) * up`` straight from its registers (``swiglu``): no gate/up output written
-and read back, no separate ``silu_mul`` pass (1.0-1.2x that pair at SmolLM2's MLP shape).
+projections return ``silu(gate) * up`` straight from the kernel's registers (``swiglu``): no gate/up
+output written and read back, no separate ``silu_mul`` pass (1.0-1.2x that pair at SmolLM2's MLP
+shape). A weight no kernel layout takes (outputs not a multiple of 16; bf16 with an odd number of
+inputs) stays with oneDNN.
 """
 
 from __future__ import annotations
@@ -37,24 +41,20 @@ import torch
 from torch import nn
 
 
-def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    """True when oneDNN linears can run here: fp32, or bf16 where oneDNN supports it, on a CPU torch
-    built with oneDNN."""
-    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+def can_pack(device: torch.device, dtype: torch.dtype, kernels=None) -> bool:
+    """True when linears can be packed here: for ``kernels``' own linear (fp32, bf16), or for oneDNN
+    (fp32, or bf16 where oneDNN supports it, on a CPU torch built with oneDNN)."""
+    if device.type != "cpu":
+        return False
+    return kernel_layout(kernels, dtype) is not None or _onednn_runs(dtype)
+
+
+def _onednn_runs(dtype: torch.dtype) -> bool:
+    if not torch.backends.mkldnn.is_available():
         return False
     if dtype == torch.bfloat16:
         return torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return dtype == torch.float32
-
-
-FEW_ROWS = 64  # inputs up to this many rows take the kernels' linear (where it applies)
-# Up to this many input features the kernels' linear takes every input, prefill included, and no
-# oneDNN copy of the weight is kept: a pass over a group of panels then re-reads at most 384 KiB
-# (bf16: 3 panels x 4,096 x 32 B) or 768 KiB (fp32 with AVX-512: 3 x 4,096 x 64 B) from L2. On
-# SmolLM2's shapes the kernels match oneDNN at 64-2,396 rows (bf16: 1,020-1,036 GFLOP/s against
-# 870-1,017; fp32 above). Wider layers keep oneDNN for more than FEW_ROWS rows (fp32 at 8,192 inputs
-# and 1,024 rows: 406 GFLOP/s against oneDNN's 496).
-ALL_ROWS_MAX_IN_FEATURES = 4096
 
 
 def kernel_layout(kernels, dtype: torch.dtype) -> str | None:
@@ -66,18 +66,17 @@ def kernel_layout(kernels, dtype: torch.dtype) -> str | None:
         return "codes"
     if dtype == torch.float32:
         return "f32"
-    return "bf16" if dtype == torch.bfloat16 and kernels.has_bf16_linear else None
+    return "bf16" if dtype == torch.bfloat16 else None
 
 
 class PackedLinear(nn.Module):
     """``y = x @ weight.T + bias`` with ``weight`` in oneDNN's blocked layout, or, given ``kernels``
-    that can, in the layout of their linear for its dtype (for every input where ``in_features``
-    allows, for inputs of up to ``FEW_ROWS`` rows otherwise, oneDNN then keeping its copy for the rest).
+    whose linear takes it, in the layout of that linear for its dtype (then for every input).
 
     ``swiglu``: the MLP's fused gate/up projection (gate rows first). Where the kernels' linear takes
-    the activation (``kernels.fuses_swiglu``; ``self.swiglu`` stays True) ``forward`` returns
-    ``silu(gate) * up`` ([..., out_features / 2]), computed in registers: the gate/up output is never
-    stored. Elsewhere it is a plain linear and the MLP applies the activation."""
+    it (``self.swiglu`` stays True) ``forward`` returns ``silu(gate) * up`` ([..., out_features / 2]),
+    computed in registers: the gate/up output is never stored. Elsewhere it is a plain linear and the
+    MLP applies the activation."""
 
     def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None, kernels=None, *,
                  kernel_weight: torch.Tensor | None = None, swiglu: bool = False):
@@ -109,13 +108,12 @@ class PackedLinear(nn.Module):
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 32
             else:  # [N / 16][K][16]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1]
-            self.all_rows = kernel_weight is not None and self.in_features <= ALL_ROWS_MAX_IN_FEATURES
-            if weight is None and not self.all_rows:
-                raise ValueError("a weight in the kernels' layout alone serves only layers of up to "
-                                 f"{ALL_ROWS_MAX_IN_FEATURES} inputs")
-            self.packed_weight = (
-                None if self.all_rows else torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
-            )
+            self.all_rows = kernel_weight is not None  # the kernel's layout serves every input (no oneDNN copy)
+            self.packed_weight = self.plain_weight = None  # the weight for oneDNN, or, where it cannot, for torch
+            if not self.all_rows and _onednn_runs(dtype):
+                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+            elif not self.all_rows:
+                self.plain_weight = weight.detach()
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self.kernels = kernels if self.kernel_weight is not None else None
         self.float32_output = False  # True: fp32 results (the LM head's logits), bf16's sums unrounded
@@ -135,7 +133,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernels = self.kernels
-        if kernels is not None and (self.all_rows or (x.dim() == 2 and x.shape[0] <= FEW_ROWS)):
+        if self.kernel_weight is not None:  # (use_cpu_kernels hands ``kernels`` to oneDNN's linears too)
             rows = x.reshape(-1, self.in_features)
             if self.kernel_dtype == "f32":
                 out = kernels.f32_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
@@ -146,9 +144,10 @@ class PackedLinear(nn.Module):
                 out = kernels.bf16_linear(rows.to(torch.bfloat16), self.kernel_weight, self.bias_f32, out_dtype,
                                           swiglu=self.swiglu)
             return out.reshape(*x.shape[:-1], out.shape[-1])
-        out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
-        if self.swiglu:  # oneDNN computed gate/up (in their own order); the activation is a pass of its own
-            return kernels.silu_mul(out.reshape(-1, self.out_features)).reshape(*x.shape[:-1], self.out_features // 2)
+        if self.packed_weight is not None:
+            out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
+        else:
+            out = torch.nn.functional.linear(x, self.plain_weight, self.bias)
         return out.float() if self.float32_output else out
 
     def extra_repr(self) -> str:

@@ -8,7 +8,7 @@ the model code's bit for bit; only the Python between the kernels is gone.
 
 It applies where every piece of a layer is one of those kernels: a Llama-family model (no q/k norm)
 whose linears all run in the kernels' layouts (in fp32 ``f32`` panels or block ``codes``, in bf16
-``bf16_linear``'s, which needs AVX-512 BF16; the MLP's gate/up with SwiGLU inside), the torch paged
+``bf16_linear``'s; the MLP's gate/up with SwiGLU inside), the torch paged
 attention backend with the kernels and contiguous caches of the model's dtype, and a step whose
 every token is a decode. ``FusedDecode.for_model`` returns
 None where it does not apply; the torch executor's option ``fused_decode`` turns it off.
@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from hetero_core.model.cpu_kernels import DECODE_ATTENTION_REFUSED, code_bits
+from hetero_core.model.cpu_kernel_linears import code_bits
+from hetero_core.model.cpu_kernels import DECODE_ATTENTION_REFUSED
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -145,7 +146,9 @@ class FusedDecode:
                      torch.get_num_threads())
         status = self.kernels.library.decode_layers(ctypes.byref(model), ctypes.byref(step))
         if status == 1:
-            raise MemoryError("a linear kernel could not allocate its buffer or refused its shapes")
+            raise ValueError("a CPU kernel of the fused decode step refused the model's shapes")
         if status == 2:
             raise ValueError(DECODE_ATTENTION_REFUSED)
+        if status != 0:
+            raise MemoryError("a CPU kernel of the fused decode step could not allocate its buffers")
         return hidden, residual

@@ -13,10 +13,10 @@
 
 /* The kernels of the other translation units (cpu_kernels.py declares the same signatures). */
 #define RMS_NORM(suffix)                                                                                      \
-    void rms_norm_##suffix(void *x, int64_t x_stride, void *residual, int64_t residual_stride, const void *weight, \
+    int rms_norm_##suffix(void *x, int64_t x_stride, void *residual, int64_t residual_stride, const void *weight, \
                            void *out, int64_t out_stride, int64_t rows, int64_t hidden, float eps, int num_threads)
 #define ROTARY(suffix)                                                                                 \
-    void rotary_##suffix(void *x, int64_t x_stride, const void *cos, const void *sin, int64_t tokens, \
+    int rotary_##suffix(void *x, int64_t x_stride, const void *cos, const void *sin, int64_t tokens, \
                          int64_t heads, int64_t head_dim, int num_threads)
 #define DECODE_ATTENTION(suffix)                                                                                 \
     int paged_decode_attention_##suffix(                                                                         \
@@ -84,6 +84,11 @@ static int run_linear(const struct fused_linear *linear, const void *x, void *y,
                         linear->in_features, linear->bits, linear->swiglu, threads);
 }
 
+/* A kernel's status as decode_layers reports it: 0 done, 1 shapes refused, 3 out of memory (attention's
+ * refusals are 2: its inputs, not the model's shapes). */
+static inline int status_of(int kernel_status) { return kernel_status == 0 ? 0 : kernel_status == -2 ? 3 : 1; }
+#define CHECK(call) do { const int status = status_of(call); if (status) return status; } while (0)
+
 /* The layers in the dtype ``bf16`` says (a constant where this is inlined: one loop per dtype). */
 static inline __attribute__((always_inline)) int layers_as(const struct fused_model *model,
                                                           const struct fused_step *step, const int bf16) {
@@ -92,38 +97,39 @@ static inline __attribute__((always_inline)) int layers_as(const struct fused_mo
     const int64_t qkv_width = q_width + 2 * kv_width, element = bf16 ? 2 : 4;
     const int threads = step->num_threads;
     char *const qkv = step->qkv;
+    if (rows < 0 || model->num_layers < 0) return 1;
     for (int64_t l = 0; l < model->num_layers; l++) {
         const struct fused_layer *layer = &model->layers[l];
         if (l == 0) { /* the residual stream starts as the embeddings */
             memcpy(step->residual, step->hidden, (size_t)(rows * hidden * element));
-            (bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, NULL, 0, layer->input_norm, step->normed,
-                                                  hidden, rows, hidden, model->eps, threads);
+            CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, NULL, 0, layer->input_norm, step->normed,
+                                                        hidden, rows, hidden, model->eps, threads));
         } else {
-            (bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden, layer->input_norm,
-                                                  step->normed, hidden, rows, hidden, model->eps, threads);
+            CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden, layer->input_norm,
+                                                        step->normed, hidden, rows, hidden, model->eps, threads));
         }
-        if (run_linear(&layer->qkv, step->normed, qkv, rows, threads)) return 1;
-        (bf16 ? rotary_bf16 : rotary_f32)(qkv, qkv_width, step->cos, step->sin, rows,
-                                          model->num_heads + model->num_kv_heads, head_dim, threads);
-        if ((bf16 ? paged_decode_attention_bf16 : paged_decode_attention_f32)(
-                qkv, qkv_width, qkv + q_width * element, qkv + (q_width + kv_width) * element, qkv_width, step->slots,
-                layer->key_cache, layer->value_cache, step->block_tables, step->max_blocks, step->context_lens,
-                step->attention, rows, model->num_heads, model->num_kv_heads, head_dim, model->num_blocks,
-                model->block_size, model->scale, threads))
-            return 2;
-        if (run_linear(&layer->o, step->attention, step->hidden, rows, threads)) return 1;
-        (bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden,
-                                              layer->post_attention_norm, step->normed, hidden, rows, hidden,
-                                              model->eps, threads);
-        if (run_linear(&layer->gate_up, step->normed, step->activation, rows, threads)) return 1;
-        if (run_linear(&layer->down, step->activation, step->hidden, rows, threads)) return 1;
+        CHECK(run_linear(&layer->qkv, step->normed, qkv, rows, threads));
+        CHECK((bf16 ? rotary_bf16 : rotary_f32)(qkv, qkv_width, step->cos, step->sin, rows,
+                                                model->num_heads + model->num_kv_heads, head_dim, threads));
+        const int attention = (bf16 ? paged_decode_attention_bf16 : paged_decode_attention_f32)(
+            qkv, qkv_width, qkv + q_width * element, qkv + (q_width + kv_width) * element, qkv_width, step->slots,
+            layer->key_cache, layer->value_cache, step->block_tables, step->max_blocks, step->context_lens,
+            step->attention, rows, model->num_heads, model->num_kv_heads, head_dim, model->num_blocks,
+            model->block_size, model->scale, threads);
+        if (attention != 0) return attention == -2 ? 3 : 2;
+        CHECK(run_linear(&layer->o, step->attention, step->hidden, rows, threads));
+        CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden,
+                                                    layer->post_attention_norm, step->normed, hidden, rows, hidden,
+                                                    model->eps, threads));
+        CHECK(run_linear(&layer->gate_up, step->normed, step->activation, rows, threads));
+        CHECK(run_linear(&layer->down, step->activation, step->hidden, rows, threads));
     }
     return 0;
 }
 
-/* Returns 0; 1 when a linear could not allocate its buffer or refused its shapes; 2 when attention
- * refused its inputs (a context beyond its block table, a slot outside the cache): the caller
- * raises, as the model code's kernels do. */
+/* Returns 0; 1 when a kernel refused the model's shapes; 2 when attention refused its inputs (a
+ * context beyond its block table, a block or slot outside the cache); 3 when a kernel could not
+ * allocate its buffers: the caller raises, as the model code's kernels do. No rows: nothing to do. */
 int decode_layers(const struct fused_model *model, const struct fused_step *step) {
     return model->bf16 ? layers_as(model, step, 1) : layers_as(model, step, 0);
 }

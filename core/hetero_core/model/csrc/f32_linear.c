@@ -12,6 +12,11 @@
  * on the vector width: a panel is one AVX-512 vector, two AVX2 ones, four SSE ones. A group's
  * accumulators live in registers for the whole of K.
  *
+ * Batch invariance: threads, groups, passes and row chunks split the outputs and the rows, never K.
+ * Every output is the bias (or zero) followed by one vfma chain over the inputs in order, whichever
+ * of the code paths below (1-8 rows per pass, 1-3 panels, codes expanded in registers or in a buffer)
+ * computes it, so a row's result does not depend on how many rows come with it.
+ *
  * With ``swiglu`` the weight is the MLP's fused gate/up projection with its panels interleaved
  * (gate panel i, then up panel i) and the kernel writes silu(gate) * up, N / 2 columns: the
  * activation is applied in registers and the gate/up output is never stored.
@@ -130,7 +135,7 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             if (bias != NULL) memcpy(&start, bias + c * PANEL + (v0 + v) * LANES, sizeof start);
             for (int r = 0; r < rows; r++) acc[c * slice + v][r] = start;
         }
-    const int64_t ahead_per_step = (ahead_lines + k - 1) / k;
+    const int64_t ahead_per_step = k > 0 ? (ahead_lines + k - 1) / k : 0;
     const int64_t span = codes != NULL ? CODE_BLOCK : k;  /* inputs that share a block's d and m */
     for (int64_t i0 = 0; i0 < k; i0 += span) {
         vfloat d[MAX_WIDTH * PANEL_VECTORS], m[MAX_WIDTH * PANEL_VECTORS];
@@ -158,9 +163,9 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
                 __builtin_prefetch(line + F32_PREFETCH_LINES * PANEL, 0, 3);
                 for (int v = 0; v < slice; v++) memcpy(&w[c * slice + v], line + (v0 + v) * LANES, sizeof(vfloat));
             }
-            for (int r = 0; r < rows; r++) {
-                const float xr = x[r * ldx + i];  /* broadcast to every lane */
-                for (int v = 0; v < width * slice; v++) acc[v][r] += w[v] * xr;
+            for (int r = 0; r < rows; r++) {  /* one fused multiply-add chain per output, in input order */
+                const vfloat xr = vsplat(x[r * ldx + i]);
+                for (int v = 0; v < width * slice; v++) acc[v][r] = vfma(w[v], xr, acc[v][r]);
             }
         }
     }
@@ -257,7 +262,7 @@ int swiglu_pair_columns(void) { return SWIGLU_PAIR_COLUMNS; }
 #define X_CHUNK_BYTES (256 * 1024)
 #define MIN_CHUNK_PASSES 16
 static int64_t row_chunk(int64_t m, int64_t k, int max_rows) {
-    int64_t chunk = X_CHUNK_BYTES / (k * (int64_t)sizeof(float)) / max_rows * max_rows;
+    int64_t chunk = k > 0 ? X_CHUNK_BYTES / (k * (int64_t)sizeof(float)) / max_rows * max_rows : m;
     if (chunk < MIN_CHUNK_PASSES * max_rows) chunk = MIN_CHUNK_PASSES * max_rows;
     if (chunk >= m) return m;
     const int64_t chunks = (m + chunk - 1) / chunk;  /* the same rows in each */
@@ -284,9 +289,11 @@ static struct linear_plan plan_linear(int64_t m, int64_t n, int64_t k, int swigl
 
 /* x [M, K] (row stride ldx), packed weight [N / 16][K][16], bias [N] (in the weight's column order)
  * or NULL, y [M, N] (row stride ldy), or [M, N / 2] with swiglu (the weight's panels then pairs of
- * gate and up); N a multiple of 16, of 32 with swiglu (the caller checks). Returns 0. */
+ * gate and up). Returns 0, or -1 for shapes linear_refuses (nothing written). */
 int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bias, float *y, int64_t ldy,
                int64_t m, int64_t n, int64_t k, int swiglu, int num_threads) {
+    if (linear_refuses(m, n, k, ldx, ldy, swiglu, 1)) return -1;
+    if (m == 0 || n == 0) return 0;
     const struct linear_plan plan = plan_linear(m, n, k, swiglu);
     const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
     const int group_width = plan.group_width, max_rows = plan.max_rows;
@@ -386,7 +393,8 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
 #define EXPANDED_GROUPS_BYTES (512 * 1024)
 
 /* As f32_linear, with ``packed`` holding ``bits``-bit block codes (4 or 8) in the layout above (K a
- * multiple of 32, the caller checks). Returns 0, or 1 when a thread's buffer cannot be allocated.
+ * multiple of 32). Returns 0; -1 for shapes linear_refuses or other bits (nothing written); -2 when a
+ * thread's buffer cannot be allocated.
  *
  * One chunk of x (decode steps, short prompts): each group's codes are expanded in registers (up to
  * FUSED_CODE_PASSES passes) or into a buffer once, and its passes pull the next group's codes into
@@ -395,6 +403,9 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
  * group's expansion (once per chunk, 5-6 % of a prefill) nor x's chunks (once per group) repeat. */
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
+    if (linear_refuses(m, n, k, ldx, ldy, swiglu, CODE_BLOCK) || (bits != 4 && bits != 8)) return -1;
+    if (m == 0 || n == 0) return 0;
+    if (k == 0) return f32_linear(x, ldx, NULL, bias, y, ldy, m, n, 0, swiglu, num_threads);  /* y = bias */
     const struct linear_plan plan = plan_linear(m, n, k, swiglu);
     const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
     const int group_width = plan.group_width, max_rows = plan.max_rows;
@@ -420,7 +431,7 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
                                            max_rows, g, NULL, 0);
             }
         }
-        return failed;
+        return failed ? -2 : 0;
     }
     const int64_t passes = (m + max_rows - 1) / max_rows;
     #pragma omp parallel for schedule(static) num_threads(num_threads) reduction(| : failed)
@@ -442,5 +453,5 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
         coded_group_passes(x, ldx, w, codes, bias, y, ldy, m, panels, k, bits, swiglu, group_width, max_rows, group,
                            (const char *)(group_codes + width * panel_bytes), next_panels * panel_bytes);
     }
-    return failed;
+    return failed ? -2 : 0;
 }

@@ -7,79 +7,37 @@
  *
  * 1. optionally writes the step's new K/V row of its (sequence, head) into its slot (fusing the
  *    cache write into this call: the row is read back at once, while it is in cache);
- * 2. scores the group's query rows against the context, 16 keys at a time: each key row is
+ * 2. walks the context in chunks of KEY_CHUNK keys, the online softmax of attention_math.h (the
+ *    prefill kernel's arithmetic, so a token gets the same bits whether it decodes or prefills):
+ *    scores the group's query rows against the chunk, 16 keys at a time: each key row is
  *    converted to fp32 once, in registers, and multiplied with every query row of the group; the
- *    LANES partial-sum vectors of a query row are then reduced together (a transposing tree of
- *    shuffles and adds) into one vector of LANES scores, instead of LANES horizontal sums;
- * 3. soft-maxes each row in fp32;
- * 4. accumulates the values with the group's accumulators in registers, each value row converted
- *    once.
+ *    LANES partial-sum vectors of a query row are then summed by tree_lanes (shuffles and adds)
+ *    into one vector of LANES scores, instead of LANES horizontal sums; then advances each row's
+ *    softmax and accumulates the chunk's values with the rows' accumulators in registers, each
+ *    value row converted once.
  *
- * Blocks lie anywhere in the cache, so no hardware prefetcher can guess the next row: step 2 asks
- * for each key row and its value row PREFETCH_KEYS keys ahead, and step 4 finds the values in cache
- * (24 rows ahead with the values: 23 % less time than 16 ahead without them, SmolLM2's shapes on a
- * Zen 5 EPYC, in both dtypes and with AVX2 code).
+ * Blocks lie anywhere in the cache, so no hardware prefetcher can guess the next row: the scoring
+ * asks for each key row and its value row PREFETCH_KEYS keys ahead, and the accumulation finds the
+ * values in cache (24 rows ahead with the values: 23 % less time than 16 ahead without them,
+ * SmolLM2's shapes on a Zen 5 EPYC, in both dtypes and with AVX2 code).
  *
  * head_dim 64 and 128 get code with the row sizes fixed at compile time (rows live in registers);
- * other multiples of LANES run the same code with runtime sizes; the caller checks the rest.
+ * other multiples of LANES run the same code with runtime sizes; others are refused.
  *
  * Built at first use by hetero_core/model/cpu_kernels.py with the system C compiler
- * (-O3 -march=native, reassociation allowed so the dot products vectorise; NaN/Inf kept).
+ * (-O3 -march=native; NaN/Inf kept, no reassociation).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_math.h"
+#include "attention_math.h"
 
 #define MAX_HEAD_DIM 512
 #define MAX_GROUP 64
 #define MAX_VECTORS (MAX_HEAD_DIM / LANES)
 #define KEYS LANES /* keys scored together: one vector of scores per query row */
-
-#if LANES == 16
-/* One vector whose lane i is the sum of the lanes of p[i] (i < 16). */
-static inline vfloat reduce_lanes(const vfloat *p) {
-    const vint lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-    const vint hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-    const vint lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
-    const vint hi4 = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
-    const vint lo2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
-    const vint hi2 = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31};
-    const vint even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const vint odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-    vfloat r8[8], r4[4], r2[2];
-    for (int i = 0; i < 8; i++)  /* lanes 0-7: 8 partial sums of key 2i, lanes 8-15: of key 2i+1 */
-        r8[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo8) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi8);
-    for (int i = 0; i < 4; i++)  /* 4 lanes per key, keys 4i .. 4i+3 */
-        r4[i] = __builtin_shuffle(r8[2 * i], r8[2 * i + 1], lo4) + __builtin_shuffle(r8[2 * i], r8[2 * i + 1], hi4);
-    for (int i = 0; i < 2; i++)  /* 2 lanes per key, keys 8i .. 8i+7 */
-        r2[i] = __builtin_shuffle(r4[2 * i], r4[2 * i + 1], lo2) + __builtin_shuffle(r4[2 * i], r4[2 * i + 1], hi2);
-    return __builtin_shuffle(r2[0], r2[1], even) + __builtin_shuffle(r2[0], r2[1], odd);
-}
-#elif LANES == 4
-/* One vector whose lane i is the sum of the lanes of p[i] (i < 4). */
-static inline vfloat reduce_lanes(const vfloat *p) {
-    const vint lo2 = {0, 1, 4, 5}, hi2 = {2, 3, 6, 7}, even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
-    const vfloat r0 = __builtin_shuffle(p[0], p[1], lo2) + __builtin_shuffle(p[0], p[1], hi2);
-    const vfloat r1 = __builtin_shuffle(p[2], p[3], lo2) + __builtin_shuffle(p[2], p[3], hi2);
-    return __builtin_shuffle(r0, r1, even) + __builtin_shuffle(r0, r1, odd);
-}
-#else
-/* One vector whose lane i is the sum of the lanes of p[i] (i < 8). */
-static inline vfloat reduce_lanes(const vfloat *p) {
-    const vint lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
-    const vint lo2 = {0, 1, 4, 5, 8, 9, 12, 13}, hi2 = {2, 3, 6, 7, 10, 11, 14, 15};
-    const vint even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
-    vfloat r4[4], r2[2];
-    for (int i = 0; i < 4; i++)  /* lanes 0-3: 4 partial sums of key 2i, lanes 4-7: of key 2i+1 */
-        r4[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo4) + __builtin_shuffle(p[2 * i], p[2 * i + 1], hi4);
-    for (int i = 0; i < 2; i++)  /* 2 lanes per key, keys 4i .. 4i+3 */
-        r2[i] = __builtin_shuffle(r4[2 * i], r4[2 * i + 1], lo2) + __builtin_shuffle(r4[2 * i], r4[2 * i + 1], hi2);
-    return __builtin_shuffle(r2[0], r2[1], even) + __builtin_shuffle(r2[0], r2[1], odd);
-}
-#endif
 
 typedef struct {
     const void *key_cache, *value_cache;
@@ -120,55 +78,57 @@ static inline Prefetcher prefetch_start(const Context *c, const void *cache, con
     return p;
 }
 
-/* scores[g * stride + t] = q_g . k_t for every key t of the context (q already scaled). */
-static inline __attribute__((always_inline)) void score_context(
-    const Context *c, const vfloat *q, int64_t group, vfloat *partial, float *scores, int64_t stride,
-    const int64_t vectors, int bf16) {
-    int64_t block = 0, i = 0;  /* where the next key lies */
+/* The cache offsets of the chunk's ``n`` keys, from the cursor (block, i), which moves past them. */
+static inline void chunk_offsets(const Context *c, int64_t n, int64_t *block, int64_t *i, int64_t *offsets) {
+    for (int64_t k = 0; k < n; k++) {
+        offsets[k] = row_offset(c, *block, *i);
+        if (++*i == c->block_size) { ++*block; *i = 0; }
+    }
+}
+
+/* scores[g * KEY_CHUNK + k] = q_g . k_k for the chunk's ``n`` keys at ``offsets`` (q already scaled;
+ * attention_math.h's lane partials and tree). */
+static inline __attribute__((always_inline)) void score_chunk(
+    const Context *c, const int64_t *offsets, int64_t n, const vfloat *q, int64_t group, vfloat *partial,
+    float *scores, Prefetcher *ahead, const int64_t vectors, int bf16) {
     const int64_t row_bytes = c->head_dim * (bf16 ? 2 : 4);
-    /* The value rows come along: the accumulation reads them right after, from cache. */
-    Prefetcher ahead = prefetch_start(c, c->key_cache, c->value_cache, row_bytes, bf16);
-    for (int64_t t0 = 0; t0 < c->context; t0 += KEYS) {
-        const int64_t n = c->context - t0 < KEYS ? c->context - t0 : KEYS;
+    for (int64_t k0 = 0; k0 < n; k0 += KEYS) {
         for (int64_t k = 0; k < KEYS; k++) {
             vfloat row[MAX_VECTORS];
-            if (k < n) {
-                prefetch_next(&ahead, c, c->key_cache, c->value_cache, row_bytes, bf16);
-                const int64_t offset = row_offset(c, block, i);
-                if (++i == c->block_size) { block++; i = 0; }
-                for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->key_cache, offset + j * LANES, bf16);
+            if (k0 + k < n) {
+                /* The value rows come along: the accumulation reads them right after, from cache. */
+                prefetch_next(ahead, c, c->key_cache, c->value_cache, row_bytes, bf16);
+                for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->key_cache, offsets[k0 + k] + j * LANES, bf16);
             } else {
                 for (int64_t j = 0; j < vectors; j++) row[j] = (vfloat){0};
             }
             for (int64_t g = 0; g < group; g++) {
-                vfloat dot = q[g * vectors] * row[0];
-                for (int64_t j = 1; j < vectors; j++) dot += q[g * vectors + j] * row[j];
+                vfloat dot = {0};
+                for (int64_t j = 0; j < vectors; j++) dot = vfma(q[g * vectors + j], row[j], dot);
                 partial[g * KEYS + k] = dot;
             }
         }
         for (int64_t g = 0; g < group; g++) {
-            const vfloat sums = reduce_lanes(partial + g * KEYS);
-            memcpy(scores + g * stride + t0, &sums, sizeof(float) * (size_t)n);
+            const vfloat sums = tree_lanes(partial + g * KEYS);
+            memcpy(scores + g * KEY_CHUNK + k0, &sums, sizeof sums);
         }
     }
 }
 
-/* acc_g = sum_t probs[g * stride + t] * v_t for the ``rows`` query rows from ``first`` (at most 4). */
-static inline __attribute__((always_inline)) void accumulate_context(
-    const Context *c, const float *probs, int64_t stride, int64_t first, int64_t rows, vfloat *acc,
-    const int64_t vectors, int bf16) {
+/* acc_g = acc_g * alpha_g + sum_k weights[g * KEY_CHUNK + k] * v_k over the chunk's ``n`` values at
+ * ``offsets``, for the ``rows`` query rows from ``first`` (at most 4), in registers. */
+static inline __attribute__((always_inline)) void accumulate_chunk(
+    const Context *c, const int64_t *offsets, int64_t n, const float *weights, const float *alpha, int64_t first,
+    int64_t rows, vfloat *acc, const int64_t vectors, int bf16) {
     vfloat a[4][MAX_VECTORS];
     for (int64_t g = 0; g < rows; g++)
-        for (int64_t j = 0; j < vectors; j++) a[g][j] = (vfloat){0};
-    int64_t block = 0, i = 0;
-    for (int64_t t = 0; t < c->context; t++) {  /* rows prefetched by score_context */
-        const int64_t offset = row_offset(c, block, i);
-        if (++i == c->block_size) { block++; i = 0; }
+        for (int64_t j = 0; j < vectors; j++) a[g][j] = acc[(first + g) * vectors + j] * alpha[first + g];
+    for (int64_t k = 0; k < n; k++) {  /* rows prefetched by score_chunk */
         vfloat row[MAX_VECTORS];
-        for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->value_cache, offset + j * LANES, bf16);
+        for (int64_t j = 0; j < vectors; j++) row[j] = vload(c->value_cache, offsets[k] + j * LANES, bf16);
         for (int64_t g = 0; g < rows; g++) {
-            const float p = probs[(first + g) * stride + t];
-            for (int64_t j = 0; j < vectors; j++) a[g][j] += p * row[j];
+            const vfloat p = vsplat(weights[(first + g) * KEY_CHUNK + k]);
+            for (int64_t j = 0; j < vectors; j++) a[g][j] = vfma(p, row[j], a[g][j]);
         }
     }
     for (int64_t g = 0; g < rows; g++)
@@ -181,41 +141,54 @@ static inline int64_t rows_at_once(int64_t vectors) {
     return rows < 1 ? 1 : rows > 4 ? 4 : rows;
 }
 
-static inline __attribute__((always_inline)) void attend_task(
-    const Context *c, vfloat *q, vfloat *acc, vfloat *partial, float *scores, int64_t stride, int64_t group,
-    const int64_t vectors, int bf16) {
-    score_context(c, q, group, partial, scores, stride, vectors, bf16);
-    for (int64_t g = 0; g < group; g++) {  /* softmax weights, fp32 */
-        float *sg = scores + g * stride;
-        const float top = max_array(sg, c->context, -INFINITY);
-        float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int64_t t = 0; t < c->context; t++) {
-            sg[t] = exp_nonpositive(sg[t] - top);
-            sum += sg[t];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t t = 0; t < c->context; t++) sg[t] *= inv;
+/* The per-task buffers (a thread's, allocated once): the group's scaled queries and accumulators, the
+ * partial sums of KEYS keys per query row, a chunk's scores, the rows' softmax state and the chunk's
+ * key offsets. */
+typedef struct {
+    vfloat *q, *acc, *partial;
+    float *scores, *row_max, *row_sum, *alpha;
+    int64_t *offsets;
+} Buffers;
+
+/* acc_g = the attention output of the group's rows, normalised (q already scaled). */
+static inline __attribute__((always_inline)) void attend_task(const Context *c, const Buffers *b, int64_t group,
+                                                              const int64_t vectors, int bf16) {
+    for (int64_t g = 0; g < group; g++) {
+        b->row_max[g] = -INFINITY;
+        b->row_sum[g] = 0.0f;
+        for (int64_t j = 0; j < vectors; j++) b->acc[g * vectors + j] = (vfloat){0};
     }
+    Prefetcher ahead = prefetch_start(c, c->key_cache, c->value_cache, c->head_dim * (bf16 ? 2 : 4), bf16);
+    int64_t block = 0, i = 0;  /* where the next chunk starts */
     const int64_t step = rows_at_once(vectors);
-    for (int64_t first = 0; first < group; first += step)
-        accumulate_context(c, scores, stride, first, group - first < step ? group - first : step, acc, vectors,
-                           bf16);
+    for (int64_t c0 = 0; c0 < c->context; c0 += KEY_CHUNK) {
+        const int64_t n = c->context - c0 < KEY_CHUNK ? c->context - c0 : KEY_CHUNK;
+        chunk_offsets(c, n, &block, &i, b->offsets);
+        score_chunk(c, b->offsets, n, b->q, group, b->partial, b->scores, &ahead, vectors, bf16);
+        for (int64_t g = 0; g < group; g++)
+            b->alpha[g] = softmax_chunk(b->scores + g * KEY_CHUNK, n, &b->row_max[g], &b->row_sum[g]);
+        for (int64_t first = 0; first < group; first += step)
+            accumulate_chunk(c, b->offsets, n, b->scores, b->alpha, first, group - first < step ? group - first : step,
+                             b->acc, vectors, bf16);
+    }
+    for (int64_t g = 0; g < group; g++) {
+        const float inv = 1.0f / b->row_sum[g];
+        for (int64_t j = 0; j < vectors; j++) b->acc[g * vectors + j] = b->acc[g * vectors + j] * inv;
+    }
 }
 
-static void attend_task_any(const Context *c, vfloat *q, vfloat *acc, vfloat *partial, float *scores,
-                            int64_t stride, int64_t group, int64_t vectors, int bf16) {
+static void attend_task_any(const Context *c, const Buffers *b, int64_t group, int64_t vectors, int bf16) {
     if (bf16) {
         switch (vectors) {
-            case 64 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 64 / LANES, 1); return;
-            case 128 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 128 / LANES, 1); return;
-            default: attend_task(c, q, acc, partial, scores, stride, group, vectors, 1); return;
+            case 64 / LANES: attend_task(c, b, group, 64 / LANES, 1); return;
+            case 128 / LANES: attend_task(c, b, group, 128 / LANES, 1); return;
+            default: attend_task(c, b, group, vectors, 1); return;
         }
     }
     switch (vectors) {
-        case 64 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 64 / LANES, 0); return;
-        case 128 / LANES: attend_task(c, q, acc, partial, scores, stride, group, 128 / LANES, 0); return;
-        default: attend_task(c, q, acc, partial, scores, stride, group, vectors, 0); return;
+        case 64 / LANES: attend_task(c, b, group, 64 / LANES, 0); return;
+        case 128 / LANES: attend_task(c, b, group, 128 / LANES, 0); return;
+        default: attend_task(c, b, group, vectors, 0); return;
     }
 }
 
@@ -225,31 +198,43 @@ static inline __attribute__((always_inline)) int decode_attention(
     const int64_t *block_tables, int64_t max_blocks, const int64_t *context_lens, void *out, int64_t num_seqs,
     int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size,
     float scale, int num_threads, int bf16) {
-    const int64_t group = num_heads / num_kv_heads;
-    if (head_dim > MAX_HEAD_DIM || head_dim % LANES != 0 || group > MAX_GROUP || group * num_kv_heads != num_heads)
+    if (num_seqs < 0 || num_kv_heads < 1 || num_heads < 1 || head_dim < LANES || head_dim > MAX_HEAD_DIM
+        || head_dim % LANES != 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > MAX_GROUP
+        || num_blocks < 0 || block_size < 1 || max_blocks < 0)
         return -1;
+    const int64_t group = num_heads / num_kv_heads;
     const int64_t vectors = head_dim / LANES, element = bf16 ? 2 : 4;
-    int64_t max_context = KEYS;
     for (int64_t s = 0; s < num_seqs; s++) {
         if (context_lens[s] < 1 || context_lens[s] > max_blocks * block_size) return -1;
+        for (int64_t b = 0; b < (context_lens[s] + block_size - 1) / block_size; b++)
+            if (block_tables[s * max_blocks + b] < 0 || block_tables[s * max_blocks + b] >= num_blocks) return -1;
         if (new_slots != NULL && (new_slots[s] < 0 || new_slots[s] >= num_blocks * block_size)) return -1;
-        const int64_t padded = (context_lens[s] + KEYS - 1) / KEYS * KEYS;
-        max_context = padded > max_context ? padded : max_context;
     }
+    if (num_seqs == 0) return 0;
     int failed = 0;
     #pragma omp parallel num_threads(num_threads)
     {
-        /* this thread's buffers: the group's scaled queries and accumulators, the partial sums of
-         * KEYS keys per query row, the scores */
-        vfloat *buffer = NULL;
-        const size_t floats = (size_t)(2 * group * head_dim + group * KEYS * LANES + group * max_context);
-        if (posix_memalign((void **)&buffer, 64, floats * sizeof(float)) != 0) {
+        /* this thread's buffers (Buffers) in one allocation */
+        const size_t vectors_needed = (size_t)(2 * group * vectors + group * KEYS);
+        const size_t floats_needed = (size_t)(group * KEY_CHUNK + 3 * group);
+        char *buffer = NULL;
+        if (posix_memalign((void **)&buffer, 64, vectors_needed * sizeof(vfloat) + floats_needed * sizeof(float)
+                                                     + KEY_CHUNK * sizeof(int64_t)) != 0) {
             buffer = NULL;
             #pragma omp atomic write
             failed = 1;
         }
-        vfloat *q = buffer, *acc = q + group * vectors, *partial = acc + group * vectors;
-        float *scores = (float *)(partial + group * KEYS);
+        Buffers b = {0};
+        if (buffer != NULL) {
+            b.q = (vfloat *)buffer;
+            b.acc = b.q + group * vectors;
+            b.partial = b.acc + group * vectors;
+            b.offsets = (int64_t *)(b.partial + group * KEYS);
+            b.scores = (float *)(b.offsets + KEY_CHUNK);
+            b.row_max = b.scores + group * KEY_CHUNK;
+            b.row_sum = b.row_max + group;
+            b.alpha = b.row_sum + group;
+        }
         #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int64_t s = 0; s < num_seqs; s++) {
             for (int64_t h = 0; h < num_kv_heads; h++) {
@@ -266,17 +251,17 @@ static inline __attribute__((always_inline)) int decode_attention(
                                    head_dim, context_lens[s]};
                 for (int64_t g = 0; g < group; g++)
                     for (int64_t j = 0; j < vectors; j++)
-                        q[g * vectors + j] = scale * vload(query, s * query_token_stride + (h * group + g) * head_dim
-                                                                      + j * LANES, bf16);
-                attend_task_any(&c, q, acc, partial, scores, max_context, group, vectors, bf16);
+                        b.q[g * vectors + j] = scale * vload(query, s * query_token_stride + (h * group + g) * head_dim
+                                                                        + j * LANES, bf16);
+                attend_task_any(&c, &b, group, vectors, bf16);
                 for (int64_t g = 0; g < group; g++)
                     for (int64_t j = 0; j < vectors; j++)
-                        vstore(out, (s * num_heads + h * group + g) * head_dim + j * LANES, acc[g * vectors + j], bf16);
+                        vstore(out, (s * num_heads + h * group + g) * head_dim + j * LANES, b.acc[g * vectors + j], bf16);
             }
         }
         free(buffer);
     }
-    return failed ? -1 : 0;
+    return failed ? -2 : 0;
 }
 
 #define DECODE_ARGS                                                                                    \
@@ -290,8 +275,9 @@ static inline __attribute__((always_inline)) int decode_attention(
     block_tables, max_blocks, context_lens, out, num_seqs, num_heads, num_kv_heads, head_dim, num_blocks, \
     block_size, scale, num_threads
 
-/* Return 0, or -1 when a size is beyond the kernel's limits, a context exceeds its block table or
- * a new slot the cache (nothing written), or a buffer cannot be allocated (the caller raises).
+/* Return 0; -1 when a size is beyond the kernel's limits, a context exceeds its block table, a block
+ * lies outside the cache or a new slot outside it (nothing written); -2 when a buffer cannot be
+ * allocated (the caller raises). No sequences: nothing to do.
  * new_key/new_value/new_slots: NULL, or the step's K/V rows ([num_seqs, num_kv_heads, head_dim],
  * token stride new_token_stride) to write at new_slots first. */
 int paged_decode_attention_f32(DECODE_ARGS) { return decode_attention(DECODE_PASS, 0); }

@@ -8,78 +8,108 @@
  * TILE_TOKENS query tokens, KV head), run by OpenMP (torch's libgomp) with dynamic scheduling.
  *
  * A task is flash attention over its rows (each tile token times each query head of the group):
- * keys come in chunks of KEY_CHUNK, converted to fp32 once (K transposed, so a row's scores for a
- * chunk are KEY_CHUNK-wide vector FMAs with no horizontal sums), then an online softmax and the
- * value accumulation with the row's accumulator in registers. head_dim is padded to a multiple of
- * LANES inside the task's buffers, so any head size works.
+ * keys come in chunks of KEY_CHUNK, converted to fp32 once, scored ROW_BLOCK rows at a time against
+ * each key row (the rows' queries in registers), then an online softmax and the value accumulation
+ * with the row's accumulator in registers. Each row's arithmetic is attention_math.h's, the decode
+ * kernel's: a token gets the same bits however its prompt is chunked or batched. head_dim is padded
+ * to a multiple of LANES inside the task's buffers, so any head size works.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_math.h"
+#include "attention_math.h"
 
-#define KEY_CHUNK 64
 #define TILE_TOKENS 16
 #define MAX_PADDED_HEAD_DIM 512
+#define ROW_BLOCK 4 /* query rows scored together against each key row */
 
 typedef struct {
-    float *query, *acc, *scores, *keys_t, *values, *row_max, *row_sum;
+    float *query, *acc, *scores, *keys, *values, *row_max, *row_sum;
+    vfloat *partial;
 } Scratch;
 
 static int scratch_alloc(Scratch *s, int64_t rows, int64_t dim) {
-    const size_t floats = (size_t)(2 * rows * dim + rows * KEY_CHUNK + 2 * dim * KEY_CHUNK + 2 * rows);
+    const size_t floats = (size_t)(2 * rows * dim + rows * KEY_CHUNK + 2 * dim * KEY_CHUNK + 2 * rows
+                                   + ROW_BLOCK * LANES * LANES);
     float *base = NULL;
     if (posix_memalign((void **)&base, 64, floats * sizeof(float)) != 0) return -1;
-    /* Zeroed once: the padding of head_dim (rows of keys_t, columns of values) is never written again,
-     * and stays zero; columns of a chunk beyond its keys are never read. */
+    /* Zeroed once: the padding of head_dim (columns of keys and values) is never written again, and
+     * stays zero; rows of a chunk beyond its keys are never read. */
     memset(base, 0, floats * sizeof(float));
-    s->query = base;
+    s->partial = (vfloat *)base;
+    s->query = base + ROW_BLOCK * LANES * LANES;
     s->acc = s->query + rows * dim;
-    s->keys_t = s->acc + rows * dim;
-    s->values = s->keys_t + dim * KEY_CHUNK;
+    s->keys = s->acc + rows * dim;
+    s->values = s->keys + dim * KEY_CHUNK;
     s->scores = s->values + KEY_CHUNK * dim;
     s->row_max = s->scores + rows * KEY_CHUNK;
     s->row_sum = s->row_max + rows;
     return 0;
 }
 
-/* scores[0:KEY_CHUNK] = query . keys_t[:, 0:KEY_CHUNK] (keys_t is [dim][KEY_CHUNK]) */
-static inline void score_chunk(const float *restrict query, const float *restrict keys_t, float *restrict scores,
-                               int64_t dim) {
-    vfloat a[KEY_CHUNK / LANES] = {{0}};
-    for (int64_t d = 0; d < dim; d++) {
-        const vfloat *k = (const vfloat *)(keys_t + d * KEY_CHUNK);
-        const float q = query[d];
-        for (int i = 0; i < KEY_CHUNK / LANES; i++) a[i] += q * k[i];
+/* scores[r * KEY_CHUNK + k] = query_r . keys_k for the ``rows`` (at most ROW_BLOCK) query rows from
+ * ``query`` and the chunk's first n keys (rounded up to LANES; keys [KEY_CHUNK][dim], fp32): the
+ * decode kernel's lane partials (one vfma chain per lane from zero) and tree_lanes, the rows' queries
+ * in registers, each key row loaded once for all of them. */
+static inline __attribute__((always_inline)) void score_rows(
+    const float *restrict query, int64_t rows, const float *restrict keys, float *restrict scores, vfloat *partial,
+    int64_t n, const int64_t vectors) {
+    vfloat q[ROW_BLOCK][MAX_PADDED_HEAD_DIM / LANES];
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < vectors; j++) memcpy(&q[r][j], query + r * vectors * LANES + j * LANES, sizeof(vfloat));
+    for (int64_t k0 = 0; k0 < n; k0 += LANES) {
+        for (int64_t k = 0; k < LANES; k++) {
+            const float *key = keys + (k0 + k) * vectors * LANES;
+            for (int64_t r = 0; r < rows; r++) {
+                vfloat dot = {0};
+                for (int64_t j = 0; j < vectors; j++) {
+                    vfloat kv;
+                    memcpy(&kv, key + j * LANES, sizeof kv);
+                    dot = vfma(q[r][j], kv, dot);
+                }
+                partial[r * LANES + k] = dot;
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            const vfloat sums = tree_lanes(partial + r * LANES);
+            memcpy(scores + r * KEY_CHUNK + k0, &sums, sizeof sums);
+        }
     }
-    vfloat *out = (vfloat *)scores;
-    for (int i = 0; i < KEY_CHUNK / LANES; i++) out[i] = a[i];
 }
 
-/* acc[0:dim] = acc * alpha + sum_k probs[k] * values[k, 0:dim]; ``vectors`` = dim / LANES, a
- * constant where inlined, so the accumulator lives in registers. */
+static void score_rows_any(const float *query, int64_t rows, const float *keys, float *scores, vfloat *partial,
+                           int64_t n, int64_t vectors) {
+    switch (vectors) {
+        case 64 / LANES: score_rows(query, rows, keys, scores, partial, n, 64 / LANES); break;
+        case 128 / LANES: score_rows(query, rows, keys, scores, partial, n, 128 / LANES); break;
+        default: score_rows(query, rows, keys, scores, partial, n, vectors);
+    }
+}
+
+/* acc[0:dim] = acc * alpha + sum_k weights[k] * values[k, 0:dim] (in order); ``vectors`` = dim / LANES,
+ * a constant where inlined, so the accumulator lives in registers. */
 static inline __attribute__((always_inline)) void accumulate_values(
-    float *restrict acc, const float *restrict probs, const float *restrict values, int64_t count, float alpha,
+    float *restrict acc, const float *restrict weights, const float *restrict values, int64_t count, float alpha,
     const int64_t vectors) {
     vfloat a[MAX_PADDED_HEAD_DIM / LANES];
     vfloat *acc_v = (vfloat *)acc;
     for (int64_t i = 0; i < vectors; i++) a[i] = acc_v[i] * alpha;
     for (int64_t k = 0; k < count; k++) {
         const vfloat *v = (const vfloat *)(values + k * vectors * LANES);
-        const float p = probs[k];
-        for (int64_t i = 0; i < vectors; i++) a[i] += p * v[i];
+        const vfloat p = vsplat(weights[k]);
+        for (int64_t i = 0; i < vectors; i++) a[i] = vfma(p, v[i], a[i]);
     }
     for (int64_t i = 0; i < vectors; i++) acc_v[i] = a[i];
 }
 
-static void accumulate_values_any(float *acc, const float *probs, const float *values, int64_t count, float alpha,
+static void accumulate_values_any(float *acc, const float *weights, const float *values, int64_t count, float alpha,
                                   int64_t vectors) {
     switch (vectors) {
-        case 64 / LANES: accumulate_values(acc, probs, values, count, alpha, 64 / LANES); break;
-        case 128 / LANES: accumulate_values(acc, probs, values, count, alpha, 128 / LANES); break;
-        default: accumulate_values(acc, probs, values, count, alpha, vectors);
+        case 64 / LANES: accumulate_values(acc, weights, values, count, alpha, 64 / LANES); break;
+        case 128 / LANES: accumulate_values(acc, weights, values, count, alpha, 128 / LANES); break;
+        default: accumulate_values(acc, weights, values, count, alpha, vectors);
     }
 }
 
@@ -104,75 +134,82 @@ static inline __attribute__((always_inline)) void attend_tile(
     const int64_t last_pos = first_pos + tokens - 1;
     for (int64_t start = 0; start <= last_pos; start += KEY_CHUNK) {
         const int64_t count = last_pos - start + 1 < KEY_CHUNK ? last_pos - start + 1 : KEY_CHUNK;
-        /* The chunk's keys (transposed) and values in fp32. Scores of columns beyond ``count`` are
-         * computed from stale keys and never read. */
+        /* The chunk's keys and values in fp32. Rows beyond ``count`` hold stale keys, whose scores are
+         * never used. */
         for (int64_t k = 0; k < count; k++) {
             const int64_t pos = start + k;
             const int64_t base = ((h * num_blocks + table[pos / block_size]) * block_size + pos % block_size)
                                  * head_dim;
             int64_t d = 0;
             for (; d + LANES <= head_dim; d += LANES) {
-                const vfloat key = vload(key_cache, base + d, bf16);
-                const vfloat value = vload(value_cache, base + d, bf16);
+                const vfloat key = vload(key_cache, base + d, bf16), value = vload(value_cache, base + d, bf16);
+                memcpy(s->keys + k * dim + d, &key, sizeof key);
                 memcpy(s->values + k * dim + d, &value, sizeof value);
-                float lanes[LANES];
-                memcpy(lanes, &key, sizeof key);
-                for (int l = 0; l < LANES; l++) s->keys_t[(d + l) * KEY_CHUNK + k] = lanes[l];
             }
             for (; d < head_dim; d++) {
-                s->keys_t[d * KEY_CHUNK + k] = load_elem(key_cache, base + d, bf16);
+                s->keys[k * dim + d] = load_elem(key_cache, base + d, bf16);
                 s->values[k * dim + d] = load_elem(value_cache, base + d, bf16);
             }
         }
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t visible = first_pos + r / group - start + 1;  /* keys of this chunk row r sees */
-            if (visible <= 0) continue;
-            const int64_t n = visible < count ? visible : count;
-            float *sc = s->scores + r * KEY_CHUNK;
-            score_chunk(s->query + r * dim, s->keys_t, sc, dim);
-            const float top = max_array(sc, n, s->row_max[r]);
-            const float alpha = exp_nonpositive(s->row_max[r] - top);
-            float sum = 0.0f;
-            #pragma omp simd reduction(+:sum)
-            for (int64_t k = 0; k < n; k++) {
-                sc[k] = exp_nonpositive(sc[k] - top);
-                sum += sc[k];
+        for (int64_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
+            const int64_t block = rows - r0 < ROW_BLOCK ? rows - r0 : ROW_BLOCK;
+            const int64_t seen = first_pos + (r0 + block - 1) / group - start + 1;  /* keys the block's last row sees */
+            if (seen <= 0) continue;
+            score_rows_any(s->query + r0 * dim, block, s->keys, s->scores + r0 * KEY_CHUNK, s->partial,
+                           seen < count ? seen : count, dim / LANES);
+            for (int64_t r = r0; r < r0 + block; r++) {
+                const int64_t visible = first_pos + r / group - start + 1;  /* keys of this chunk row r sees */
+                if (visible <= 0) continue;
+                const int64_t n = visible < count ? visible : count;
+                float *sc = s->scores + r * KEY_CHUNK;
+                const float alpha = softmax_chunk(sc, n, &s->row_max[r], &s->row_sum[r]);
+                accumulate_values_any(s->acc + r * dim, sc, s->values, n, alpha, dim / LANES);
             }
-            s->row_max[r] = top;
-            s->row_sum[r] = s->row_sum[r] * alpha + sum;
-            accumulate_values_any(s->acc + r * dim, sc, s->values, n, alpha, dim / LANES);
         }
     }
     for (int64_t r = 0; r < rows; r++) {
         const int64_t t = r / group, head = h * group + r % group;
         const float inv = 1.0f / s->row_sum[r];
-        for (int64_t d = 0; d < head_dim; d++)
-            store_elem(out, (first + t) * out_token_stride + head * head_dim + d, s->acc[r * dim + d] * inv, bf16);
+        const int64_t target = (first + t) * out_token_stride + head * head_dim;
+        int64_t d = 0;
+        for (; d + LANES <= head_dim; d += LANES) {  /* vstore: the decode kernel's rounding to bf16 */
+            vfloat v;
+            memcpy(&v, s->acc + r * dim + d, sizeof v);
+            vstore(out, target + d, v * inv, bf16);
+        }
+        for (; d < head_dim; d++) store_elem(out, target + d, s->acc[r * dim + d] * inv, bf16);
     }
 }
 
-/* Returns 0, or -1 when a size is beyond the kernel's limits, a sequence's numbers disagree, or a
- * buffer cannot be allocated (nothing is then promised about ``out``). */
+/* Returns 0; -1 when a size is beyond the kernel's limits or a sequence's numbers disagree (a query
+ * longer than its context, a context beyond its block table, a block outside the cache), nothing
+ * written;
+ * -2 when a buffer cannot be allocated (nothing is then promised about ``out``). No sequences: nothing
+ * to do. */
 static inline __attribute__((always_inline)) int prefill_attention(
     const void *query, int64_t query_token_stride, const void *key_cache, const void *value_cache,
     const int64_t *block_tables, int64_t max_blocks, const int64_t *query_start, const int64_t *query_len,
     const int64_t *context_lens, void *out, int64_t out_token_stride, int64_t num_seqs, int64_t num_heads,
     int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size, float scale,
     int num_threads, int bf16) {
+    if (num_seqs < 0 || num_heads < 1 || num_kv_heads < 1 || head_dim < 1 || num_heads % num_kv_heads != 0
+        || padded_dim(head_dim) > MAX_PADDED_HEAD_DIM || num_blocks < 0 || block_size < 1 || max_blocks < 0)
+        return -1;
     const int64_t group = num_heads / num_kv_heads;
     const int64_t dim = padded_dim(head_dim);
-    if (dim > MAX_PADDED_HEAD_DIM || group * num_kv_heads != num_heads) return -1;
-    int64_t *task_start = malloc(sizeof(int64_t) * (size_t)(num_seqs + 1));
-    if (task_start == NULL) return -1;
-    task_start[0] = 0;
     for (int64_t i = 0; i < num_seqs; i++) {
-        if (query_len[i] < 1 || query_len[i] > context_lens[i]
-            || context_lens[i] > max_blocks * block_size) {
-            free(task_start);
+        if (query_start[i] < 0 || query_len[i] < 1 || query_len[i] > context_lens[i]
+            || context_lens[i] > max_blocks * block_size)
             return -1;
-        }
-        task_start[i + 1] = task_start[i] + (query_len[i] + TILE_TOKENS - 1) / TILE_TOKENS * num_kv_heads;
+        for (int64_t b = 0; b < (context_lens[i] + block_size - 1) / block_size; b++)
+            if (block_tables[i * max_blocks + b] < 0 || block_tables[i * max_blocks + b] >= num_blocks) return -1;
     }
+    if (num_seqs == 0) return 0;
+    int64_t *task_start = malloc(sizeof(int64_t) * (size_t)(num_seqs + 1));
+    if (task_start == NULL) return -2;
+    task_start[0] = 0;
+    for (int64_t i = 0; i < num_seqs; i++)
+        task_start[i + 1] = task_start[i] + (query_len[i] + TILE_TOKENS - 1) / TILE_TOKENS * num_kv_heads;
     const int64_t num_tasks = task_start[num_seqs];
     int failed = 0;
     #pragma omp parallel num_threads(num_threads)
@@ -199,10 +236,10 @@ static inline __attribute__((always_inline)) int prefill_attention(
                         block_tables + seq * max_blocks, out, out_token_stride, query_start[seq] + first_token,
                         tokens, first_pos, h, group, head_dim, dim, num_blocks, block_size, scale, bf16);
         }
-        if (ok) free(scratch.query);
+        if (ok) free(scratch.partial);
     }
     free(task_start);
-    return failed ? -1 : 0;
+    return failed ? -2 : 0;
 }
 
 #define PREFILL_ARGS                                                                                   \

@@ -1,0 +1,174 @@
+"""The compiled kernels' linear layers (``csrc/f32_linear.c``, ``csrc/bf16_linear.c``), as methods of
+``cpu_kernels.CpuKernels``: a weight packed once into a kernel's layout, then ``x @ W.T + bias``.
+
+Shapes by contract: any number of rows (none: an empty result of the right shape), any output
+width in whole 16-column panels (pairs of panels for SwiGLU), any input width the layout takes
+(bf16: even; block codes: whole blocks of 32). A weight that does not fit is not packed (``pack_*``
+return None and the caller keeps torch); an input that does not fit its weight is a ValueError that
+says which, and the C entry points check the same again (they return -1 and write nothing).
+
+Every output of every kernel is one fixed-order chain over the inputs, whatever the rows, threads
+and passes: a row's result never depends on its batch-mates (batch invariance).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from hetero_core.model.block_codes import block_codes, pack_code_panels
+
+PANEL = 16  # output columns per panel of every layout
+
+
+class LinearKernels:
+    """Mixed into ``CpuKernels`` (which holds ``library``, ``swiglu_pair_columns`` and ``block_codes``)."""
+
+    library: ctypes.CDLL
+    swiglu_pair_columns: int
+    block_codes: bool
+
+    @property
+    def bf16_linear_native(self) -> bool:
+        """True where the bf16 linear multiplies with AVX-512 BF16; elsewhere it widens the weight
+        to fp32 in registers (the same results on every batch, other bits than the native ones)."""
+        return bool(self.library.bf16_linear_native())
+
+    def fuses_swiglu(self, dtype: torch.dtype) -> bool:
+        """True where the linear of ``dtype`` takes the MLP's SwiGLU activation inside it
+        (``swiglu=True``): fp32 and its block codes (uint8, int8), and bf16."""
+        return dtype in (torch.float32, torch.uint8, torch.int8, torch.bfloat16)
+
+    def pack_bf16_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
+        """``weight`` [N, K] -> the layout ``bf16_linear`` reads ([N / 16][K / 2][16][2] bf16), or None
+        where it does not apply (not bf16, N not a multiple of 16, K odd). ``swiglu``: ``weight`` is a
+        fused gate/up projection (gate rows first), packed with its panels interleaved for
+        ``bf16_linear(..., swiglu=True)`` (N a multiple of 32)."""
+        out_features, in_features = weight.shape
+        if weight.dtype != torch.bfloat16 or out_features % (2 * PANEL if swiglu else PANEL) or in_features % 2:
+            return None
+        panels = self.swiglu_order(weight.detach(), torch.bfloat16) if swiglu else weight.detach()
+        return panels.reshape(out_features // PANEL, PANEL, in_features // 2, 2).permute(0, 2, 1, 3).contiguous()
+
+    def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                    out_dtype: torch.dtype = torch.bfloat16, swiglu: bool = False) -> torch.Tensor:
+        """``x @ W.T + bias`` for ``x`` [M, K] bf16 (rows may be strided), ``packed`` from
+        ``pack_bf16_linear``, ``bias`` fp32 [N] (in the packed column order: ``swiglu_panel_order``
+        with ``swiglu``) or None -> a new [M, N] tensor in ``out_dtype`` (bfloat16, or float32: the
+        fp32 sums, not rounded to bf16). ``swiglu``: ``silu(gate) * up`` instead, [M, N / 2] bf16."""
+        out_features, in_features = packed.shape[0] * PANEL, packed.shape[1] * 2
+        x, ldx = _input("bf16_linear", x, torch.bfloat16, in_features)
+        _check_bias("bf16_linear", bias, out_features)
+        width = out_features // 2 if swiglu else out_features
+        out = torch.empty((x.shape[0], width), dtype=torch.bfloat16 if swiglu else out_dtype)
+        status = self.library.bf16_linear(
+            x.data_ptr(), ldx, packed.data_ptr(), pointer(bias), out.data_ptr(), width, x.shape[0],
+            out_features, in_features, int(out.dtype == torch.float32), int(swiglu), torch.get_num_threads(),
+        )
+        check_status(status, "bf16 linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        return out
+
+    def pack_f32_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
+        """``weight`` [N, K] fp32 -> the layout ``f32_linear`` reads ([N / 16][K][16]), or None where it
+        does not apply (not fp32, N not a multiple of 16, of 32 with ``swiglu``; as for
+        ``pack_bf16_linear``)."""
+        out_features, in_features = weight.shape
+        if weight.dtype != torch.float32 or out_features % (2 * PANEL if swiglu else PANEL):
+            return None
+        panels = self.swiglu_order(weight.detach()) if swiglu else weight.detach()
+        return panels.reshape(out_features // PANEL, PANEL, in_features).permute(0, 2, 1).contiguous()
+
+    def f32_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                   swiglu: bool = False) -> torch.Tensor:
+        """``x @ W.T + bias`` for ``x`` [M, K] fp32 (rows may be strided), ``packed`` from
+        ``pack_f32_linear``, ``bias`` fp32 [N] or None (as for ``bf16_linear``) -> a new [M, N] fp32
+        tensor; ``swiglu``: ``silu(gate) * up`` instead, [M, N / 2]."""
+        out_features, in_features = packed.shape[0] * PANEL, packed.shape[1]
+        x, ldx = _input("f32_linear", x, torch.float32, in_features)
+        _check_bias("f32_linear", bias, out_features)
+        width = out_features // 2 if swiglu else out_features
+        out = torch.empty((x.shape[0], width), dtype=torch.float32)
+        status = self.library.f32_linear(x.data_ptr(), ldx, packed.data_ptr(), pointer(bias), out.data_ptr(),
+                                         width, x.shape[0], out_features, in_features, int(swiglu),
+                                         torch.get_num_threads())
+        check_status(status, "fp32 linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        return out
+
+    def pack_coded_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
+        """``weight`` [N, K] fp32 whose values are exact block codes (``block_codes``: Q4_1, Q8_0) ->
+        the layout ``coded_linear`` reads ([N / 16, K / 32, bytes]: uint8 for 4-bit codes, int8 for
+        8-bit); None for any other weight, N not a multiple of 16 (32 with ``swiglu``: packed as for
+        ``pack_f32_linear``), or with ``block_codes`` off."""
+        if not self.block_codes or weight.dtype != torch.float32 or weight.shape[0] % (2 * PANEL if swiglu else PANEL):
+            return None
+        found = block_codes(self.swiglu_order(weight.detach()) if swiglu else weight)
+        return None if found is None else pack_code_panels(*found)
+
+    def coded_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
+                     swiglu: bool = False) -> torch.Tensor:
+        """``f32_linear`` with ``packed`` from ``pack_coded_linear``: the same result, bit for bit, as
+        ``f32_linear`` on the fp32 weight it was packed from."""
+        out_features, in_features = packed.shape[0] * PANEL, packed.shape[1] * 32
+        x, ldx = _input("coded_linear", x, torch.float32, in_features)
+        _check_bias("coded_linear", bias, out_features)
+        width = out_features // 2 if swiglu else out_features
+        out = torch.empty((x.shape[0], width), dtype=torch.float32)
+        status = self.library.coded_linear(x.data_ptr(), ldx, packed.data_ptr(), pointer(bias),
+                                           out.data_ptr(), width, x.shape[0], out_features, in_features,
+                                           code_bits(packed), int(swiglu), torch.get_num_threads())
+        check_status(status, "coded linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        return out
+
+    def swiglu_order(self, gate_up: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``gate_up``'s rows (or bias) in the order the linear of ``dtype`` takes for ``swiglu``."""
+        return swiglu_panel_order(gate_up, PANEL if dtype == torch.bfloat16 else self.swiglu_pair_columns)
+
+
+def code_bits(packed: torch.Tensor) -> int:
+    """The code width of a weight from ``pack_coded_linear``: 4 (uint8) or 8 (int8)."""
+    return 4 if packed.dtype == torch.uint8 else 8
+
+
+def swiglu_panel_order(gate_up: torch.Tensor, columns: int) -> torch.Tensor:
+    """A fused gate/up projection's rows (or bias), gate first, reordered to the kernels' SwiGLU order:
+    ``columns`` gate rows, the ``columns`` up rows of the same outputs, the next gate rows, ..."""
+    size = gate_up.shape[0] // 2
+    halves = gate_up.reshape(2, size // columns, columns, *gate_up.shape[1:])
+    return halves.transpose(0, 1).reshape(gate_up.shape)
+
+
+def check_status(status: int, kernel: str, shapes: str) -> None:
+    """A kernel's return value: 0 done; -1 it refused its inputs (ValueError); -2 (or any other) it
+    could not allocate its buffers (MemoryError)."""
+    if status == 0:
+        return
+    if status == -1:
+        raise ValueError(f"the CPU {kernel} kernel refused its inputs ({shapes})")
+    raise MemoryError(f"the CPU {kernel} kernel could not allocate its buffers ({shapes})")
+
+
+def pointer(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
+def last_dim_contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
+
+
+def _input(kernel: str, x: torch.Tensor, dtype: torch.dtype, in_features: int) -> tuple[torch.Tensor, int]:
+    """``(x, row stride)`` as the kernel reads them ([M, K] of ``dtype``, unit stride along K, rows at
+    least K apart), or a ValueError naming what does not fit."""
+    if x.dim() != 2 or x.dtype != dtype or x.device.type != "cpu" or x.shape[1] != in_features:
+        raise ValueError(f"{kernel}: x must be a CPU {str(dtype).removeprefix('torch.')} tensor [rows, "
+                         f"{in_features}], got {str(x.dtype).removeprefix('torch.')} {tuple(x.shape)} on {x.device}")
+    x = last_dim_contiguous(x)
+    if x.shape[0] < 2:
+        return x, in_features  # one row or none: its stride is never used
+    return (x, x.stride(0)) if x.stride(0) >= in_features else (x.contiguous(), in_features)
+
+
+def _check_bias(kernel: str, bias: torch.Tensor | None, out_features: int) -> None:
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (out_features,) or not bias.is_contiguous()):
+        raise ValueError(f"{kernel}: bias must be a contiguous float32 [{out_features}], got "
+                         f"{str(bias.dtype).removeprefix('torch.')} {tuple(bias.shape)}")
