@@ -54,3 +54,13 @@ def cpu_kernels():
         return load_cpu_kernels(required=True)
     except KernelUnavailable as exc:
         pytest.skip(f"the CPU kernels cannot be built here: {exc}")
+
+
+@pytest.fixture
+def prepared_cache_dir(tmp_path, monkeypatch):
+    """An empty cache, and a size floor of 0 so the tiny models get prepared files; the prepared folder."""
+    from hetero_core.model import prepared_weights
+
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(prepared_weights, "MIN_CHECKPOINT_BYTES", 0)
+    return tmp_path / "cache" / "prepared"

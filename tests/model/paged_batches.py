@@ -10,4 +10,10 @@ from __future__ import annotations
 from hetero_core.testing.paged import BlockPool, build_batch as step
 from hetero_core.testing.paged import ContractSequence as PagedSequence
 
-__all__ = ["BlockPool", "PagedSequence", "step"]
+__all__ = ["BlockPool", "PagedSequence", "prompt_logits", "step"]
+
+
+def prompt_logits(executor, prompt=tuple(range(2, 42))):
+    """The logits of one prefill of ``prompt`` (40 tokens by default) on a fresh 64-block pool."""
+    seq = PagedSequence(0, list(prompt), len(prompt))
+    return executor.execute(step([(seq, len(prompt))], BlockPool(64), 16)).logits

@@ -20,7 +20,7 @@ from hetero_core.model.cpu_linear import can_pack
 from hetero_core.model.gguf_cache import ensure_gguf_converted
 from hetero_core.model.loader import load_model
 from damaged_files import damage, invalid_cache_warnings, overwrite_tensors
-from paged_batches import BlockPool, PagedSequence, step
+from paged_batches import prompt_logits
 from tiny_gguf import write_tiny_gguf
 
 KERNEL_START = """
@@ -89,23 +89,11 @@ def test_two_starts_at_once_on_a_broken_library_both_get_working_kernels(built_k
     assert [p.name for p in library.parent.iterdir()] == [library.name]  # no temporaries left
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """An empty cache, and a size floor of 0 so the tiny models get prepared files."""
-    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(prepared_weights, "MIN_CHECKPOINT_BYTES", 0)
-    return tmp_path / "cache" / "prepared"
-
-
-def prompt_logits(executor) -> torch.Tensor:
-    prompt = list(range(2, 42))
-    seq = PagedSequence(0, list(prompt), len(prompt))
-    return executor.execute(step([(seq, len(prompt))], BlockPool(64), 16)).logits
 
 
 @pytest.mark.parametrize("how", ["random", "zeros", "truncated", "another model's"])
 def test_a_damaged_prepared_file_is_rebuilt_and_the_answer_stays_right(
-        tiny_model_dirs, make_executor, cache_dir, caplog, monkeypatch, how):
+        tiny_model_dirs, make_executor, prepared_cache_dir, caplog, monkeypatch, how):
     """Tensor bytes overwritten (the header intact, the size the same) used to be mapped and used:
     random bytes gave non-finite logits, zeros garbage text."""
     if not can_pack(torch.device("cpu"), torch.float32):
@@ -115,12 +103,12 @@ def test_a_damaged_prepared_file_is_rebuilt_and_the_answer_stays_right(
     expected = prompt_logits(make_executor(model_dir, options=options.model_copy(
         update={"prepared_weights_cache": False})))
     make_executor(model_dir, options=options)
-    [path] = cache_dir.glob("*.safetensors")
+    [path] = prepared_cache_dir.glob("*.safetensors")
     if how == "truncated":
         damage(path, how)
     elif how == "another model's":
         make_executor(tiny_model_dirs["llama_bias"][0], options=options)
-        [other] = [p for p in cache_dir.glob("*.safetensors") if p != path]
+        [other] = [p for p in prepared_cache_dir.glob("*.safetensors") if p != path]
         shutil.copyfile(other, path)
     else:
         overwrite_tensors(path, how)
