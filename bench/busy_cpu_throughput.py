@@ -27,7 +27,7 @@ import time
 
 from hetero_core.builder import build_engine
 from hetero_core.engine.params import SamplingParams
-from hetero_core.plugins import load_plugins
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 
 PROMPT = "Once upon a time"

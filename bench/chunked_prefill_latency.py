@@ -6,7 +6,7 @@
 
 import sys
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "chunked-prefill", *sys.argv[1:]]))

@@ -12,7 +12,7 @@ set-up); without it the vLLM peers are skipped with one line each.
 
 import sys
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "offline", "--peers", "hf,vllm-fp32,vllm-bf16", "--rounds", "3",

@@ -23,8 +23,8 @@ if __name__ == "__main__":
     if "torch" in sys.modules:
         raise SystemExit("torch is already loaded: the ISA caps must be set before it loads")
     os.environ.update(CAPS)
-    from hetero_core.cli import main
-    from hetero_core.model import cpu_kernels
+    from hetero_core.cli.main import main
+    from hetero_core.model.cpu import kernels as cpu_kernels
 
     cpu_kernels.CFLAGS = tuple("-march=haswell" if flag == "-march=native" else flag for flag in cpu_kernels.CFLAGS)
     sys.exit(main(["bench", "offline", "--peers", "vllm-fp32", "--dtype", "float32", "--rounds", "3",

@@ -98,8 +98,8 @@ def executor_section(args) -> dict:
 
 def load_plugin_set(args):
     """Plugins without entry points: core plus the chosen executor's package (or the double)."""
-    from hetero_core.hookspecs import hookimpl
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.hookspecs import hookimpl
+    from hetero_core.plugin_system.discovery import load_plugins
 
     if args.executor == "cuda" and args.flash_attn_double:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cuda"))

@@ -7,7 +7,7 @@ one round. The benchmark lives in hetero_core/benchmarks/offline.py.
 
 import sys
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

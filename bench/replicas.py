@@ -6,7 +6,7 @@
 
 import sys
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "replicas", *sys.argv[1:]]))

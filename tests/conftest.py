@@ -30,7 +30,7 @@ def _auto_dtype_is_float32(monkeypatch):
     HF stay in fp32 whether or not this machine has native bf16 (tests of bf16 ask for it by name;
     tests/model/test_compute_dtype.py covers the resolution itself)."""
     try:
-        from hetero_core.model import compute_dtype
+        from hetero_core.model.cpu import compute_dtype
     except ImportError:  # no torch in this environment
         return
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
@@ -56,7 +56,7 @@ def _restore_hetero_logger():
 def make_mock_engine():
     """Build an engine on the mock executor with a fresh plugin set; keyword args are settings."""
     from hetero_core.builder import build_engine
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     import hetero_plugins_mock

@@ -203,14 +203,14 @@ def test_results_on_stdout_stay_utf8_json_lines_past_a_bad_id(tmp_path):
     ("-" + "9" * 4300, None),
 ])
 def test_the_line_decoder_reads_what_is_within_its_bounds(text, value):
-    from hetero_core.batch_json import decode_line
+    from hetero_core.batch.json_lines import decode_line
 
     decoded = decode_line(text.encode())
     assert decoded == (value if value is not None else json.loads(text))
 
 
 def test_the_line_encoder_always_writes_utf8_json():
-    from hetero_core.batch_json import encode_line
+    from hetero_core.batch.json_lines import encode_line
 
     data = encode_line({"id": "\ud800", "logprob": float("-inf"), "top": [float("nan"), 1.5], "text": "é😀"})
     assert data.endswith(b"\n")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cli_helpers import clean_env, hetero, hetero_command
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 MOCK = ("--executor", "mock")
 
@@ -124,7 +124,7 @@ def test_duplicate_ids_are_an_error_naming_both_lines(tmp_path, capsys):
 
 
 def test_openai_batch_format_in_and_out(tmp_path, capsys):
-    from hetero_core.server.protocol import ChatCompletionResponse, CompletionResponse
+    from hetero_core.openai_api.protocol import ChatCompletionResponse, CompletionResponse
 
     records = [
         {"custom_id": "chat-1", "method": "POST", "url": "/v1/chat/completions",
@@ -299,7 +299,7 @@ class _FakeTerminal:
 def test_without_tqdm_a_terminal_gets_plain_progress_lines(monkeypatch):
     import sys
 
-    from hetero_core.batch_progress import Progress
+    from hetero_core.batch.progress import Progress
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` now fails, as without the extra
     terminal = _FakeTerminal()
@@ -339,7 +339,7 @@ def test_native_lines_get_logprobs_when_they_ask(tmp_path):
 
 
 def test_openai_lines_get_logprobs_in_the_servers_shape(tmp_path):
-    from hetero_core.server.protocol import ChatCompletionResponse, CompletionResponse
+    from hetero_core.openai_api.protocol import ChatCompletionResponse, CompletionResponse
 
     records = [
         {"custom_id": "cmpl", "method": "POST", "url": "/v1/completions",
@@ -383,7 +383,7 @@ class _LogitsPlugin:
         return LogitsExecutor(ctx)
 
     def __init__(self):
-        from hetero_core.hookspecs import hookimpl
+        from hetero_core.plugin_system.hookspecs import hookimpl
 
         @hookimpl
         def register_executors(register):
@@ -409,11 +409,11 @@ def test_logprob_values_reach_the_result_lines(records):
     import math
 
     torch = pytest.importorskip("torch")
-    from hetero_core.batch_file import read_batch_file
+    from hetero_core.batch.input_file import read_batch_file
     from hetero_core.builder import build_engine
-    from hetero_core.cli_batch import BatchRunner
+    from hetero_core.cli.batch import BatchRunner
     from hetero_core.engine.params import SamplingParams
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     engine = build_engine(load_settings(executor="logits"), load_plugins(entry_points=[], extra_plugins=[("logits", _LogitsPlugin())]))

@@ -13,7 +13,7 @@ from cli_helpers import hetero
 from hetero_core.benchmarks import BENCHMARKS
 from hetero_core.benchmarks.peers import PeerResult, PeerUnavailable
 from hetero_core.benchmarks.workload import Workload
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 SMALL_OFFLINE = ["offline", "--executor", "mock", "--num-requests", "4", "--rounds", "2", "--decode-tokens", "4"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

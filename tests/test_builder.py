@@ -7,8 +7,8 @@ import pytest
 
 from hetero_core.builder import build_engine
 from hetero_core.errors import ConfigError, PluginError, UnknownComponentError
-from hetero_core.hookspecs import hookimpl
-from hetero_core.plugins import load_plugins
+from hetero_core.plugin_system.hookspecs import hookimpl
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 
 import hetero_plugins_mock
@@ -87,7 +87,7 @@ def test_an_unknown_executor_says_which_plugins_the_allow_list_disabled():
 def test_the_dtype_setting_sets_the_executors_dtype_option():
     from hetero_core.builder import select
     from hetero_core.errors import ConfigError
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     plugins = load_plugins(entry_points=[])

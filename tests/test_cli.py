@@ -48,7 +48,7 @@ def _mock_run_then(probe: str) -> str:
     """stderr of a fresh interpreter that runs `hetero run` on the mock in-process, then prints
     ``RC <status> <probe's value>`` (``probe``: a Python expression; ``sys`` is imported)."""
     code = (
-        "import sys; from hetero_core.cli import main; "
+        "import sys; from hetero_core.cli.main import main; "
         "rc = main(['run', '--executor', 'mock', 'hi', '--max-tokens', '4']); "
         f"print('RC', rc, {probe}, file=sys.stderr)"
     )
@@ -71,7 +71,7 @@ def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
     code = (
         "import atexit, sys; atexit.register(lambda: print('EXIT HANDLER RAN', file=sys.stderr)); "
         "sys.argv = ['hetero', 'run', '--executor', 'mock', 'hi', '--max-tokens', '2000', '--temperature', '0']; "
-        "from hetero_core.cli import console_main; console_main(); print('NOT REACHED', file=sys.stderr)"
+        "from hetero_core.cli.main import console_main; console_main(); print('NOT REACHED', file=sys.stderr)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, input="")
     assert result.returncode == 0, result.stderr

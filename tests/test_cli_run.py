@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import clean_env, default_sigint, hetero, hetero_command
 
 from hetero_core import LLM, SamplingParams
-from hetero_core.cli_run import print_each_when_done, read_prompts, stream_one
+from hetero_core.cli.run import print_each_when_done, read_prompts, stream_one
 
 
 def mock_llm(**settings):

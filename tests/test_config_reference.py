@@ -8,8 +8,8 @@ from pathlib import Path
 import hetero_plugins_cuda
 import hetero_plugins_mock
 import hetero_plugins_triton
-from hetero_core.config_reference import render
-from hetero_core.plugins import load_plugins
+from hetero_core.cli.config_reference import render
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import HeteroSettings
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -23,7 +23,7 @@ def rendered() -> str:
 
 def test_the_committed_reference_is_up_to_date():
     assert DOC.read_text() == rendered(), (
-        "docs/configuration.md is stale: run `python -m hetero_core.config_reference > docs/configuration.md`")
+        "docs/configuration.md is stale: run `python -m hetero_core.cli.config_reference > docs/configuration.md`")
 
 
 def test_every_setting_and_built_in_option_is_documented():

@@ -11,7 +11,7 @@ from hetero_core.engine.contiguous_allocator import ContiguousBlockAllocator
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.policy import FcfsPolicy
 from hetero_core.errors import ConfigError
-from hetero_core.testing_policy import TIGHT, WORKLOADS, SchedulerPolicyContract
+from hetero_core.testing.policy_contract import TIGHT, WORKLOADS, SchedulerPolicyContract
 
 PROMPTS = [f"request number {i} " * (1 + i % 5) for i in range(12)]
 

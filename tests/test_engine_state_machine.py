@@ -29,7 +29,7 @@ from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.prompts import as_prompt_list
 from hetero_core.engine.thread_guard import ConcurrentEngineUseError
 from hetero_core.errors import InvalidRequestError
-from hetero_core.shared_engine import SharedEngine
+from hetero_core.engine.shared_engine import SharedEngine
 
 # -- input strategies: valid and invalid ------------------------------------------------------------
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=24)
@@ -286,7 +286,7 @@ def _tally():
 
 def build_mock_engine(**overrides):
     from hetero_core.builder import build_engine
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     import hetero_plugins_mock
@@ -319,7 +319,7 @@ TestEngineOnTheMockWithContiguousKV.settings = fuzz_settings(30, stateful_step_c
 @pytest.mark.slow
 def test_engine_on_the_real_model(smollm2_dir):
     from hetero_core.builder import build_engine
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     @lru_cache(maxsize=1)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 from hetero_core.default_plugins import torch_requirements
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +86,7 @@ def test_fresh_venv_core_and_mock(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
-    check = ("import sys; from hetero_core.cli import main; "
+    check = ("import sys; from hetero_core.cli.main import main; "
              "rc = main(['run', '--executor', 'mock', 'hi']); "
              "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
     done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)

@@ -11,8 +11,8 @@ from fake_distributions import FakeDistribution
 
 from hetero_core.builder import build_engine
 from hetero_core.errors import PluginError
-from hetero_core.plugin_checks import check_registration
-from hetero_core.plugins import load_plugins
+from hetero_core.plugin_system.checks import check_registration
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 
 import hetero_plugins_mock
@@ -26,7 +26,7 @@ def install(tmp_path, monkeypatch):
 
     def make(source, name="x"):
         module = f"checked_plugin_{tmp_path.name}"  # a fresh module per test (sys.modules caches)
-        (tmp_path / f"{module}.py").write_text("from hetero_core.hookspecs import hookimpl\n" + textwrap.dedent(source))
+        (tmp_path / f"{module}.py").write_text("from hetero_core.plugin_system.hookspecs import hookimpl\n" + textwrap.dedent(source))
         dist = FakeDistribution(f"hetero-{name}", "1.0", {name: module})
         return load_plugins(entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)])
 

@@ -1,7 +1,7 @@
 """The policy conformance kit, run against the built-in policies."""
 
 from hetero_core.engine.policy import FcfsPolicy, PriorityPolicy
-from hetero_core.testing_policy import SchedulerPolicyContract
+from hetero_core.testing.policy_contract import SchedulerPolicyContract
 
 
 class TestFcfsPolicy(SchedulerPolicyContract):
@@ -31,7 +31,7 @@ def test_the_kit_catches_a_policy_that_decides_differently_for_the_same_input():
         def key(self, request):
             return rng.random()
 
-    from hetero_core.testing_policy import Arrival
+    from hetero_core.testing.policy_contract import Arrival
 
     workload = [Arrival(0, 10 + i, 4, 0, None, None) for i in range(8)]  # more than one step's batch
     kit = kit_for(Drifting)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from fake_distributions import FakeDistribution
-from hetero_core.testing_policy import SchedulerPolicyContract
+from hetero_core.testing.policy_contract import SchedulerPolicyContract
 
 PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 FAIR_SHARE = PLUGINS / "hetero-policy-fair-share"
-PUBLIC_MODULES = {"hetero_core", "hetero_core.policy", "hetero_core.hookspecs", "hetero_core.testing",
-                  "hetero_core.testing_policy"}
+PUBLIC_MODULES = {"hetero_core", "hetero_core.policy", "hetero_core.plugin_system.hookspecs", "hetero_core.testing",
+                  "hetero_core.testing.policy_contract"}
 sys.path.insert(0, str(FAIR_SHARE / "src"))  # as if pip-installed
 
 from hetero_policy_fair_share import FairShareOptions, FairSharePolicy  # noqa: E402
@@ -26,7 +26,7 @@ def test_fair_share_is_found_through_its_entry_point_and_selected_by_settings():
 
     from hetero_core.builder import build_engine
     from hetero_core.engine.params import SamplingParams
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     dist = FakeDistribution.from_pyproject(FAIR_SHARE)
@@ -48,7 +48,7 @@ def test_fair_share_is_found_through_its_entry_point_and_selected_by_settings():
 
 def test_a_bad_option_names_the_plugin_section():
     from hetero_core.errors import ConfigError
-    from hetero_core.registry import Component
+    from hetero_core.plugin_system.registry import Component
 
     component = Component("scheduler_policy", "fair-share", FairSharePolicy, "fair-share", FairShareOptions)
     with pytest.raises(ConfigError, match="scheduler_policy.fair-share: max_running_per_tenant"):

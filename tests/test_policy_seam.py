@@ -142,7 +142,7 @@ def test_a_policy_without_decide_is_a_config_error():
 
 
 def test_priority_and_tenant_from_the_cli(capsys):
-    from hetero_core.cli import main
+    from hetero_core.cli.main import main
 
     code = main(["run", "--executor", "mock", "--max-tokens", "3", "--priority", "2", "--tenant", "me", "hi"])
     assert code == 0

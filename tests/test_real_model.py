@@ -7,7 +7,7 @@ transformers = pytest.importorskip("transformers")
 
 from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.params import SamplingParams  # noqa: E402
-from hetero_core.plugins import load_plugins  # noqa: E402
+from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 
 pytestmark = pytest.mark.slow

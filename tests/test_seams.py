@@ -2,12 +2,12 @@
 
 import pytest
 
-from hetero_core import hookspecs
+from hetero_core.plugin_system import hookspecs
 from hetero_core.errors import UnknownComponentError
-from hetero_core.cli import build_parser
-from hetero_core.plugins import HOOK_FOR_SEAM, load_plugins
-from hetero_core.registry import Registry
-from hetero_core.seams import SEAM_TABLE, SEAMS
+from hetero_core.cli.main import build_parser
+from hetero_core.plugin_system.discovery import HOOK_FOR_SEAM, load_plugins
+from hetero_core.plugin_system.registry import Registry
+from hetero_core.plugin_system.seams import SEAM_TABLE, SEAMS
 from hetero_core.settings import HeteroSettings, load_settings
 
 

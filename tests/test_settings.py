@@ -9,7 +9,7 @@ import pytest
 
 from hetero_core.builder import check_sections
 from hetero_core.errors import ConfigError
-from hetero_core.plugins import load_plugins
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import HeteroSettings, SettingsWarning, load_settings
 
 README = Path(__file__).parent.parent / "README.md"

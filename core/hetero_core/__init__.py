@@ -1,7 +1,7 @@
 """Hetero: a plugin-based LLM inference engine.
 
 The public names are listed in ``__all__`` and loaded on first use, so ``import hetero_core`` (which
-every plugin does through ``hetero_core.hookspecs``) stays light and never imports torch.
+every plugin does through ``hetero_core.plugin_system.hookspecs``) stays light and never imports torch.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _EXPORTS = {
     "UnknownComponentError": "hetero_core.errors",
     "InvalidRequestError": "hetero_core.errors",
     "ModelLoadError": "hetero_core.errors",
-    "hookimpl": "hetero_core.hookspecs",
+    "hookimpl": "hetero_core.plugin_system.hookspecs",
     "AsyncLLM": "hetero_core.async_llm",
     "SchedulerPolicy": "hetero_core.engine.policy",
     "SortKeyPolicy": "hetero_core.engine.policy",
@@ -71,6 +71,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
         PluginError,
         UnknownComponentError,
     )
-    from hetero_core.hookspecs import hookimpl
+    from hetero_core.plugin_system.hookspecs import hookimpl
     from hetero_core.llm import LLM
     from hetero_core.settings import HeteroSettings, SettingsWarning, load_settings

@@ -1,3 +1,3 @@
-from hetero_core.cli import console_main
+from hetero_core.cli.main import console_main
 
 console_main()

@@ -23,10 +23,10 @@ from hetero_core.errors import (
 )
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
-from hetero_core.plugin_checks import check_components
-from hetero_core.plugins import AUTOLOAD_ENV, PluginSet, load_plugins
-from hetero_core.registry import Component, Registry
-from hetero_core.seams import SEAM_TABLE
+from hetero_core.plugin_system.checks import check_components
+from hetero_core.plugin_system.discovery import AUTOLOAD_ENV, PluginSet, load_plugins
+from hetero_core.plugin_system.registry import Component, Registry
+from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
 from hetero_core.suggest import did_you_mean
 from hetero_core.tokenizer import TokenizerContext

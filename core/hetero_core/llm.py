@@ -26,9 +26,9 @@ from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.prompts import as_prompt_list
 from hetero_core.errors import InvalidRequestError
-from hetero_core.plugins import PluginSet
+from hetero_core.plugin_system.discovery import PluginSet
 from hetero_core.settings import HeteroSettings, load_settings
-from hetero_core.shared_engine import SharedEngine
+from hetero_core.engine.shared_engine import SharedEngine
 
 # text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}
 PromptInput = str | list[int] | dict[str, Any]

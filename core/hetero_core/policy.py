@@ -23,7 +23,7 @@ from hetero_core.engine.policy import (
     SortKeyPolicy,
     decision_problems,
 )
-from hetero_core.hookspecs import hookimpl
+from hetero_core.plugin_system.hookspecs import hookimpl
 
 __all__ = [
     "MAX_STEPS_HELD_BACK",

@@ -13,7 +13,6 @@ import json
 import os
 import tomllib
 import warnings
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,8 +33,9 @@ from pydantic_settings import (
 )
 
 from hetero_core.errors import ConfigError
-from hetero_core.seams import SEAM_TABLE
+from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.suggest import did_you_mean
+from hetero_core.validation import describe_validation_error
 
 ENV_PREFIX = "HETERO_"
 COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
@@ -243,32 +243,3 @@ def warn_unknown_env_variables(environ: dict[str, str] | None = None) -> list[st
         message = f"unknown environment variable {variable}, ignored{hint}"
         warnings.warn(message, SettingsWarning, stacklevel=3)
     return unknown
-
-
-def validate_section(component, section: dict[str, Any]):
-    """Validate one component's options section with the component's own model."""
-    label = f"{component.seam}.{component.name}"
-    if component.options is None:
-        if section:
-            raise ConfigError(f"{label}: this component takes no options (got {', '.join(section)})")
-        return None
-    try:
-        return component.options(**section)
-    except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, label, component.options.model_fields)) from None
-
-
-def describe_validation_error(exc: ValidationError, where: str, known: Iterable[str] = ()) -> str:
-    """One line naming each problem by its field; ``known``: field names to suggest for a typo."""
-    known = list(known)
-    problems = []
-    for error in exc.errors():
-        loc = ".".join(str(part) for part in error["loc"]) or "(root)"
-        if error["type"] == "extra_forbidden":
-            hint = did_you_mean(str(error["loc"][-1]), known) if len(error["loc"]) == 1 else ""
-            problems.append(f"{loc}: unknown setting{hint}")
-        else:
-            value = error.get("input")
-            shown = f" (got {value!r})" if not isinstance(value, dict) else ""
-            problems.append(f"{loc}: {error['msg']}{shown}")
-    return f"invalid {where}: " + "; ".join(problems)

@@ -1,6 +1,6 @@
 """hetero-plugins-triton: the Triton flash-decoding executor. Imports neither torch nor triton here."""
 
-from hetero_core.hookspecs import hookimpl
+from hetero_core.plugin_system.hookspecs import hookimpl
 
 from hetero_plugins_triton.capabilities import CAPABILITIES
 from hetero_plugins_triton.options import TritonExecutorOptions

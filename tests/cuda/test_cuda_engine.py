@@ -13,8 +13,8 @@ from flash_attn_double import FlashAttnDouble
 from hetero_core.builder import build_engine
 from hetero_core.engine.params import SamplingParams
 from hetero_core.errors import PluginError
-from hetero_core.hookspecs import hookimpl
-from hetero_core.plugins import load_plugins
+from hetero_core.plugin_system.hookspecs import hookimpl
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.params import SamplingParams  # noqa: E402
 from hetero_core.errors import ConfigError, ExecutorDeadError  # noqa: E402
-from hetero_core.plugins import load_plugins  # noqa: E402
+from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 
 SYSTEM = [5, 17, 33, 2, 48, 71, 9, 64, 12, 88, 40, 3, 27, 55, 61, 19, 7, 90, 14, 36]  # 20 tokens

@@ -12,7 +12,8 @@ import torch.distributed as dist  # noqa: E402
 
 from hetero_core.distributed import process_group  # noqa: E402
 from hetero_core.model.config import ModelConfig  # noqa: E402
-from hetero_core.model.loader import build_model, read_checkpoint  # noqa: E402
+from hetero_core.model.loader import read_checkpoint  # noqa: E402
+from hetero_core.model.model_builder import build_model  # noqa: E402
 from hetero_core.model.tensor_parallel import (  # noqa: E402
     RowParallelLinear,
     TensorParallelShard,
@@ -21,7 +22,7 @@ from hetero_core.model.tensor_parallel import (  # noqa: E402
     build_shard,
     shard_checkpoint,
 )
-from hetero_core.model.torch_attention import TorchPagedAttention  # noqa: E402
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.cli import build_parser, load_cli_settings
+from hetero_core.cli.main import build_parser
+from hetero_core.cli.settings_args import load_cli_settings
 from hetero_core.errors import ConfigError
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config, working_sizes

@@ -22,8 +22,8 @@ from process_tree import live_children, still_alive  # noqa: E402
 from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.params import SamplingParams  # noqa: E402
 from hetero_core.errors import ConfigError, ExecutorDeadError  # noqa: E402
-from hetero_core.hookspecs import hookimpl  # noqa: E402
-from hetero_core.plugins import load_plugins  # noqa: E402
+from hetero_core.plugin_system.hookspecs import hookimpl  # noqa: E402
+from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 
 HERE = os.path.dirname(__file__)
@@ -120,7 +120,7 @@ def test_workers_exit_when_rank_0_is_killed(tiny_dirs, tmp_path):
         sys.path.insert(0, {HERE!r})
         import tp_faults
         from hetero_core import LLM
-        from hetero_core.plugins import load_plugins
+        from hetero_core.plugin_system.discovery import load_plugins
 
         if __name__ == "__main__":
             plugins = load_plugins(entry_points=[], extra_plugins=[("faulty", tp_faults)])

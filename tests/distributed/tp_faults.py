@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from hetero_core.hookspecs import hookimpl
+from hetero_core.plugin_system.hookspecs import hookimpl
 
 EXIT_CODE = 3
 

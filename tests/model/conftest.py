@@ -48,7 +48,7 @@ def tiny_model_dirs(tmp_path_factory):
 @pytest.fixture
 def cpu_kernels():
     """The compiled CPU attention kernels; the test skips, saying why, where they cannot be built."""
-    from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
+    from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 
     try:
         return load_cpu_kernels(required=True)
@@ -59,7 +59,7 @@ def cpu_kernels():
 @pytest.fixture
 def prepared_cache_dir(tmp_path, monkeypatch):
     """An empty cache, and a size floor of 0 so the tiny models get prepared files; the prepared folder."""
-    from hetero_core.model import prepared_weights
+    from hetero_core.model.cpu import prepared_weights
 
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(prepared_weights, "MIN_CHECKPOINT_BYTES", 0)

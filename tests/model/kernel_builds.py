@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hetero_core.model import cpu_kernels as cpu_kernels_module
-from hetero_core.model.compute_dtype import cpu_flags
-from hetero_core.model.cpu_kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
+from hetero_core.model.cpu import kernels as cpu_kernels_module
+from hetero_core.model.cpu.cpu_info import cpu_flags
+from hetero_core.model.cpu.kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
 
 BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512")
 _NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"},

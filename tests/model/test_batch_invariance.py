@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from kernel_builds import BUILDS, kernels_for
+from kernel_builds import kernels_for
 from paged_batches import BlockPool, PagedSequence, step
 from tiny_models import VOCAB
 
@@ -29,7 +29,7 @@ def _tokens(n: int, seed: int) -> list[int]:
 @pytest.fixture(params=["native", "haswell", "skylake-avx512", "x86-64"])  # + AVX2; AVX-512 without BF16; SSE, no FMA
 def build_kernels(request, tmp_path_factory, monkeypatch):
     """The executor's kernels: this CPU's build, or one for a narrower ISA."""
-    from hetero_core.model import cpu_kernels as cpu_kernels_module
+    from hetero_core.model.cpu import kernels as cpu_kernels_module
 
     kernels = kernels_for(request.param, tmp_path_factory.getbasetemp() / "kernel_builds")
     monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: kernels)
@@ -119,7 +119,7 @@ def _with_threads(threads: int, call):
 def test_every_kernel_gives_a_row_the_same_bits_alone_batched_and_on_any_threads(build_kernels, dtype):
     """The linears (every row count takes a different pass configuration), the element-wise kernels and
     decode attention against prefill attention: each row alone, in batches of 2-70 rows, on 1-3 threads."""
-    from hetero_core.model.cpu_kernels import PrefillSequences
+    from hetero_core.model.cpu.kernels import PrefillSequences
     from kernel_weights import q4_1_weight
 
     kernels = build_kernels

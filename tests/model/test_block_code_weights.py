@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.model.cpu_linear import PackedLinear
+from hetero_core.model.cpu.linear import PackedLinear
 
 
 def _linear_kinds(executor) -> Counter:

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from hetero_core.model import cache_file
-from hetero_core.model.cache_file import CacheFileInvalid
+from hetero_core.cache import cache_file
+from hetero_core.cache.cache_file import CacheFileInvalid
 from damaged_files import DAMAGE, damage
 
 PAYLOAD = os.urandom(3 * cache_file.CHUNK_WORDS * 8 + 13)  # three whole chunks, a partial one, a ragged tail
@@ -82,7 +82,7 @@ def test_the_manifest_lists_sizes_and_checksums(tmp_path):
 WRITER = """
 import sys, time
 from pathlib import Path
-from hetero_core.model import cache_file
+from hetero_core.cache import cache_file
 target, stop, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 deadline, i = time.monotonic() + 120, 0
 while not stop.exists() and time.monotonic() < deadline:

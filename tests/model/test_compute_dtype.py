@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
-from hetero_core.model import cache_file, compute_dtype, cpu_bf16_speed
-from hetero_core.model.cpu_linear import PackedLinear, can_pack
+from hetero_core.cache import cache_file
+from hetero_core.model.cpu import compute_dtype, cpu_info
+from hetero_core.model.cpu import bf16_speed as cpu_bf16_speed
+from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from damaged_files import invalid_cache_warnings
 
 CPU = torch.device("cpu")
@@ -32,11 +34,11 @@ def cpuinfo(tmp_path, monkeypatch):
         path = tmp_path / "cpuinfo"
         if text is not None:
             path.write_text(text)
-        monkeypatch.setattr(compute_dtype, "CPUINFO", path)
-        compute_dtype.cpu_flags.cache_clear()
+        monkeypatch.setattr(cpu_info, "CPUINFO", path)
+        cpu_info.cpu_flags.cache_clear()
 
     yield use
-    compute_dtype.cpu_flags.cache_clear()
+    cpu_info.cpu_flags.cache_clear()
 
 
 def test_the_default_is_auto():
@@ -142,7 +144,7 @@ def test_the_measurement_times_both_dtypes():
 
 def test_flags_come_from_proc_cpuinfo(cpuinfo):
     cpuinfo(CPUINFO_AVX512_BF16)
-    flags = compute_dtype.cpu_flags()
+    flags = cpu_info.cpu_flags()
     assert {"avx2", "avx512f", "avx512_bf16"} <= flags
     assert compute_dtype.native_bf16_flags(flags) == ["avx512_bf16"]
     assert compute_dtype.native_bf16_flags(frozenset({"amx_bf16", "avx512_bf16"})) == ["avx512_bf16", "amx_bf16"]

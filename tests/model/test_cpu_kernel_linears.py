@@ -36,7 +36,7 @@ def test_the_bf16_linear_matches_an_fp32_reference(kernel, rows, out_features, b
 def test_packed_linears_take_the_kernel_for_every_input(kernel, dtype, in_features):
     """The kernels' linear takes every call, whatever its rows and inputs (one kernel at every batch
     size: batch invariance), and no oneDNN copy of the weight is kept."""
-    from hetero_core.model.cpu_linear import PackedLinear
+    from hetero_core.model.cpu.linear import PackedLinear
 
     torch.manual_seed(0)
     weight, bias = torch.randn(64, in_features).to(dtype), torch.randn(64).to(dtype)
@@ -129,7 +129,7 @@ def test_weights_that_are_not_block_codes_are_not_packed_as_such(kernel):
 
 
 def test_the_block_codes_are_recovered_exactly_including_constant_blocks():
-    from hetero_core.model.block_codes import block_codes
+    from hetero_core.model.cpu.block_codes import block_codes
 
     weight = q4_1_weight(80, 64)  # more rows than the quick probe looks at
     weight[7, :32] = -0.125  # a constant block: d = 0
@@ -148,7 +148,7 @@ def test_the_block_codes_are_recovered_exactly_including_constant_blocks():
 
 
 def test_fp32_packed_linears_take_the_coded_kernel_for_block_code_weights(kernel):
-    from hetero_core.model.cpu_linear import PackedLinear
+    from hetero_core.model.cpu.linear import PackedLinear
 
     weight, bias = q4_1_weight(64, 96), torch.randn(64)
     linear = PackedLinear(weight, bias, kernel)
@@ -195,7 +195,7 @@ def test_the_linears_swiglu_epilogue_equals_the_linear_then_silu_mul(kernel, dty
 def test_a_packed_gate_up_projection_returns_the_swiglu_activation(kernel, in_features):
     """Packed with ``swiglu``, the MLP's gate/up projection returns silu(gate) * up for any number of
     rows, inside the kernels' linear."""
-    from hetero_core.model.cpu_linear import PackedLinear, pack_linears
+    from hetero_core.model.cpu.linear import PackedLinear, pack_linears
     from hetero_core.model.layers import SwiGLU
 
     torch.manual_seed(1)
@@ -216,7 +216,7 @@ def test_a_packed_gate_up_projection_returns_the_swiglu_activation(kernel, in_fe
 
 
 def test_the_linears_take_the_swiglu_activation_in_both_dtypes(kernel):
-    from hetero_core.model.cpu_linear import PackedLinear
+    from hetero_core.model.cpu.linear import PackedLinear
 
     assert kernel.fuses_swiglu(torch.float32) and kernel.fuses_swiglu(torch.bfloat16)
     assert not kernel.fuses_swiglu(torch.float16)

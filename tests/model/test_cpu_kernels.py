@@ -8,10 +8,10 @@ import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError
-from hetero_core.model import cpu_kernels as cpu_kernels_module
+from hetero_core.model.cpu import kernels as cpu_kernels_module
 from hetero_core.model.attention import KVCache
-from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
-from hetero_core.model.torch_attention import TorchPagedAttention
+from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from kernel_builds import BUILDS, kernels_for
 from paged_batches import BlockPool, PagedSequence, step
 

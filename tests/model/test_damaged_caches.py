@@ -15,8 +15,9 @@ import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.errors import ModelLoadError
-from hetero_core.model import cache_file, prepared_weights
-from hetero_core.model.cpu_linear import can_pack
+from hetero_core.cache import cache_file
+from hetero_core.model.cpu import prepared_weights
+from hetero_core.model.cpu.linear import can_pack
 from hetero_core.model.gguf_cache import ensure_gguf_converted
 from hetero_core.model.loader import load_model
 from damaged_files import damage, invalid_cache_warnings, overwrite_tensors
@@ -25,7 +26,7 @@ from tiny_gguf import write_tiny_gguf
 
 KERNEL_START = """
 import torch
-from hetero_core.model.cpu_kernels import load_cpu_kernels
+from hetero_core.model.cpu.kernels import load_cpu_kernels
 
 kernels = load_cpu_kernels(required=True)
 gate_up = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))

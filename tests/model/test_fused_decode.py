@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.model.fused_decode import FusedDecode
+from hetero_core.model.cpu.fused_decode import FusedDecode
 from paged_batches import BlockPool, PagedSequence, step
 from tiny_models import VOCAB
 

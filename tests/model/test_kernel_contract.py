@@ -145,7 +145,7 @@ def test_decode_attention_takes_any_number_of_sequences_and_odd_shapes(kernels, 
 @pytest.mark.parametrize("chunks", [[], [(1, 1)], [(2, 2), (1, 3), (17, 40), (65, 65)]])  # (query_len, context)
 def test_prefill_attention_takes_any_number_of_sequences_and_odd_shapes(kernels, dtype, num_kv_heads, group,
                                                                        head_dim, block_size, chunks):
-    from hetero_core.model.cpu_kernels import PrefillSequences
+    from hetero_core.model.cpu.kernels import PrefillSequences
 
     dtype = DTYPES[dtype]
     contexts = [context for _, context in chunks]
@@ -182,7 +182,7 @@ def test_the_kv_write_takes_any_number_of_tokens(kernels, dtype, num_tokens):
 
 
 def test_attention_refuses_inconsistent_inputs_with_a_clear_error(kernels):
-    from hetero_core.model.cpu_kernels import PrefillSequences
+    from hetero_core.model.cpu.kernels import PrefillSequences
 
     (key_cache, value_cache), tables = _paged([5, 9], 2, 16, 4, torch.float32, seed=0)
     query = torch.randn(2, 4, 16)
@@ -245,8 +245,8 @@ def test_the_fused_decode_step_does_nothing_for_no_rows(kernels, tiny_model_dirs
     """``decode_layers`` at 0 rows returns at once; at 1 and 3 rows it runs (test_fused_decode.py
     compares its results with the model code's, bit for bit)."""
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-    from hetero_core.model import cpu_kernels as cpu_kernels_module
-    from hetero_core.model.fused_decode import _Step
+    from hetero_core.model.cpu import kernels as cpu_kernels_module
+    from hetero_core.model.cpu.fused_decode import _Step
 
     monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: kernels)
     model_dir, _ = tiny_model_dirs["llama_wide_heads"]

@@ -14,6 +14,7 @@ from hetero_core.model.loader import load_model, read_checkpoint
 from paged_batches import BlockPool, PagedSequence, step
 from tiny_gguf import llama_cpp_permute, write_tiny_gguf
 from tiny_models import hf_logits
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 
 
 def test_reverse_permute_undoes_llama_cpp_permute():
@@ -44,7 +45,7 @@ def test_tiny_gguf_loads_to_hf_logits(name, tiny_model_dirs, tmp_path):
     for hf_name, tensor in state.items():
         assert torch.equal(tensor, hf_model.state_dict()[hf_name]), hf_name
 
-    model = load_model(path)
+    model = load_model(path, backend=TorchPagedAttention())
     tokens = list(range(3, 30))
     kv = model.backend.allocate_kv_cache(
         config.num_hidden_layers, 4, 16, config.num_key_value_heads, config.head_dim, torch.float32, "cpu"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hetero_core.model import cpu_threads
+from hetero_core.model.cpu import threads as cpu_threads
 from hetero_core.model.progress import StepProgress
-from hetero_core.model.zeroed_memory import lazy_zeros
+from hetero_core.model.cpu.zeroed_memory import lazy_zeros
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -8,7 +8,7 @@ import pytest
 
 from hetero_core.builder import build_engine
 from hetero_core.engine.params import SamplingParams
-from hetero_core.plugins import load_plugins
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 
 SYSTEM = [5, 17, 33, 2, 48, 71, 9, 64, 12, 88, 40, 3, 27, 55, 61, 19, 7, 90, 14, 36]  # 20 tokens

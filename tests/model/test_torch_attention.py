@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hetero_core.model.torch_attention import TorchPagedAttention
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from paged_batches import BlockPool, PagedSequence, step
 
 BLOCK_SIZE = 16

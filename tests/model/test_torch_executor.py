@@ -10,7 +10,7 @@ from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecu
 from hetero_core.engine.batch import ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import Executor, ExecutorContext
-from hetero_core.model.cpu_linear import PackedLinear, can_pack
+from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from paged_batches import BlockPool, PagedSequence, step
 from tiny_models import VOCAB, hf_logits
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from process_tree import live_in_session, still_alive
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 
 
 def test_replicas_without_the_ray_extra_say_what_to_install(monkeypatch, capsys):
@@ -53,7 +53,7 @@ def test_an_unreachable_or_malformed_cluster_address_gets_one_line_at_once(addre
 
 
 def test_importing_hetero_core_and_its_replicas_package_does_not_import_ray():
-    code = "import sys, hetero_core, hetero_core.cli, hetero_core.replicas; print('ray' in sys.modules)"
+    code = "import sys, hetero_core, hetero_core.cli.main, hetero_core.replicas; print('ray' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

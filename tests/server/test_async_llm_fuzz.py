@@ -65,7 +65,7 @@ def make_engine():
     import hetero_plugins_mock
 
     from hetero_core.builder import build_engine
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])

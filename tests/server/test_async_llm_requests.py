@@ -13,7 +13,7 @@ from hetero_core.async_llm import AsyncLLM, EngineOverloadedError
 from hetero_core.default_plugins.byte_tokenizer import ByteTokenizer
 from hetero_core.engine.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
-from hetero_core.hookspecs import hookimpl
+from hetero_core.plugin_system.hookspecs import hookimpl
 
 HANG_GUARD_S = 30  # only to turn a hang into a failure; nothing here measures time
 LONG = SamplingParams(max_tokens=1000, ignore_eos=True)
@@ -40,7 +40,7 @@ def make_engine(tokenizer, mock_options=None, **settings):
     import hetero_plugins_mock
 
     from hetero_core.builder import build_engine
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     plugin = types.SimpleNamespace(register_tokenizers=hookimpl(lambda register: register("watched", lambda ctx: tokenizer)))

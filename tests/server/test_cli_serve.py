@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from hetero_core.cli import main
+from hetero_core.cli.main import main
 from hetero_core.errors import ConfigError
 from hetero_core.server.settings import load_server_settings
 

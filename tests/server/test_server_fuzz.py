@@ -66,7 +66,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 @pytest.fixture(scope="module")
 def fuzz_server():
     from hetero_core.builder import build_engine
-    from hetero_core.plugins import load_plugins
+    from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
     import hetero_plugins_mock

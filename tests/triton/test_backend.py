@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hetero_core.model.torch_attention import TorchPagedAttention
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_plugins_triton.backend import KernelSettings, TritonPagedAttention
 from paged_batches import BlockPool, PagedSequence, step
 

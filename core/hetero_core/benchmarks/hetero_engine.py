@@ -14,7 +14,7 @@ class HeteroPeer:
 
     def __init__(self, settings) -> None:
         from hetero_core.builder import build_engine, resolve_model_dir
-        from hetero_core.plugins import load_plugins
+        from hetero_core.plugin_system.discovery import load_plugins
 
         plugins = load_plugins(allow=settings.plugins)
         self.engine = build_engine(settings, plugins)

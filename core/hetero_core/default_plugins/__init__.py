@@ -4,7 +4,7 @@ Factories import their heavy dependencies (torch, tokenizers) only when called, 
 or running the mock executor never imports torch.
 """
 
-from hetero_core.hookspecs import hookimpl
+from hetero_core.plugin_system.hookspecs import hookimpl
 
 
 @hookimpl

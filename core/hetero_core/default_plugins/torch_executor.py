@@ -19,16 +19,16 @@ from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
-from hetero_core.model.compute_dtype import resolve_dtype
-from hetero_core.model.cpu_linear import PackedLinear, can_pack
-from hetero_core.model.cpu_threads import FreeCpuThreads, intra_op_threads
-from hetero_core.model.fused_decode import FusedDecode
+from hetero_core.model.cpu.compute_dtype import resolve_dtype
+from hetero_core.model.cpu.linear import PackedLinear, can_pack
+from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
+from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.layers import use_cpu_kernels
-from hetero_core.model.gguf_cache import default_cache_dir
+from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.model.loader import load_model
-from hetero_core.model.prepared_weights import load_packed_model, pack_model
+from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
-from hetero_core.model.torch_attention import TorchPagedAttention
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 
 __all__ = ["TorchExecutor", "TorchExecutorOptions"]
 
@@ -197,7 +197,7 @@ def _cpu_backend(options: TorchExecutorOptions, device: torch.device) -> TorchPa
     """The torch paged backend, with the compiled CPU kernels where ``cpu_kernels`` allows them."""
     if options.cpu_kernels == "torch" or device.type != "cpu":
         return TorchPagedAttention()
-    from hetero_core.model.cpu_kernels import KernelUnavailable, load_cpu_kernels
+    from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 
     try:
         return TorchPagedAttention(cpu_kernels=load_cpu_kernels(required=options.cpu_kernels == "compiled"))

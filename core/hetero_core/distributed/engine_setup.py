@@ -59,7 +59,7 @@ def pin_auto_dtype(ctx):
 
     import torch
 
-    from hetero_core.model.compute_dtype import resolve_dtype
+    from hetero_core.model.cpu.compute_dtype import resolve_dtype
 
     dtype = resolve_dtype("auto", torch.device(getattr(options, "device", "cpu")))
     return replace(ctx, options=options.model_copy(update={"dtype": str(dtype).removeprefix("torch.")}))

@@ -22,7 +22,6 @@ import types
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-import hetero_core
 from hetero_core.errors import ConfigError
 
 WORKER_MODULE = "hetero_core.distributed.worker"
@@ -103,7 +102,7 @@ class WorkerProcess:
 def worker_environment() -> dict[str, str]:
     """This environment, with the ``hetero_core`` rank 0 runs first on ``PYTHONPATH`` so that
     ``python -m`` finds the same one (the worker then takes rank 0's whole ``sys.path``)."""
-    root = str(Path(hetero_core.__file__).parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding this hetero_core package
     rest = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + rest if rest else "")}
 

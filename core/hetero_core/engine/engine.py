@@ -25,7 +25,7 @@ import itertools
 import time
 from collections.abc import Iterable
 
-from hetero_core.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.processor import EngineRequest, RequestProcessor

@@ -6,6 +6,6 @@ torch, it chooses how OpenMP's threads wait (a short spin where the CPUs are idl
 other processes keep them busy; see ``cpu_threads``).
 """
 
-from hetero_core.model.cpu_threads import choose_openmp_wait
+from hetero_core.model.cpu.threads import choose_openmp_wait
 
 choose_openmp_wait()

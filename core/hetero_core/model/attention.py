@@ -8,7 +8,7 @@ A backend owns three things:
 - the per-layer operation (``forward``): write the new tokens' K/V at ``slot_mapping``, then attend
   each query token to its sequence's cached prefix plus the new tokens, causally.
 
-The torch paged backend (``hetero_core.model.torch_attention``) is the reference; CUDA and Triton
+The torch paged backend (``hetero_core.model.cpu.torch_attention``) is the reference; CUDA and Triton
 executors provide their own backend and reuse the model code unchanged.
 """
 
@@ -67,3 +67,24 @@ class AttentionBackend(Protocol):
         ``[num_tokens, num_heads, head_dim]``.
         """
         ...
+
+
+class NoAttention:
+    """The backend of a model loaded for its weights only (``load_model(path)`` without a backend):
+    running it says so instead of failing somewhere inside."""
+
+    name = "none"
+
+    def allocate_kv_cache(self, *args, **kwargs):
+        raise RuntimeError(self._message())
+
+    def build_metadata(self, batch: Batch, device: torch.device):
+        raise RuntimeError(self._message())
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(self._message())
+
+    @staticmethod
+    def _message() -> str:
+        return ("this model was loaded without an attention backend (weights only); pass backend= to "
+                "load_model, e.g. hetero_core.model.cpu.torch_attention.TorchPagedAttention()")

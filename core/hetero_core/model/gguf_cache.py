@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from hetero_core.errors import ModelLoadError
-from hetero_core.model import cache_file
+from hetero_core.cache import cache_file
+from hetero_core.cache.cache_dir import default_cache_dir
 
-CACHE_ENV = "HETERO_CACHE_DIR"
 # Bump when the exported layout changes, so stale caches are rebuilt rather than trusted.
 EXPORT_VERSION = 1
 STALE_TMP_SECONDS = 3600  # a conversion takes seconds; older temporaries are from killed runs
@@ -66,11 +66,6 @@ def check_converted_weights(folder: Path) -> None:
                              f"converted from is gone; delete {folder} and load the .gguf file again")
     cache_file.warn_rebuilding(error)
     _convert_atomically(source, folder, again=True)
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "hetero"
 
 
 def cache_key(gguf_path: Path) -> str:

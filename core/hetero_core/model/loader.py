@@ -14,13 +14,12 @@ import torch
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
-from hetero_core.model.fusion import checkpoint_names, fuse_checkpoint
 from hetero_core.model.gguf_cache import check_converted_weights
 from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.model.model_builder import build_model
+from hetero_core.model.tensor_parallel import build_shard
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja"]
-# Checkpoint keys that carry no weights we need (buffers some exporters save).
-_IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def load_model(
@@ -33,11 +32,11 @@ def load_model(
 ) -> LlamaForCausalLM:
     """Load ``source`` (HF directory, ``.gguf`` file or hub id) ready for inference.
 
-    ``tensor_parallel``: a ``tensor_parallel.TensorParallelShard`` to load only that rank's shard."""
+    ``backend``: the attention backend the model runs with (None: a model for its weights only, whose
+    attention raises). ``tensor_parallel``: a ``tensor_parallel.TensorParallelShard`` to load only that
+    rank's shard."""
     config, state = read_checkpoint(resolve_model_source(source))
     if tensor_parallel is not None:
-        from hetero_core.model.tensor_parallel import build_shard
-
         return build_shard(config, state, tensor_parallel, backend=backend, device=device, dtype=dtype)
     return build_model(config, state, backend=backend, device=device, dtype=dtype)
 
@@ -85,42 +84,3 @@ def read_checkpoint(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
         raw = gguf_config(reader, path)
         return ModelConfig.from_dict(raw, source=str(path)), gguf_state_dict(reader, raw)
     raise ModelLoadError(f"cannot load {path}: expected a directory with config.json or a .gguf file")
-
-
-def build_model(
-    config: ModelConfig,
-    state: dict[str, torch.Tensor],
-    *,
-    backend: AttentionBackend | None = None,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-) -> LlamaForCausalLM:
-    """Instantiate the model without initialising it and assign ``state``'s tensors to it."""
-    if backend is None:
-        from hetero_core.model.torch_attention import TorchPagedAttention
-
-        backend = TorchPagedAttention()
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config, backend)
-    names = list(model.state_dict().keys())
-    expected = set(checkpoint_names(names, config))
-    missing = sorted(expected - state.keys())
-    unexpected = sorted(k for k in state.keys() - expected if not _is_ignorable(k, config))
-    if missing or unexpected:
-        raise ModelLoadError(
-            f"checkpoint does not match {config.architecture}: missing {missing[:5]} unexpected {unexpected[:5]}"
-            f" ({len(missing)} missing, {len(unexpected)} unexpected); is config.json from the same model?"
-        )
-    tensors = {
-        name: tensor.to(device=device, dtype=dtype) for name, tensor in fuse_checkpoint(state, names, config).items()
-    }
-    try:
-        model.load_state_dict(tensors, strict=True, assign=True)
-    except RuntimeError as exc:  # shape mismatches
-        raise ModelLoadError(f"checkpoint does not match its config.json: {exc}") from exc
-    model.requires_grad_(False)
-    return model.eval()
-
-
-def _is_ignorable(name: str, config: ModelConfig) -> bool:
-    return name.endswith(_IGNORABLE_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight")

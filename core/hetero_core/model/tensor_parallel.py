@@ -32,6 +32,7 @@ from torch.nn import functional as F
 
 from hetero_core.errors import ConfigError
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.model_builder import build_model
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config
 
 # Checkpoint (Hugging Face) tensors, by name suffix, and the dimension each rank takes a slice of.
@@ -88,9 +89,7 @@ def shard_checkpoint(state: dict[str, torch.Tensor], config: ModelConfig,
 
 def build_shard(config: ModelConfig, state: dict[str, torch.Tensor], shard: TensorParallelShard, **build_options):
     """Rank ``shard.rank``'s model: built from its checkpoint slice, then parallelized.
-    ``build_options``: ``loader.build_model``'s keywords (backend, device, dtype)."""
-    from hetero_core.model.loader import build_model
-
+    ``build_options``: ``model_builder.build_model``'s keywords (backend, device, dtype)."""
     local = shard_config(config, shard.size)
     model = build_model(replace(local, vocab_size=config.vocab_size // shard.size),
                         shard_checkpoint(state, config, shard), **build_options)

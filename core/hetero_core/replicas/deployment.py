@@ -25,7 +25,8 @@ from hetero_core.replicas.engine_replica import EngineReplica
 from hetero_core.replicas.frontend import Frontend
 from hetero_core.replicas.router import FewestQueuedTokensRouter
 from hetero_core.server.settings import ServerSettings
-from hetero_core.settings import describe_validation_error, load_settings
+from hetero_core.settings import load_settings
+from hetero_core.validation import describe_validation_error
 
 # How often each replica reports its queued tokens to the routers (Ray Serve's default is 10 s).
 ROUTING_STATS_PERIOD_S = 1.0

@@ -13,7 +13,7 @@ from hetero_core.server.errors import install_error_handlers
 from hetero_core.server.limits import DEFAULT_MAX_BODY_BYTES, PUBLIC_PATHS, ApiKeyGuard, BodySizeLimit
 from hetero_core.server.metrics import EngineMetrics
 from hetero_core.server.openapi import install_openapi
-from hetero_core.server.protocol import ChatCompletionChunk, ChatCompletionRequest, CompletionRequest
+from hetero_core.openai_api.protocol import ChatCompletionChunk, ChatCompletionRequest, CompletionRequest
 from hetero_core.server.state import ServerState
 
 

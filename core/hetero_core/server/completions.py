@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from hetero_core.server.convert import completion_logprobs, usage
+from hetero_core.openai_api.convert import completion_logprobs, usage
 from hetero_core.server.body import parse_body
 from hetero_core.server.errors import APIError, error_body, to_api_error
 from hetero_core.server.generation import (
@@ -18,7 +18,7 @@ from hetero_core.server.generation import (
     sse,
 )
 from hetero_core.server.openapi import generation_route
-from hetero_core.server.protocol import (
+from hetero_core.openai_api.protocol import (
     CompletionChoice,
     CompletionRequest,
     CompletionResponse,

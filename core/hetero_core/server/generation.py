@@ -18,7 +18,7 @@ from starlette.responses import StreamingResponse
 from hetero_core.async_llm import AsyncLLM, RequestDelta, TokenLogprob
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
-from hetero_core.server.convert import finish_reason  # noqa: F401  (re-exported for the routes)
+from hetero_core.openai_api.convert import finish_reason  # noqa: F401  (re-exported for the routes)
 from hetero_core.server.choices import Reservation
 from hetero_core.server.errors import ClientDisconnected
 

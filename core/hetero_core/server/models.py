@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from hetero_core.server.openapi import errors
-from hetero_core.server.protocol import Health, ModelCard, ModelList
+from hetero_core.openai_api.protocol import Health, ModelCard, ModelList
 from hetero_core.server.state import get_state
 
 router = APIRouter()

@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from hetero_core.server.protocol import ErrorResponse
+from hetero_core.openai_api.protocol import ErrorResponse
 
 ERROR_STATUSES = {
     400: "invalid request: the message names the field",

@@ -7,7 +7,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hetero_core.async_llm import DEFAULT_MAX_PENDING_REQUESTS
 from hetero_core.errors import ConfigError
-from hetero_core.settings import NON_SETTING_ENV_VARIABLES, describe_validation_error
+from hetero_core.settings import NON_SETTING_ENV_VARIABLES
+from hetero_core.validation import describe_validation_error
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 

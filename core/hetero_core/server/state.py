@@ -11,10 +11,10 @@ from fastapi import Request
 from hetero_core.async_llm import AsyncLLM
 from hetero_core.engine.params import SamplingParams
 from hetero_core.server.choices import ChoiceBudget
-from hetero_core.server.convert import choice_params, sampling_params
+from hetero_core.openai_api.convert import choice_params, sampling_params
 from hetero_core.server.errors import APIError
 from hetero_core.server.generation import ChoiceSpec
-from hetero_core.server.protocol import SamplingFields
+from hetero_core.openai_api.protocol import SamplingFields
 
 
 @dataclass

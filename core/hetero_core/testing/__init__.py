@@ -7,6 +7,6 @@ Importing this package imports neither torch nor pytest.
 
 from hetero_core.testing.executor_contract import ExecutorContract
 from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
-from hetero_core.testing_policy import SchedulerPolicyContract
+from hetero_core.testing.policy_contract import SchedulerPolicyContract
 
 __all__ = ["BlockPool", "ContractSequence", "ExecutorContract", "build_batch", "SchedulerPolicyContract"]

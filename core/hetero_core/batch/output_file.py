@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hetero_core.batch_file import id_key
-from hetero_core.batch_json import LineError, decode_line, encode_line
+from hetero_core.batch.input_file import id_key
+from hetero_core.batch.json_lines import LineError, decode_line, encode_line
 from hetero_core.errors import HeteroError
 
 STDOUT = "-"
@@ -154,7 +154,7 @@ def _keep_only(path: str, data: bytes, kept: list[bytes] | None, end: int) -> No
     ``kept`` ones when some are to go."""
     try:
         if kept is not None:  # error rows to drop: write the file anew, whole or not at all
-            from hetero_core.model.atomic_file import replaced_atomically  # sets OpenMP's policy on import
+            from hetero_core.cache.atomic_file import replaced_atomically  # sets OpenMP's policy on import
 
             target = Path(os.path.realpath(path))
             with replaced_atomically(target, ".resume") as tmp:

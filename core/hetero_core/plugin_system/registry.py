@@ -6,9 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetero_core.errors import PluginError, UnknownComponentError
-from hetero_core.seams import SEAM_BY_NAME, SEAMS
+from pydantic import ValidationError
+
+from hetero_core.errors import ConfigError, PluginError, UnknownComponentError
+from hetero_core.plugin_system.seams import SEAM_BY_NAME, SEAMS
 from hetero_core.suggest import did_you_mean
+from hetero_core.validation import describe_validation_error
 
 __all__ = ["SEAMS", "Component", "PluginFailure", "Registry"]
 
@@ -24,9 +27,16 @@ class Component:
 
     def validate_options(self, section: dict[str, Any] | None):
         """Validate this component's settings section with its own model (None if it has none)."""
-        from hetero_core.settings import validate_section
-
-        return validate_section(self, section or {})
+        section = section or {}
+        label = f"{self.seam}.{self.name}"
+        if self.options is None:
+            if section:
+                raise ConfigError(f"{label}: this component takes no options (got {', '.join(section)})")
+            return None
+        try:
+            return self.options(**section)
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(exc, label, self.options.model_fields)) from None
 
 
 @dataclass(frozen=True)

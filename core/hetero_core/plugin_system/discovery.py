@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 
 import pluggy
 
-from hetero_core import hookspecs
-from hetero_core.plugin_checks import check_registration
-from hetero_core.registry import SEAMS, Component, PluginFailure, Registry
-from hetero_core.seams import SEAM_TABLE
+from hetero_core.plugin_system import hookspecs
+from hetero_core.plugin_system.checks import check_registration
+from hetero_core.plugin_system.registry import SEAMS, Component, PluginFailure, Registry
+from hetero_core.plugin_system.seams import SEAM_TABLE
 
 ENTRY_POINT_GROUP = "hetero"
 AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
+# Core's own components, loaded by name like pytest's built-in plugins, before any installed plugin; they
+# register through the same hooks (the plugin system knows them only by module name).
+BUILTIN_PLUGINS = {"core": "hetero_core.default_plugins"}
 HOOK_FOR_SEAM = {seam.name: seam.hook for seam in SEAM_TABLE}
 
 
@@ -62,15 +65,15 @@ def load_plugins(
     ``entry_points``: override discovery (tests pass fake distributions' entry points).
     ``extra_plugins``: (name, module-or-object) registered directly, as if installed.
     """
-    from hetero_core import default_plugins
-
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     registry = Registry()
     infos: list[PluginInfo] = []
     allowed = None if allow is None else set(allow)
 
-    candidates: list[tuple[PluginInfo, object]] = [(PluginInfo("core", *_core_dist()), default_plugins)]
+    candidates: list[tuple[PluginInfo, object]] = [
+        (PluginInfo(name, *_core_dist()), importlib.import_module(module)) for name, module in BUILTIN_PLUGINS.items()
+    ]
     if entry_points is None:
         entry_points = _discover() if not os.environ.get(AUTOLOAD_ENV) else []
     for ep in sorted(entry_points, key=lambda e: e.name):

@@ -1,6 +1,6 @@
 """SchedulerPolicyContract: the conformance tests a scheduler policy runs in its own test suite.
 
-    from hetero_core.testing_policy import SchedulerPolicyContract
+    from hetero_core.testing.policy_contract import SchedulerPolicyContract
 
     class TestMyPolicy(SchedulerPolicyContract):
         def make_policy(self):
@@ -24,7 +24,7 @@ from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.policy import SchedulingDecision, decision_problems
 from hetero_core.engine.policy_runner import view_of
 from hetero_core.engine.sequence import Sequence, SequenceStatus
-from hetero_core.hookspecs import hookimpl
+from hetero_core.plugin_system.hookspecs import hookimpl
 
 # One test function serves every policy class that mixes the kit in: hypothesis must not mix their examples.
 EXAMPLES = settings(max_examples=20, deadline=None, database=None,
@@ -122,7 +122,7 @@ class SchedulerPolicyContract:
         import hetero_plugins_mock
 
         from hetero_core.builder import build_engine
-        from hetero_core.plugins import load_plugins
+        from hetero_core.plugin_system.discovery import load_plugins
         from hetero_core.settings import load_settings
 
         plugin = _PolicyPlugin(policy_factory or self.make_policy)

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from hetero_core.logging import get_logger
-from hetero_core.model import cache_file
-from hetero_core.model.compute_dtype import cpu_flags, cpu_model_name
-from hetero_core.model.gguf_cache import default_cache_dir
+from hetero_core.cache import cache_file
+from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
+from hetero_core.cache.cache_dir import default_cache_dir
 
 log = get_logger("hetero.executor")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -32,10 +33,10 @@ import torch
 from torch import nn
 
 from hetero_core.logging import get_logger
-from hetero_core.model import cache_file
+from hetero_core.cache import cache_file
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
-from hetero_core.model.cpu_linear import PackedLinear, is_swiglu_projection, kernel_layout, pack_linears
+from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, kernel_layout, pack_linears
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model, resolve_model_source
 
@@ -46,7 +47,9 @@ KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyo
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
-_LAYOUT_MODULES = ("prepared_weights", "fusion", "cpu_linear", "cpu_kernels", "block_codes", "llama")
+_LAYOUT_MODULES = ("hetero_core.model.cpu.prepared_weights", "hetero_core.model.fusion", "hetero_core.model.cpu.linear",
+                   "hetero_core.model.cpu.kernels", "hetero_core.model.cpu.kernel_linears",
+                   "hetero_core.model.cpu.block_codes", "hetero_core.model.llama")
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
@@ -101,7 +104,7 @@ def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=Non
               getattr(kernels, "swiglu_pair_columns", None)]
     files = [_identity(p) for p in _checkpoint_files(source)]
     here = Path(__file__).parent
-    code = [(here / f"{name}.py").read_bytes() for name in _LAYOUT_MODULES]
+    code = [Path(importlib.util.find_spec(name).origin).read_bytes() for name in _LAYOUT_MODULES]
     code += [(here / name).read_bytes() for name in _LAYOUT_SOURCES]
     digest = hashlib.sha256(json.dumps([FORMAT_VERSION, cache_file.FOOTER, files, str(dtype), layout]).encode())
     for text in code:

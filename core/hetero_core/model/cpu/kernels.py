@@ -52,10 +52,10 @@ from pathlib import Path
 import torch
 
 from hetero_core.logging import get_logger
-from hetero_core.model import cache_file
-from hetero_core.model.compute_dtype import cpu_flags
-from hetero_core.model.cpu_kernel_linears import LinearKernels, check_status, last_dim_contiguous, pointer
-from hetero_core.model.gguf_cache import default_cache_dir
+from hetero_core.cache import cache_file
+from hetero_core.model.cpu.cpu_info import cpu_flags
+from hetero_core.model.cpu.kernel_linears import LinearKernels, check_status, last_dim_contiguous, pointer
+from hetero_core.cache.cache_dir import default_cache_dir
 
 log = get_logger("hetero.executor")
 

@@ -19,6 +19,7 @@ import time
 from typing import TextIO
 
 from hetero_core.errors import HeteroError, InvalidRequestError
+from hetero_core.cli.settings_args import load_cli_settings
 
 EXIT_SOME_FAILED = 1
 
@@ -47,11 +48,10 @@ def check_batch_arguments(args: argparse.Namespace) -> None:
 
 
 def batch_command(args: argparse.Namespace) -> int:
-    from hetero_core.batch_file import read_batch_file
-    from hetero_core.batch_output import ResultWriter, check_output, resume_output
-    from hetero_core.batch_results import malformed_record
+    from hetero_core.batch.input_file import read_batch_file
+    from hetero_core.batch.output_file import ResultWriter, check_output, resume_output
+    from hetero_core.batch.results import malformed_record
     from hetero_core.builder import default_sampling_params
-    from hetero_core.cli import load_cli_settings
     from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
 
@@ -90,7 +90,7 @@ class BatchRunner:
     def run(self, requests: list, out, interrupt=None) -> int:
         """Run ``requests``, writing each result's record to ``out`` (a ``ResultWriter``) as it
         finishes; the number that failed."""
-        from hetero_core.batch_progress import Progress
+        from hetero_core.batch.progress import Progress
 
         progress = Progress(len(requests), self.err)
         started, num_failed = time.perf_counter(), 0
@@ -135,8 +135,8 @@ class BatchRunner:
         return num_failed
 
     def _write(self, request, outputs: list, out, progress) -> int:
-        from hetero_core.batch_file import show
-        from hetero_core.batch_results import result_record
+        from hetero_core.batch.input_file import show
+        from hetero_core.batch.results import result_record
 
         out.write(result_record(self.format, request, outputs, self.model_name, self.engine.tokenizer))
         failed = [o for o in outputs if o.error is not None]

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
-from hetero_core.request_stream import TokenLogprob
-from hetero_core.server.protocol import (
+from hetero_core.async_llm.request_stream import TokenLogprob
+from hetero_core.openai_api.protocol import (
     ChatLogprobs,
     ChatTokenLogprob,
     CompletionLogprobs,

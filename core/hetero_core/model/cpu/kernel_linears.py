@@ -17,7 +17,7 @@ import ctypes
 
 import torch
 
-from hetero_core.model.block_codes import block_codes, pack_code_panels
+from hetero_core.model.cpu.block_codes import block_codes, pack_code_panels
 
 PANEL = 16  # output columns per panel of every layout
 

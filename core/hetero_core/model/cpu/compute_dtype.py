@@ -10,14 +10,13 @@ CPU (bf16 would be emulated there, slower than fp32), bfloat16 on a CUDA device 
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import torch
+
+from hetero_core.model.cpu.bf16_speed import bf16_is_faster
+from hetero_core.model.cpu.cpu_info import cpu_flags
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-CPUINFO = Path("/proc/cpuinfo")
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -35,8 +34,6 @@ def cpu_prefers_bf16() -> bool:
     """True when this CPU computes bf16 natively and faster than fp32 (measured once, cached)."""
     if not cpu_has_native_bf16():
         return False
-    from hetero_core.model.cpu_bf16_speed import bf16_is_faster
-
     return bf16_is_faster()
 
 
@@ -50,26 +47,3 @@ def cpu_has_native_bf16() -> bool:
 def native_bf16_flags(flags: frozenset[str]) -> list[str]:
     """The native-bf16 instruction sets among ``flags`` (``/proc/cpuinfo`` names), in a fixed order."""
     return [flag for flag in NATIVE_BF16_CPU_FLAGS if flag in flags]
-
-
-@cache
-def cpu_flags() -> frozenset[str]:
-    """The ``flags`` of the first CPU in ``/proc/cpuinfo``; empty where there is none (macOS, Windows)."""
-    return frozenset(_cpuinfo_field("flags").split())
-
-
-def cpu_model_name() -> str:
-    """The ``model name`` of the first CPU in ``/proc/cpuinfo``; empty where there is none."""
-    return _cpuinfo_field("model name").strip()
-
-
-def _cpuinfo_field(name: str) -> str:
-    try:
-        text = CPUINFO.read_text(errors="replace")
-    except OSError:
-        return ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == name:
-            return value
-    return ""

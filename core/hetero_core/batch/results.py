@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from hetero_core.batch_file import NATIVE, BatchRequest, Malformed
+from hetero_core.batch.input_file import NATIVE, BatchRequest, Malformed
 
 
 def result_record(batch_format: str, request: BatchRequest, outputs: list, model_name: str,
@@ -44,7 +44,7 @@ def _error(message: str, status: int) -> dict[str, Any]:
 
 def _logprobs(output, tokenizer) -> list | None:
     """The output's logprobs as ``TokenLogprob``s, or None when its request asked for none."""
-    from hetero_core.request_stream import token_logprobs
+    from hetero_core.async_llm.request_stream import token_logprobs
 
     entries = getattr(output, "logprobs", None)
     if entries is None or output.error is not None:
@@ -81,8 +81,8 @@ def _native_logprob(tokenizer, token_id: int, lp) -> dict[str, Any]:
 
 
 def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: list) -> dict[str, Any]:
-    from hetero_core.server.convert import chat_logprobs, completion_logprobs, finish_reason, usage
-    from hetero_core.server.protocol import (
+    from hetero_core.openai_api.convert import chat_logprobs, completion_logprobs, finish_reason, usage
+    from hetero_core.openai_api.protocol import (
         ChatChoice,
         ChatCompletionResponse,
         ChatMessageOut,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hetero_core.errors import HeteroError
+from hetero_core.cli.settings_args import add_settings_arguments, load_cli_settings
 
 
 def add_serve_command(commands, with_arguments: bool = True) -> None:
@@ -16,7 +17,6 @@ def add_serve_command(commands, with_arguments: bool = True) -> None:
 
 
 def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
-    from hetero_core.cli import add_settings_arguments
     from hetero_core.server.settings import ServerSettings
 
     group = serve.add_argument_group("server (override HETERO_HOST, HETERO_PORT, HETERO_API_KEY, ...)")
@@ -38,7 +38,6 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from hetero_core.cli import load_cli_settings
     from hetero_core.logging import configure_logging
 
     try:

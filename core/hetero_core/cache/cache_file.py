@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hetero_core.logging import get_logger
-from hetero_core.model.atomic_file import replaced_atomically
+from hetero_core.cache.atomic_file import replaced_atomically
 
 log = get_logger("hetero.cache")
 

@@ -25,17 +25,14 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from hetero_core.async_errors import EngineDeadError, EngineOverloadedError, EngineStepError, RequestFailedError
+from hetero_core.async_llm.errors import EngineDeadError, EngineOverloadedError
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.processor import CheckedRequest, EngineRequest
-from hetero_core.engine_loop import EngineLoop, EngineStats, num_queued_tokens
+from hetero_core.async_llm.engine_loop import EngineLoop, EngineStats
 from hetero_core.errors import InvalidRequestError
-from hetero_core.request_stream import RequestDelta, RequestStream, TokenLogprob
+from hetero_core.async_llm.request_stream import RequestDelta, RequestStream
 
-__all__ = [
-    "AsyncLLM", "EngineDeadError", "EngineOverloadedError", "EngineStats", "EngineStepError",
-    "RequestDelta", "RequestFailedError", "TokenLogprob", "num_queued_tokens",
-]
+__all__ = ["AsyncLLM"]
 DEFAULT_MAX_PENDING_REQUESTS = 512
 
 

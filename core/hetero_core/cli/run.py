@@ -9,8 +9,9 @@ import sys
 import time
 from typing import TextIO
 
-from hetero_core.cli_batch import add_batch_arguments, batch_command, check_batch_arguments
+from hetero_core.cli.batch import add_batch_arguments, batch_command, check_batch_arguments
 from hetero_core.errors import HeteroError, InvalidRequestError
+from hetero_core.cli.settings_args import load_cli_settings
 
 EXIT_REQUEST_FAILED = 1
 LABEL_WIDTH = 60
@@ -35,7 +36,6 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from hetero_core.builder import default_sampling_params
-    from hetero_core.cli import load_cli_settings
     from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
 

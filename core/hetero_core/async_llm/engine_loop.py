@@ -17,11 +17,11 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from hetero_core.async_errors import EngineDeadError, EngineStepError, RequestFailedError
+from hetero_core.async_llm.errors import EngineDeadError, EngineStepError, RequestFailedError
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
-from hetero_core.request_stream import RequestStream
+from hetero_core.async_llm.request_stream import RequestStream
 
 __all__ = ["EngineLoop", "EngineStats", "num_queued_tokens"]
 log = get_logger("hetero.async_llm")

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
-from hetero_core.batch_json import decode_line
+from hetero_core.batch.json_lines import decode_line
 from hetero_core.engine.params import SamplingParams
 from hetero_core.errors import HeteroError, InvalidRequestError
 
@@ -184,8 +184,8 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
                     count_tokens) -> BatchRequest:
     from pydantic import ValidationError
 
-    from hetero_core.server.convert import choice_params, sampling_params
-    from hetero_core.server.protocol import ChatCompletionRequest, CompletionRequest
+    from hetero_core.openai_api.convert import choice_params, sampling_params
+    from hetero_core.openai_api.protocol import ChatCompletionRequest, CompletionRequest
 
     custom_id = value.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from hetero_core.model.cpu_kernel_linears import code_bits
-from hetero_core.model.cpu_kernels import DECODE_ATTENTION_REFUSED
+from hetero_core.model.cpu.kernel_linears import code_bits
+from hetero_core.model.cpu.kernels import DECODE_ATTENTION_REFUSED
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -54,7 +54,7 @@ _LAYOUTS = {torch.float32: ("f32", "codes"), torch.bfloat16: ("bf16",)}  # kerne
 
 def _linear(module, dtype: torch.dtype) -> _Linear | None:
     """``module`` as the C side reads it, or None where it does not run in a kernel layout of ``dtype``."""
-    from hetero_core.model.cpu_linear import PackedLinear
+    from hetero_core.model.cpu.linear import PackedLinear
 
     if (not isinstance(module, PackedLinear) or not module.all_rows or module.float32_output
             or module.kernel_dtype not in _LAYOUTS[dtype]):
