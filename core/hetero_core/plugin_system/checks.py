@@ -53,7 +53,8 @@ SIGNATURES = {
 }
 
 
-def check_registration(seam: str, name: Any, factory: Any, options: Any, traits: dict[str, Any] | None = None) -> None:
+def check_registration(seam: str, name: Any, factory: Any, options: Any,
+                       traits: dict[str, Any] | None = None) -> None:
     """Raise ValueError (the loader records it as the plugin's failure) if a registration is unusable."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ValueError(
@@ -98,13 +99,13 @@ def check_components(plugins, built: dict[str, tuple[Any, Any]]) -> None:
 
 def _trait_problem(seam: str, trait: str, value: Any) -> str | None:
     """Why ``trait=value`` is not a trait of ``seam`` (the seam's declaration in ``seams.py``), or None."""
-    declared = SEAM_BY_NAME[seam].traits
-    spec = SEAM_BY_NAME[seam].trait(trait)
+    declaration = SEAM_BY_NAME[seam]
+    spec = declaration.trait(trait)
     if spec is not None:
         return spec.problem(value)
-    names = [t.name for t in declared]
+    names = [t.name for t in declaration.traits]
     if not names:
-        return f"unknown trait {trait!r}; a {SEAM_BY_NAME[seam].label} takes no traits (remove it)"
+        return f"unknown trait {trait!r}; a {declaration.label} takes no traits (remove it)"
     return f"unknown trait {trait!r}{did_you_mean(trait, names)} (traits: {', '.join(names)})"
 
 

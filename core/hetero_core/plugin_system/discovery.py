@@ -110,7 +110,7 @@ def load_plugins(
         for component in components:
             registry.add(component)
             info.components.setdefault(component.seam, []).append(component.name)
-        idle = None if components or info.name in BUILTIN_PLUGINS else _idle_reason(manager, plugin)
+        idle = None if components else _idle_reason(manager, plugin)
         if idle:
             registry.idle.append(f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}")
     return PluginSet(manager, registry, infos)
@@ -122,9 +122,11 @@ def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
     try:
         manager.check_pending()
     except pluggy.PluginValidationError:
-        specs = sorted(name for name, caller in vars(manager.hook).items() if caller.has_spec())
         unknown = [c.name for c in manager.get_hookcallers(plugin) or [] if not c.has_spec()]
-        hook = unknown[0] if unknown else "?"
+        if not unknown:  # not this plugin's (cannot happen: every plugin before it passed)
+            raise
+        hook = unknown[0]
+        specs = sorted(name for name, caller in vars(manager.hook).items() if caller.has_spec())
         raise ValueError(f"implements {hook}, which is not a hetero hook{did_you_mean(hook, specs)} "
                          f"(hooks: {', '.join(specs)})") from None
 

@@ -47,7 +47,8 @@ class PluginFailure:
     error: str
 
     def describe(self) -> str:
-        return f"plugin '{self.plugin}'{distribution_label(self.distribution, self.version)} failed to load: {self.error}"
+        where = distribution_label(self.distribution, self.version)
+        return f"plugin '{self.plugin}'{where} failed to load: {self.error}"
 
 
 def distribution_label(distribution: str | None, version: str | None) -> str:

@@ -22,7 +22,7 @@ class Trait:
         """Why ``value`` is not a valid value of this trait, or None."""
         if isinstance(value, self.kind):
             return None
-        wanted = "True or False" if self.kind is bool else "a callable" if self.kind is Callable else self.kind.__name__
+        wanted = {bool: "True or False", Callable: "a callable"}.get(self.kind, self.kind.__name__)
         return f"trait {self.name}={value!r} must be {wanted} ({self.meaning})"
 
 

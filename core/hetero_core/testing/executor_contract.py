@@ -56,6 +56,7 @@ from hetero_core.testing.contract_failure import ContractFailure
 from hetero_core.testing.executor_checks import check_output, check_same_rows
 from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
 
+
 class ExecutorContract:
     block_size: int = 16
     num_blocks: int = 64

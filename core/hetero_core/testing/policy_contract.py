@@ -91,7 +91,8 @@ class SchedulerPolicyContract:
                                       f"(limits {TIGHT['max_batch_size']}, {TIGHT['max_total_tokens']})")
         for i, (arrival, output) in enumerate(zip(workload, result.outputs.values())):
             done = output.finished and not output.failed
-            if output.finish_reason != "abort" and not (done and len(output.output_token_ids) == arrival.max_tokens):
+            complete = done and len(output.output_token_ids) == arrival.max_tokens
+            if output.finish_reason != "abort" and not complete:
                 raise ContractFailure("every admissible request finishes with its max_tokens",
                                       f"request {i} ({arrival}): finish_reason {output.finish_reason}, "
                                       f"{len(output.output_token_ids)} tokens, error {output.error!r}")
@@ -99,7 +100,8 @@ class SchedulerPolicyContract:
     @EXAMPLES
     @given(workload=WORKLOADS)
     def test_same_input_gives_the_same_schedule(self, workload):
-        runs = [[(b.seq_ids, b.token_ids) for b in self.run_workload(workload, **TIGHT).batches] for _ in range(2)]
+        runs = [[(b.seq_ids, b.token_ids) for b in self.run_workload(workload, **TIGHT).batches]
+                for _ in range(2)]
         if runs[0] != runs[1]:
             step = next((k for k, (a, b) in enumerate(zip(*runs)) if a != b), min(map(len, runs)))
             first, second = (run[step][0] if step < len(run) else "nothing" for run in runs)
@@ -130,7 +132,8 @@ class SchedulerPolicyContract:
         problems = decision_problems(snapshot, decision)
         if problems:
             ids = {k: [r.request_id for r in getattr(snapshot, k)] for k in ("waiting", "running", "swapped")}
-            raise ContractFailure(VALID, f"{'; '.join(problems)} for a snapshot with {ids} (the decision: {decision!r})")
+            raise ContractFailure(VALID, f"{'; '.join(problems)} for a snapshot with {ids} "
+                                  f"(the decision: {decision!r})")
 
     # -- helpers ----------------------------------------------------------------------------------
     def make_engine(self, policy_factory=None, **overrides):

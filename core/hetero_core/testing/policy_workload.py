@@ -104,15 +104,17 @@ class KitPlugin:
         if stats.num_invalid_policy_decisions:
             raise ContractFailure(VALID, self.policy.first_problem or f"{stats.num_invalid_policy_decisions} invalid")
         if stats.num_policy_hold_back_overrides:
-            raise ContractFailure(NO_STALL, f"nothing ran and it held back every request ({self.policy.held_back_while_idle}) "
-                                  f"for {MAX_STEPS_HELD_BACK} steps in a row, so the engine overrode its hold-backs")
+            raise ContractFailure(NO_STALL, f"nothing ran and it held back every request "
+                                  f"({self.policy.held_back_while_idle}) for {MAX_STEPS_HELD_BACK} steps in a row, "
+                                  "so the engine overrode its hold-backs")
 
 
 def build_engine_for(make_policy, **overrides):
     """An engine on the kit's executor with the policy ``make_policy()`` returns; (engine, KitPlugin)."""
     kit = KitPlugin(make_policy)
     plugins = load_plugins(entry_points=[], extra_plugins=[("policy-contract", kit)])
-    settings = load_settings(executor="contract", tokenizer="byte", scheduler_policy="policy-under-test", **overrides)
+    settings = load_settings(executor="contract", tokenizer="byte", scheduler_policy="policy-under-test",
+                             **overrides)
     return build_engine(settings, plugins), kit
 
 
@@ -146,10 +148,12 @@ def check_allocator(scheduler) -> None:
     owners = Counter(b for seq in scheduler.running for b in seq.block_table)
     for seq in scheduler.waiting + scheduler.swapped:
         if seq.block_table:
-            raise ContractFailure(rule, f"request {seq.request_id} holds blocks {seq.block_table} while not running")
+            raise ContractFailure(rule, f"request {seq.request_id} holds blocks {seq.block_table} while not "
+                                  "running")
     for block, count in owners.items():
         if allocator.ref_count(block) != count:
-            raise ContractFailure(rule, f"block {block} has {allocator.ref_count(block)} references, {count} owners")
+            raise ContractFailure(rule, f"block {block} has {allocator.ref_count(block)} references, "
+                                  f"{count} owners")
     if allocator.num_used_blocks != len(owners):
         raise ContractFailure(rule, f"{allocator.num_used_blocks} blocks in use, {len(owners)} owned (a leak)")
     if allocator.num_free_blocks + allocator.num_used_blocks != allocator.num_blocks:
