@@ -1,21 +1,14 @@
 """hetero-plugins-triton: the Triton flash-decoding executor. Imports neither torch nor triton here."""
 
-from hetero_core.plugin_system.hookspecs import hookimpl
+from hetero_core.executor import hookimpl
 
-from hetero_plugins_triton.capabilities import CAPABILITIES
 from hetero_plugins_triton.options import TritonExecutorOptions
 
 
 @hookimpl
 def register_executors(register):
-    register(
-        "triton",
-        _create_triton_executor,
-        options=TritonExecutorOptions,
-        needs_model=True,
-        preflight=_missing_packages,
-        capabilities=CAPABILITIES,
-    )
+    register("triton", _create_triton_executor, options=TritonExecutorOptions, needs_model=True,
+             preflight=_missing_packages)
 
 
 def _missing_packages():

@@ -62,6 +62,7 @@ class SchedulerStats:
     prefix_cache_queried_tokens: int
     prefix_cache_hit_tokens: int
     num_invalid_policy_decisions: int
+    num_policy_hold_back_overrides: int  # steps whose hold-backs were ignored: nothing ran, all held back
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -138,6 +139,7 @@ class Scheduler:
             prefix_cache_queried_tokens=getattr(self.allocator, "num_queried_tokens", 0),
             prefix_cache_hit_tokens=getattr(self.allocator, "num_hit_tokens", 0),
             num_invalid_policy_decisions=self.runner.num_invalid_decisions,
+            num_policy_hold_back_overrides=self.runner.num_hold_back_overrides,
         )
 
     def snapshot(self) -> SchedulerSnapshot:

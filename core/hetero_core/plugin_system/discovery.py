@@ -1,8 +1,10 @@
 """Plugin discovery: core's defaults plus every installed ``hetero`` entry point.
 
-A plugin that fails to import, fails pluggy's signature validation or raises while registering is
-recorded as a failure; the other plugins keep working, and selecting a component from the broken one
-raises an error that names it, its version and the cause.
+A plugin that fails to import, fails pluggy's signature validation, implements a hook that is not a
+hetero hook (a misspelt ``register_scheduler_policy``: pluggy's ``check_pending``), raises while
+registering or registers something ``checks.check_registration`` refuses (a bad name, factory,
+options model or trait) is recorded as a failure; the other plugins keep working, and selecting a
+component from the broken one raises an error that names it, its version and the cause.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import pluggy
 
 from hetero_core.plugin_system import hookspecs
 from hetero_core.plugin_system.checks import check_registration
-from hetero_core.plugin_system.registry import SEAMS, Component, PluginFailure, Registry
+from hetero_core.plugin_system.registry import SEAMS, Component, PluginFailure, Registry, distribution_label
 from hetero_core.plugin_system.seams import SEAM_TABLE
+from hetero_core.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = "hetero"
 AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
@@ -98,6 +101,7 @@ def load_plugins(
             _fail(info, registry, str(exc))
             continue
         try:
+            _check_hook_names(manager, plugin)
             components = _collect(manager, info)
         except Exception as exc:
             manager.unregister(name=info.name)
@@ -106,7 +110,37 @@ def load_plugins(
         for component in components:
             registry.add(component)
             info.components.setdefault(component.seam, []).append(component.name)
+        idle = None if components else _idle_reason(manager, plugin)
+        if idle:
+            registry.idle.append(f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}")
     return PluginSet(manager, registry, infos)
+
+
+def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
+    """pluggy's ``check_pending`` for the plugin just registered (the ones before it passed): a
+    hook implementation with no hook spec of that name is a typo, refused in one line."""
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError:
+        unknown = [c.name for c in manager.get_hookcallers(plugin) or [] if not c.has_spec()]
+        if not unknown:  # not this plugin's (cannot happen: every plugin before it passed)
+            raise
+        hook = unknown[0]
+        specs = sorted(name for name, caller in vars(manager.hook).items() if caller.has_spec())
+        raise ValueError(f"implements {hook}, which is not a hetero hook{did_you_mean(hook, specs)} "
+                         f"(hooks: {', '.join(specs)})") from None
+
+
+def _idle_reason(manager: pluggy.PluginManager, plugin: object) -> str | None:
+    """Why a plugin that loaded registered no component (for ``unknown executor 'x'`` messages), or
+    None when it implements only hooks that register no component."""
+    hooks = sorted(c.name for c in manager.get_hookcallers(plugin) or [])
+    seam_hooks = [h for h in hooks if h in HOOK_FOR_SEAM.values()]
+    if not hooks:
+        return "implements no hetero hook"
+    if seam_hooks:
+        return f"ran {', '.join(seam_hooks)} without calling register()"
+    return None
 
 
 def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]:
@@ -119,7 +153,7 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
                 continue
 
             def register(name, factory, *, options=None, _seam=seam, **traits):
-                check_registration(_seam, name, factory, options)
+                check_registration(_seam, name, factory, options, traits)
                 collected.append(Component(_seam, name, factory, info.name, options, traits))
 
             try:

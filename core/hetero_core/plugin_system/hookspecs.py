@@ -1,7 +1,9 @@
 """The four seams of Hetero, as pluggy hook specifications.
 
 Every hook receives ``register``; call it once per component. Components are selected by name from
-settings, so registration order never matters. Core's own defaults use these same hooks.
+settings, so registration order never matters. Core's own defaults use these same hooks. Plugin
+authors import ``hookimpl`` from their seam's facade (``hetero_core.executor``, ``hetero_core.policy``,
+...), not from here. A hook implementation whose name is not one of these fails its plugin.
 """
 
 import pluggy
@@ -29,4 +31,4 @@ def register_kv_allocators(register):
 
 @hookspec
 def register_executors(register):
-    """Call register(name, factory, options=Model, needs_model=bool) per executor; factory(ExecutorContext)."""
+    """Call register(name, factory, options=Model, **traits) per executor; factory(ExecutorContext)."""
