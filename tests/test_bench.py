@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from cli_helpers import hetero
-from hetero_core.benchmarks import BENCHMARKS
-from hetero_core.benchmarks.peers import PeerResult, PeerUnavailable
-from hetero_core.benchmarks.workload import Workload
+from hetero_bench.catalog import BENCHMARKS
+from hetero_bench.peers import PeerResult, PeerUnavailable
+from hetero_bench.workload import Workload
 from hetero_core.cli.main import main
 
 SMALL_OFFLINE = ["offline", "--executor", "mock", "--num-requests", "4", "--rounds", "2", "--decode-tokens", "4"]
@@ -82,7 +82,7 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path, capsys, monkeypa
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--plot", str(tmp_path / "p.png"))
     assert code == 2 and out == ""  # refused before anything ran
-    assert err.strip() == "hetero: error: --plot needs matplotlib: pip install 'hetero-core[bench]'"
+    assert err.strip() == "hetero: error: --plot needs matplotlib: pip install 'hetero-bench[plot]'"
 
 
 def test_a_peer_without_its_package_is_skipped_with_one_line(tmp_path, capsys, monkeypatch):
@@ -130,7 +130,7 @@ class FailsToStart(FakePeer):
 
 
 def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatch):
-    from hetero_core.benchmarks import peers
+    from hetero_bench import peers
 
     monkeypatch.setattr(peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent, "late": FailsToStart})
     path = tmp_path / "o.json"
@@ -170,12 +170,18 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, m
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_triton_decode_without_cuda_says_it_needs_cuda(capsys):
+@pytest.mark.parametrize("argv", [["triton-decode"], ["gpu-offline", "--executor", "cuda"]])
+def test_gpu_benchmarks_without_cuda_say_they_need_cuda(capsys, argv):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    code, _, err = bench(capsys, "triton-decode")
-    assert code == 2 and "needs" in err and len(err.strip().splitlines()) == 1
+    code, _, err = bench(capsys, *argv)
+    assert code == 2 and "needs a CUDA GPU" in err and len(err.strip().splitlines()) == 1
+
+
+def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
+    code, _, err = bench(capsys, "tensor-parallel", "--executor", "mock", "--sizes", "2")
+    assert code == 2 and "tensor" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv, first_column", [
@@ -184,6 +190,8 @@ def test_triton_decode_without_cuda_says_it_needs_cuda(capsys):
     (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
     (["chunked-prefill", "--executor", "mock", "--long-tokens", "64", "--chunk", "16"], "chunked"),
     (["warm-start", "--executor", "mock", "--runs", "1"], 1),
+    (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
+    (["tensor-parallel", "--executor", "mock", "--sizes", "1", "--prompts", "2", "--tokens", "4"], 1),
 ])
 def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, argv, first_column):
     path = tmp_path / "r.json"
@@ -219,24 +227,6 @@ def test_serving_against_hetero_serve_on_the_mock_executor(tmp_path):
     assert report["settings"]["serve_flags"] == ["--executor", "mock", "--max-batch-size", "4"]
 
 
-def test_the_bench_scripts_still_run(tmp_path):
-    import subprocess
-
-    from cli_helpers import clean_env
-
-    done = subprocess.run([sys.executable, "bench/offline_throughput.py", "--skip-sequential", "--executor", "mock",
-                           "--num-requests", "2", "--decode-tokens", "0"], capture_output=True, text=True,
-                          env=clean_env(), timeout=120, cwd=_repo_root())
-    assert done.returncode == 0, done.stderr
-    assert "hetero engine" in done.stdout and "skipping peer 'hf'" in done.stderr
-
-
-def _repo_root():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[1]
-
-
 def test_first_token_runs_time_fresh_hetero_processes(tmp_path, capsys):
     path = tmp_path / "o.json"
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--first-token-runs", "1", "--json", str(path))
@@ -248,8 +238,8 @@ def test_first_token_runs_time_fresh_hetero_processes(tmp_path, capsys):
 
 
 def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
-    from hetero_core.benchmarks import peers
-    from hetero_core.benchmarks.offline import _agreement
+    from hetero_bench import peers
+    from hetero_bench.benchmarks.offline import _agreement
 
     class Echo(FakePeer):
         name, label = "echo", "an echo"
@@ -270,8 +260,8 @@ def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
 
 
 def test_workload_flops_counts_linears_lm_head_and_attention():
-    from hetero_core.benchmarks.flops import workload_flops
-    from hetero_core.benchmarks.workload import Request
+    from hetero_bench.flops import workload_flops
+    from hetero_bench.workload import Request
 
     config = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
               "intermediate_size": 16, "vocab_size": 100}

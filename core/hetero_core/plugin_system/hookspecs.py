@@ -1,7 +1,8 @@
-"""The four seams of Hetero, as pluggy hook specifications.
+"""The four seams of Hetero, and the command line, as pluggy hook specifications.
 
-Every hook receives ``register``; call it once per component. Components are selected by name from
-settings, so registration order never matters. Core's own defaults use these same hooks.
+Every seam hook receives ``register``; call it once per component. Components are selected by name
+from settings, so registration order never matters. Core's own defaults use these same hooks.
+``register_commands`` adds subcommands to ``hetero`` (simonw/llm's hook of the same name).
 """
 
 import pluggy
@@ -30,3 +31,8 @@ def register_kv_allocators(register):
 @hookspec
 def register_executors(register):
     """Call register(name, factory, options=Model, needs_model=bool) per executor; factory(ExecutorContext)."""
+
+
+@hookspec
+def register_commands(commands):
+    """Call commands.add_parser(name, help=...) per ``hetero`` subcommand, with set_defaults(handler=fn); fn(args) -> exit status."""
