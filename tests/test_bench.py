@@ -181,7 +181,8 @@ def test_gpu_benchmarks_without_cuda_say_they_need_cuda(capsys, argv):
 
 def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
     code, _, err = bench(capsys, "tensor-parallel", "--executor", "mock", "--sizes", "2")
-    assert code == 2 and "tensor" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("hetero: error: executor 'mock' does not support tensor parallelism")
 
 
 @pytest.mark.parametrize("argv, first_column", [
@@ -270,3 +271,33 @@ def test_workload_flops_counts_linears_lm_head_and_attention():
     lm_head = 2 * 8 * 100
     attention = 4 * 2 * 2 * 4 * (1 + 2 + 3 + 4)  # token i attends i keys, scores and values
     assert workload_flops(config, [Request([1, 2, 3], 2)]) == 4 * linears + 2 * lm_head + attention
+
+
+def test_emulate_avx2_caps_the_isa_and_builds_the_kernels_for_haswell(tmp_path, monkeypatch):
+    import subprocess
+    import tempfile
+
+    from hetero_bench import avx2_emulation
+
+    echo = tmp_path / "echo-cc"
+    echo.write_text('#!/bin/sh\necho "$@"\n')
+    echo.chmod(0o755)
+    for name in (*avx2_emulation.CAPS, "CC"):
+        monkeypatch.setenv(name, "unset")  # put back after the test
+    monkeypatch.setenv("CC", str(echo))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.delitem(sys.modules, "torch")  # as before torch loads
+    variables = avx2_emulation.emulate_avx2()
+    assert variables["ATEN_CPU_CAPABILITY"] == "avx2" and variables["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    done = subprocess.run([variables["CC"], "-O3", "-march=native", "-o", "k.so", "k.c"], capture_output=True,
+                          text=True)
+    assert done.stdout.strip() == "-O3 -march=haswell -o k.so k.c"
+    assert avx2_emulation.emulate_avx2()["CC"] == variables["CC"]  # again: the same wrapper, not a wrapper of it
+
+
+def test_emulate_avx2_after_torch_loaded_is_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", object())
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--emulate-avx2")
+    assert code == 2 and out == ""
+    assert err == "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"

@@ -40,6 +40,7 @@ def machine_info() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "hetero_core": _version("hetero-core"),
+        "hetero_bench": _version("hetero-bench"),
         "torch": None,
         "gpu": None,
     }

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=["torch", "triton", "cuda"], required=True)
     parser.add_argument("--no-cuda-graphs", action="store_true", help="cuda executor: eager decode steps")
     parser.add_argument("--flash-attn-double", nargs="?", const=str(FLASH_ATTN_DOUBLE), metavar="PATH",
-                        help=f"cuda executor: the PyTorch test double instead of flash-attn (default: {FLASH_ATTN_DOUBLE})")
+                        help="cuda executor: the PyTorch test double instead of flash-attn "
+                             f"(default: {FLASH_ATTN_DOUBLE}, in a checkout)")
     parser.add_argument("--executor-option", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option of the executor's section (JSON values), repeatable")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9,

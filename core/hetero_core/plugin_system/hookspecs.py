@@ -35,4 +35,4 @@ def register_executors(register):
 
 @hookspec
 def register_commands(commands):
-    """Call commands.add_parser(name, help=...) per ``hetero`` subcommand, with set_defaults(handler=fn); fn(args) -> exit status."""
+    """Call commands.add_parser(name, ...) per ``hetero`` subcommand; set_defaults(handler=fn), fn(args) -> status."""
