@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -301,3 +302,55 @@ def test_emulate_avx2_after_torch_loaded_is_one_line(capsys, monkeypatch):
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--emulate-avx2")
     assert code == 2 and out == ""
     assert err == "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"
+
+
+def test_triton_decode_smoke_runs_the_kernel_through_the_plugins_public_names(tmp_path):
+    pytest.importorskip("triton")
+    path = tmp_path / "t.json"  # a fresh process: triton's mode (GPU or interpreter) is fixed once imported
+    done = hetero("bench", "triton-decode", "--smoke", "--batches", "1", "--contexts", "40", "--json", str(path))
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(path.read_text())["rows"]
+    assert (row["batch"], row["context"]) == (1, 40) and row["max_abs_error_vs_sdpa"] < 1e-4
+
+
+def test_gpu_offline_stands_the_flash_attn_double_in_for_flash_attn(monkeypatch):
+    pytest.importorskip("torch")
+    from hetero_bench.benchmarks.gpu_offline import use_flash_attn_double
+    from hetero_plugins_cuda.kernels import load_flash_attn
+
+    monkeypatch.setitem(sys.modules, "flash_attn", None)
+    use_flash_attn_double(str(Path(__file__).parent / "cuda" / "flash_attn_double.py"))
+    kernels = load_flash_attn()  # what the cuda executor calls
+    assert kernels.name == "flash-attn 2.x (test double: PyTorch SDPA)"
+    assert type(kernels.varlen.__self__).__name__ == "FlashAttnDouble"
+
+
+def _imports(folder: Path) -> dict[str, set[str]]:
+    """Every module each file under ``folder`` imports (function-level imports too)."""
+    import ast
+
+    found = {}
+    for path in folder.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        found[str(path.relative_to(folder))] = names
+    return found
+
+
+# What the benchmarks may import of Hetero: the package's public names, and core's model code for the
+# shapes of gpu-offline's synthetic model.
+PUBLIC = {"hetero_core", "hetero_core.model.config", "hetero_core.model.fusion", "hetero_core.model.llama",
+          "hetero_plugins_triton"}
+
+
+def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
+    root = Path(__file__).resolve().parents[1]
+    for path, names in _imports(root / "bench" / "hetero_bench").items():
+        private = {n for n in names if n.startswith(("hetero_core", "hetero_plugins")) and n not in PUBLIC}
+        assert not private, f"bench/hetero_bench/{path} imports {sorted(private)}"
+    for path, names in _imports(root / "core" / "hetero_core").items():
+        assert not {n for n in names if n.startswith("hetero_bench")}, f"core/hetero_core/{path} imports hetero_bench"

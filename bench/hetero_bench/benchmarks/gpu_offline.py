@@ -135,7 +135,7 @@ def use_flash_attn_double(path: str) -> None:
     spec.loader.exec_module(double_module)
     double = double_module.FlashAttnDouble()
     stand_in = types.ModuleType("flash_attn")
-    stand_in.__version__ = "2 (test double: PyTorch SDPA)"
+    stand_in.__version__ = "2.x (test double: PyTorch SDPA)"  # load_flash_attn takes 2.x
     stand_in.flash_attn_varlen_func = double.flash_attn_varlen_func
     stand_in.flash_attn_with_kvcache = double.flash_attn_with_kvcache
     sys.modules["flash_attn"] = stand_in
