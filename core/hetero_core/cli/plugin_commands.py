@@ -24,7 +24,7 @@ SHIPPED_HELP = {"bench": "run a benchmark (needs the hetero-bench package)"}
 
 def add_plugin_commands(commands: argparse._SubParsersAction) -> None:
     """Let every loaded plugin add its commands to ``commands`` (core's are there already). A name
-    added twice is added by neither: core's stays (with a warning), a plugins' clash fails when run."""
+    added twice is added by neither: core's own stays (with a warning); two plugins' fails when run."""
     from hetero_core.plugin_system.discovery import COMMANDS, load_plugins
 
     plugin_set = load_plugins()
