@@ -28,6 +28,7 @@ AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
 # register through the same hooks (the plugin system knows them only by module name).
 BUILTIN_PLUGINS = {"core": "hetero_core.default_plugins"}
 HOOK_FOR_SEAM = {seam.name: seam.hook for seam in SEAM_TABLE}
+COMMANDS = "command"  # PluginInfo.components key for the subcommands a plugin adds (register_commands)
 
 
 @dataclass
@@ -103,6 +104,7 @@ def load_plugins(
         try:
             _check_hook_names(manager, plugin)
             components = _collect(manager, info)
+            commands = _collect_commands(manager, info)
         except Exception as exc:
             manager.unregister(name=info.name)
             _fail(info, registry, str(exc))
@@ -110,9 +112,11 @@ def load_plugins(
         for component in components:
             registry.add(component)
             info.components.setdefault(component.seam, []).append(component.name)
-        idle = None if components else _idle_reason(manager, plugin)
+        idle = None if components or commands else _idle_reason(manager, plugin)
         if idle:
             registry.idle.append(f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}")
+        if commands:
+            info.components[COMMANDS] = commands
     return PluginSet(manager, registry, infos)
 
 
@@ -161,6 +165,27 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
             except Exception as exc:
                 raise RuntimeError(f"{HOOK_FOR_SEAM[seam]} raised {type(exc).__name__}: {exc}") from exc
     return collected
+
+
+def _collect_commands(manager: pluggy.PluginManager, info: PluginInfo) -> list[str]:
+    """The ``hetero`` subcommands this plugin adds (``register_commands``), added here to a scratch
+    parser: a command that fails to build fails its plugin at discovery, where ``hetero plugins``
+    shows it. The CLI adds them to its own parser (``hetero_core.cli.plugin_commands``)."""
+    import argparse
+
+    commands = argparse.ArgumentParser(prog="hetero").add_subparsers()
+    for impl in manager.hook.register_commands.get_hookimpls():
+        if impl.plugin_name != info.name:
+            continue
+        try:
+            impl.function(commands=commands)
+        except Exception as exc:
+            raise RuntimeError(f"register_commands raised {type(exc).__name__}: {exc}") from exc
+    for name, parser in commands.choices.items():
+        if not callable(parser.get_default("handler")):
+            raise RuntimeError(f"register_commands: command '{name}' has no handler; "
+                               "call set_defaults(handler=fn) on its parser")
+    return list(commands.choices)
 
 
 def _fail(info: PluginInfo, registry: Registry, error: str) -> None:
