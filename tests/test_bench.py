@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from cli_helpers import hetero
-from hetero_core.benchmarks import BENCHMARKS
-from hetero_core.benchmarks.peers import PeerResult, PeerUnavailable
-from hetero_core.benchmarks.workload import Workload
+from hetero_bench.catalog import BENCHMARKS
+from hetero_bench.peers import PeerResult, PeerUnavailable
+from hetero_bench.workload import Workload
 from hetero_core.cli.main import main
 
 SMALL_OFFLINE = ["offline", "--executor", "mock", "--num-requests", "4", "--rounds", "2", "--decode-tokens", "4"]
@@ -82,7 +83,7 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path, capsys, monkeypa
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--plot", str(tmp_path / "p.png"))
     assert code == 2 and out == ""  # refused before anything ran
-    assert err.strip() == "hetero: error: --plot needs matplotlib: pip install 'hetero-core[bench]'"
+    assert err.strip() == "hetero: error: --plot needs matplotlib: pip install 'hetero-bench[plot]'"
 
 
 def test_a_peer_without_its_package_is_skipped_with_one_line(tmp_path, capsys, monkeypatch):
@@ -130,7 +131,7 @@ class FailsToStart(FakePeer):
 
 
 def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatch):
-    from hetero_core.benchmarks import peers
+    from hetero_bench import peers
 
     monkeypatch.setattr(peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent, "late": FailsToStart})
     path = tmp_path / "o.json"
@@ -170,12 +171,19 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, m
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_triton_decode_without_cuda_says_it_needs_cuda(capsys):
+@pytest.mark.parametrize("argv", [["triton-decode"], ["gpu-offline", "--executor", "cuda"]])
+def test_gpu_benchmarks_without_cuda_say_they_need_cuda(capsys, argv):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    code, _, err = bench(capsys, "triton-decode")
-    assert code == 2 and "needs" in err and len(err.strip().splitlines()) == 1
+    code, _, err = bench(capsys, *argv)
+    assert code == 2 and "needs a CUDA GPU" in err and len(err.strip().splitlines()) == 1
+
+
+def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
+    code, _, err = bench(capsys, "tensor-parallel", "--executor", "mock", "--sizes", "2")
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("hetero: error: executor 'mock' does not support tensor parallelism")
 
 
 @pytest.mark.parametrize("argv, first_column", [
@@ -184,6 +192,8 @@ def test_triton_decode_without_cuda_says_it_needs_cuda(capsys):
     (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
     (["chunked-prefill", "--executor", "mock", "--long-tokens", "64", "--chunk", "16"], "chunked"),
     (["warm-start", "--executor", "mock", "--runs", "1"], 1),
+    (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
+    (["tensor-parallel", "--executor", "mock", "--sizes", "1", "--prompts", "2", "--tokens", "4"], 1),
 ])
 def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, argv, first_column):
     path = tmp_path / "r.json"
@@ -219,24 +229,6 @@ def test_serving_against_hetero_serve_on_the_mock_executor(tmp_path):
     assert report["settings"]["serve_flags"] == ["--executor", "mock", "--max-batch-size", "4"]
 
 
-def test_the_bench_scripts_still_run(tmp_path):
-    import subprocess
-
-    from cli_helpers import clean_env
-
-    done = subprocess.run([sys.executable, "bench/offline_throughput.py", "--skip-sequential", "--executor", "mock",
-                           "--num-requests", "2", "--decode-tokens", "0"], capture_output=True, text=True,
-                          env=clean_env(), timeout=120, cwd=_repo_root())
-    assert done.returncode == 0, done.stderr
-    assert "hetero engine" in done.stdout and "skipping peer 'hf'" in done.stderr
-
-
-def _repo_root():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[1]
-
-
 def test_first_token_runs_time_fresh_hetero_processes(tmp_path, capsys):
     path = tmp_path / "o.json"
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--first-token-runs", "1", "--json", str(path))
@@ -248,8 +240,8 @@ def test_first_token_runs_time_fresh_hetero_processes(tmp_path, capsys):
 
 
 def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
-    from hetero_core.benchmarks import peers
-    from hetero_core.benchmarks.offline import _agreement
+    from hetero_bench import peers
+    from hetero_bench.benchmarks.offline import _agreement
 
     class Echo(FakePeer):
         name, label = "echo", "an echo"
@@ -270,8 +262,8 @@ def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
 
 
 def test_workload_flops_counts_linears_lm_head_and_attention():
-    from hetero_core.benchmarks.flops import workload_flops
-    from hetero_core.benchmarks.workload import Request
+    from hetero_bench.flops import workload_flops
+    from hetero_bench.workload import Request
 
     config = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
               "intermediate_size": 16, "vocab_size": 100}
@@ -280,3 +272,85 @@ def test_workload_flops_counts_linears_lm_head_and_attention():
     lm_head = 2 * 8 * 100
     attention = 4 * 2 * 2 * 4 * (1 + 2 + 3 + 4)  # token i attends i keys, scores and values
     assert workload_flops(config, [Request([1, 2, 3], 2)]) == 4 * linears + 2 * lm_head + attention
+
+
+def test_emulate_avx2_caps_the_isa_and_builds_the_kernels_for_haswell(tmp_path, monkeypatch):
+    import subprocess
+    import tempfile
+
+    from hetero_bench import avx2_emulation
+
+    echo = tmp_path / "echo-cc"
+    echo.write_text('#!/bin/sh\necho "$@"\n')
+    echo.chmod(0o755)
+    for name in (*avx2_emulation.CAPS, "CC"):
+        monkeypatch.setenv(name, "unset")  # put back after the test
+    monkeypatch.setenv("CC", str(echo))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.delitem(sys.modules, "torch")  # as before torch loads
+    variables = avx2_emulation.emulate_avx2()
+    assert variables["ATEN_CPU_CAPABILITY"] == "avx2" and variables["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    done = subprocess.run([variables["CC"], "-O3", "-march=native", "-o", "k.so", "k.c"], capture_output=True,
+                          text=True)
+    assert done.stdout.strip() == "-O3 -march=haswell -o k.so k.c"
+    assert avx2_emulation.emulate_avx2()["CC"] == variables["CC"]  # again: the same wrapper, not a wrapper of it
+
+
+def test_emulate_avx2_after_torch_loaded_is_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", object())
+    code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--emulate-avx2")
+    assert code == 2 and out == ""
+    assert err == "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"
+
+
+def test_triton_decode_smoke_runs_the_kernel_through_the_plugins_public_names(tmp_path):
+    pytest.importorskip("triton")
+    path = tmp_path / "t.json"  # a fresh process: triton's mode (GPU or interpreter) is fixed once imported
+    done = hetero("bench", "triton-decode", "--smoke", "--batches", "1", "--contexts", "40", "--json", str(path))
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(path.read_text())["rows"]
+    assert (row["batch"], row["context"]) == (1, 40) and row["max_abs_error_vs_sdpa"] < 1e-4
+
+
+def test_gpu_offline_stands_the_flash_attn_double_in_for_flash_attn(monkeypatch):
+    pytest.importorskip("torch")
+    from hetero_bench.benchmarks.gpu_offline import use_flash_attn_double
+    from hetero_plugins_cuda.kernels import load_flash_attn
+
+    monkeypatch.setitem(sys.modules, "flash_attn", None)
+    use_flash_attn_double(str(Path(__file__).parent / "cuda" / "flash_attn_double.py"))
+    kernels = load_flash_attn()  # what the cuda executor calls
+    assert kernels.name == "flash-attn 2.x (test double: PyTorch SDPA)"
+    assert type(kernels.varlen.__self__).__name__ == "FlashAttnDouble"
+
+
+def _imports(folder: Path) -> dict[str, set[str]]:
+    """Every module each file under ``folder`` imports (function-level imports too)."""
+    import ast
+
+    found = {}
+    for path in folder.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        found[str(path.relative_to(folder))] = names
+    return found
+
+
+# What the benchmarks may import of Hetero: the package's public names, and core's model code for the
+# shapes of gpu-offline's synthetic model.
+PUBLIC = {"hetero_core", "hetero_core.model.config", "hetero_core.model.fusion", "hetero_core.model.llama",
+          "hetero_plugins_triton"}
+
+
+def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
+    root = Path(__file__).resolve().parents[1]
+    for path, names in _imports(root / "bench" / "hetero_bench").items():
+        private = {n for n in names if n.startswith(("hetero_core", "hetero_plugins")) and n not in PUBLIC}
+        assert not private, f"bench/hetero_bench/{path} imports {sorted(private)}"
+    for path, names in _imports(root / "core" / "hetero_core").items():
+        assert not {n for n in names if n.startswith("hetero_bench")}, f"core/hetero_core/{path} imports hetero_bench"

@@ -127,5 +127,5 @@ def test_a_step_that_only_preempts_applies_its_swap_outs_at_once(make_mock_engin
     assert [e[1] for e in calls.events if e[0] == step] == ["swap_out"]  # no batch ran: nothing carries over
     assert calls.events[[e[0] for e in calls.events].index(step + 1)][1] == "swap_in"
     stats = engine.stats()
-    assert stats.num_swap_preemptions == stats.num_swap_ins == 4 and stats.num_hold_back_overrides == 0
+    assert stats.num_swap_preemptions == stats.num_swap_ins == 4 and stats.num_policy_hold_back_overrides == 0
     assert [finished[i].output_token_ids for i in ids] == [o.output_token_ids for o in reference]

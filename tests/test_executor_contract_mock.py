@@ -8,12 +8,13 @@ from array import array
 
 import pytest
 
-from hetero_core.testing import ExecutorContract
+from hetero_core.testing import ContractFailure, ExecutorContract
 from hetero_plugins_mock.executor import MockExecutor
+from hetero_plugins_mock.options import MockExecutorOptions
 
 
 class TestMockExecutorContract(ExecutorContract):
-    vocab_size = 258  # the byte tokenizer's; the mock draws below 127
+    vocab_size = 258  # ctx.vocab_size: the byte tokenizer's, as the engine passes it (the mock draws below 127)
 
     def make_executor(self, ctx):
         return MockExecutor(ctx)
@@ -64,14 +65,17 @@ class IgnoresBlockTables(Forgiving):
 
 
 @pytest.mark.parametrize(
-    "broken, test_name",
+    "broken, test_name, message",
     [
-        (IgnoresBlockTables, "test_block_tables_are_honoured"),
-        (IgnoresBlockTables, "test_mixed_prefill_and_decode_batches_match_separate_runs"),
-        (PerRequestCache, "test_slot_writes_land_where_the_batch_says"),
+        (IgnoresBlockTables, "test_block_tables_are_honoured",
+         r"block tables are honoured: shuffled, non-contiguous block tables: token at \(0, 37\) is \d+, expected"),
+        (IgnoresBlockTables, "test_mixed_prefill_and_decode_batches_match_separate_runs",
+         r"a batch gives each sequence the rows it gets alone: mixed prefill \+ decode batches: token at"),
+        (PerRequestCache, "test_slot_writes_land_where_the_batch_says",
+         r"slot writes land where the batch says: a sequence reading another's cached blocks: token at 37 is"),
     ],
 )
-def test_the_contract_catches_broken_executors(broken, test_name):
+def test_the_contract_catches_broken_executors_naming_the_rule_and_the_value(broken, test_name, message):
     class Contract(ExecutorContract):
         vocab_size = 258
 
@@ -79,7 +83,7 @@ def test_the_contract_catches_broken_executors(broken, test_name):
             return broken(ctx)
 
     contract = Contract()
-    with pytest.raises(AssertionError):
+    with pytest.raises(ContractFailure, match=message):
         try:
             getattr(contract, test_name)()
         finally:
@@ -87,9 +91,35 @@ def test_the_contract_catches_broken_executors(broken, test_name):
 
 
 def test_the_contract_kit_imports_no_torch():
-    code = "import sys, hetero_core.testing; print('torch' in sys.modules, 'pytest' in sys.modules)"
+    code = ("import sys; from hetero_core.testing import ExecutorContract; "
+            "print('torch' in sys.modules, 'pytest' in sys.modules, 'hypothesis' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "False"]
+    assert out.split() == ["False", "False", "False"]
+
+
+def test_what_a_wrapped_executor_needs_is_named_when_it_refuses_the_context():
+    class TooSmall(ExecutorContract):
+        vocab_size = 96  # the mock draws tokens up to its own vocab_size option, 127
+
+        def make_executor(self, ctx):
+            return MockExecutor(ctx)
+
+    with pytest.raises(RuntimeError, match=r"make_executor\(ctx\) raised ConfigError: executor.mock.vocab_size "
+                                           r"\(127\) exceeds the tokenizer's vocabulary \(96\) \(the kit's context: "
+                                           r"vocab_size=96, block_size=16, num_blocks=64, options=None"):
+        TooSmall().test_chunked_prefill_matches_unchunked()
+
+
+class TestMockWithItsOptions(ExecutorContract):
+    """``executor_options()`` is the context's ``options``: a smaller mock vocabulary fits the default 96."""
+
+    def executor_options(self):
+        return MockExecutorOptions(vocab_size=90, seed=7)
+
+    def make_executor(self, ctx):
+        executor = MockExecutor(ctx)
+        assert executor.options.seed == 7
+        return executor
 
 
 def test_the_forgiving_mock_itself_passes_so_failures_above_come_from_the_breakage():

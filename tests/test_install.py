@@ -1,6 +1,6 @@
 """The install story: what a user without torch (or without the model package) is told, and real
 fresh-venv installs of the packages (non-editable), as `pip install ./core ./hetero_plugins_mock`
-and `pip install ./core ./hetero_plugins_cuda` leave them."""
+(then `./bench`) and `pip install ./core ./hetero_plugins_cuda` leave them."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _clean_env() -> dict[str, str]:
 
 @pytest.mark.slow
 def test_fresh_venv_core_and_mock(tmp_path):
-    src = _copy_sources(tmp_path, "core", "hetero_plugins_mock")
+    src = _copy_sources(tmp_path, "core", "hetero_plugins_mock", "bench")
     python = _fresh_venv(tmp_path / "venv")
     _pip(python, "./core", "./hetero_plugins_mock", cwd=src)
     hetero = tmp_path / "venv" / "bin" / "hetero"
@@ -95,7 +95,13 @@ def test_fresh_venv_core_and_mock(tmp_path):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert CPU_TORCH in done.stderr and "hetero-core[torch]" in done.stderr
-    # `hetero bench` from the plain install: no torch, no transformers, no matplotlib
+    # `hetero bench` comes with hetero-bench: one line until it is installed
+    done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "hetero: error: `hetero bench` comes with the hetero-bench package, which is not installed: "
+        "pip install ./bench in a checkout of Hetero (./scripts/setup.sh installs it)"]
+    # then from the plain install: no torch, no transformers, no matplotlib
+    _pip(python, "./bench", cwd=src)
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0 and "offline" in done.stdout
     offline = [str(hetero), "bench", "offline", "--executor", "mock", "--num-requests", "2", "--rounds", "1",
@@ -105,7 +111,7 @@ def test_fresh_venv_core_and_mock(tmp_path):
     assert "hetero engine" in done.stdout and "skipping peer 'hf': HF transformers is not installed" in done.stderr
     done = subprocess.run([*offline, "--plot", "o.png"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip() == (
-        "hetero: error: --plot needs matplotlib: pip install 'hetero-core[bench]'")
+        "hetero: error: --plot needs matplotlib: pip install 'hetero-bench[plot]'")
 
 
 @pytest.mark.slow

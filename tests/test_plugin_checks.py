@@ -26,7 +26,7 @@ def install(tmp_path, monkeypatch):
 
     def make(source, name="x"):
         module = f"checked_plugin_{tmp_path.name}"  # a fresh module per test (sys.modules caches)
-        (tmp_path / f"{module}.py").write_text("from hetero_core.plugin_system.hookspecs import hookimpl\n" + textwrap.dedent(source))
+        (tmp_path / f"{module}.py").write_text("from hetero_core import hookimpl\n" + textwrap.dedent(source))
         dist = FakeDistribution(f"hetero-{name}", "1.0", {name: module})
         return load_plugins(entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)])
 
@@ -41,21 +41,22 @@ def plugin_info(plugin_set, name="x"):
     return {p.name: p for p in plugin_set.plugins}[name]
 
 
-def test_a_policy_without_priority_fails_at_build_naming_plugin_distribution_and_fix(install):
+def test_a_policy_without_decide_fails_at_build_naming_plugin_distribution_and_fix(install):
     plugins = install("""
-    class NoPriority:
-        def order(self, seq):
+    class OldStylePolicy:  # the retired priority(seq) API
+        def priority(self, seq):
             return seq.seq_id
 
     @hookimpl
     def register_scheduler_policies(register):
-        register("nopri", lambda options: NoPriority())
+        register("old", lambda options: OldStylePolicy())
     """)
     with pytest.raises(PluginError) as err:
-        build(plugins, scheduler_policy="nopri")
+        build(plugins, scheduler_policy="old")
     message = str(err.value)
-    assert "scheduler policy 'nopri' (plugin 'x', distribution hetero-x 1.0)" in message
-    assert "returned a NoPriority without priority" in message and "priority(seq) -> sortable key" in message
+    assert "scheduler policy 'old' (plugin 'x', distribution hetero-x 1.0)" in message
+    assert "returned a OldStylePolicy without decide" in message
+    assert "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))" in message
 
 
 def test_a_factory_with_the_wrong_arity_fails_the_plugin_at_load_with_its_signature(install):

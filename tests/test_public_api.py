@@ -145,12 +145,13 @@ def test_executor_comes_from_settings_when_not_given(monkeypatch):
     with LLM() as llm:
         assert llm.settings.executor.name == "mock" and repr(llm) == (
             "LLM(model='smollm2-135m-instruct', executor='mock')")
+        assert llm.model_dir is None  # the mock runs no model
 
 
 @pytest.mark.slow
 def test_the_real_model_answers_a_chat_and_returns_logprobs(smollm2_dir):
     with LLM(model=str(smollm2_dir)) as llm:
-        assert llm.has_chat_template
+        assert llm.has_chat_template and llm.model_dir == smollm2_dir
         params = SamplingParams(temperature=0, max_tokens=12, logprobs=2)
         chat, raw = llm.chat([{"role": "user", "content": "What is the capital of France?"}], params)[0], \
             llm.generate("What is the capital of France?", params)[0]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hetero_core.benchmarks.peers import PeerContext, PeerUnavailable, available_peers
-from hetero_core.benchmarks.vllm_peer import PYTHON_ENV, VllmCpuPeer, _process_state, find_vllm_python
-from hetero_core.benchmarks.workload import Request
+from hetero_bench.peers import PeerContext, PeerUnavailable, available_peers
+from hetero_bench.peers.vllm_cpu import PYTHON_ENV, VllmCpuPeer, _process_state, find_vllm_python
+from hetero_bench.workload import Request
 
 FAKE_VLLM = Path(__file__).parent / "data" / "fake_vllm"
 

@@ -1,7 +1,10 @@
 """Hetero: a plugin-based LLM inference engine.
 
 The public names are listed in ``__all__`` and loaded on first use, so ``import hetero_core`` (which
-every plugin does through ``hetero_core.plugin_system.hookspecs``) stays light and never imports torch.
+every plugin does through its seam's facade) stays light and never imports torch. A plugin author
+imports from one facade per seam, each with its own ``__all__``: ``hetero_core.executor``,
+``hetero_core.policy``, ``hetero_core.kv``, ``hetero_core.tokenizer``; the contract kits are in
+``hetero_core.testing``.
 """
 
 from __future__ import annotations
@@ -37,11 +40,24 @@ _EXPORTS = {
 
 __all__ = ["__version__", *_EXPORTS]
 
+# names a plugin author may look for here -> the facade that exports them (only for the message)
+_FACADE_NAMES = {
+    "ExecutorContext": "hetero_core.executor",
+    "Batch": "hetero_core.executor",
+    "ExecutorOutput": "hetero_core.executor",
+    "TokenizerContext": "hetero_core.tokenizer",
+    "ExecutorContract": "hetero_core.testing",
+    "SchedulerPolicyContract": "hetero_core.testing",
+    "KVAllocator": "hetero_core.kv",
+    "KVAllocatorContract": "hetero_core.testing",
+}
+
 
 def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'hetero_core' has no attribute {name!r}")
+        hint = f"; import it from {_FACADE_NAMES[name]}" if name in _FACADE_NAMES else ""
+        raise AttributeError(f"module 'hetero_core' has no attribute {name!r}{hint}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value

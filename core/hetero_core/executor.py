@@ -1,4 +1,26 @@
-"""The executor seam: what an executor plugin receives and must provide."""
+"""What an executor author imports: the context a factory receives, the batch it runs, the output it
+returns, the paged-layout helper and the hook marker. See docs/hooks.md (``register_executors``).
+
+    from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, hookimpl
+
+    class EchoExecutor:
+        def __init__(self, ctx: ExecutorContext):
+            self.eos_token_id = ctx.eos_token_id
+
+        def execute(self, batch: Batch) -> ExecutorOutput:
+            return ExecutorOutput(token_ids=[batch.token_ids[batch.query_start_loc[i + 1] - 1]
+                                             for i in batch.sample_indices])
+
+        def shutdown(self):
+            pass
+
+    @hookimpl
+    def register_executors(register):
+        register("echo", EchoExecutor, needs_model=False)
+
+Test it with ``hetero_core.testing.ExecutorContract``. Model code for executors that run a real model
+is the documented ``hetero_core.model`` package (config, loader, attention).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
+from hetero_core.plugin_system.hookspecs import hookimpl
+
+__all__ = ["Batch", "Executor", "ExecutorContext", "ExecutorOutput", "hookimpl", "slot_of"]
 
 
 @runtime_checkable

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hetero_core.builder import build_engine
+from hetero_core.builder import build_engine, resolve_model_dir
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.prompts import as_prompt_list
 from hetero_core.errors import InvalidRequestError
-from hetero_core.plugin_system.discovery import PluginSet
+from hetero_core.plugin_system.discovery import PluginSet, load_plugins
 from hetero_core.settings import HeteroSettings, load_settings
 from hetero_core.engine.shared_engine import SharedEngine
 
@@ -65,7 +65,8 @@ class LLM:
 
     def _start(self, settings: HeteroSettings, plugin_set: PluginSet | None) -> None:
         self.settings = settings
-        self.engine: Engine = build_engine(settings, plugin_set)
+        self._plugin_set = plugin_set or load_plugins(allow=settings.plugins)
+        self.engine: Engine = build_engine(settings, self._plugin_set)
         self._shared = SharedEngine(self.engine)
 
     # -- generation -------------------------------------------------------------------------------
@@ -101,6 +102,13 @@ class LLM:
     def has_chat_template(self) -> bool:
         """Whether the model's tokenizer has a chat template (the byte tokenizer has none)."""
         return getattr(self.engine.tokenizer, "chat_template", None) is not None
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The local HF directory of the model the executor runs (the embedded model or a .gguf as
+        converted once, in the cache); None when the executor runs no model (mock)."""
+        executor = self._plugin_set.registry.get("executor", self.settings.component_name("executor"))
+        return resolve_model_dir(self.settings) if executor.traits.get("needs_model") else None
 
     def get_tokenizer(self):
         return self.engine.tokenizer

@@ -1,4 +1,12 @@
-"""The tokenizer seam: what the engine needs from any tokenizer plugin."""
+"""What a tokenizer author imports: the protocol the engine calls, the context a factory receives and
+the hook marker. See docs/hooks.md (``register_tokenizers``).
+
+    from hetero_core.tokenizer import TokenizerContext, hookimpl
+
+    @hookimpl
+    def register_tokenizers(register):
+        register("my-tokenizer", lambda ctx: MyTokenizer(ctx.model_dir))
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from hetero_core.plugin_system.hookspecs import hookimpl
+
+__all__ = ["Tokenizer", "TokenizerContext", "hookimpl"]
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hetero_core.engine.batch import Batch
+from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
 from hetero_plugins_cuda.kernels import FlashAttnKernels
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from hetero_core.engine.batch import Batch, ExecutorOutput
-from hetero_core.errors import ConfigError, ModelLoadError, PluginError
-from hetero_core.executor import ExecutorContext
+from hetero_core import ConfigError, ModelLoadError, PluginError
+from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.loader import load_model

@@ -18,7 +18,7 @@ import bisect
 
 import torch
 
-from hetero_core.engine.batch import Batch
+from hetero_core.executor import Batch
 from hetero_core.logging import get_logger
 from hetero_plugins_cuda.attention import DecodeMetadata, FlashAttnMetadata, block_table_tensor, check_block_tables
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hetero_core.errors import PluginError
+from hetero_core import PluginError
 from hetero_plugins_cuda.preflight import FLASH_ATTN_INSTALL
 
 

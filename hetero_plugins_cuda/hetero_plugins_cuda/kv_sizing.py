@@ -9,8 +9,8 @@ memory are separate), and the rest of the share goes to KV blocks, at most ``max
 
 from __future__ import annotations
 
-from hetero_core.engine.batch import Batch
-from hetero_core.errors import ConfigError
+from hetero_core import ConfigError
+from hetero_core.executor import Batch
 from hetero_core.logging import get_logger
 
 log = get_logger(__name__)

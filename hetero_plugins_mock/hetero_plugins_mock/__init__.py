@@ -1,6 +1,6 @@
 """hetero-plugins-mock: a deterministic executor that needs no model and imports no torch."""
 
-from hetero_core.plugin_system.hookspecs import hookimpl
+from hetero_core.executor import hookimpl
 
 from hetero_plugins_mock.options import MockExecutorOptions
 

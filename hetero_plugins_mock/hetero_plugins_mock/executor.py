@@ -14,9 +14,8 @@ import struct
 import time
 from array import array
 
-from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
-from hetero_core.errors import ConfigError
-from hetero_core.executor import ExecutorContext
+from hetero_core import ConfigError
+from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, slot_of
 
 from hetero_plugins_mock.options import MockExecutorOptions
 

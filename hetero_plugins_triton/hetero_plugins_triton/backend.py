@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hetero_core.engine.batch import Batch
+from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
 from hetero_plugins_triton.kernels.decode_attention import decode_attention
 from hetero_plugins_triton.kernels.kv_store import store_kv

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from hetero_core import ConfigError, PluginError
 from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions
-from hetero_core.errors import ConfigError, PluginError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig

@@ -1,5 +1,6 @@
-"""The ``hetero`` command: run prompts, list plugins, serve, benchmark. User mistakes: one line on
-stderr, exit 2; Ctrl-C: exit 130, keeping what was printed.
+"""The ``hetero`` command: run prompts, list plugins, serve, and the commands plugins add
+(``hetero bench``, from hetero-bench). User mistakes: one line on stderr, exit 2; Ctrl-C: exit 130,
+keeping what was printed.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import os
 import sys
 import warnings
 
-from hetero_core.cli.bench import add_bench_command
+from hetero_core.cli.plugin_commands import add_plugin_commands
 from hetero_core.cli.plugins import add_plugins_command
 from hetero_core.cli.run import add_run_arguments, run_command
 from hetero_core.cli.settings_args import add_settings_arguments
@@ -18,6 +19,7 @@ from hetero_core.errors import HeteroError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+CORE_COMMANDS = ("run", "plugins", "serve")  # the plugins' commands come after these
 
 
 def console_main() -> None:
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return EXIT_USAGE
+    if args.command not in CORE_COMMANDS:  # a plugin's: logging as `hetero run` sets it by default
+        from hetero_core.logging import configure_logging
+
+        configure_logging(level="warning")
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _settings_warnings_as_lines(warnings.showwarning)
@@ -71,7 +77,8 @@ def _exit_now(code: int) -> None:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``hetero`` parser. ``only``: fill in just that command's arguments (the one being run; the
-    others keep their help line), sparing a start the imports the other commands' flags need."""
+    others keep their help line), sparing a start the imports the other commands' flags need; when
+    it names a core command, the plugins' commands (``register_commands``) are not loaded at all."""
 
     def wanted(command: str) -> bool:
         return only is None or only == command
@@ -90,7 +97,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     add_plugins_command(commands, with_arguments=wanted("plugins"))
     add_serve_command(commands, with_arguments=wanted("serve"))
-    add_bench_command(commands)
+    if only not in CORE_COMMANDS:
+        add_plugin_commands(commands)
     return parser
 
 

@@ -125,7 +125,7 @@ class Scheduler:
             prefix_cache_queried_tokens=self.num_prefix_queried_tokens,
             prefix_cache_hit_tokens=self.num_prefix_hit_tokens,
             num_invalid_policy_decisions=runner.num_invalid_decisions,
-            num_hold_back_overrides=runner.num_hold_back_overrides,
+            num_policy_hold_back_overrides=runner.num_hold_back_overrides,
             num_running=len(self.running),
             num_waiting=len(self.waiting),
             num_swapped=len(self.swapped),

@@ -24,7 +24,7 @@ class SchedulerStats:
     prefix_cache_queried_tokens: int  # tokens of admitted requests looked up in the prefix cache
     prefix_cache_hit_tokens: int  # of which served from it
     num_invalid_policy_decisions: int  # decisions refused (that step ran in arrival order)
-    num_hold_back_overrides: int  # steps whose hold-backs were ignored (the policy held everything back)
+    num_policy_hold_back_overrides: int  # steps whose hold-backs were ignored: nothing ran, all held back
     # the state after the last step
     num_running: int
     num_waiting: int

@@ -3,8 +3,9 @@
 Two moments:
 - ``check_registration`` (called by ``register()`` while plugins load): the name is usable in
   settings and environment variables, the factory is callable with the seam's arguments
-  (``inspect.signature``), the options model is a pydantic model. A failure marks the plugin as
-  failed, like any load error.
+  (``inspect.signature``), the options model is a pydantic model, every trait is one the seam
+  declares (``seams.py``) with a value of its type. A failure marks the plugin as failed, like any
+  load error.
 - ``check_components`` (called by ``builder.build_engine`` once the selected components are
   built): the object each factory returned has the methods and attributes core will call.
 
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hetero_core.errors import PluginError
+from hetero_core.plugin_system.seams import SEAM_BY_NAME
+from hetero_core.suggest import did_you_mean
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
@@ -30,11 +33,10 @@ FACTORY_ARGUMENTS = {
     "executor": ("ctx",),
 }
 
-# seam -> (methods core calls, attributes core reads) on the object a factory returns;
-# "a|b": either will do (the scheduler calls whichever the policy has)
+# seam -> (methods core calls, attributes core reads) on the object a factory returns
 REQUIRED = {
     "tokenizer": (("encode", "decode", "encode_chat"), ("eos_token_id", "vocab_size")),
-    "scheduler_policy": (("priority|decide",), ()),
+    "scheduler_policy": (("decide",), ()),
     "kv_allocator": (  # hetero_core.kv.KVAllocator
         ("num_blocks_for", "get_computed_blocks", "allocate_slots", "cache_blocks", "free"),
         ("num_blocks", "block_size", "has_prefix_cache", "has_copy_on_write", "num_free_blocks", "num_cached_blocks"),
@@ -44,14 +46,15 @@ REQUIRED = {
 
 SIGNATURES = {
     "tokenizer": "encode(text), decode(token_ids), encode_chat(messages); eos_token_id, vocab_size",
-    "scheduler_policy": "priority(seq) -> sortable key",
+    "scheduler_policy": "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))",
     "kv_allocator": "hetero_core.kv.KVAllocator: num_blocks_for, get_computed_blocks, allocate_slots, cache_blocks, "
     "free; num_blocks, block_size, has_prefix_cache, has_copy_on_write, num_free_blocks, num_cached_blocks",
     "executor": "execute(batch) -> ExecutorOutput, shutdown()",
 }
 
 
-def check_registration(seam: str, name: Any, factory: Any, options: Any) -> None:
+def check_registration(seam: str, name: Any, factory: Any, options: Any,
+                       traits: dict[str, Any] | None = None) -> None:
     """Raise ValueError (the loader records it as the plugin's failure) if a registration is unusable."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ValueError(
@@ -69,6 +72,10 @@ def check_registration(seam: str, name: Any, factory: Any, options: Any) -> None
         raise ValueError(
             f"{seam} '{name}': options must be a pydantic BaseModel subclass (or None), got {options!r}"
         )
+    for trait, value in (traits or {}).items():
+        problem = _trait_problem(seam, trait, value)
+        if problem:
+            raise ValueError(f"{seam} '{name}': {problem}")
 
 
 def check_components(plugins, built: dict[str, tuple[Any, Any]]) -> None:
@@ -76,8 +83,7 @@ def check_components(plugins, built: dict[str, tuple[Any, Any]]) -> None:
     first object that lacks what core calls."""
     for seam, (component, obj) in built.items():
         methods, attributes = REQUIRED[seam]
-        missing = [m.replace("|", " or ") for m in methods
-                   if not any(callable(getattr(obj, alt, None)) for alt in m.split("|"))]
+        missing = [m for m in methods if not callable(getattr(obj, m, None))]
         missing += [a for a in attributes if not hasattr(obj, a)]
         problem = None
         if missing:
@@ -89,6 +95,18 @@ def check_components(plugins, built: dict[str, tuple[Any, Any]]) -> None:
                 f"{_describe(plugins, component)}: its factory {problem}; a {component.seam.replace('_', ' ')} "
                 f"needs {SIGNATURES[seam]} (see docs/hooks.md); fix the plugin or select another {seam}"
             )
+
+
+def _trait_problem(seam: str, trait: str, value: Any) -> str | None:
+    """Why ``trait=value`` is not a trait of ``seam`` (the seam's declaration in ``seams.py``), or None."""
+    declaration = SEAM_BY_NAME[seam]
+    spec = declaration.trait(trait)
+    if spec is not None:
+        return spec.problem(value)
+    names = [t.name for t in declaration.traits]
+    if not names:
+        return f"unknown trait {trait!r}; a {declaration.label} takes no traits (remove it)"
+    return f"unknown trait {trait!r}{did_you_mean(trait, names)} (traits: {', '.join(names)})"
 
 
 def _signature_problem(factory: Callable, num_arguments: int) -> str | None:

@@ -1,8 +1,10 @@
 """Plugin discovery: core's defaults plus every installed ``hetero`` entry point.
 
-A plugin that fails to import, fails pluggy's signature validation or raises while registering is
-recorded as a failure; the other plugins keep working, and selecting a component from the broken one
-raises an error that names it, its version and the cause.
+A plugin that fails to import, fails pluggy's signature validation, implements a hook that is not a
+hetero hook (a misspelt ``register_scheduler_policy``: pluggy's ``check_pending``), raises while
+registering or registers something ``checks.check_registration`` refuses (a bad name, factory,
+options model or trait) is recorded as a failure; the other plugins keep working, and selecting a
+component from the broken one raises an error that names it, its version and the cause.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import pluggy
 
 from hetero_core.plugin_system import hookspecs
 from hetero_core.plugin_system.checks import check_registration
-from hetero_core.plugin_system.registry import SEAMS, Component, PluginFailure, Registry
+from hetero_core.plugin_system.registry import SEAMS, Component, PluginFailure, Registry, distribution_label
 from hetero_core.plugin_system.seams import SEAM_TABLE
+from hetero_core.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = "hetero"
 AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
@@ -25,6 +28,7 @@ AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
 # register through the same hooks (the plugin system knows them only by module name).
 BUILTIN_PLUGINS = {"core": "hetero_core.default_plugins"}
 HOOK_FOR_SEAM = {seam.name: seam.hook for seam in SEAM_TABLE}
+COMMANDS = "command"  # PluginInfo.components key for the subcommands a plugin adds (register_commands)
 
 
 @dataclass
@@ -98,7 +102,9 @@ def load_plugins(
             _fail(info, registry, str(exc))
             continue
         try:
+            _check_hook_names(manager, plugin)
             components = _collect(manager, info)
+            commands = _collect_commands(manager, info)
         except Exception as exc:
             manager.unregister(name=info.name)
             _fail(info, registry, str(exc))
@@ -106,7 +112,39 @@ def load_plugins(
         for component in components:
             registry.add(component)
             info.components.setdefault(component.seam, []).append(component.name)
+        idle = None if components or commands else _idle_reason(manager, plugin)
+        if idle:
+            registry.idle.append(f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}")
+        if commands:
+            info.components[COMMANDS] = commands
     return PluginSet(manager, registry, infos)
+
+
+def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
+    """pluggy's ``check_pending`` for the plugin just registered (the ones before it passed): a
+    hook implementation with no hook spec of that name is a typo, refused in one line."""
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError:
+        unknown = [c.name for c in manager.get_hookcallers(plugin) or [] if not c.has_spec()]
+        if not unknown:  # not this plugin's (cannot happen: every plugin before it passed)
+            raise
+        hook = unknown[0]
+        specs = sorted(name for name, caller in vars(manager.hook).items() if caller.has_spec())
+        raise ValueError(f"implements {hook}, which is not a hetero hook{did_you_mean(hook, specs)} "
+                         f"(hooks: {', '.join(specs)})") from None
+
+
+def _idle_reason(manager: pluggy.PluginManager, plugin: object) -> str | None:
+    """Why a plugin that loaded registered no component (for ``unknown executor 'x'`` messages), or
+    None when it implements only hooks that register no component."""
+    hooks = sorted(c.name for c in manager.get_hookcallers(plugin) or [])
+    seam_hooks = [h for h in hooks if h in HOOK_FOR_SEAM.values()]
+    if not hooks:
+        return "implements no hetero hook"
+    if seam_hooks:
+        return f"ran {', '.join(seam_hooks)} without calling register()"
+    return None
 
 
 def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]:
@@ -119,7 +157,7 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
                 continue
 
             def register(name, factory, *, options=None, _seam=seam, **traits):
-                check_registration(_seam, name, factory, options)
+                check_registration(_seam, name, factory, options, traits)
                 collected.append(Component(_seam, name, factory, info.name, options, traits))
 
             try:
@@ -127,6 +165,27 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
             except Exception as exc:
                 raise RuntimeError(f"{HOOK_FOR_SEAM[seam]} raised {type(exc).__name__}: {exc}") from exc
     return collected
+
+
+def _collect_commands(manager: pluggy.PluginManager, info: PluginInfo) -> list[str]:
+    """The ``hetero`` subcommands this plugin adds (``register_commands``), added here to a scratch
+    parser: a command that fails to build fails its plugin at discovery, where ``hetero plugins``
+    shows it. The CLI adds them to its own parser (``hetero_core.cli.plugin_commands``)."""
+    import argparse
+
+    commands = argparse.ArgumentParser(prog="hetero").add_subparsers()
+    for impl in manager.hook.register_commands.get_hookimpls():
+        if impl.plugin_name != info.name:
+            continue
+        try:
+            impl.function(commands=commands)
+        except Exception as exc:
+            raise RuntimeError(f"register_commands raised {type(exc).__name__}: {exc}") from exc
+    for name, parser in commands.choices.items():
+        if not callable(parser.get_default("handler")):
+            raise RuntimeError(f"register_commands: command '{name}' has no handler; "
+                               "call set_defaults(handler=fn) on its parser")
+    return list(commands.choices)
 
 
 def _fail(info: PluginInfo, registry: Registry, error: str) -> None:

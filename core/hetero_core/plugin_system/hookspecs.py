@@ -1,7 +1,10 @@
-"""The four seams of Hetero, as pluggy hook specifications.
+"""The four seams of Hetero, and the command line, as pluggy hook specifications.
 
-Every hook receives ``register``; call it once per component. Components are selected by name from
-settings, so registration order never matters. Core's own defaults use these same hooks.
+Every seam hook receives ``register``; call it once per component. Components are selected by name
+from settings, so registration order never matters. Core's own defaults use these same hooks. Plugin
+authors import ``hookimpl`` from their seam's facade (``hetero_core.executor``, ``hetero_core.policy``,
+...), not from here. A hook implementation whose name is not one of these fails its plugin.
+``register_commands`` adds subcommands to ``hetero`` (simonw/llm's hook of the same name).
 """
 
 import pluggy
@@ -29,4 +32,9 @@ def register_kv_allocators(register):
 
 @hookspec
 def register_executors(register):
-    """Call register(name, factory, options=Model, needs_model=bool) per executor; factory(ExecutorContext)."""
+    """Call register(name, factory, options=Model, **traits) per executor; factory(ExecutorContext)."""
+
+
+@hookspec
+def register_commands(commands):
+    """Call commands.add_parser(name, ...) per ``hetero`` subcommand; set_defaults(handler=fn), fn(args) -> status."""

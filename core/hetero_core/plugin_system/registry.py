@@ -13,7 +13,7 @@ from hetero_core.plugin_system.seams import SEAM_BY_NAME, SEAMS
 from hetero_core.suggest import did_you_mean
 from hetero_core.validation import describe_validation_error
 
-__all__ = ["SEAMS", "Component", "PluginFailure", "Registry"]
+__all__ = ["SEAMS", "Component", "PluginFailure", "Registry", "distribution_label"]
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,15 @@ class PluginFailure:
     error: str
 
     def describe(self) -> str:
-        dist = f" ({self.distribution} {self.version})" if self.distribution else ""
-        return f"plugin '{self.plugin}'{dist} failed to load: {self.error}"
+        where = distribution_label(self.distribution, self.version)
+        return f"plugin '{self.plugin}'{where} failed to load: {self.error}"
+
+
+def distribution_label(distribution: str | None, version: str | None) -> str:
+    """`` (hetero-x 1.0)`` after a plugin's name, or "" for a plugin not installed from a distribution."""
+    if not distribution:
+        return ""
+    return f" ({distribution} {version})" if version else f" ({distribution})"
 
 
 class Registry:
@@ -56,6 +63,7 @@ class Registry:
         self._components: dict[str, dict[str, Component]] = {seam: {} for seam in SEAMS}
         self.conflicts: dict[tuple[str, str], list[str]] = {}
         self.failures: list[PluginFailure] = []
+        self.idle: list[str] = []  # plugins that loaded but registered no component, and why
 
     def add(self, component: Component) -> None:
         seam_components = self._components[component.seam]
@@ -90,4 +98,6 @@ class Registry:
         message += did_you_mean(name, self.names(seam))
         if self.failures:
             message += "; " + "; ".join(f.describe() for f in self.failures)
+        if self.idle:
+            message += "; loaded without registering anything: " + "; ".join(self.idle)
         raise UnknownComponentError(message)

@@ -1,12 +1,50 @@
 """Contract test kits for plugin authors: subclass one in your test suite and inherit every test.
 
-``ExecutorContract``: what every executor must do with a paged batch (see its module docstring).
-``SchedulerPolicyContract``: what every scheduler policy must do with snapshots (``testing_policy``).
-Importing this package imports neither torch nor pytest.
+``ExecutorContract``: what every executor must do with a paged batch (``executor_contract``).
+``SchedulerPolicyContract``: what every scheduler policy must do in a real engine (``policy_contract``;
+needs hypothesis: ``pip install 'hetero-core[testing]'``).
+``KVAllocatorContract``: what every KV allocator must do (``kv_allocator_contract``).
+A broken rule raises ``ContractFailure`` naming the rule and the offending value.
+
+The names load on first use, so importing this package imports neither torch, pytest nor hypothesis,
+and one kit never needs another kit's packages.
 """
 
-from hetero_core.testing.executor_contract import ExecutorContract
-from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
-from hetero_core.testing.policy_contract import SchedulerPolicyContract
+from __future__ import annotations
 
-__all__ = ["BlockPool", "ContractSequence", "ExecutorContract", "build_batch", "SchedulerPolicyContract"]
+import importlib
+from typing import TYPE_CHECKING
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "ExecutorContract": "hetero_core.testing.executor_contract",
+    "SchedulerPolicyContract": "hetero_core.testing.policy_contract",
+    "KVAllocatorContract": "hetero_core.testing.kv_allocator_contract",
+    "ContractFailure": "hetero_core.testing.contract_failure",
+    "BlockPool": "hetero_core.testing.paged",
+    "ContractSequence": "hetero_core.testing.paged",
+    "build_batch": "hetero_core.testing.paged",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hetero_core.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these on demand
+    from hetero_core.testing.contract_failure import ContractFailure
+    from hetero_core.testing.executor_contract import ExecutorContract
+    from hetero_core.testing.kv_allocator_contract import KVAllocatorContract
+    from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
+    from hetero_core.testing.policy_contract import SchedulerPolicyContract

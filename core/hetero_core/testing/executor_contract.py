@@ -4,19 +4,33 @@
 from hetero_core.testing import ExecutorContract
 
 class TestMyExecutor(ExecutorContract):
-    vocab_size = 96                      # token ids the contract feeds: [2, vocab_size)
+    vocab_size = 96                      # ctx.vocab_size; fed token ids are drawn from [2, vocab_size)
 
-    def make_executor(self, ctx):        # ctx: an ExecutorContext (ctx.model_dir = self.model_dir)
+    def make_executor(self, ctx):        # ctx: an ExecutorContext built from the attributes below
         return MyExecutor(ctx)
 
     def reference_greedy(self, prompt_token_ids, num_tokens):   # optional
         return my_reference_model_greedy(prompt_token_ids, num_tokens)
 ```
 
-Set ``model_dir`` (a class attribute, or in an autouse fixture: ``self.model_dir = ...``) for an
-executor that runs a model. Every check runs the same teacher-forced sequences (a prompt, then
-fixed "decoded" tokens) under different schedules and compares the output row at every sampled
-position: token ids exactly, logits within ``logits_atol``. The checks:
+What the kit hands ``make_executor`` (``make_context``), and what a wrapped executor may need set:
+
+- ``ctx.vocab_size`` = ``vocab_size`` (96): the tokenizer's vocabulary, as the engine passes it. For a
+  model, its vocabulary. An executor that checks its own range against it needs at least that range:
+  the mock draws tokens below its ``vocab_size`` option (127), so wrapping it takes ``vocab_size >= 127``
+  (its own tests use 258, the byte tokenizer's, which the engine would pass).
+- ``ctx.options`` = ``executor_options()`` (None): your validated options model instance.
+- ``ctx.model_dir`` = ``model_dir`` (None): set it (a class attribute, or in an autouse fixture:
+  ``self.model_dir = ...``) for an executor that runs a model.
+- ``ctx.num_blocks`` / ``ctx.block_size`` = ``num_blocks`` (64) / ``block_size`` (16);
+  ``max_model_len`` 256, ``max_num_batched_tokens`` 512, ``max_num_seqs`` 8, ``eos_token_id`` None,
+  ``num_swap_blocks`` 0, no tensor parallelism.
+- ``ctx.settings`` is None: read your options, not settings.
+
+If ``make_executor`` raises, the failure names this context. Every check runs the same
+teacher-forced sequences (a prompt, then fixed "decoded" tokens) under different schedules and
+compares the output row at every sampled position: token ids exactly, logits within ``logits_atol``.
+The checks (each failure is a ``ContractFailure`` naming the rule and the offending value):
 
 - one output row per sampled sequence: ``token_ids`` ints in the vocabulary, or finite logits
   ``[rows, vocab]``;
@@ -29,7 +43,7 @@ position: token ids exactly, logits within ``logits_atol``. The checks:
 - greedy decoding equals ``reference_greedy`` (where two candidates' logits are within
   ``logits_atol``, either is accepted); without a reference, two fresh executors agree.
 
-Nothing here imports torch unless an executor returns logits.
+Nothing here imports torch unless an executor returns logits, nor pytest or hypothesis.
 """
 
 from __future__ import annotations
@@ -37,8 +51,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hetero_core.engine.batch import ExecutorOutput
 from hetero_core.executor import ExecutorContext
+from hetero_core.testing.contract_failure import ContractFailure
+from hetero_core.testing.executor_checks import check_output, check_same_rows
 from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
 
 
@@ -57,13 +72,17 @@ class ExecutorContract:
     def make_executor(self, ctx: ExecutorContext):
         raise NotImplementedError("subclass ExecutorContract and implement make_executor(ctx)")
 
+    def executor_options(self) -> Any:
+        """``ctx.options``: your executor's validated options model instance (None: its defaults)."""
+        return None
+
     def reference_greedy(self, prompt_token_ids: list[int], num_tokens: int) -> list[int] | None:
         """The greedy tokens a reference implementation produces; None: check determinism only."""
         return None
 
     def make_context(self, **overrides) -> ExecutorContext:
         values = dict(
-            settings=None, options=None, model_dir=self.model_dir, num_blocks=self.num_blocks,
+            settings=None, options=self.executor_options(), model_dir=self.model_dir, num_blocks=self.num_blocks,
             block_size=self.block_size, max_model_len=256, max_num_batched_tokens=512, max_num_seqs=8,
             eos_token_id=None, vocab_size=self.vocab_size,
         )  # fmt: skip
@@ -77,27 +96,14 @@ class ExecutorContract:
         first_chunk = min(self.prefill_chunk, seqs[0].num_prompt_tokens - 1)
         segments = [(seqs[0], first_chunk)] + [(s, s.num_prompt_tokens) for s in seqs[1:]]
         batch = build_batch(segments, BlockPool(self.num_blocks), self.block_size)
-        output = executor.execute(batch)
-        assert isinstance(output, ExecutorOutput), f"execute() returned {type(output).__name__}, not ExecutorOutput"
-        num_rows = len(batch.sample_indices)
-        assert num_rows == len(seqs) - 1
-        if output.token_ids is not None:
-            assert len(output.token_ids) == num_rows, f"{len(output.token_ids)} token ids for {num_rows} rows"
-            for token_id in output.token_ids:
-                assert isinstance(token_id, int) and 0 <= token_id < executor_vocab(executor, self.vocab_size), token_id
-        else:
-            import torch
-
-            logits = output.logits
-            assert isinstance(logits, torch.Tensor) and logits.dim() == 2, f"logits: {type(logits)}"
-            assert logits.shape[0] == num_rows, f"logits rows {logits.shape[0]} for {num_rows} sampled sequences"
-            assert logits.shape[1] == executor_vocab(executor, logits.shape[1]) > 0
-            assert logits.dtype.is_floating_point and bool(torch.isfinite(logits).all())
+        check_output(executor.execute(batch), len(batch.sample_indices), self.vocab_size,
+                     getattr(executor, "vocab_size", None))
 
     def test_block_tables_are_honoured(self):
         contiguous = self._run(self._alone_schedule(chunk=None), shuffle=False)
         shuffled = self._run(self._alone_schedule(chunk=None), shuffle=True)
-        self._assert_same_rows(shuffled, contiguous, "shuffled, non-contiguous block tables")
+        check_same_rows(shuffled, contiguous, "block tables are honoured", "shuffled, non-contiguous block tables",
+                        self.logits_atol)
 
     def test_slot_writes_land_where_the_batch_says(self):
         """A copy of sequence 0 that takes its full blocks as a cached prefix reads what sequence 0
@@ -106,23 +112,28 @@ class ExecutorContract:
         pool = BlockPool(self.num_blocks, shuffle=True, seed=3)
         original = self._sequences()[0]
         num_cached = (original.num_prompt_tokens // self.block_size) * self.block_size
-        assert num_cached > 0, "the first prompt must span at least one full block"
+        if num_cached == 0:
+            raise ValueError(f"prompt_lengths[0] ({original.num_prompt_tokens}) must span at least one full "
+                             f"block (block_size {self.block_size}); raise it in your test class")
         expected = self._execute(executor, [[(original, original.num_prompt_tokens)], [(original, 1)]], pool)
         copy = ContractSequence(100, list(original.token_ids), original.num_prompt_tokens, num_computed=num_cached,
                                 block_table=list(original.block_table[: num_cached // self.block_size]))
         got = self._execute(executor, [[(copy, original.num_prompt_tokens - num_cached)], [(copy, 1)]], pool)
-        self._assert_same_rows({k[1]: v for k, v in got.items()}, {k[1]: v for k, v in expected.items()},
-                               "a sequence reading another's cached blocks")
+        check_same_rows({k[1]: v for k, v in got.items()}, {k[1]: v for k, v in expected.items()},
+                        "slot writes land where the batch says", "a sequence reading another's cached blocks",
+                        self.logits_atol)
 
     def test_chunked_prefill_matches_unchunked(self):
         whole = self._run(self._alone_schedule(chunk=None))
         chunked = self._run(self._alone_schedule(chunk=self.prefill_chunk))
-        self._assert_same_rows(chunked, whole, f"prefill in chunks of {self.prefill_chunk}")
+        check_same_rows(chunked, whole, "chunked prefill gives the rows of an unchunked one",
+                        f"prefill in chunks of {self.prefill_chunk}", self.logits_atol)
 
     def test_mixed_prefill_and_decode_batches_match_separate_runs(self):
         alone = self._run(self._alone_schedule(chunk=None))
         mixed = self._run(self._mixed_schedule(), shuffle=True)
-        self._assert_same_rows(mixed, alone, "mixed prefill + decode batches")
+        check_same_rows(mixed, alone, "a batch gives each sequence the rows it gets alone",
+                        "mixed prefill + decode batches", self.logits_atol)
 
     def test_greedy_matches_the_reference(self):
         prompt = self._sequences()[0].token_ids[: self.prompt_lengths[0]]
@@ -130,22 +141,33 @@ class ExecutorContract:
         if reference is None:
             first, _ = self._greedy(self._executor(), prompt, feed=None)
             second, _ = self._greedy(self._executor(), prompt, feed=None)
-            assert first == second, f"two fresh executors disagree: {first} vs {second}"
+            if first != second:
+                raise ContractFailure("greedy decoding is deterministic",
+                                      f"two fresh executors chose {first} and {second}")
             return
         chosen, rows = self._greedy(self._executor(), prompt, feed=list(reference))
         for step, (want, got, row) in enumerate(zip(reference, chosen, rows)):
             if got != want:
                 margin = None if row is None else float(row[got] - row[want])
-                assert margin is not None and margin <= self.logits_atol, (
-                    f"greedy token {step}: executor chose {got}, reference {want} (logit margin {margin})"
-                )
+                if margin is None or margin > self.logits_atol:
+                    raise ContractFailure("greedy decoding matches reference_greedy",
+                                          f"token {step}: executor chose {got}, reference {want} "
+                                          f"(logit margin {margin}, logits_atol {self.logits_atol})")
 
     # -- helpers ----------------------------------------------------------------------------------
     def _executor(self):
-        executor = self.make_executor(self.make_context())
+        ctx = self.make_context()
+        try:
+            executor = self.make_executor(ctx)
+        except Exception as exc:
+            raise RuntimeError(
+                f"make_executor(ctx) raised {type(exc).__name__}: {exc} (the kit's context: vocab_size="
+                f"{ctx.vocab_size}, block_size={ctx.block_size}, num_blocks={ctx.num_blocks}, options="
+                f"{ctx.options!r}, model_dir={ctx.model_dir}; set them in your test class: see "
+                "hetero_core.testing.executor_contract)"
+            ) from exc
         self.__dict__.setdefault("_contract_executors", []).append(executor)
         return executor
-
     def teardown_method(self, method):
         for executor in self.__dict__.pop("_contract_executors", []):
             executor.shutdown()
@@ -217,17 +239,3 @@ class ExecutorContract:
             rows.append(row)
             seq.token_ids.append(token if feed is None else feed[step])
         return chosen, rows
-
-    def _assert_same_rows(self, got: dict, expected: dict, what: str) -> None:
-        assert got.keys() == expected.keys(), f"{what}: sampled positions differ"
-        for key, want in expected.items():
-            have = got[key]
-            if isinstance(want, int):
-                assert have == want, f"{what}: token at {key} is {have}, expected {want}"
-            else:
-                diff = float((have.float() - want.float()).abs().max())
-                assert diff <= self.logits_atol, f"{what}: logits at {key} differ by {diff} (> {self.logits_atol})"
-
-
-def executor_vocab(executor, default: int) -> int:
-    return getattr(executor, "vocab_size", None) or default

@@ -8,7 +8,8 @@
 
 Every test calls only what the engine calls (``hetero_core.kv.KVAllocator``) and plays the executor's
 part: it writes each token's "K/V" (the token id) into the slot the table gives it and copies the
-blocks that ``allocate_slots`` asks to copy. The rules, each named in its failure message:
+blocks that ``allocate_slots`` asks to copy. The rules (a broken one raises ``ContractFailure`` with the
+rule and the offending values):
 
 - a fresh pool is all free; ``num_blocks_for`` rounds up;
 - ``allocate_slots`` fills the table with blocks of the pool, or returns None and changes nothing;
@@ -35,10 +36,12 @@ try:
     from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 except ImportError as exc:  # an optional test dependency
     raise ImportError(
-        "hetero_core.testing.kv_allocator_contract needs hypothesis: pip install 'hetero-core[testing]'"
+        "KVAllocatorContract generates random use with hypothesis, which is not installed: "
+        "pip install 'hetero-core[testing]'"
     ) from exc
 
 from hetero_core.engine.kv_allocator import BlockAllocatorError, ComputedBlocks
+from hetero_core.testing.contract_failure import ContractFailure
 
 __all__ = ["KVAllocatorContract"]
 DOCUMENTS = ([1] * 40, [1] * 8 + [2] * 32, [3, 4, 5, 6] * 10)  # recurring prefixes for the prefix cache
@@ -48,9 +51,9 @@ ATTRIBUTES = ("num_blocks", "block_size", "has_prefix_cache", "has_copy_on_write
 
 
 def expect(ok: bool, rule: str, detail: str) -> None:
-    """Fail with the rule's name and what broke it."""
+    """Fail with the rule and what broke it."""
     if not ok:
-        raise AssertionError(f"KV allocator rule '{rule}' broken: {detail}")
+        raise ContractFailure(rule, detail)
 
 
 @dataclass

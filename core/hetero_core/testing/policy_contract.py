@@ -1,45 +1,40 @@
 """SchedulerPolicyContract: the conformance tests a scheduler policy runs in its own test suite.
 
-    from hetero_core.testing.policy_contract import SchedulerPolicyContract
+    from hetero_core.testing import SchedulerPolicyContract
 
     class TestMyPolicy(SchedulerPolicyContract):
         def make_policy(self):
             return MyPolicy()
 
-Every test drives generated workloads (hypothesis) through a real engine on the mock executor
-(``hetero-plugins-mock``) with a fresh policy per engine, and checks what the engine promises whatever
-the policy decides: budgets respected, no KV block owned twice, every admissible request finishes,
-the same decisions for the same input, and preemption (by recompute or swap) never changes output.
-Needs ``hypothesis`` and ``hetero-plugins-mock`` installed (the test extra of hetero-core).
+Every test drives generated workloads (hypothesis) through a real engine with a fresh policy per
+engine, on the kit's own executor (``ContractExecutor``: deterministic, no model; no executor plugin
+needed), and checks what the engine promises whatever the policy decides: budgets respected, no KV
+block owned twice, every admissible request finishes, the same decisions for the same input, and
+preemption (by recompute or swap) never changes output. It also fails a policy the engine had to
+forgive: an invalid decision (which the engine replaces with arrival order) or holding every request
+back until the engine overrode it (``policy_workload``). Each failure is a ``ContractFailure`` naming
+the rule and the offending value. Needs hypothesis: ``pip install 'hetero-core[testing]'``.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+try:
+    from hypothesis import HealthCheck, given, settings, strategies as st
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "SchedulerPolicyContract generates workloads with hypothesis, which is not installed: "
+        "pip install 'hetero-core[testing]'"
+    ) from exc
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hetero_core.policy import RequestView, SchedulerSnapshot, decision_problems
+from hetero_core.testing.contract_failure import ContractFailure
+from hetero_core.testing.policy_workload import VALID, Arrival, WorkloadResult, build_engine_for, run_workload
 
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.policy import SchedulingDecision, decision_problems
-from hetero_core.engine.policy_runner import view_of
-from hetero_core.engine.sequence import Sequence, SequenceStatus
-from hetero_core.plugin_system.hookspecs import hookimpl
+__all__ = ["ARRIVALS", "TIGHT", "WORKLOADS", "Arrival", "SchedulerPolicyContract", "WorkloadResult"]
 
 # One test function serves every policy class that mixes the kit in: hypothesis must not mix their examples.
 EXAMPLES = settings(max_examples=20, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
-
-
-@dataclass(frozen=True)
-class Arrival:
-    step: int  # the engine step before which the request arrives
-    prompt_len: int
-    max_tokens: int
-    priority: int
-    tenant: str | None
-    abort_at: int | None  # the step before which the caller aborts it (None: never)
-
 
 ARRIVALS = st.builds(
     Arrival,
@@ -55,13 +50,27 @@ TIGHT = dict(block_size=4, max_num_blocks=24, max_batch_size=4, max_total_tokens
              memory_threshold=1.0, max_prefill_chunk=12)
 
 
-class _PolicyPlugin:
-    def __init__(self, make_policy):
-        self.make_policy = make_policy
-
-    @hookimpl
-    def register_scheduler_policies(self, register):
-        register("policy-under-test", lambda options: self.make_policy())
+@st.composite
+def snapshots(draw) -> SchedulerSnapshot:
+    """A scheduler state as a policy sees it: requests waiting, running (prefill or decode) or swapped."""
+    queues: dict[str, list[RequestView]] = {"waiting": [], "running": [], "swapped": []}
+    for i in range(draw(st.integers(1, 10))):
+        prompt = draw(st.integers(1, 40))
+        state = draw(st.sampled_from(["waiting", "prefill", "decode", "swapped"]))
+        outputs = draw(st.integers(1, 11)) if state in ("decode", "swapped") else 0
+        computed = {"decode": prompt + outputs - 1, "prefill": draw(st.integers(0, prompt - 1))}.get(state, 0)
+        view = RequestView(
+            request_id=f"r{i}", arrival_order=i, arrival_time=float(i), priority=draw(st.integers(-2, 2)),
+            tenant=draw(st.sampled_from([None, "alice", "bob"])), state=state, num_prompt_tokens=prompt,
+            num_computed_tokens=computed, num_output_tokens=outputs, num_cached_prefix_tokens=0, max_tokens=12,
+            num_preemptions=draw(st.integers(0, 2)) if state in ("waiting", "swapped") else 0)
+        queues["running" if state in ("prefill", "decode") else state].append(view)
+    return SchedulerSnapshot(
+        step=draw(st.integers(0, 50)), waiting=tuple(queues["waiting"]), running=tuple(queues["running"]),
+        swapped=tuple(queues["swapped"]), num_free_blocks=draw(st.integers(0, TIGHT["max_num_blocks"])),
+        num_cached_blocks=0, num_total_blocks=TIGHT["max_num_blocks"], block_size=TIGHT["block_size"],
+        max_num_batched_tokens=TIGHT["max_total_tokens"], max_batch_size=TIGHT["max_batch_size"],
+        max_num_seqs=TIGHT["max_batch_size"])
 
 
 class SchedulerPolicyContract:
@@ -75,20 +84,29 @@ class SchedulerPolicyContract:
     @given(workload=WORKLOADS)
     def test_budgets_hold_blocks_are_owned_once_and_every_request_finishes(self, workload):
         result = self.run_workload(workload, **TIGHT)
-        for batch in result.batches:
-            assert batch.num_seqs <= TIGHT["max_batch_size"], "more sequences than max_batch_size in a step"
-            assert batch.num_tokens <= TIGHT["max_total_tokens"], "more tokens than max_total_tokens in a step"
-        assert all(o.finished for o in result.outputs.values()), "a request never finished"
-        for arrival, output in zip(workload, result.outputs.values()):
-            if output.finish_reason != "abort":
-                assert not output.failed and len(output.output_token_ids) == arrival.max_tokens
+        for step, batch in enumerate(result.batches):
+            if batch.num_seqs > TIGHT["max_batch_size"] or batch.num_tokens > TIGHT["max_total_tokens"]:
+                raise ContractFailure("a step stays within max_batch_size and max_total_tokens",
+                                      f"step {step}: {batch.num_seqs} sequences, {batch.num_tokens} tokens "
+                                      f"(limits {TIGHT['max_batch_size']}, {TIGHT['max_total_tokens']})")
+        for i, (arrival, output) in enumerate(zip(workload, result.outputs.values())):
+            done = output.finished and not output.failed
+            complete = done and len(output.output_token_ids) == arrival.max_tokens
+            if output.finish_reason != "abort" and not complete:
+                raise ContractFailure("every admissible request finishes with its max_tokens",
+                                      f"request {i} ({arrival}): finish_reason {output.finish_reason}, "
+                                      f"{len(output.output_token_ids)} tokens, error {output.error!r}")
 
     @EXAMPLES
     @given(workload=WORKLOADS)
     def test_same_input_gives_the_same_schedule(self, workload):
-        first = self.run_workload(workload, **TIGHT)
-        second = self.run_workload(workload, **TIGHT)
-        assert [(b.seq_ids, b.token_ids) for b in first.batches] == [(b.seq_ids, b.token_ids) for b in second.batches]
+        runs = [[(b.seq_ids, b.token_ids) for b in self.run_workload(workload, **TIGHT).batches]
+                for _ in range(2)]
+        if runs[0] != runs[1]:
+            step = next((k for k, (a, b) in enumerate(zip(*runs)) if a != b), min(map(len, runs)))
+            first, second = (run[step][0] if step < len(run) else "nothing" for run in runs)
+            raise ContractFailure("the same input gives the same schedule (no hash, set or time order)",
+                                  f"step {step} ran sequences {first} in the first run, {second} in the second")
 
     @EXAMPLES
     @given(workload=WORKLOADS, mode=st.sampled_from(["recompute", "swap"]))
@@ -96,74 +114,31 @@ class SchedulerPolicyContract:
         workload = [Arrival(a.step, a.prompt_len, a.max_tokens, a.priority, a.tenant, None) for a in workload]
         roomy = self.run_workload(workload, **{**TIGHT, "max_num_blocks": 512})
         tight = self.run_workload(workload, **TIGHT, preemption_mode=mode, num_swap_blocks=8)
-        tokens = lambda result: [o.output_token_ids for o in result.outputs.values()]  # noqa: E731
-        assert tokens(tight) == tokens(roomy)
+        for i, (want, got) in enumerate(zip(roomy.outputs.values(), tight.outputs.values())):
+            if got.output_token_ids != want.output_token_ids:
+                raise ContractFailure(f"preemption ({mode}) never changes output",
+                                      f"request {i}: {got.output_token_ids} in a tight pool, "
+                                      f"{want.output_token_ids} in a roomy one")
 
     @EXAMPLES
-    @given(workload=WORKLOADS, data=st.data())
-    def test_decisions_are_valid(self, workload, data):
+    @given(snapshot=snapshots())
+    def test_decisions_are_valid(self, snapshot):
         policy = self.make_policy()
-        scheduler = self.make_engine(policy_factory=lambda: policy, **TIGHT).scheduler
-        for i, arrival in enumerate(workload):
-            seq = Sequence(i, f"r{i}", "", [65] * arrival.prompt_len, SamplingParams(max_tokens=arrival.max_tokens),
-                           float(i), priority=arrival.priority, tenant=arrival.tenant)
-            state = data.draw(st.sampled_from(["waiting", "running"]))
-            if state == "running":
-                seq.status, seq.num_computed_tokens = SequenceStatus.PREFILL, data.draw(st.integers(0, arrival.prompt_len - 1))
-            (scheduler.running if state == "running" else scheduler.waiting).append(seq)
-        snapshot = scheduler.snapshot()
-        decision = policy.decide(snapshot)
-        assert isinstance(decision, SchedulingDecision)
-        assert decision_problems(snapshot, decision) == []
-        assert all(view_of(s).request_id in decision.order for s in scheduler.running + scheduler.waiting)
+        try:
+            decision = policy.decide(snapshot)
+        except Exception as exc:
+            raise ContractFailure("decide(snapshot) returns a SchedulingDecision",
+                                  f"it raised {type(exc).__name__}: {exc}") from exc
+        problems = decision_problems(snapshot, decision)
+        if problems:
+            ids = {k: [r.request_id for r in getattr(snapshot, k)] for k in ("waiting", "running", "swapped")}
+            raise ContractFailure(VALID, f"{'; '.join(problems)} for a snapshot with {ids} "
+                                  f"(the decision: {decision!r})")
 
     # -- helpers ----------------------------------------------------------------------------------
     def make_engine(self, policy_factory=None, **overrides):
-        import hetero_plugins_mock
+        """An engine with ``policy_factory()`` (default: ``make_policy``) on the kit's executor."""
+        return build_engine_for(policy_factory or self.make_policy, **overrides)[0]
 
-        from hetero_core.builder import build_engine
-        from hetero_core.plugin_system.discovery import load_plugins
-        from hetero_core.settings import load_settings
-
-        plugin = _PolicyPlugin(policy_factory or self.make_policy)
-        plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("contract", plugin)])
-        settings_ = load_settings(executor="mock", scheduler_policy="policy-under-test", **overrides)
-        return build_engine(settings_, plugins)
-
-    def run_workload(self, workload: list[Arrival], **overrides) -> "WorkloadResult":
-        engine = self.make_engine(**overrides)
-        batches = []
-        execute = engine.executor.execute
-        engine.executor.execute = lambda batch: batches.append(batch) or execute(batch)
-        ids, outputs, step = {}, {}, 0
-        params = [SamplingParams(temperature=0, max_tokens=a.max_tokens, ignore_eos=True) for a in workload]
-        while len(ids) < len(workload) or engine.has_unfinished_requests():
-            for i, arrival in enumerate(workload):
-                if arrival.step == step:
-                    prompt = [32 + (7 * i + j) % 90 for j in range(arrival.prompt_len)]
-                    ids[i] = engine.add_request(prompt, params[i], priority=arrival.priority, tenant=arrival.tenant)
-                if arrival.abort_at == step and i in ids:
-                    engine.abort(ids[i])
-            outputs.update((o.request_id, o) for o in engine.step() if o.finished)
-            check_allocator(engine.scheduler)
-            step += 1
-            assert step < 2000, "the engine did not drain the workload"
-        return WorkloadResult(batches, {i: outputs[ids[i]] for i in sorted(ids)})
-
-
-@dataclass
-class WorkloadResult:
-    batches: list
-    outputs: dict  # arrival index -> RequestOutput
-
-
-def check_allocator(scheduler) -> None:
-    """Reference counts equal owners, no block is free and owned, free + used = total."""
-    allocator = scheduler.allocator
-    owners = Counter(b for seq in scheduler.running for b in seq.block_table)
-    for seq in scheduler.waiting + scheduler.swapped:
-        assert not seq.block_table, f"request {seq.request_id} holds blocks while not running"
-    for block, count in owners.items():
-        assert allocator.ref_count(block) == count, f"block {block}: {allocator.ref_count(block)} refs, {count} owners"
-    assert allocator.num_used_blocks == len(owners), "a block is in use without an owner (leak)"
-    assert allocator.num_free_blocks + allocator.num_used_blocks == allocator.num_blocks
+    def run_workload(self, workload: list[Arrival], **overrides) -> WorkloadResult:
+        return run_workload(self.make_policy, workload, **overrides)

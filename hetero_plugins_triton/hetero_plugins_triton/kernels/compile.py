@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import lru_cache
 
-from hetero_core.errors import ConfigError
+from hetero_core import ConfigError
 
 
 def import_triton(interpret: bool) -> None:

@@ -1,7 +1,7 @@
 """hetero-policy-fair-share: the conformance kit from hetero-core, plus the policy's own behaviour."""
 
 from hetero_core.policy import RequestView, SchedulerSnapshot
-from hetero_core.testing.policy_contract import SchedulerPolicyContract
+from hetero_core.testing import SchedulerPolicyContract
 
 from hetero_policy_fair_share import FairShareOptions, FairSharePolicy
 

@@ -1,0 +1,82 @@
+"""One facade per seam: what a plugin author imports is one light module with a pinned ``__all__``,
+and it is what the docs import."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hetero_core
+from hetero_core.plugin_system.hookspecs import hookimpl
+
+FACADES = {
+    "hetero_core.executor": ["Batch", "Executor", "ExecutorContext", "ExecutorOutput", "hookimpl", "slot_of"],
+    "hetero_core.policy": ["MAX_STEPS_HELD_BACK", "RequestView", "SchedulerPolicy", "SchedulerSnapshot",
+                           "SchedulingDecision", "SortKeyPolicy", "decision_problems", "hookimpl"],
+    "hetero_core.tokenizer": ["Tokenizer", "TokenizerContext", "hookimpl"],
+    "hetero_core.kv": ["NO_BLOCK_COPIES", "NO_COMPUTED_BLOCKS", "BlockAllocatorError", "ComputedBlocks",
+                       "ContiguousBlockAllocator", "KVAllocator", "NoPrefixCache", "PagedBlockAllocator",
+                       "SlotAllocation", "hookimpl"],
+    "hetero_core.testing": ["ExecutorContract", "SchedulerPolicyContract", "KVAllocatorContract", "ContractFailure",
+                            "BlockPool", "ContractSequence", "build_batch"],
+}  # fmt: skip
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.parametrize("module", FACADES)
+def test_each_facade_pins_its_public_names(module):
+    facade = importlib.import_module(module)
+    assert facade.__all__ == FACADES[module]
+    for name in facade.__all__:
+        assert getattr(facade, name) is not None
+    if "hookimpl" in facade.__all__:
+        assert facade.hookimpl is hookimpl is hetero_core.hookimpl
+
+
+def test_facades_import_light():
+    code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
+            "hetero_core.testing; "
+            "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
+            " 'hetero_core.engine.engine') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def documented_imports() -> list[tuple[str, str, str]]:
+    """(page, module, name) for every ``from hetero_core... import name`` in the docs' Python blocks."""
+    found = []
+    for page in sorted(DOCS.glob("*.md")):
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S):
+            try:
+                tree = ast.parse(block)
+            except SyntaxError:  # a fragment (an elided body): its import lines still count
+                tree = ast.parse("\n".join(line for line in block.splitlines() if line.startswith("from ")))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "hetero_core":
+                    found += [(page.name, node.module, alias.name) for alias in node.names]
+    return found
+
+
+def test_the_docs_import_plugin_names_from_facades():
+    imports = documented_imports()
+    seam_modules = set(FACADES) | {"hetero_core"}
+    plugin_pages = {"hooks.md", "scheduling.md"}
+    assert {m for page, m, _ in imports if page in plugin_pages} <= seam_modules
+    for page, module, name in imports:
+        if module in seam_modules:
+            assert name in importlib.import_module(module).__all__, f"docs/{page}: {name} is not in {module}.__all__"
+    assert {(m, n) for _, m, n in imports} >= {("hetero_core.executor", "ExecutorContext"),
+                                               ("hetero_core.policy", "SortKeyPolicy")}
+
+
+def test_the_root_names_the_facade_for_a_seam_name_it_does_not_export():
+    for name, module in hetero_core._FACADE_NAMES.items():
+        assert name in FACADES[module], (name, module)
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'; import it from {module}$"):
+            getattr(hetero_core, name)
