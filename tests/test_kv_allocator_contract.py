@@ -2,6 +2,8 @@
 reference count equals its owners, no block is free twice, a table holds exactly the blocks it needs);
 the kit catches broken allocators, naming the rule."""
 
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from hetero_core.engine.kv_allocator import NO_BLOCK_COPIES, BlockAllocatorError, KVAllocator, NoPrefixCache
 from hetero_core.kv import ContiguousBlockAllocator, PagedBlockAllocator
 from hetero_core.testing import ContractFailure
-from hetero_core.testing.kv_allocator_contract import ATTRIBUTES, MEMBERS, KVAllocatorContract, World
+from hetero_core.testing.kv_allocator_contract import ATTRIBUTES, MEMBERS, KVAllocatorContract
+from hetero_core.testing.kv_allocator_world import World
 
 RESERVED = 3  # blocks of a contiguous reservation in these tests
 
@@ -136,3 +139,11 @@ def test_the_protocol_is_what_the_kit_and_the_plugin_checks_require():
     assert members == set(MEMBERS) | set(ATTRIBUTES)
     methods, attributes = REQUIRED["kv_allocator"]
     assert set(methods) == set(MEMBERS) and set(attributes) == set(ATTRIBUTES)
+
+
+def test_without_hypothesis_the_kit_names_the_extra_to_install():
+    code = ("import sys; sys.modules['hypothesis'] = None\n"
+            "try:\n    import hetero_core.testing.kv_allocator_contract\n"
+            "except ImportError as exc:\n    print(exc)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "pip install 'hetero-core[testing]'" in result.stdout, result.stderr
