@@ -1,33 +1,28 @@
-"""PagedBlockAllocator: no leaks, no double frees, counts always match the owners' tables."""
+"""PagedBlockAllocator: no leaks, no double frees, counts always match the owners' tables. (Random use:
+the KV-allocator kit with the counts checked too, test_kv_allocator_contract.py.)"""
 
 import pytest
-from hypothesis import settings
-from hypothesis.stateful import invariant
 
-from allocator_machine import BLOCK_SIZE, AllocatorMachine
 from hetero_core.engine.block_allocator import BlockAllocatorError, PagedBlockAllocator
 
 
-class PagedAllocatorMachine(AllocatorMachine):
-    def make_allocator(self):
-        return PagedBlockAllocator(num_blocks=12, block_size=BLOCK_SIZE)
-
-    @invariant()
-    def no_block_listed_free_twice(self):
-        assert len(set(self.allocator._free)) == self.allocator.num_free_blocks
-
-
-TestAllocator = PagedAllocatorMachine.TestCase
-TestAllocator.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+def shared_pair(allocator, num_tokens):
+    """Two tables sharing the same computed blocks (through the prefix cache)."""
+    tokens = list(range(num_tokens))
+    table: list[int] = []
+    allocator.allocate_slots(table, 0, num_tokens)
+    allocator.cache_blocks(table, num_tokens, lambda a, b: tokens[a:b])
+    shared: list[int] = []
+    allocator.allocate_slots(shared, num_tokens, 0, allocator.get_computed_blocks(tokens))
+    return table, shared
 
 
 def test_double_free_of_a_shared_block_only_fails_past_the_last_owner():
     allocator = PagedBlockAllocator(4, 16)
-    table: list[int] = []
-    allocator.grow(table, 20)
-    shared = allocator.fork(table)
+    table, shared = shared_pair(allocator, 32)
+    assert shared == table and [allocator.ref_count(b) for b in table] == [2, 2]
     allocator.free(table)
-    assert allocator.num_free_blocks == 2  # still owned by the fork
+    assert allocator.num_free_blocks == 2  # still owned by the other table
     stale = list(shared)
     allocator.free(shared)
     assert allocator.num_free_blocks == 4
@@ -44,3 +39,13 @@ def test_block_outside_the_pool_is_rejected():
 def test_blocks_needed_rounds_up():
     allocator = PagedBlockAllocator(8, 16)
     assert [allocator.num_blocks_for(n) for n in (1, 16, 17, 32, 33)] == [1, 1, 2, 2, 3]
+
+
+def test_a_table_grows_one_block_at_a_time_and_a_refusal_changes_nothing():
+    allocator = PagedBlockAllocator(3, 4)
+    table: list[int] = []
+    assert allocator.allocate_slots(table, 0, 5).block_copies == () and table == [0, 1]
+    assert allocator.allocate_slots(table, 5, 3) is not None and table == [0, 1]  # fits the second block
+    assert allocator.allocate_slots(table, 8, 5) is None and table == [0, 1]  # two more: only one free
+    assert allocator.num_free_blocks == 1
+    assert allocator.allocate_slots(table, 8, 4) is not None and table == [0, 1, 2]

@@ -5,7 +5,6 @@ requests at once, no prefix cache)."""
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from allocator_machine import BLOCK_SIZE, AllocatorMachine
 from hetero_core.engine.block_allocator import BlockAllocatorError
 from hetero_core.engine.contiguous_allocator import ContiguousBlockAllocator
 from hetero_core.engine.params import SamplingParams
@@ -19,28 +18,27 @@ PROMPTS = [f"request number {i} " * (1 + i % 5) for i in range(12)]
 # -- the allocator ------------------------------------------------------------------------------------
 def test_the_first_allocation_reserves_max_model_len_as_one_run_of_consecutive_blocks():
     allocator = ContiguousBlockAllocator(num_blocks=16, block_size=4, max_model_len=20)  # 5 blocks
-    assert allocator.num_new_blocks([], 1) == 5
     first, second = [], []
-    allocator.grow(first, 1)
-    allocator.grow(second, 7)
+    allocator.allocate_slots(first, 0, 1)
+    allocator.allocate_slots(second, 0, 7)
     assert first == [0, 1, 2, 3, 4] and second == [5, 6, 7, 8, 9]
     assert allocator.num_used_blocks == 10
-    allocator.grow(second, 20)  # anything up to max_model_len is already held
-    assert second == [5, 6, 7, 8, 9] and allocator.num_new_blocks(second, 20) == 0
+    allocator.allocate_slots(second, 7, 13)  # anything up to max_model_len is already held
+    assert second == [5, 6, 7, 8, 9] and allocator.num_used_blocks == 10
 
 
 def test_a_fragmented_pool_gives_the_first_run_that_fits():
     allocator = ContiguousBlockAllocator(num_blocks=9, block_size=4, max_model_len=8)  # 2 blocks each
     tables = [[] for _ in range(4)]
     for table in tables:
-        allocator.grow(table, 1)  # [0 1] [2 3] [4 5] [6 7], free: 8
+        allocator.allocate_slots(table, 0, 1)  # [0 1] [2 3] [4 5] [6 7], free: 8
     allocator.free(tables[1])  # free: 2 3, 8
     allocator.free(tables[3])  # free: 2 3, 6 7 8
     later = []
-    allocator.grow(later, 5)  # 9 tokens would not fit two blocks; 5 do
+    allocator.allocate_slots(later, 0, 5)  # 9 tokens would not fit two blocks; 5 do
     assert later == [2, 3]
     wide = []
-    allocator.grow(wide, 9)  # three blocks: the run 6 7 8
+    allocator.allocate_slots(wide, 0, 9)  # three blocks: the run 6 7 8
     assert wide == [6, 7, 8]
 
 
@@ -48,49 +46,48 @@ def test_without_a_run_that_fits_the_lowest_free_ids_are_taken():
     allocator = ContiguousBlockAllocator(num_blocks=6, block_size=2, max_model_len=2)  # 1 block each
     tables = [[] for _ in range(6)]
     for table in tables:
-        allocator.grow(table, 1)
+        allocator.allocate_slots(table, 0, 1)
     for i in (4, 0, 2):
         allocator.free(tables[i])  # free: 0, 2, 4
     long = []
-    allocator.grow(long, 5)  # three blocks, no run of three
+    allocator.allocate_slots(long, 0, 5)  # three blocks, no run of three
     assert long == [0, 2, 4]
 
 
-def test_fork_shares_a_reservation_until_its_last_owner_frees_it():
+def test_free_returns_the_whole_reservation_and_it_declares_no_prefix_cache():
     allocator = ContiguousBlockAllocator(num_blocks=6, block_size=2, max_model_len=4)
+    assert not (allocator.has_prefix_cache or allocator.has_copy_on_write) and allocator.num_cached_blocks == 0
     table = []
-    allocator.grow(table, 1)
-    fork = allocator.fork(table)
+    allocator.allocate_slots(table, 0, 1)
+    assert table == [0, 1] and allocator.num_free_blocks == 4 and allocator.ref_count(0) == 1
+    allocator.cache_blocks(table, 4, lambda a, b: [7] * (b - a))  # nothing to cache
+    assert allocator.get_computed_blocks([7] * 4).block_ids == ()
     allocator.free(table)
-    assert fork == [0, 1] and allocator.num_free_blocks == 4 and allocator.ref_count(0) == 1
-    allocator.free(fork)
-    assert allocator.num_free_blocks == 6
+    assert allocator.num_free_blocks == 6 and allocator.ref_count(0) == 0
 
 
 def test_a_reservation_below_the_request_grows_block_by_block_continuing_the_run():
     allocator = ContiguousBlockAllocator(num_blocks=10, block_size=4, max_model_len=8)
     table = []
-    allocator.grow(table, 3)
+    allocator.allocate_slots(table, 0, 3)
     assert table == [0, 1]
-    allocator.grow(table, 17)
+    allocator.allocate_slots(table, 3, 14)
     assert table == [0, 1, 2, 3, 4]
 
 
 def test_a_request_asking_for_more_than_is_free_fails_without_taking_anything():
     allocator = ContiguousBlockAllocator(num_blocks=5, block_size=4, max_model_len=12)
     held = []
-    allocator.grow(held, 1)
-    assert not allocator.can_grow([], 1)
+    allocator.allocate_slots(held, 0, 1)
     table = []
-    with pytest.raises(BlockAllocatorError):
-        allocator.grow(table, 1)
+    assert allocator.allocate_slots(table, 0, 1) is None
     assert table == [] and allocator.num_free_blocks == 2
 
 
 def test_double_free_and_foreign_blocks_are_refused():
     allocator = ContiguousBlockAllocator(num_blocks=4, block_size=4, max_model_len=8)
     table = []
-    allocator.grow(table, 1)
+    allocator.allocate_slots(table, 0, 1)
     stale = list(table)
     allocator.free(table)
     with pytest.raises(BlockAllocatorError, match="double free"):
@@ -102,20 +99,6 @@ def test_double_free_and_foreign_blocks_are_refused():
 def test_a_reservation_larger_than_the_pool_is_a_config_error_naming_the_fix():
     with pytest.raises(ConfigError, match=r"reserves max_model_len \(2048\).*128 blocks.*pool has 64.*max_num_blocks"):
         ContiguousBlockAllocator(num_blocks=64, block_size=16, max_model_len=2048)
-
-
-class ContiguousAllocatorMachine(AllocatorMachine):
-    """Random reserve / grow / fork / free: a new table takes the whole 3-block reservation."""
-
-    def make_allocator(self):
-        return ContiguousBlockAllocator(num_blocks=12, block_size=BLOCK_SIZE, max_model_len=3 * BLOCK_SIZE)
-
-    def blocks_for_new_table(self, num_tokens: int) -> int:
-        return max(3, -(-num_tokens // BLOCK_SIZE))
-
-
-TestContiguousAllocator = ContiguousAllocatorMachine.TestCase
-TestContiguousAllocator.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 
 
 # -- the engine ---------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_a_request_that_can_never_be_admitted_while_nothing_runs_fails_with_a_re
     engine = make_mock_engine(max_num_blocks=8, block_size=4)
     allocator = engine.scheduler.allocator
     held_elsewhere: list[int] = []
-    allocator.grow(held_elsewhere, 6 * 4)  # 6 of 8 blocks taken outside the scheduler
+    allocator.allocate_slots(held_elsewhere, 0, 6 * 4)  # 6 of 8 blocks taken outside the scheduler
     rid = engine.add_request("x" * 20, greedy(4))  # needs 6 blocks: fits the pool, not what is free
     finals = run_all(engine)
     assert len(finals[rid]) == 1 and "can never be scheduled" in finals[rid][0].error

@@ -20,25 +20,28 @@ FACADES = {
     "hetero_core.policy": ["MAX_STEPS_HELD_BACK", "RequestView", "SchedulerPolicy", "SchedulerSnapshot",
                            "SchedulingDecision", "SortKeyPolicy", "decision_problems", "hookimpl"],
     "hetero_core.tokenizer": ["Tokenizer", "TokenizerContext", "hookimpl"],
+    "hetero_core.kv": ["NO_BLOCK_COPIES", "NO_COMPUTED_BLOCKS", "BlockAllocatorError", "ComputedBlocks",
+                       "ContiguousBlockAllocator", "KVAllocator", "NoPrefixCache", "PagedBlockAllocator",
+                       "SlotAllocation", "hookimpl"],
     "hetero_core.testing": ["ExecutorContract", "SchedulerPolicyContract", "KVAllocatorContract", "ContractFailure",
                             "BlockPool", "ContractSequence", "build_batch"],
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-NOT_YET = {"KVAllocatorContract"}  # hetero_core.testing.kv_allocator_contract: another part of issue 24 adds it
 
 
 @pytest.mark.parametrize("module", FACADES)
 def test_each_facade_pins_its_public_names(module):
     facade = importlib.import_module(module)
     assert facade.__all__ == FACADES[module]
-    for name in set(facade.__all__) - NOT_YET:
+    for name in facade.__all__:
         assert getattr(facade, name) is not None
     if "hookimpl" in facade.__all__:
         assert facade.hookimpl is hookimpl is hetero_core.hookimpl
 
 
 def test_facades_import_light():
-    code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.testing; "
+    code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
+            "hetero_core.testing; "
             "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
             " 'hetero_core.engine.engine') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -141,7 +141,7 @@ def test_decodes_go_before_an_older_sequence_that_is_prefilling_again():
                      status=SequenceStatus.PREFILL)  # preempted earlier: recomputing 22 tokens
     newer = Sequence(1, "new", "", list(range(5)), greedy(8), 0.0, output_token_ids=[3],
                      status=SequenceStatus.DECODE, num_computed_tokens=5)
-    allocator.grow(newer.block_table, 5)
+    allocator.allocate_slots(newer.block_table, 0, 5)
     scheduler.running = [older, newer]
     step = scheduler.schedule()
     assert step.batch.seq_ids == [1, 0]

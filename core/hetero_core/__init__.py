@@ -48,6 +48,8 @@ _FACADE_NAMES = {
     "TokenizerContext": "hetero_core.tokenizer",
     "ExecutorContract": "hetero_core.testing",
     "SchedulerPolicyContract": "hetero_core.testing",
+    "KVAllocator": "hetero_core.kv",
+    "KVAllocatorContract": "hetero_core.testing",
 }
 
 

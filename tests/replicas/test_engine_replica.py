@@ -46,13 +46,14 @@ def test_routing_stats_report_queued_tokens_and_health_fails_once_the_engine_sto
 
 
 def test_queued_tokens_count_prompt_and_remaining_output(make_mock_engine):
-    from hetero_core.async_llm import num_queued_tokens
-
     engine = make_mock_engine()
     engine.add_request([40] * 10, SamplingParams(max_tokens=20, ignore_eos=True), "a")
     engine.add_request([41] * 50, SamplingParams(max_tokens=30, ignore_eos=True), "b")
-    assert num_queued_tokens(engine.scheduler) == (10 + 20) + (50 + 30)
+    assert engine.stats().num_queued_tokens == (10 + 20) + (50 + 30)
     engine.step()  # prefill both, one token each
-    assert num_queued_tokens(engine.scheduler) == (10 + 19) + (50 + 29)
+    assert engine.stats().num_queued_tokens == (10 + 19) + (50 + 29)
     engine.abort("b")
-    assert num_queued_tokens(engine.scheduler) == 10 + 19
+    assert engine.stats().num_queued_tokens == 10 + 19
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.stats().num_queued_tokens == 0

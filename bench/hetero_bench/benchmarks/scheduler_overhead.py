@@ -46,7 +46,7 @@ def measure(num_requests: int, policy: str, caching: bool) -> tuple[float, float
         start = time.perf_counter()
         step = schedule()
         elapsed = time.perf_counter() - start
-        if step is not None:
+        if step.seqs:
             per_seq = elapsed / len(step.seqs)
             all_steps.append(per_seq)
             if not any(step.batch.is_prefill):

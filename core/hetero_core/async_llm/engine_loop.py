@@ -9,6 +9,9 @@ on its stream: the last delta (``finished``; ``finish_reason`` "abort" for an ab
 A step that raises fails the requests it was running (``EngineStepError``) and the loop keeps
 serving the others; if the engine cannot even abort them, or the executor is dead
 (``ExecutorDeadError``), the engine is marked dead and every request fails with ``EngineDeadError``.
+
+The loop reads only the engine's public methods: ``engine.stats()`` after every step (queues, blocks,
+the step's batch size, queued tokens) is what it publishes as ``EngineStats``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
 from hetero_core.async_llm.request_stream import RequestStream
 
-__all__ = ["EngineLoop", "EngineStats", "num_queued_tokens"]
+__all__ = ["EngineLoop", "EngineStats"]
 log = get_logger("hetero.async_llm")
 IDLE_STEP_WAIT_S = 0.002
 
@@ -41,20 +44,22 @@ class EngineStats:
     num_steps: int = 0
     last_step_batch_size: int = 0
     max_step_batch_size: int = 0
-    prefix_cache_hit_rate: float | None = None  # when the KV allocator keeps a prefix cache
-    num_queued_tokens: int = 0  # prompt + remaining output tokens of unfinished requests (see below)
+    prefix_cache_hit_rate: float | None = None  # once a request was looked up in the prefix cache
+    # The work the engine holds, in tokens: for every unfinished request, its prompt plus the output
+    # tokens it may still generate (up to max_tokens). Replicas report it so that routing prefers the
+    # least loaded engine.
+    num_queued_tokens: int = 0
 
 
 class EngineLoop:
     def __init__(self, engine, *, observer=None) -> None:
         self.engine = engine
         self.observer = observer  # optional: on_step(batch_size), on_output(output, num_new_tokens)
-        self.stats = EngineStats(num_blocks=engine.scheduler.allocator.num_blocks,
-                                 num_free_blocks=engine.scheduler.allocator.num_free_blocks)
+        counters = engine.stats()
+        self.stats = EngineStats(num_blocks=counters.num_blocks, num_free_blocks=counters.num_free_blocks)
         self.dead_reason: str | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._requests: dict[str, RequestStream] = {}  # loop thread only
-        self._batch_sizes = _BatchSizeRecorder(engine)
         self._num_steps = self._last_batch_size = self._max_batch_size = 0
         self._flush_needed = False
         self._idle_step = False
@@ -97,9 +102,10 @@ class EngineLoop:
                 busy = self._requests or self._flush_needed
                 timeout = None if not busy else (IDLE_STEP_WAIT_S if self._idle_step else 0)
                 stopping = self._drain_commands(timeout)
+                counters = None
                 if (self._requests or self._flush_needed) and not stopping:
-                    self._step()
-                self._publish_stats()
+                    counters = self._step()
+                self._publish_stats(counters or self.engine.stats())
             except Exception as exc:  # a bug in this loop: say so and fail everyone, never hang
                 self.dead_reason = f"engine loop failed: {type(exc).__name__}: {exc}"
                 log.error("engine.dead", reason=self.dead_reason)
@@ -149,14 +155,16 @@ class EngineLoop:
             self.engine.abort(request_id)
             self._flush_needed = True
 
-    def _step(self) -> None:
+    def _step(self):
+        """One engine step; the engine's stats after it (None if it raised)."""
         self._flush_needed = False
-        running_before = {s.request_id for s in self.engine.scheduler.running}
+        running_before = self.engine.running_request_ids()
         try:
             outputs = self.engine.step()
         except Exception as exc:  # fail what the step touched; keep serving the rest
             return self._recover(exc, running_before)
-        batch_size = self._batch_sizes.take()
+        counters = self.engine.stats()
+        batch_size = counters.last_step_num_seqs
         if batch_size:
             self._record_step(batch_size)
         self._idle_step = not batch_size and not outputs
@@ -168,6 +176,7 @@ class EngineLoop:
                 self.observer.on_output(out, 0)
         if not outputs and self._requests and not self.engine.has_unfinished_requests():
             self._fail_all(lambda: RequestFailedError("the engine lost track of the request"))
+        return counters
 
     def _deliver(self, stream: RequestStream, out: RequestOutput) -> None:
         if self.observer is not None:
@@ -180,12 +189,12 @@ class EngineLoop:
         elif not stream.send(stream.delta(out, self.engine.tokenizer)) and not out.finished:
             self._abort(stream.request_id)  # the caller's event loop is gone: nobody is listening
 
-    def _recover(self, exc: Exception, running_before: set[str]) -> None:
+    def _recover(self, exc: Exception, running_before: list[str]) -> None:
         reason = f"engine step failed: {type(exc).__name__}: {exc}"
         log.error("engine.step_failed", error=reason)
         if isinstance(exc, ExecutorDeadError):  # nothing can run any more: every request fails with it
             return self._die(str(exc))
-        affected = (running_before | {s.request_id for s in self.engine.scheduler.running}) & set(self._requests)
+        affected = set(running_before).union(self.engine.running_request_ids()) & set(self._requests)
         affected = affected or set(self._requests)
         try:
             for request_id in affected:
@@ -212,46 +221,16 @@ class EngineLoop:
         self._last_batch_size = batch_size
         self._max_batch_size = max(self._max_batch_size, batch_size)
 
-    def _publish_stats(self) -> None:
-        scheduler = self.engine.scheduler
-        counters = self.engine.stats()
+    def _publish_stats(self, counters) -> None:
         self.stats = EngineStats(
-            num_running=len(scheduler.running),
-            num_waiting=len(scheduler.waiting),
-            num_swapped=len(scheduler.swapped),
-            num_blocks=scheduler.allocator.num_blocks,
-            num_free_blocks=scheduler.allocator.num_free_blocks,
+            num_running=counters.num_running,
+            num_waiting=counters.num_waiting,
+            num_swapped=counters.num_swapped,
+            num_blocks=counters.num_blocks,
+            num_free_blocks=counters.num_free_blocks,
             num_steps=self._num_steps,
             last_step_batch_size=self._last_batch_size,
             max_step_batch_size=self._max_batch_size,
             prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
-            num_queued_tokens=num_queued_tokens(scheduler),
+            num_queued_tokens=counters.num_queued_tokens,
         )
-
-
-def num_queued_tokens(scheduler) -> int:
-    """The work an engine holds, in tokens: for every running, waiting or swapped sequence, its prompt
-    plus the output tokens it may still generate (up to ``max_tokens``; the engine admits no request
-    beyond ``max_model_len``). Replicas report it so that routing prefers the least loaded engine."""
-    return sum(seq.num_prompt_tokens + max(0, seq.params.max_tokens - seq.num_output_tokens)
-               for seqs in (scheduler.running, scheduler.waiting, scheduler.swapped) for seq in seqs)
-
-
-class _BatchSizeRecorder:
-    """Wraps the engine's executor to see how many sequences each step carried."""
-
-    def __init__(self, engine) -> None:
-        self._inner = engine.executor
-        self._last = 0
-        engine.executor = self
-
-    def execute(self, batch):
-        self._last = batch.num_seqs
-        return self._inner.execute(batch)
-
-    def take(self) -> int:
-        last, self._last = self._last, 0
-        return last
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)

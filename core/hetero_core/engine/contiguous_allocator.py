@@ -6,19 +6,27 @@ length, as engines did before paging. The reservation then holds the whole reque
 and never preempts. The slots it holds beyond the request's tokens are the waste that paging removes
 (``bench/kv_allocators.py`` measures it); in exchange, fewer requests fit in the same pool.
 
-It keeps no prefix cache (it has none of the optional prefix-cache methods, so the scheduler sees no
-cached prefix) and, like ``paged``, counts references so ``fork`` can share a table. A table that
-needs more than its reservation (only when ``max_model_len`` here is set below the engine's) grows
-block by block, continuing its run when the next id is free.
+It keeps no prefix cache (``NoPrefixCache``: it declares none, so the scheduler sees no cached prefix)
+and so never shares a block. A table that needs more than its reservation (only when
+``max_model_len`` here is set below the engine's) grows block by block, continuing its run when the
+next id is free.
 """
 
 from __future__ import annotations
 
-from hetero_core.engine.block_allocator import BlockAllocatorError
+from hetero_core.engine.kv_allocator import (
+    NO_BLOCK_COPIES,
+    BlockAllocatorError,
+    ComputedBlocks,
+    NoPrefixCache,
+    SlotAllocation,
+)
 from hetero_core.errors import ConfigError
 
+__all__ = ["ContiguousBlockAllocator"]
 
-class ContiguousBlockAllocator:
+
+class ContiguousBlockAllocator(NoPrefixCache):
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int) -> None:
         if num_blocks < 1 or block_size < 1 or max_model_len < 1:
             raise ValueError("num_blocks, block_size and max_model_len must be >= 1")
@@ -46,30 +54,28 @@ class ContiguousBlockAllocator:
         return self.num_blocks - len(self._free)
 
     def ref_count(self, block_id: int) -> int:
+        """Owners of ``block_id``: 0 or 1 (for tests and checks; the engine never asks)."""
         return self._ref_counts[block_id]
 
     def num_blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold ``num_tokens`` tokens (the reservation aside)."""
         return -(-num_tokens // self.block_size)
 
-    def num_new_blocks(self, block_table: list[int], num_tokens: int) -> int:
-        """Extra blocks ``block_table`` needs to hold ``num_tokens`` tokens: the whole reservation
-        when the table is empty."""
-        needed = self.num_blocks_for(num_tokens)
-        if not block_table and num_tokens > 0:
-            needed = max(needed, self.num_reserved_blocks)
-        return max(0, needed - len(block_table))
-
-    def can_grow(self, block_table: list[int], num_tokens: int) -> bool:
-        return self.num_new_blocks(block_table, num_tokens) <= self.num_free_blocks
-
-    def grow(self, block_table: list[int], num_tokens: int) -> None:
-        """Reserve (empty table) or extend ``block_table`` so that it holds ``num_tokens`` tokens."""
-        needed = self.num_new_blocks(block_table, num_tokens)
+    # -- the scheduler's questions ----------------------------------------------------------------
+    def allocate_slots(self, block_table: list[int], num_computed_tokens: int, num_new_tokens: int,
+                       computed: ComputedBlocks | None = None, *,
+                       max_used_blocks: float | None = None) -> SlotAllocation | None:
+        """Reserve (empty table) or extend ``block_table`` so that it holds ``num_computed_tokens +
+        num_new_tokens`` tokens, all or nothing; None, with nothing changed, if it does not fit."""
+        if computed is not None and computed.block_ids:
+            raise BlockAllocatorError("kv_allocator 'contiguous' keeps no prefix cache: it takes no computed blocks")
+        needed = self._num_new_blocks(block_table, num_computed_tokens + num_new_tokens)
         if needed > self.num_free_blocks:
-            raise BlockAllocatorError(f"need {needed} blocks, {self.num_free_blocks} free")
+            return None
+        if max_used_blocks is not None and self.num_used_blocks + needed > max_used_blocks:
+            return None
         if not needed:
-            return
+            return NO_BLOCK_COPIES
         if block_table:  # past the reservation: one block at a time, continuing the run if possible
             new = []
             for _ in range(needed):
@@ -79,13 +85,7 @@ class ContiguousBlockAllocator:
         for block_id in new:
             self._ref_counts[block_id] = 1
         block_table.extend(new)
-
-    def fork(self, block_table: list[int]) -> list[int]:
-        """Share every block of ``block_table`` with a new owner; return the new table."""
-        for block_id in block_table:
-            self._check_owned(block_id)
-            self._ref_counts[block_id] += 1
-        return list(block_table)
+        return NO_BLOCK_COPIES
 
     def free(self, block_table: list[int]) -> None:
         """Drop this owner's reference to every block, then empty ``block_table``."""
@@ -98,6 +98,14 @@ class ContiguousBlockAllocator:
         block_table.clear()
 
     # -- internals --------------------------------------------------------------------------------
+    def _num_new_blocks(self, block_table: list[int], num_tokens: int) -> int:
+        """Extra blocks ``block_table`` needs to hold ``num_tokens`` tokens: the whole reservation
+        when the table is empty."""
+        needed = self.num_blocks_for(num_tokens)
+        if not block_table and num_tokens > 0:
+            needed = max(needed, self.num_reserved_blocks)
+        return max(0, needed - len(block_table))
+
     def _take_run(self, count: int) -> list[int]:
         """The first run of ``count`` consecutive free ids, else the ``count`` lowest free ids."""
         free = sorted(self._free)

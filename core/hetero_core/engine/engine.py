@@ -32,7 +32,9 @@ from hetero_core.engine.processor import EngineRequest, RequestProcessor
 from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
 from hetero_core.engine.thread_guard import ThreadGuard
 from hetero_core.engine.block_transfer import apply_block_transfers
-from hetero_core.engine.scheduler import ScheduledStep, Scheduler, SchedulerStats
+from hetero_core.engine.scheduled_step import ScheduledStep
+from hetero_core.engine.scheduler import Scheduler
+from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
 from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
@@ -59,6 +61,7 @@ class Engine:
         self._held_outputs: dict[str, RequestOutput] = {}  # other callers' outputs seen by generate()
         self.guard = ThreadGuard("an Engine")
         self.num_steps = 0
+        self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
 
     @property
     def tokenizer(self):
@@ -150,21 +153,13 @@ class Engine:
         (including those another caller's ``generate()`` ran but did not own)."""
         with self.guard:
             scheduled = self.scheduler.schedule()
-            if scheduled is None and self.scheduler.has_work:
-                # A step that only preempted (everything running) leaves room for the next one; if
-                # that one schedules nothing either, nothing will ever change.
-                scheduled = self.scheduler.schedule()
-                # A policy holding requests back is overridden after a bounded number of steps; only
-                # when it is not the cause can nothing ever change.
-                if scheduled is None and not self.scheduler.runner.num_idle_steps:
-                    self._fail_unschedulable()
-            if scheduled is not None:
-                self._run(scheduled)
+            self._run(scheduled)
+            if scheduled.is_stalled:  # requests wait and nothing will ever change: fail them
+                self._fail_unschedulable()
             outputs, self._finished_outputs = self._finished_outputs, []
             for out in outputs:  # reported once; the engine forgets finished requests
                 self._seqs.pop(out.request_id, None)
-            if scheduled is not None:
-                outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
+            outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
             if self._held_outputs:
                 held, self._held_outputs = self._held_outputs, {}
                 fresh = {o.request_id for o in outputs}
@@ -190,8 +185,14 @@ class Engine:
             return [finished[i] for i in ids]
 
     def stats(self) -> SchedulerStats:
-        """Scheduler counters: preemptions (by mode), prefix-cache hit / queried tokens, steps."""
-        return self.scheduler.stats()
+        """Counters since the start (steps, preemptions by mode, prefix-cache hit / queried tokens) and
+        the state after the last step (queues, free blocks, its batch, queued tokens). Cheap: every
+        field is a counter kept up to date."""
+        return self.scheduler.stats(num_queued_tokens=self._num_queued_tokens)
+
+    def running_request_ids(self) -> list[str]:
+        """The requests that are running (holding KV blocks) now."""
+        return [seq.request_id for seq in self.scheduler.running]
 
     def shutdown(self) -> None:
         with self.guard:
@@ -216,6 +217,7 @@ class Engine:
         self._seqs[seq.request_id] = seq
         self._detokenizers[seq.seq_id] = detokenizer
         self.scheduler.add(seq)
+        self._num_queued_tokens += _queued_tokens(seq)
         log.info("request.admitted", request_id=seq.request_id, num_prompt_tokens=seq.num_prompt_tokens)
 
     def _reject(self, prompt, error: str) -> str:
@@ -235,14 +237,18 @@ class Engine:
         return request_id
 
     def _run(self, scheduled: ScheduledStep) -> None:
+        """The step's block transfers, then its batch (a step may only carry transfers: swap-outs of
+        preemptions that made room for the next step)."""
         try:
             apply_block_transfers(self.executor, scheduled)
+            if scheduled.batch is None:
+                return
             output = self.executor.execute(scheduled.batch)
             sampled = self._next_tokens(scheduled, output)
         except ExecutorDeadError:  # nothing can run any more (e.g. a tensor-parallel worker died)
             raise
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine
-            log.exception("executor.failed", num_seqs=scheduled.batch.num_seqs)
+            log.exception("executor.failed", num_seqs=len(scheduled.seqs))
             for seq in scheduled.seqs:
                 self._finish(seq, error=f"the executor failed on this request's batch: {type(exc).__name__}: {exc}")
             return
@@ -281,6 +287,8 @@ class Engine:
             seq.status = SequenceStatus.DECODE
             seq.first_token_time = seq.first_token_time or now
             seq.output_token_ids.append(token_id)
+            if seq.num_output_tokens <= seq.params.max_tokens:
+                self._num_queued_tokens -= 1
             if seq.params.logprobs is not None:
                 seq.output_logprobs.append(logprobs)
             self._check_stop(seq, token_id)
@@ -307,19 +315,15 @@ class Engine:
 
     def _fail_unschedulable(self) -> None:
         """Nothing could be scheduled although requests wait: nothing will change, so fail them."""
-        allocator = self.scheduler.allocator
         for seq in [s for s in self._seqs.values() if not s.status.is_done]:
-            needed = allocator.num_blocks_for(seq.num_tokens)
-            self._finish(seq, error=(
-                f"request can never be scheduled: it needs {needed} KV blocks for {seq.num_tokens} tokens, "
-                f"{allocator.num_free_blocks} of {allocator.num_blocks} are free and nothing else is running"
-            ))
+            self._finish(seq, error=self.scheduler.unschedulable_error(seq))
 
     def _finish(self, seq: Sequence, reason: FinishReason | None = None, error: str | None = None,
                 keep_held_text: bool = True) -> None:
         detokenizer = self._detokenizers.pop(seq.seq_id, None)
         if detokenizer is not None:  # the request was queued: release its place and blocks
             self.scheduler.remove(seq)
+            self._num_queued_tokens -= _queued_tokens(seq)
             tail = _safe_flush(detokenizer)
             if keep_held_text:
                 seq.output_text += tail
@@ -331,6 +335,11 @@ class Engine:
         else:
             log.info("request.finished", request_id=seq.request_id, finish_reason=reason.value,
                      num_output_tokens=seq.num_output_tokens, num_preemptions=seq.num_preemptions)
+
+
+def _queued_tokens(seq: Sequence) -> int:
+    """A queued request's prompt plus the output tokens it may still generate (up to ``max_tokens``)."""
+    return seq.num_prompt_tokens + max(0, seq.params.max_tokens - seq.num_output_tokens)
 
 
 def _token_error(token_id, vocab_size: int) -> str | None:

@@ -10,23 +10,31 @@ once, ``memory_threshold`` of the pool for new admissions):
 2. swapped sequences come back (their blocks copied in from the CPU swap space);
 3. waiting sequences are admitted, starting from the longest cached prefix (prefix caching).
 
-When a scheduled sequence needs a block and none is free, the running sequence ranked last by the
-policy is preempted: ``recompute`` frees its blocks (prefilled again later, mostly from the prefix
-cache), ``swap`` copies them to the CPU swap space first. The step lists the block copies (swap out,
-swap in, copy-on-write) that the executor must do before running the batch.
+The KV allocator answers whole questions (``engine/kv_allocator.py``): the cached prefix of a request
+(``get_computed_blocks``) and room for a sequence's next tokens, all or nothing (``allocate_slots``,
+which also returns the copy-on-write pairs). When a running sequence gets no room, the running
+sequence ranked last by the policy is preempted (``preemption.choose_victim``): ``recompute`` frees its
+blocks (prefilled again later, mostly from the prefix cache), ``swap`` copies them to the CPU swap
+space first. The step lists the block copies (swap out, swap in, copy-on-write) that the executor
+must do before running the batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from hetero_core.engine.batch import Batch, slot_of
+from hetero_core.engine.kv_allocator import NO_COMPUTED_BLOCKS, ComputedBlocks, KVAllocator, SlotAllocation
 from hetero_core.engine.policy import SchedulerSnapshot
 from hetero_core.engine.policy_runner import Plan, PolicyRunner, view_of
-from hetero_core.engine.preemption import Preemptor
+from hetero_core.engine.preemption import Preemptor, choose_victim
+from hetero_core.engine.scheduled_step import ScheduledStep, StepBuilder
+from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import Sequence, SequenceStatus
+from hetero_core.logging import get_logger
 
-PREFILL, DECODE = SequenceStatus.PREFILL, SequenceStatus.DECODE
+__all__ = ["ScheduledStep", "Scheduler", "SchedulerLimits", "SchedulerStats"]
+log = get_logger("hetero.scheduler")
+PREFILL, DECODE, SWAPPED = SequenceStatus.PREFILL, SequenceStatus.DECODE, SequenceStatus.SWAPPED
 
 
 @dataclass(frozen=True)
@@ -39,53 +47,27 @@ class SchedulerLimits:
     max_prefill_chunk: int | None = None  # prompt tokens of one request per step (None: no cap)
 
 
-@dataclass
-class ScheduledStep:
-    seqs: list[Sequence]
-    num_new_tokens: list[int]
-    batch: Batch
-    preempted: list[Sequence] = field(default_factory=list)
-    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device block, swap block)
-    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (swap block, device block)
-    block_copies: list[tuple[int, int]] = field(default_factory=list)  # (source, destination), copy-on-write
-
-
-@dataclass(frozen=True)
-class SchedulerStats:
-    """Counters since the engine started (shown in the CLI's run summary)."""
-
-    num_steps: int
-    num_preemptions: int
-    num_recompute_preemptions: int
-    num_swap_preemptions: int
-    num_swap_ins: int
-    prefix_cache_queried_tokens: int
-    prefix_cache_hit_tokens: int
-    num_invalid_policy_decisions: int
-    num_policy_hold_back_overrides: int  # steps whose hold-backs were ignored: nothing ran, all held back
-
-    @property
-    def prefix_cache_hit_rate(self) -> float:
-        return self.prefix_cache_hit_tokens / self.prefix_cache_queried_tokens if self.prefix_cache_queried_tokens else 0.0
-
-
 class Scheduler:
-    def __init__(self, policy, allocator, limits: SchedulerLimits, *, policy_name: str | None = None,
+    def __init__(self, policy, allocator: KVAllocator, limits: SchedulerLimits, *, policy_name: str | None = None,
                  prefix_caching: bool = False, can_copy_blocks: bool = False,
                  preemption_mode: str = "recompute", num_swap_blocks: int = 0) -> None:
         self.runner = PolicyRunner(policy, policy_name or getattr(policy, "name", type(policy).__name__))
         self.policy = policy
         self.allocator = allocator
         self.limits = limits
-        # Prefix caching needs the allocator's cache methods; a fully cached prompt also needs the
-        # executor's block copy (its last block is shared when the last token is recomputed).
-        self.prefix_caching = prefix_caching and hasattr(allocator, "lookup_prefix")
-        self.can_copy_blocks = can_copy_blocks and hasattr(allocator, "copy_on_write")
+        # Prefix caching needs an allocator that keeps a prefix cache; a fully cached prompt also needs
+        # copy-on-write from the allocator and the executor (its last block is shared when the last
+        # token is recomputed). Both are declared, never probed.
+        self.prefix_caching = prefix_caching and allocator.has_prefix_cache
+        self.can_copy_blocks = can_copy_blocks and allocator.has_copy_on_write
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.swapped: list[Sequence] = []
-        self.preemptor = Preemptor(self, preemption_mode, num_swap_blocks)
+        self.preemptor = Preemptor(preemption_mode, num_swap_blocks)
         self.num_steps = 0
+        self.num_recompute_preemptions = self.num_swap_preemptions = self.num_swap_ins = 0
+        self.num_prefix_queried_tokens = self.num_prefix_hit_tokens = 0
+        self.last_step_num_seqs = self.last_step_num_tokens = 0
 
     # -- requests ---------------------------------------------------------------------------------
     def admission_error(self, seq: Sequence) -> str | None:
@@ -104,10 +86,17 @@ class Scheduler:
             )
         return None
 
+    def unschedulable_error(self, seq: Sequence) -> str:
+        """Why ``seq`` waits forever, for a step that ``is_stalled``."""
+        allocator = self.allocator
+        return (
+            f"request can never be scheduled: it needs {allocator.num_blocks_for(seq.num_tokens)} KV blocks for "
+            f"{seq.num_tokens} tokens, {allocator.num_free_blocks} of {allocator.num_blocks} are free and "
+            "nothing else is running"
+        )
+
     def add(self, seq: Sequence) -> None:
-        if self.prefix_caching:  # a hint for policies; the real lookup happens at admission
-            limit = seq.num_tokens if self.can_copy_blocks else seq.num_tokens - 1
-            seq.num_cached_tokens = len(self.allocator.lookup_prefix(seq.token_ids(0, limit))) * self.allocator.block_size
+        seq.num_cached_tokens = self._computed_blocks(seq).num_tokens  # a hint for policies
         self.waiting.append(seq)
 
     def remove(self, seq: Sequence) -> None:
@@ -116,30 +105,36 @@ class Scheduler:
             if seq in queue:
                 queue.remove(seq)
                 break
-        self.cache_computed_blocks(seq)
+        self._cache_computed_blocks(seq)
         self.allocator.free(seq.block_table)
-        self.preemptor.release_swap(seq)
+        self.preemptor.release(seq)
 
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
-    def cache_computed_blocks(self, seq: Sequence) -> None:
-        if self.prefix_caching and seq.block_table:
-            self.allocator.cache_full_blocks(seq.block_table, seq.num_computed_tokens, seq.token_ids)
-
-    def stats(self) -> SchedulerStats:
-        preemptor = self.preemptor
+    def stats(self, num_queued_tokens: int = 0) -> SchedulerStats:
+        """The counters; ``num_queued_tokens`` comes from the engine (it sees the output tokens)."""
+        allocator, runner = self.allocator, self.runner
         return SchedulerStats(
             num_steps=self.num_steps,
-            num_preemptions=preemptor.num_recompute_preemptions + preemptor.num_swap_preemptions,
-            num_recompute_preemptions=preemptor.num_recompute_preemptions,
-            num_swap_preemptions=preemptor.num_swap_preemptions,
-            num_swap_ins=preemptor.num_swap_ins,
-            prefix_cache_queried_tokens=getattr(self.allocator, "num_queried_tokens", 0),
-            prefix_cache_hit_tokens=getattr(self.allocator, "num_hit_tokens", 0),
-            num_invalid_policy_decisions=self.runner.num_invalid_decisions,
-            num_policy_hold_back_overrides=self.runner.num_hold_back_overrides,
+            num_preemptions=self.num_recompute_preemptions + self.num_swap_preemptions,
+            num_recompute_preemptions=self.num_recompute_preemptions,
+            num_swap_preemptions=self.num_swap_preemptions,
+            num_swap_ins=self.num_swap_ins,
+            prefix_cache_queried_tokens=self.num_prefix_queried_tokens,
+            prefix_cache_hit_tokens=self.num_prefix_hit_tokens,
+            num_invalid_policy_decisions=runner.num_invalid_decisions,
+            num_policy_hold_back_overrides=runner.num_hold_back_overrides,
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            num_swapped=len(self.swapped),
+            num_blocks=allocator.num_blocks,
+            num_free_blocks=allocator.num_free_blocks,
+            num_cached_blocks=allocator.num_cached_blocks,
+            last_step_num_seqs=self.last_step_num_seqs,
+            last_step_num_tokens=self.last_step_num_tokens,
+            num_queued_tokens=num_queued_tokens,
         )
 
     def snapshot(self) -> SchedulerSnapshot:
@@ -150,7 +145,7 @@ class Scheduler:
             running=tuple(view_of(s) for s in self.running),
             swapped=tuple(view_of(s) for s in self.swapped),
             num_free_blocks=allocator.num_free_blocks,
-            num_cached_blocks=getattr(allocator, "num_cached_blocks", 0),
+            num_cached_blocks=allocator.num_cached_blocks,
             num_total_blocks=allocator.num_blocks,
             block_size=allocator.block_size,
             max_num_batched_tokens=limits.max_total_tokens,
@@ -159,16 +154,33 @@ class Scheduler:
         )
 
     # -- the step ---------------------------------------------------------------------------------
-    def schedule(self) -> ScheduledStep | None:
+    def schedule(self) -> ScheduledStep:
+        """One engine step's work. A pass that schedules nothing while requests remain (it only
+        preempted, making room, or the policy held every request back) is followed at once by a
+        second; if that one schedules nothing either, the step ``is_stalled`` unless the policy is
+        holding requests back (its hold-backs are overridden after a bounded number of steps)."""
+        first = self._schedule_pass()
+        if first.chosen or not self.has_work:
+            return self._finish_step(first.build(self.allocator.block_size))
+        second = self._schedule_pass()
+        is_stalled = not second.chosen and not self.runner.num_idle_steps
+        return self._finish_step(second.build(self.allocator.block_size, earlier=first, is_stalled=is_stalled))
+
+    def _finish_step(self, step: ScheduledStep) -> ScheduledStep:
+        self.last_step_num_seqs = len(step.seqs)
+        self.last_step_num_tokens = step.batch.num_tokens if step.batch is not None else 0
+        return step
+
+    def _schedule_pass(self) -> StepBuilder:
         self.num_steps += 1
         for seq in self.running:
-            self.cache_computed_blocks(seq)
+            self._cache_computed_blocks(seq)
         plan = self.runner.plan(self.snapshot(), self.waiting + self.swapped)
-        step = _StepBuilder(self.limits.max_total_tokens)
+        step = StepBuilder(self.limits.max_total_tokens)
         for request_id in plan.preempt:
             seq = next((s for s in self.running if s.request_id == request_id), None)
             if seq is not None:
-                self.preemptor.preempt(seq, step)
+                self._preempt(seq, step)
 
         rank = plan.rank
         for seq in sorted(self.running, key=lambda s: (s.status is PREFILL, rank[s.request_id])):
@@ -177,135 +189,101 @@ class Scheduler:
             if step.is_full(self.limits.max_batch_size):
                 break
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, step.token_budget)
-            if self.preemptor.make_room(seq, num_new, step, rank):
-                self._grow(seq, num_new, step)
+            slots = self._make_room(seq, num_new, step, rank)
+            if slots is not None:
+                step.add(seq, num_new, slots)
         if not step.preempted:
             self._swap_in(step, plan)
             if not any(s.request_id not in plan.hold_back for s in self.swapped):
                 self._admit(step, plan)
-        return step.build(self)
+        return step
 
     def _num_new_tokens(self, seq: Sequence, start: int, token_budget: int) -> int:
         num_new = min(seq.num_tokens - start, token_budget)
         cap = self.limits.max_prefill_chunk
         return min(num_new, cap) if cap is not None and num_new > 1 else num_new
 
-    def _grow(self, seq: Sequence, num_new: int, step: _StepBuilder) -> None:
-        start, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new
-        if self.can_copy_blocks:
-            step.block_copies += self.allocator.copy_on_write(seq.block_table, start, end)
-        self.allocator.grow(seq.block_table, end)
-        step.add(seq, num_new)
+    def _make_room(self, seq: Sequence, num_new: int, step: StepBuilder, rank: dict[str, int]) -> SlotAllocation | None:
+        """Room for ``seq``'s next ``num_new`` tokens, preempting the lowest-ranked unscheduled running
+        sequences until it fits; None if ``seq`` itself had to be preempted."""
+        while (slots := self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)) is None:
+            victim = choose_victim(self.running, step.scheduled_ids, rank)
+            self._preempt(victim, step)
+            if victim is seq:
+                return None
+        return slots
 
-    def _swap_in(self, step: _StepBuilder, plan: Plan) -> None:
+    def _preempt(self, seq: Sequence, step: StepBuilder) -> None:
+        self.running.remove(seq)
+        self._cache_computed_blocks(seq)
+        preemption = self.preemptor.preempt(seq, self.allocator)
+        self.allocator.free(seq.block_table)
+        if preemption.mode == "swap":
+            seq.swap_table = preemption.swap_table
+            seq.status = SWAPPED
+            seq.num_preemptions += 1
+            self.swapped.append(seq)
+            step.swap_out += preemption.swap_out
+            self.num_swap_preemptions += 1
+        else:
+            seq.reset_for_recompute()
+            self.waiting.append(seq)
+            self.num_recompute_preemptions += 1
+        step.preempted.append(seq)
+        log.info("request.preempted", request_id=seq.request_id, mode=preemption.mode,
+                 num_blocks=preemption.num_blocks, num_computed_tokens=seq.num_computed_tokens,
+                 num_preemptions=seq.num_preemptions)
+
+    def _swap_in(self, step: StepBuilder, plan: Plan) -> None:
         for seq in sorted(self.swapped, key=lambda s: plan.rank[s.request_id]):
             if seq.request_id in plan.hold_back:
                 continue
             if step.is_full(self.limits.max_batch_size) or len(self.running) >= self.limits.max_num_seqs:
                 return
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, step.token_budget)
-            if not self.preemptor.swap_in(seq, seq.num_computed_tokens + num_new, step):
+            slots = self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)
+            if slots is None:  # the pool has no room now
                 return
+            step.swap_in += self.preemptor.swap_in(seq)
+            is_decode = seq.num_uncomputed_tokens == 1 and seq.output_token_ids
+            seq.status = DECODE if is_decode else PREFILL
+            self.num_swap_ins += 1
             self.swapped.remove(seq)
             self.running.append(seq)
-            self._grow(seq, num_new, step)
+            step.add(seq, num_new, slots)
 
-    def _admit(self, step: _StepBuilder, plan: Plan) -> None:
-        allocator = self.allocator
-        limit_blocks = self.limits.memory_threshold * allocator.num_blocks
+    def _admit(self, step: StepBuilder, plan: Plan) -> None:
+        max_used_blocks = self.limits.memory_threshold * self.allocator.num_blocks
         for seq in sorted(self.waiting, key=lambda s: plan.rank[s.request_id]):
             if seq.request_id in plan.hold_back:
                 continue
             if step.is_full(self.limits.max_batch_size) or len(self.running) >= self.limits.max_num_seqs:
                 return
-            hits = self._cached_prefix(seq)
-            num_cached = len(hits) * allocator.block_size
-            start = min(num_cached, seq.num_tokens - 1)  # at least one token runs, to sample from
+            computed = self._computed_blocks(seq)
+            start = min(computed.num_tokens, seq.num_tokens - 1)  # at least one token runs, to sample from
             num_new = self._num_new_tokens(seq, start, step.token_budget)
-            if hits:
-                needed = allocator.num_blocks_to_acquire(hits, start + num_new)
-                needed += int(start < num_cached and allocator.ref_count(hits[-1]) > 0)  # copy-on-write
-            else:
-                needed = allocator.num_new_blocks(seq.block_table, start + num_new)
-            if needed > allocator.num_free_blocks:
-                return
             # Keep headroom for running sequences to grow; with nothing running, anything that fits goes.
-            if self.running and allocator.num_used_blocks + needed > limit_blocks:
+            slots = self.allocator.allocate_slots(seq.block_table, start, num_new, computed,
+                                                  max_used_blocks=max_used_blocks if self.running else None)
+            if slots is None:
                 return
             if self.prefix_caching:
-                allocator.acquire_prefix(seq.block_table, hits)
-                allocator.record_lookup(seq.num_tokens, start)
+                self.num_prefix_queried_tokens += seq.num_tokens
+                self.num_prefix_hit_tokens += start
             seq.num_computed_tokens = seq.num_cached_tokens = start
             seq.status = PREFILL
             self.waiting.remove(seq)
             self.running.append(seq)
-            self._grow(seq, num_new, step)
+            step.add(seq, num_new, slots)
 
-    def _cached_prefix(self, seq: Sequence) -> list[int]:
+    def _computed_blocks(self, seq: Sequence) -> ComputedBlocks:
+        """The cached prefix ``seq`` may start from: all its tokens when a shared last block can be
+        copied before its last token is recomputed, else all but the last."""
         if not self.prefix_caching:
-            return []
+            return NO_COMPUTED_BLOCKS
         limit = seq.num_tokens if self.can_copy_blocks else seq.num_tokens - 1
-        return self.allocator.lookup_prefix(seq.token_ids(0, limit))
+        return self.allocator.get_computed_blocks(seq.token_ids(0, limit))
 
-
-class _StepBuilder:
-    """The sequences chosen so far this step, the tokens left, and the block operations."""
-
-    def __init__(self, token_budget: int) -> None:
-        self.token_budget = token_budget
-        self.chosen: list[tuple[Sequence, int]] = []
-        self.scheduled_ids: set[int] = set()
-        self.preempted: list[Sequence] = []
-        self.swap_out: list[tuple[int, int]] = []
-        self.swap_in: list[tuple[int, int]] = []
-        self.block_copies: list[tuple[int, int]] = []
-
-    def is_full(self, max_batch_size: int) -> bool:
-        return len(self.chosen) == max_batch_size or self.token_budget == 0
-
-    def add(self, seq: Sequence, num_new: int) -> None:
-        self.chosen.append((seq, num_new))
-        self.scheduled_ids.add(seq.seq_id)
-        self.token_budget -= num_new
-
-    def build(self, scheduler: Scheduler) -> ScheduledStep | None:
-        pending = scheduler.preemptor.take_pending()
-        if not self.chosen:
-            scheduler.preemptor.keep_pending(self.preempted, self.swap_out, pending)
-            return None
-        return ScheduledStep(
-            seqs=[s for s, _ in self.chosen],
-            num_new_tokens=[n for _, n in self.chosen],
-            batch=_build_batch(self.chosen, scheduler.allocator.block_size),
-            preempted=pending.preempted + self.preempted,
-            swap_out=pending.swap_out + self.swap_out,
-            swap_in=self.swap_in,
-            block_copies=self.block_copies,
-        )
-
-
-def _build_batch(chosen: list[tuple[Sequence, int]], block_size: int) -> Batch:
-    token_ids, positions, slots, starts, context_lens = [], [], [], [0], []
-    for seq, num_new in chosen:
-        first = seq.num_computed_tokens
-        table = seq.block_table
-        token_ids += seq.token_ids(first, first + num_new)
-        for pos in range(first, first + num_new):
-            positions.append(pos)
-            slots.append(slot_of(table, pos, block_size))
-        starts.append(starts[-1] + num_new)
-        context_lens.append(first + num_new)
-    return Batch(
-        seq_ids=[s.seq_id for s, _ in chosen],
-        token_ids=token_ids,
-        positions=positions,
-        slot_mapping=slots,
-        query_start_loc=starts,
-        context_lens=context_lens,
-        block_tables=[list(s.block_table) for s, _ in chosen],
-        is_prefill=[s.status is PREFILL for s, _ in chosen],
-        sample=[s.num_computed_tokens + n == s.num_tokens for s, n in chosen],
-        num_prompt_tokens=[s.num_prompt_tokens for s, _ in chosen],
-        seeds=[s.params.seed for s, _ in chosen],
-        block_size=block_size,
-    )
+    def _cache_computed_blocks(self, seq: Sequence) -> None:
+        if self.prefix_caching and seq.block_table:
+            self.allocator.cache_blocks(seq.block_table, seq.num_computed_tokens, seq.token_ids)

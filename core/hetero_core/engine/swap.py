@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from hetero_core.engine.block_allocator import BlockAllocatorError
+from hetero_core.engine.kv_allocator import BlockAllocatorError
 
 
 class SwapSpace:

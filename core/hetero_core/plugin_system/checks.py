@@ -37,9 +37,9 @@ FACTORY_ARGUMENTS = {
 REQUIRED = {
     "tokenizer": (("encode", "decode", "encode_chat"), ("eos_token_id", "vocab_size")),
     "scheduler_policy": (("decide",), ()),
-    "kv_allocator": (
-        ("num_blocks_for", "num_new_blocks", "can_grow", "grow", "fork", "free"),
-        ("num_blocks", "block_size", "num_free_blocks", "num_used_blocks"),
+    "kv_allocator": (  # hetero_core.kv.KVAllocator
+        ("num_blocks_for", "get_computed_blocks", "allocate_slots", "cache_blocks", "free"),
+        ("num_blocks", "block_size", "has_prefix_cache", "has_copy_on_write", "num_free_blocks", "num_cached_blocks"),
     ),
     "executor": (("execute", "shutdown"), ()),
 }
@@ -47,8 +47,8 @@ REQUIRED = {
 SIGNATURES = {
     "tokenizer": "encode(text), decode(token_ids), encode_chat(messages); eos_token_id, vocab_size",
     "scheduler_policy": "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))",
-    "kv_allocator": "num_blocks_for, num_new_blocks, can_grow, grow, fork, free; num_blocks, block_size, "
-    "num_free_blocks, num_used_blocks",
+    "kv_allocator": "hetero_core.kv.KVAllocator: num_blocks_for, get_computed_blocks, allocate_slots, cache_blocks, "
+    "free; num_blocks, block_size, has_prefix_cache, has_copy_on_write, num_free_blocks, num_cached_blocks",
     "executor": "execute(batch) -> ExecutorOutput, shutdown()",
 }
 
