@@ -38,7 +38,8 @@ from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, kernel_layout, pack_linears
 from hetero_core.model.llama import LlamaForCausalLM
-from hetero_core.model.loader import load_model, resolve_model_source
+from hetero_core.model.loader import load_model
+from hetero_core.model.source import resolve_model_source
 
 log = get_logger("hetero.executor")
 
