@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from hetero_core.engine.batch import Batch, slot_of
 from hetero_core.model.attention import KVCache
-from hetero_core.model.cpu.kernels import PrefillSequences
+from hetero_core.model.cpu.kernel_attention import PrefillSequences
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
 
 
