@@ -24,7 +24,7 @@ PUBLIC_MODULES = {
 PUBLIC_PACKAGES = ("hetero_core.model.",)  # the model API for executors that run a real model
 # Imports another part of issue 24 removes (the triton executor stops subclassing the torch executor);
 # delete the entry with it.
-KNOWN = {"hetero_plugins_triton/hetero_plugins_triton/executor.py": {"hetero_core.default_plugins.torch_executor"}}
+KNOWN: dict[str, set[str]] = {}  # plugin file -> private modules it may still import (none)
 
 
 def imported_modules(path: Path) -> set[str]:

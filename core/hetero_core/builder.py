@@ -194,7 +194,7 @@ def resolve_model_dir(settings: HeteroSettings) -> Path:
     """The local HF-layout directory for ``settings.model`` (converting or downloading once)."""
     from hetero_core.model.embedded import ensure_embedded_model
     from hetero_core.model.gguf_cache import ensure_gguf_converted
-    from hetero_core.model.loader import resolve_model_source
+    from hetero_core.model.source import resolve_model_source
 
     if settings.model == DEFAULT_MODEL:
         return ensure_embedded_model(settings.cache_dir)

@@ -4,9 +4,10 @@ steps replayed from CUDA graphs.
 Start-up, in order: the kernels' capabilities are checked against the settings (block size,
 dtype, device, head size) before any weight is read; the model loads on the device; the KV pool
 is sized (``max_num_blocks``, or a GPU memory share after a profiling forward) with one extra
-scratch block for padded graph rows; decode graphs are captured. Per step, a pure decode that fits
-a captured size replays a graph; anything else (prefills, mixed steps, ``cuda_graphs = false``)
-runs eagerly. Logits come back as fp32 CPU rows for the sampled sequences.
+scratch block for padded graph rows, held by core's ``ModelRunner``; decode graphs are captured.
+Per step, a pure decode that fits a captured size replays a graph; anything else (prefills, mixed
+steps, ``cuda_graphs = false``) runs eagerly through the runner. Logits come back as fp32 rows, on
+the device, for the sampled sequences.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.loader import load_model
+from hetero_core.model.runner import ModelRunner
 from hetero_plugins_cuda.attention import FlashAttnBackend
 from hetero_plugins_cuda.graph_runner import DecodeGraphRunner, default_batch_sizes
 from hetero_plugins_cuda.kernels import FlashAttnKernels, load_flash_attn
@@ -65,7 +67,9 @@ class CudaExecutor:
             )
         else:
             self.num_kv_blocks = ctx.num_blocks
-        self.kv_caches = self._allocate_kv_cache(self.num_kv_blocks + 1)  # + the scratch block
+        self._check_kv_memory(self.num_kv_blocks + 1)
+        self.runner = ModelRunner(self.model, num_blocks=self.num_kv_blocks + 1,  # + the scratch block
+                                  block_size=self.block_size, dtype=self.dtype, device=self.device)
         self.graph_runner = None
         if options.cuda_graphs:
             sizes = options.cuda_graph_batch_sizes or default_batch_sizes(ctx.max_num_seqs)
@@ -80,56 +84,43 @@ class CudaExecutor:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.config.vocab_size
+        return self.runner.vocab_size
 
     @property
     def eos_token_id(self) -> int | None:
-        return self.model.config.eos_token_id
+        return self.runner.eos_token_id
+
+    @property
+    def kv_caches(self) -> list:
+        return self.runner.kv_caches
 
     def execute(self, batch: Batch) -> ExecutorOutput:
-        if batch.block_size != self.block_size:
-            raise ValueError(f"batch block_size {batch.block_size} != executor block_size {self.block_size}")
+        if self.graph_runner is None or not self.graph_runner.can_run(batch):
+            return self.runner.execute(batch)
+        self.runner.check_block_size(batch)
         with torch.inference_mode():
-            if self.graph_runner is not None and self.graph_runner.can_run(batch):
-                logits = self.graph_runner.run(batch)
-                if len(batch.sample_indices) != batch.num_seqs:
-                    logits = logits[torch.tensor(batch.sample_indices, device=self.device)]
-            else:
-                logits = self.forward_logits(batch, self.kv_caches)
-            # fp32 rows on the executor's device: the sampler runs where they are (no copy of
-            # [rows, vocab] logits to the host each step on a GPU).
+            logits = self.graph_runner.run(batch)
+            if len(batch.sample_indices) != batch.num_seqs:
+                logits = logits[torch.tensor(batch.sample_indices, device=self.device)]
             return ExecutorOutput(logits=logits.float())
-
-    def forward_logits(self, batch: Batch, kv_caches) -> torch.Tensor:
-        """One eager step: logits (device, model dtype) of the sampled sequences."""
-        input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
-        positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
-        metadata = self.backend.build_metadata(batch, self.device)
-        rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
-        return self.model.sampled_logits(input_ids, positions, metadata, kv_caches, rows)
 
     def shutdown(self) -> None:
         self.graph_runner = None
-        self.kv_caches = []
-        self.model = None
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        self.model = None  # before the runner empties CUDA's cache, so the weights are freed with it
+        self.runner.shutdown()
 
-    def _allocate_kv_cache(self, num_blocks: int):
-        config = self.model.config
-        if self.device.type == "cuda":
-            needed = num_blocks * bytes_per_block(config, self.block_size, self.dtype)
-            free, _ = torch.cuda.mem_get_info(self.device)
-            if needed > free:
-                raise ConfigError(
-                    f"max_num_blocks = {num_blocks - 1} needs {needed / 2**30:.2f} GiB of KV cache but "
-                    f"{free / 2**30:.2f} GiB are free on {self.device}; lower max_num_blocks or set "
-                    "executor.cuda.gpu_memory_utilization (e.g. 0.9) to size the pool from memory"
-                )
-        return self.backend.allocate_kv_cache(
-            config.num_hidden_layers, num_blocks, self.block_size, config.num_key_value_heads, config.head_dim,
-            self.dtype, self.device,
-        )  # fmt: skip
+    def _check_kv_memory(self, num_blocks: int) -> None:
+        """Refuse a pool that does not fit in the device's free memory, before allocating it."""
+        if self.device.type != "cuda":
+            return
+        needed = num_blocks * bytes_per_block(self.model.config, self.block_size, self.dtype)
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if needed > free:
+            raise ConfigError(
+                f"max_num_blocks = {num_blocks - 1} needs {needed / 2**30:.2f} GiB of KV cache but "
+                f"{free / 2**30:.2f} GiB are free on {self.device}; lower max_num_blocks or set "
+                "executor.cuda.gpu_memory_utilization (e.g. 0.9) to size the pool from memory"
+            )
 
 
 def _option_problems(options: CudaExecutorOptions, ctx: ExecutorContext) -> list[str]:

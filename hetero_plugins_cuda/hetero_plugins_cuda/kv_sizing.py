@@ -49,24 +49,23 @@ def profile_peak_bytes(executor) -> int:
     """Peak memory of the largest prefill and the largest decode step, beyond what is allocated now."""
     import torch
 
+    from hetero_core.model.runner import ModelRunner
+
     block_size, width = executor.block_size, executor.max_blocks_per_seq
     num_tokens, num_seqs = executor.max_num_batched_tokens, executor.max_num_seqs
     num_blocks = -(-num_tokens // block_size) + 1
-    config = executor.model.config
-    caches = executor.backend.allocate_kv_cache(
-        config.num_hidden_layers, num_blocks, block_size, config.num_key_value_heads, config.head_dim,
-        executor.dtype, executor.device,
-    )  # fmt: skip
+    runner = ModelRunner(executor.model, num_blocks=num_blocks, block_size=block_size, dtype=executor.dtype,
+                         device=executor.device)  # a throw-away cache of a few blocks
     torch.cuda.synchronize(executor.device)
     torch.cuda.reset_peak_memory_stats(executor.device)
     base = torch.cuda.memory_allocated(executor.device)
     with torch.inference_mode():
         for batch in (_prefill_batch(num_tokens, num_seqs, executor.max_model_len, block_size),
                       _decode_batch(num_seqs, width, block_size)):
-            executor.forward_logits(batch, caches)
+            runner.sampled_logits(batch)
     torch.cuda.synchronize(executor.device)
     peak = torch.cuda.max_memory_allocated(executor.device) - base
-    del caches
+    runner.kv_cache.free()
     torch.cuda.empty_cache()
     return peak
 

@@ -1,4 +1,4 @@
-"""The Triton executor: core's model code and ``TorchExecutor`` with the Triton attention backend.
+"""The Triton executor: core's model code on the Triton attention backend, run by core's ``ModelRunner``.
 
 The factory settles where and how to run (GPU, or Triton's CPU interpreter when asked), checks the
 kernels' capabilities against the model's config and the settings, and only then imports triton
@@ -10,19 +10,58 @@ from __future__ import annotations
 import torch
 
 from hetero_core import ConfigError, PluginError
-from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions
-from hetero_core.executor import ExecutorContext
+from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.cpu.threads import intra_op_threads
+from hetero_core.model.loader import load_model
+from hetero_core.model.runner import ModelRunner
 from hetero_plugins_triton.capabilities import incompatibilities
 from hetero_plugins_triton.options import TritonExecutorOptions
 from hetero_plugins_triton.requirements import interpreter_problem, interpreter_requested
 
 log = get_logger("hetero.executor.triton")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class TritonExecutor(TorchExecutor):
-    """``TorchExecutor`` whose attention runs the Triton kernels (``backend.TritonPagedAttention``)."""
+class TritonExecutor:
+    """A ``ModelRunner`` whose model attends with ``backend`` (``backend.TritonPagedAttention``)."""
+
+    def __init__(self, ctx: ExecutorContext, backend, *, device: torch.device, dtype: str,
+                 num_threads: int | None = None):
+        if device.type == "cpu" or num_threads is not None:  # interpreter mode runs torch on the CPU
+            torch.set_num_threads(intra_op_threads(num_threads))
+        self.device, self.dtype = device, DTYPES[dtype]
+        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=self.dtype)
+        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks, block_size=ctx.block_size, dtype=self.dtype,
+                                  device=device, num_swap_blocks=ctx.num_swap_blocks)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.runner.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.runner.eos_token_id
+
+    @property
+    def kv_caches(self) -> list:
+        return self.runner.kv_caches
+
+    def execute(self, batch: Batch) -> ExecutorOutput:
+        return self.runner.execute(batch)
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        self.runner.copy_blocks(pairs)
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        self.runner.swap_out(pairs)
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        self.runner.swap_in(pairs)
+
+    def shutdown(self) -> None:
+        self.runner.shutdown()
 
 
 def create_triton_executor(ctx: ExecutorContext) -> TritonExecutor:
@@ -52,11 +91,9 @@ def create_triton_executor(ctx: ExecutorContext) -> TritonExecutor:
         decode_block_n=options.decode_block_n, prefill_block_m=options.prefill_block_m,
         prefill_block_n=options.prefill_block_n,
     ))
-    torch_options = TorchExecutorOptions(device=str(device), dtype=dtype, num_threads=options.num_threads,
-                                         prepack_weights=False)
     log.info("executor.triton.ready", device=str(device), dtype=dtype, interpreter=interpret, num_sms=num_sms,
              num_splits=options.num_splits or "auto")
-    return TritonExecutor(ctx, backend=backend, options=torch_options)
+    return TritonExecutor(ctx, backend, device=device, dtype=dtype, num_threads=options.num_threads)
 
 
 def _device(options: TritonExecutorOptions, interpret: bool) -> torch.device:

@@ -119,7 +119,7 @@ def _with_threads(threads: int, call):
 def test_every_kernel_gives_a_row_the_same_bits_alone_batched_and_on_any_threads(build_kernels, dtype):
     """The linears (every row count takes a different pass configuration), the element-wise kernels and
     decode attention against prefill attention: each row alone, in batches of 2-70 rows, on 1-3 threads."""
-    from hetero_core.model.cpu.kernels import PrefillSequences
+    from hetero_core.model.cpu.kernel_attention import PrefillSequences
     from kernel_weights import q4_1_weight
 
     kernels = build_kernels

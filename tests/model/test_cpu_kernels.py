@@ -8,6 +8,7 @@ import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError
+from hetero_core.model.cpu import kernel_attention
 from hetero_core.model.cpu import kernels as cpu_kernels_module
 from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
@@ -198,7 +199,7 @@ def test_a_decode_step_writes_its_kv_and_attends_in_one_call(kernel, dtype, tole
 
 
 def test_sizes_beyond_the_kernels_limits_take_the_torch_path(kernel):
-    query = torch.randn(2, 4, cpu_kernels_module.MAX_HEAD_DIM + 8)
+    query = torch.randn(2, 4, kernel_attention.MAX_HEAD_DIM + 8)
     assert not kernel.supports(query, num_kv_heads=2)
     assert not kernel.supports(torch.randn(2, 4, 64).half(), num_kv_heads=2)
     assert kernel.supports(torch.randn(2, 4, 64), num_kv_heads=2)

@@ -145,7 +145,7 @@ def test_decode_attention_takes_any_number_of_sequences_and_odd_shapes(kernels, 
 @pytest.mark.parametrize("chunks", [[], [(1, 1)], [(2, 2), (1, 3), (17, 40), (65, 65)]])  # (query_len, context)
 def test_prefill_attention_takes_any_number_of_sequences_and_odd_shapes(kernels, dtype, num_kv_heads, group,
                                                                        head_dim, block_size, chunks):
-    from hetero_core.model.cpu.kernels import PrefillSequences
+    from hetero_core.model.cpu.kernel_attention import PrefillSequences
 
     dtype = DTYPES[dtype]
     contexts = [context for _, context in chunks]
@@ -182,7 +182,7 @@ def test_the_kv_write_takes_any_number_of_tokens(kernels, dtype, num_tokens):
 
 
 def test_attention_refuses_inconsistent_inputs_with_a_clear_error(kernels):
-    from hetero_core.model.cpu.kernels import PrefillSequences
+    from hetero_core.model.cpu.kernel_attention import PrefillSequences
 
     (key_cache, value_cache), tables = _paged([5, 9], 2, 16, 4, torch.float32, seed=0)
     query = torch.randn(2, 4, 16)

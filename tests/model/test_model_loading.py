@@ -10,7 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.fusion import split_state
-from hetero_core.model.loader import load_model, resolve_model_source
+from hetero_core.model.loader import load_model
+from hetero_core.model.source import resolve_model_source
 from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
 from tiny_models import save_tiny_model
 

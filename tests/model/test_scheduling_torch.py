@@ -79,4 +79,4 @@ def test_copy_and_swap_move_whole_blocks(tiny_llama):
     key[:, 3].zero_()
     executor.swap_in([(5, 3)])
     assert torch.equal(key[:, 3], original)
-    assert executor._swap[1][0].shape[1] == 8  # the swap space has num_swap_blocks blocks
+    assert executor.runner.kv_cache.swap_space[1][0].shape[1] == 8  # the swap space has num_swap_blocks blocks

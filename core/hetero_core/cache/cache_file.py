@@ -62,22 +62,24 @@ def warn_rebuilding(error: CacheFileInvalid) -> None:
 
 
 def checksum(data, name: str) -> str:
-    """The checksum of ``data`` (a 1-D uint8 tensor) as the file ``name``."""
+    """The checksum of ``data`` (a 1-D uint8 numpy array or torch tensor) as the file ``name``."""
     import numpy as np
-    import torch
 
-    length = data.numel()
+    array = data.numpy() if hasattr(data, "numpy") else data
+    length = array.size
     num_words = length // 8
     whole = num_words - num_words % CHUNK_WORDS
-    words = data.numpy()[: num_words * 8].view(np.int64)
+    words = array[: num_words * 8].view(np.int64)
     if length >= PARALLEL_BYTES:  # every core; the same sums (integer adds wrap in any order)
-        chunk_sums = data[: whole * 8].view(torch.int64).view(-1, CHUNK_WORDS).sum(1).numpy()
-    else:  # one thread: waking torch's pool costs more than small files take
+        import torch
+
+        chunk_sums = torch.from_numpy(words[:whole]).view(-1, CHUNK_WORDS).sum(1).numpy()
+    else:  # one thread: waking torch's pool costs more than small files take (and no torch loads)
         chunk_sums = words[:whole].reshape(-1, CHUNK_WORDS).sum(1)
     digest = hashlib.blake2b(f"{name}\0{length}\0".encode(), digest_size=16)
     digest.update(chunk_sums.tobytes())
     digest.update(words[whole:].sum(dtype=np.int64).tobytes())
-    digest.update(data.numpy()[num_words * 8:].tobytes())
+    digest.update(array[num_words * 8:].tobytes())
     return digest.hexdigest()
 
 
@@ -85,24 +87,46 @@ def map_file(path: Path):
     """``path``'s bytes as a 1-D uint8 tensor, memory-mapped copy-on-write (the pages stay shared)."""
     import torch
 
-    with open(path, "rb") as file:
-        size = file.seek(0, 2)
-        if size == 0:
-            return torch.empty(0, dtype=torch.uint8)
-        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY)
-    return torch.frombuffer(mapped, dtype=torch.uint8)
+    return torch.from_numpy(_map_array(path))
 
 
 def map_checked(path: Path):
-    """The payload of the checked file ``path``, memory-mapped (FileNotFoundError when it is absent)."""
+    """The payload of the checked file ``path`` as a memory-mapped 1-D uint8 tensor
+    (FileNotFoundError when it is absent)."""
+    import torch
+
+    return torch.from_numpy(_checked_payload(path))
+
+
+def read_checked(path: Path) -> bytes:
+    """The payload of the small checked file ``path`` (FileNotFoundError when it is absent). Imports
+    no torch: the builder reads a converted model's manifest before the executor's factory runs."""
+    return _checked_payload(path).tobytes()
+
+
+def _map_array(path: Path):
+    """``path``'s bytes as a 1-D uint8 numpy array, memory-mapped copy-on-write."""
+    import numpy as np
+
+    with open(path, "rb") as file:
+        size = file.seek(0, 2)
+        if size == 0:
+            return np.empty(0, dtype=np.uint8)
+        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY)
+    return np.frombuffer(mapped, dtype=np.uint8)
+
+
+def _checked_payload(path: Path):
+    """The payload of the checked file ``path``, a view of its mapping (numpy), once its footer and
+    checksum agree (CacheFileInvalid otherwise)."""
     try:
-        data = map_file(path)
+        data = _map_array(path)
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise CacheFileInvalid(path, f"cannot be read: {exc}") from None
-    size = data.numel()
-    match = _FOOTER_PATTERN.fullmatch(bytes(data[-FOOTER_BYTES:].numpy()) if size else b"")
+    size = data.size
+    match = _FOOTER_PATTERN.fullmatch(data[-FOOTER_BYTES:].tobytes() if size else b"")
     if match is None:
         raise CacheFileInvalid(path, "empty" if size == 0 else
                                "no checksum footer (truncated, overwritten, or written by an older version)")
@@ -115,18 +139,13 @@ def map_checked(path: Path):
     return payload
 
 
-def read_checked(path: Path) -> bytes:
-    """The payload of the small checked file ``path`` (FileNotFoundError when it is absent)."""
-    return bytes(map_checked(path).numpy())
-
-
 @contextmanager
 def written_checked(target: Path, suffix: str) -> Iterator[str]:
     """A temporary path for the caller to write the payload of ``target`` to; on a normal exit the
     footer is appended and the file replaces ``target`` atomically (see ``replaced_atomically``)."""
     with replaced_atomically(target, suffix) as tmp:
         yield tmp
-        footer = FOOTER.format(length=Path(tmp).stat().st_size, checksum=checksum(map_file(Path(tmp)), target.name))
+        footer = FOOTER.format(length=Path(tmp).stat().st_size, checksum=checksum(_map_array(Path(tmp)), target.name))
         with open(tmp, "ab") as file:
             file.write(footer.encode())
         os.chmod(tmp, os.stat(tmp).st_mode | 0o444)  # mkstemp makes it private; the cache is shared
@@ -139,7 +158,7 @@ def write_checked(target: Path, payload: bytes) -> None:
 
 def write_manifest(folder: Path, **facts) -> None:
     """List every file of ``folder`` with its size and checksum (and ``facts``) in its manifest."""
-    files = {p.name: [p.stat().st_size, checksum(map_file(p), p.name)]
+    files = {p.name: [p.stat().st_size, checksum(_map_array(p), p.name)]
              for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
     write_checked(folder / MANIFEST, json.dumps({**facts, "files": files}, indent=1).encode())
 
@@ -172,7 +191,7 @@ def check_listed(folder: Path, manifest: dict, names, checksummed=None) -> None:
                                          f"manifest lists {listed[name][0]} bytes")
     for name in names if checksummed is None else checksummed:
         try:
-            data = map_file(folder / name)
+            data = _map_array(folder / name)
         except OSError as exc:
             raise CacheFileInvalid(folder / name, f"cannot be read: {exc}") from None
         if checksum(data, name) != listed[name][1]:

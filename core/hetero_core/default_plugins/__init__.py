@@ -86,6 +86,9 @@ def _create_torch_executor(ctx):
     from hetero_core.default_plugins.torch_requirements import require_real_model_packages
 
     require_real_model_packages("the torch executor")
+    from hetero_core.model.cpu.threads import choose_openmp_wait
+
+    choose_openmp_wait(ctx.options.device if ctx.options is not None else "cpu")  # before torch loads
     from hetero_core.default_plugins.torch_executor import TorchExecutor
 
     return TorchExecutor(ctx)

@@ -44,6 +44,10 @@ def create_executor(component, ctx):
     """The executor for ``ctx``: the component's own for one rank, else rank 0 plus workers."""
     if ctx.tensor_parallel_size == 1:
         return component.factory(ctx)
+    from hetero_core.model.cpu.threads import choose_openmp_wait
+
+    # Before torch loads here; the workers rank 0 starts inherit the environment.
+    choose_openmp_wait(getattr(ctx.options, "device", "cpu"))
     from hetero_core.distributed.tensor_parallel_executor import TensorParallelExecutor
 
     return TensorParallelExecutor(component.factory, pin_auto_dtype(ctx), component.name)

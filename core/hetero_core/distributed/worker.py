@@ -27,8 +27,7 @@ import traceback
 from dataclasses import replace
 from multiprocessing.connection import Connection
 
-import hetero_core.model  # noqa: F401  (OpenMP's wait policy, before torch loads)
-from hetero_core.distributed import process_group
+from hetero_core.model.cpu.threads import choose_openmp_wait
 
 STARTED, READY, OK, ERROR = "started", "ready", "ok", "error"
 EXIT_FAILED = 1  # after reporting an exception to rank 0
@@ -47,6 +46,9 @@ def main(argv: list[str] | None = None) -> None:
         setup = conn.recv()
         sys.path[:] = setup["sys_path"]  # rank 0's: the factory's module imports as it did there
         factory, ctx = pickle.loads(conn.recv_bytes())
+        choose_openmp_wait(getattr(ctx.options, "device", "cpu"))  # before process_group loads torch
+        from hetero_core.distributed import process_group
+
         conn.send((STARTED,))
         rank, world_size = setup["rank"], setup["world_size"]
         store = process_group.join_store(setup["port"], world_size)

@@ -1,11 +1,8 @@
-"""Model code shared by the real executors: config, Llama-family layers, attention backends, loading.
+"""Model code shared by the real executors: config, Llama-family layers, the attention-backend seam,
+checkpoint readers, loading, tensor parallelism, and ``runner.ModelRunner`` (a model with its paged
+KV cache, run a step at a time). ``cpu/`` is the torch executor's CPU runtime, built on this code
+and never imported by it.
 
-Import the submodules you need (``hetero_core.model.loader``, ``.embedded``, ...); this package
-module itself imports nothing heavy. It does one thing on import: before any submodule loads
-torch, it chooses how OpenMP's threads wait (a short spin where the CPUs are idle, sleep where
-other processes keep them busy; see ``cpu_threads``).
+Import the submodules you need (``hetero_core.model.loader``, ``.runner``, ...); this package module
+itself imports nothing and does nothing on import.
 """
-
-from hetero_core.model.cpu.threads import choose_openmp_wait
-
-choose_openmp_wait()

@@ -17,9 +17,8 @@ from hetero_core.model.config import ModelConfig
 from hetero_core.model.gguf_cache import check_converted_weights
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.model_builder import build_model
+from hetero_core.model.source import resolve_model_source
 from hetero_core.model.tensor_parallel import build_shard
-
-HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja"]
 
 
 def load_model(
@@ -39,34 +38,6 @@ def load_model(
     if tensor_parallel is not None:
         return build_shard(config, state, tensor_parallel, backend=backend, device=device, dtype=dtype)
     return build_model(config, state, backend=backend, device=device, dtype=dtype)
-
-
-def resolve_model_source(source: str | Path) -> Path:
-    """A local path (HF directory or ``.gguf`` file) for ``source``; downloads hub ids."""
-    path = Path(source).expanduser()
-    if path.exists():
-        return path
-    text = str(source)
-    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
-        return download_from_hub(text)
-    raise ModelLoadError(
-        f"model {text!r} not found; give a local HF directory, a .gguf file, or a hub id like 'org/name'"
-    )
-
-
-def download_from_hub(repo_id: str) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"loading {repo_id!r} from the hub needs huggingface_hub; run: pip install huggingface_hub"
-        ) from exc
-    try:
-        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
-    except Exception as exc:  # network, auth and missing-repo errors all land here
-        raise ModelLoadError(
-            f"cannot download {repo_id!r} from the hub: {exc}; download it and pass the directory"
-        ) from exc
 
 
 def read_checkpoint(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:

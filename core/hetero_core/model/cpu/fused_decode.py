@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from hetero_core.model.cpu.kernel_linears import code_bits
-from hetero_core.model.cpu.kernels import DECODE_ATTENTION_REFUSED
+from hetero_core.model.cpu.kernel_attention import DECODE_ATTENTION_REFUSED
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 

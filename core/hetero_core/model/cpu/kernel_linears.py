@@ -20,6 +20,7 @@ import torch
 from hetero_core.model.cpu.block_codes import block_codes, pack_code_panels
 
 PANEL = 16  # output columns per panel of every layout
+DTYPE_SUFFIXES = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the C symbols of each kernel's dtypes
 
 
 class LinearKernels:

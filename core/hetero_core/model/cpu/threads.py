@@ -18,8 +18,12 @@ spin (``GOMP_SPINCOUNT``), otherwise ``OMP_WAIT_POLICY=PASSIVE``. A spin is coun
 instructions, whose length varies: 3,000 were 39 us on an Emerald Rapids Xeon, shorter than some
 of the Python between two kernels, and its fp32 workload ran 4-6 % faster with 10,000-30,000
 (emulated AVX2: 7.3-7.7 s against 7.85-8.05 s); SHORT_SPIN is 20,000 (~0.26 ms there). libgomp
-reads both once, when torch loads it; ``hetero_core.model`` calls this on import. A policy the user set
-(either variable) is kept: ``OMP_WAIT_POLICY=PASSIVE`` always sleeps, ``GOMP_SPINCOUNT=N`` spins N.
+reads both once, when torch loads it (torch's bundled libgomp, which the compiled kernels share), so
+the choice is made where the CPU runtime starts, before that path imports torch: the torch executor's
+factory on a CPU device (the builder imports no torch before it), and tensor parallelism's rank 0 and
+workers. A process that loaded torch earlier (a script that imported it, a first start that converts
+a GGUF) keeps libgomp's defaults; GPU executors never choose. A policy the user set (either
+variable) is kept: ``OMP_WAIT_POLICY=PASSIVE`` always sleeps, ``GOMP_SPINCOUNT=N`` spins N.
 """
 
 from __future__ import annotations
@@ -44,9 +48,12 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def choose_openmp_wait() -> str | None:
-    """Set a short spin (CPUs idle) or ``OMP_WAIT_POLICY=PASSIVE`` (CPUs busy) before torch loads;
-    return what was set (``"spin"``, ``"passive"``), None where the user chose or torch is loaded."""
+def choose_openmp_wait(device: str = "cpu") -> str | None:
+    """Set a short spin (CPUs idle) or ``OMP_WAIT_POLICY=PASSIVE`` (CPUs busy) before torch loads,
+    for an executor that runs on ``device`` (a torch device name); return what was set (``"spin"``,
+    ``"passive"``), None where the device is not the CPU, the user chose or torch is loaded."""
+    if not is_cpu_device(device):
+        return None
     if WAIT_POLICY_ENV in os.environ or SPIN_COUNT_ENV in os.environ or "torch" in sys.modules:
         return None
     if cpus_are_idle():
@@ -54,6 +61,11 @@ def choose_openmp_wait() -> str | None:
         return "spin"
     os.environ[WAIT_POLICY_ENV] = "PASSIVE"
     return "passive"
+
+
+def is_cpu_device(device: str) -> bool:
+    """True for ``"cpu"`` (or ``"cpu:0"``): read without torch, which must not load yet."""
+    return str(device).partition(":")[0].strip().lower() == "cpu"
 
 
 def cpus_are_idle(sample_s: float = IDLE_SAMPLE_S) -> bool:

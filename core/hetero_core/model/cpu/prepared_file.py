@@ -1,0 +1,112 @@
+"""The prepared-weights file: a packed model's tensors as safetensors bytes with ``cache_file``'s
+checksum footer, written once and memory-mapped at later starts (``prepared_weights`` decides when
+and where).
+
+Linears in the layout of the compiled kernels' linear are stored in it as they run
+(``<name>.kernel_weight``); oneDNN's packed weights are opaque, so those linears are stored fused and
+converted and are reordered again at load. Loading builds the model on the meta device and assigns
+views of the mapping: no conversion and no copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hetero_core.cache import cache_file
+from hetero_core.logging import get_logger
+from hetero_core.model.attention import AttentionBackend
+from hetero_core.model.config import ModelConfig
+from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, pack_linears
+from hetero_core.model.llama import LlamaForCausalLM
+
+log = get_logger("hetero.executor")
+
+FORMAT_VERSION = 2  # 2: a checksum footer (cache_file) after the safetensors bytes
+KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> bool:
+    """Write ``model``'s tensors (packed ones in their layout, ``unpacked``'s for oneDNN's linears)
+    to ``path`` atomically; return whether it was written (a failure is logged, never raised)."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        tensors[name] = tensor
+    for name, module in model.named_modules():
+        if not isinstance(module, PackedLinear):
+            continue
+        if module.all_rows:
+            tensors[name + KERNEL_LAYOUT_SUFFIX] = module.kernel_weight
+        elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
+            tensors[name + ".weight"] = unpacked[name + ".weight"]
+    metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
+    try:
+        with cache_file.written_checked(path, ".tmp") as tmp:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+    except (OSError, RuntimeError, ValueError) as exc:
+        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
+        return False
+    return True
+
+
+def load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM:
+    """The packed model from ``path``, its tensors views of the file's mapping (CacheFileInvalid when
+    the file is damaged or unusable, FileNotFoundError when there is none)."""
+    payload = cache_file.map_checked(path)
+    try:
+        metadata, tensors = _safetensors_views(payload)
+        if metadata.get("format") != str(FORMAT_VERSION):
+            raise ValueError(f"format {metadata.get('format')!r}, expected {FORMAT_VERSION}")
+        raw = json.loads(metadata["config"])
+        config = ModelConfig(**{**raw, "eos_token_ids": tuple(raw["eos_token_ids"])})
+        return _assemble(config, tensors, backend, kernels)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise cache_file.CacheFileInvalid(path, f"unusable: {exc}") from None
+
+
+def _safetensors_views(payload: torch.Tensor) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The metadata and tensors of the safetensors bytes ``payload``: views of it, nothing copied."""
+    header_bytes = int.from_bytes(payload[:8].numpy().tobytes(), "little")
+    header = json.loads(payload[8:8 + header_bytes].numpy().tobytes())
+    metadata = header.pop("__metadata__", {})
+    start = 8 + header_bytes
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        data = payload[start + begin:start + end]
+        tensors[name] = data.view(_SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
+    return metadata, tensors
+
+
+def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, kernels) -> LlamaForCausalLM:
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config, backend)
+    if "lm_head" + KERNEL_LAYOUT_SUFFIX in tensors:
+        model.untie_lm_head()
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            packed = tensors.get(name + KERNEL_LAYOUT_SUFFIX)
+            if packed is not None and isinstance(child, nn.Linear):
+                swiglu = is_swiglu_projection(parent, child_name)
+                linear = PackedLinear.from_kernel_layout(packed, tensors.get(name + ".bias"), kernels, swiglu)
+                setattr(parent, child_name, linear)
+    plain = {k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX)}
+    model.load_state_dict(plain, strict=False, assign=True)
+    if model.lm_head is None:  # tied and not in the kernels' layout: share the loaded embedding
+        model.untie_lm_head()
+    pack_linears(model, kernels)  # the linears oneDNN packs (their plain weights were stored)
+    left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if left:
+        raise ValueError(f"missing tensors {left[:3]}")
+    model.requires_grad_(False)
+    return model.eval()

@@ -1,0 +1,88 @@
+"""``ModelRunner``: a loaded model and its paged KV cache, run one engine step at a time.
+
+What every executor built on core's model code shares, whatever its attention backend: the torch
+executor (the CPU runtime around it), the Triton executor (its kernels as the backend) and the cuda
+executor (flash-attn, with CUDA graphs for decode steps) each hold one and add only their own
+concerns. Per step it builds the token ids, positions and the backend's metadata once, runs the
+model under ``torch.inference_mode()`` and returns fp32 logits, on the model's device, for the
+sampled rows in ``batch.sample_indices`` order (the sampler runs where they are: no copy of
+``[rows, vocab]`` logits to the host each step on a GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.model.attention import KVCache
+from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.model.paged_kv_cache import PagedKVCache
+
+
+class ModelRunner:
+    """``model`` (built with its attention backend, e.g. by ``loader.load_model``) over a paged KV
+    cache of ``num_blocks`` blocks of ``block_size`` tokens in ``dtype`` on ``device``, with
+    ``num_swap_blocks`` CPU blocks of swap space. Implements the executor protocol's steps:
+    ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
+
+    def __init__(self, model: LlamaForCausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device, num_swap_blocks: int = 0):
+        self.model = model
+        self.backend = model.backend
+        self.block_size = block_size
+        self.dtype = dtype
+        self.device = device
+        self.kv_cache = PagedKVCache(self.backend, model.config, num_blocks=num_blocks, block_size=block_size,
+                                     dtype=dtype, device=device, num_swap_blocks=num_swap_blocks)
+
+    @property
+    def kv_caches(self) -> list[KVCache]:
+        """One ``KVCache`` per decoder layer, in the backend's layout."""
+        return self.kv_cache.layers
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logits rows (the model's vocabulary, which may exceed the tokenizer's)."""
+        return self.model.config.vocab_size
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.model.config.eos_token_id
+
+    def execute(self, batch: Batch) -> ExecutorOutput:
+        """One step: fp32 logits rows (on the device) of ``batch``'s sampled sequences."""
+        self.check_block_size(batch)
+        with torch.inference_mode():
+            return ExecutorOutput(logits=self.sampled_logits(batch).float())
+
+    def sampled_logits(self, batch: Batch) -> torch.Tensor:
+        """The model over ``batch`` (its K/V written to the cache): logits of the sampled rows in
+        the model's dtype. Call it under ``torch.inference_mode()``."""
+        input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
+        metadata = self.backend.build_metadata(batch, self.device)
+        rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
+        return self.model.sampled_logits(input_ids, positions, metadata, self.kv_caches, rows)
+
+    def check_block_size(self, batch: Batch) -> None:
+        if batch.block_size != self.block_size:
+            raise ValueError(f"batch block_size {batch.block_size} != executor block_size {self.block_size}")
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy whole KV blocks within the cache (copy-on-write): ``(source, destination)`` pairs."""
+        self.kv_cache.copy_blocks(pairs)
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy KV blocks to the CPU swap space: ``(device block, swap block)`` pairs."""
+        self.kv_cache.swap_out(pairs)
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
+        self.kv_cache.swap_in(pairs)
+
+    def shutdown(self) -> None:
+        """Free the cache and the model (and the CUDA allocator's cached blocks)."""
+        self.kv_cache.free()
+        self.model = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
