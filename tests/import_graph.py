@@ -19,6 +19,7 @@ PACKAGES = {
     "hetero_plugins_mock": ROOT / "hetero_plugins_mock",
     "hetero_plugins_triton": ROOT / "hetero_plugins_triton",
     "hetero_plugins_cuda": ROOT / "hetero_plugins_cuda",
+    "hetero_bench": ROOT / "bench",
 }
 
 
@@ -125,6 +126,26 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+def core_rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Core's rooms (a subpackage such as ``hetero_core.engine``, or a module at the package root) and
+    the rooms each imports; the package face ``hetero_core`` (lazy public re-exports) is left out."""
+    def room_of(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "hetero_core" and len(parts) > 1 else None
+
+    rooms: dict[str, set[str]] = defaultdict(set)
+    for source, targets in graph.items():
+        a = room_of(source)
+        if a is None:
+            continue
+        rooms[a]
+        for target in targets:
+            b = room_of(target)
+            if b is not None and b != a:
+                rooms[a].add(b)
+    return dict(rooms)
 
 
 # The rooms around the model code, bottom to top as the tests read them.
