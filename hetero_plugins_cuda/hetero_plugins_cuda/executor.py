@@ -20,6 +20,7 @@ from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
+from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_cuda.attention import FlashAttnBackend
 from hetero_plugins_cuda.graph_runner import DecodeGraphRunner, default_batch_sizes
 from hetero_plugins_cuda.kernels import FlashAttnKernels, load_flash_attn
@@ -33,8 +34,12 @@ log = get_logger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class CudaExecutor:
+class CudaExecutor(RunnerExecutor):
     """``kernels``: flash-attn's (default) or another provider with the same API (a test double)."""
+
+    # No block copies or swap: the prefix cache keeps a fully cached prompt's last token uncached and
+    # swap preemption falls back to recompute (engine/block_transfer.py).
+    copy_blocks = swap_out = swap_in = None
 
     def __init__(self, ctx: ExecutorContext, options: CudaExecutorOptions | None = None,
                  kernels: FlashAttnKernels | None = None):
@@ -82,17 +87,8 @@ class CudaExecutor:
         log.info("executor.ready", executor="cuda", kernels=self.kernels.name, device=str(self.device),
                  dtype=options.dtype, num_kv_blocks=self.num_kv_blocks, cuda_graphs=options.cuda_graphs)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.runner.vocab_size
 
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.runner.eos_token_id
 
-    @property
-    def kv_caches(self) -> list:
-        return self.runner.kv_caches
 
     def execute(self, batch: Batch) -> ExecutorOutput:
         if self.graph_runner is None or not self.graph_runner.can_run(batch):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from hetero_core import ConfigError, PluginError
-from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
+from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu.threads import intra_op_threads
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
+from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_triton.capabilities import incompatibilities
 from hetero_plugins_triton.options import TritonExecutorOptions
 from hetero_plugins_triton.requirements import interpreter_problem, interpreter_requested
@@ -24,7 +25,7 @@ log = get_logger("hetero.executor.triton")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class TritonExecutor:
+class TritonExecutor(RunnerExecutor):
     """A ``ModelRunner`` whose model attends with ``backend`` (``backend.TritonPagedAttention``)."""
 
     def __init__(self, ctx: ExecutorContext, backend, *, device: torch.device, dtype: str,
@@ -36,32 +37,13 @@ class TritonExecutor:
         self.runner = ModelRunner(model, num_blocks=ctx.num_blocks, block_size=ctx.block_size, dtype=self.dtype,
                                   device=device, num_swap_blocks=ctx.num_swap_blocks)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.runner.vocab_size
 
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.runner.eos_token_id
 
-    @property
-    def kv_caches(self) -> list:
-        return self.runner.kv_caches
 
-    def execute(self, batch: Batch) -> ExecutorOutput:
-        return self.runner.execute(batch)
 
-    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        self.runner.copy_blocks(pairs)
 
-    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        self.runner.swap_out(pairs)
 
-    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
-        self.runner.swap_in(pairs)
 
-    def shutdown(self) -> None:
-        self.runner.shutdown()
 
 
 def create_triton_executor(ctx: ExecutorContext) -> TritonExecutor:

@@ -30,6 +30,7 @@ from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
+from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
 
 __all__ = ["TorchExecutor", "TorchExecutorOptions"]
@@ -37,7 +38,7 @@ __all__ = ["TorchExecutor", "TorchExecutorOptions"]
 log = get_logger("hetero.executor")
 
 
-class TorchExecutor:
+class TorchExecutor(RunnerExecutor):
     """Owns a ``ModelRunner`` (the model and its paged KV cache, ``num_layers`` x K/V in the torch
     backend's head-major layout); ``execute(batch)`` returns logits rows in ``batch.sample_indices`` order."""
 
@@ -96,38 +97,16 @@ class TorchExecutor:
     def backend(self) -> TorchPagedAttention:
         return self.runner.backend
 
-    @property
-    def kv_caches(self) -> list:
-        return self.runner.kv_caches
 
-    @property
-    def vocab_size(self) -> int:
-        """Width of the logits rows (the model's vocabulary, which may exceed the tokenizer's)."""
-        return self.runner.vocab_size
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.runner.eos_token_id
 
     def execute(self, batch: Batch) -> ExecutorOutput:
         if self._free_cpu_threads is not None:
             self._free_cpu_threads.update()
         return self.runner.execute(batch)
 
-    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        """Copy whole KV blocks within the cache (copy-on-write): ``(source, destination)`` pairs."""
-        self.runner.copy_blocks(pairs)
 
-    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        """Copy KV blocks to the CPU swap space: ``(device block, swap block)`` pairs."""
-        self.runner.swap_out(pairs)
 
-    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
-        """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
-        self.runner.swap_in(pairs)
 
-    def shutdown(self) -> None:
-        self.runner.shutdown()
 
 
 def _set_threads(threads: int) -> None:
