@@ -29,6 +29,7 @@ from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.torch_attention_metadata import (DecodeGroup, PrefillSegment, TorchPagedMetadata,
                                                             build_metadata)
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
+from hetero_core.model.step_inputs import StepUpload
 
 
 class TorchPagedAttention:
@@ -54,8 +55,10 @@ class TorchPagedAttention:
 
         return [KVCache(zeros(), zeros()) for _ in range(num_layers)]
 
-    def build_metadata(self, batch: Batch, device: torch.device) -> TorchPagedMetadata:
-        return build_metadata(batch, device, for_cpu_kernels=self.cpu_kernels is not None and device.type == "cpu")
+    def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> TorchPagedMetadata:
+        """The step's index tensors, added to ``upload`` (the runner's) and uploaded with it in one copy."""
+        return build_metadata(batch, device, for_cpu_kernels=self.cpu_kernels is not None and device.type == "cpu",
+                              upload=upload)
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         kernels = self._kernels_for(query, kv_cache)
