@@ -17,6 +17,7 @@ SDPA, not flash-attn's kernels.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import platform
@@ -26,7 +27,7 @@ import time
 import types
 from pathlib import Path
 
-from hetero_core import HeteroError
+from hetero_core import HeteroError, hookimpl
 
 from hetero_bench.options import positive_int
 from hetero_bench.report import Column, Report, Table
@@ -64,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-total-tokens", type=positive_int, default=16384, help="tokens per step")
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/hetero-bench-qwen3-0.6b"))
     parser.add_argument("--tiny", action="store_true", help="a 2-layer model (smoke test, not for figures)")
+    parser.add_argument("--no-step-timing", action="store_true",
+                        help="tokens/s only: no events or wait around each step (hetero_bench/step_timing.py)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="no GPU: the tiny model on the CPU (torch on cpu, triton's interpreter, cuda on the "
+                             "flash-attn test double), --num-requests 4 of 16-24 tokens unless given: checks the "
+                             "wiring, gives no figures")
 
 
 def write_synthetic_model(directory: Path, config: dict, seed: int = 0) -> Path:
@@ -111,11 +118,15 @@ def make_workload(num_requests: int, min_len: int, max_len: int, seed: int = 0):
 def executor_section(args) -> dict:
     options = {}
     if args.executor == "torch":
-        options = {"device": "cuda", "dtype": "bfloat16"}
+        options = {"device": "cpu" if args.dry_run else "cuda", "dtype": "bfloat16"}
     elif args.executor == "cuda":
         options = {"dtype": "bfloat16", "cuda_graphs": not args.no_cuda_graphs}
-        if args.gpu_memory_utilization:
+        if args.dry_run:
+            options["device"] = "cpu"
+        elif args.gpu_memory_utilization:
             options["gpu_memory_utilization"] = args.gpu_memory_utilization
+    elif args.dry_run:  # triton: the interpreter runs float32 on the CPU
+        options = {"interpreter": True, "dtype": "float32"}
     for item in args.executor_option:
         key, _, value = item.partition("=")
         try:
@@ -123,6 +134,39 @@ def executor_section(args) -> dict:
         except json.JSONDecodeError:
             options[key] = value
     return {"name": args.executor, args.executor: options}
+
+
+def executor_plugins(executor: str, dry_run: bool = False):
+    """Core's plugins plus the executor's package, registered directly: no installed entry points
+    needed (a checkout on PYTHONPATH, as scripts/gpu_check.sh runs it). A dry run of cuda registers
+    the executor on the flash-attn double without the factory's CUDA check."""
+    from hetero_core.plugin_system.discovery import load_plugins
+
+    if executor == "torch":
+        return load_plugins(entry_points=[])
+    if executor == "cuda" and dry_run:
+        return load_plugins(entry_points=[], extra_plugins=[("cuda", DryRunCudaPlugin())])
+    try:
+        package = __import__(f"hetero_plugins_{executor}")
+    except ImportError as exc:
+        raise HeteroError(f"--executor {executor} needs the hetero_plugins_{executor} package: {exc}; pip install "
+                          f"-e ./hetero_plugins_{executor} or put it on PYTHONPATH") from exc
+    return load_plugins(entry_points=[], extra_plugins=[(executor, package)])
+
+
+class DryRunCudaPlugin:
+    """Registers 'cuda' on the flash-attn stand-in (``use_flash_attn_double``) for any device."""
+
+    @hookimpl
+    def register_executors(self, register):
+        from hetero_plugins_cuda.executor import CudaExecutor
+        from hetero_plugins_cuda.kernels import load_flash_attn
+        from hetero_plugins_cuda.options import CudaExecutorOptions
+
+        def create(ctx):
+            return CudaExecutor(ctx, kernels=dataclasses.replace(load_flash_attn(), device_types=("cpu", "cuda")))
+
+        register("cuda", create, options=CudaExecutorOptions, needs_model=True)
 
 
 def use_flash_attn_double(path: str) -> None:
@@ -161,8 +205,17 @@ def run(args: argparse.Namespace) -> Report:
 
     from hetero_core import LLM, SamplingParams, load_settings
 
-    if not torch.cuda.is_available():
-        raise HeteroError("the gpu-offline benchmark needs a CUDA GPU, and torch sees none here")
+    from hetero_bench.step_timing import StepTimer
+
+    if args.dry_run:
+        args.tiny = True
+        if args.num_requests == 256 and (args.min_len, args.max_len) == (100, 1024):
+            args.num_requests, args.min_len, args.max_len = 4, 16, 24
+        if args.executor == "cuda" and not args.flash_attn_double:
+            args.flash_attn_double = str(FLASH_ATTN_DOUBLE)
+    elif not torch.cuda.is_available():
+        raise HeteroError("the gpu-offline benchmark needs a CUDA GPU, and torch sees none here "
+                          "(--dry-run runs its wiring on the CPU)")
     if args.flash_attn_double:
         if args.executor != "cuda":
             raise HeteroError("--flash-attn-double stands in for flash-attn: it needs --executor cuda")
@@ -178,18 +231,24 @@ def run(args: argparse.Namespace) -> Report:
     )  # fmt: skip
     requests = make_workload(args.num_requests, args.min_len, args.max_len)
     num_output = sum(n for _, n in requests)
+    on_gpu = torch.cuda.is_available() and not args.dry_run
 
     start = time.perf_counter()
-    llm = LLM.from_settings(load_settings(**settings))
+    llm = LLM.from_settings(load_settings(**settings), executor_plugins(args.executor, args.dry_run))
     startup_s = time.perf_counter() - start
     try:
         engine = llm.engine
         engine.generate([requests[0][0][:64]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))  # warm-up
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in requests]
-        torch.cuda.synchronize()
+        timer = None if args.no_step_timing else StepTimer(engine.executor, use_cuda=on_gpu)
+        if on_gpu:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         outputs = engine.generate([p for p, _ in requests], params)
         elapsed = time.perf_counter() - start
+        steps = timer.summary(elapsed) if timer is not None else {}
+        if timer is not None:
+            timer.remove()
         num_kv_blocks = getattr(engine.executor, "num_kv_blocks", settings["max_num_blocks"])
     finally:
         llm.shutdown()
@@ -200,16 +259,23 @@ def run(args: argparse.Namespace) -> Report:
     label = args.executor + ("" if args.executor != "cuda" else
                              (" (eager)" if args.no_cuda_graphs else " (CUDA graphs)")
                              + (" [flash-attn test double]" if args.flash_attn_double else ""))
+    label += " [dry run: CPU, tiny model]" if args.dry_run else ""
     row = {"executor": label, "output_tokens_per_s": num_output / elapsed, "elapsed_s": elapsed,
-           "startup_s": startup_s}
+           "startup_s": startup_s, **steps}
     prompt_tokens = sum(len(p) for p, _ in requests)
     columns = [Column("executor", "executor"), Column("elapsed_s", "time s", ".2f"),
                Column("output_tokens_per_s", "out tok/s", ".1f"), Column("startup_s", "start-up s", ".1f")]
-    header = [f"device: {torch.cuda.get_device_name()}; versions: {versions(args)}",
+    if steps:
+        columns += [Column("num_steps", "steps", "d"), Column("wall_ms_per_step", "wall ms/step", ".2f"),
+                    Column("host_ms_per_step", "host ms/step", ".2f"),
+                    Column("device_ms_per_step", "device ms/step", ".2f"),
+                    Column("wait_ms_per_step", "wait ms/step", ".2f")]
+    device = torch.cuda.get_device_name() if on_gpu else "cpu (dry run)"
+    header = [f"device: {device}; versions: {versions(args)}",
               f"workload: {len(requests)} requests, prompt tokens {prompt_tokens}, output tokens {num_output}, "
               f"block_size {block_size}, KV blocks {num_kv_blocks}"]
     results = {**row, "num_requests": len(requests), "prompt_tokens": prompt_tokens, "output_tokens": num_output,
-               "device": torch.cuda.get_device_name(), "versions": versions(args), "num_kv_blocks": num_kv_blocks,
+               "device": device, "versions": versions(args), "num_kv_blocks": num_kv_blocks,
                "model": "synthetic Qwen3-0.6B shape" if not args.tiny else "tiny synthetic (smoke test)"}
     options = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
     return Report("gpu-offline", {**options, "engine": settings}, Table(columns, [row]), header, [], results,

@@ -44,6 +44,7 @@ class DecodeGraphInputs:
 
     num_seqs: int  # the padded batch size
     max_context_len: int  # the longest context a sequence can have (the block table's width in tokens)
+    block_size: int  # tokens per KV block
     slot_mapping: torch.Tensor  # int64 [num_seqs]
     context_lens: torch.Tensor  # int32 [num_seqs] tokens in the cache, this step's included
     block_tables: torch.Tensor  # int32 [num_seqs, max_blocks_per_seq], padded with block 0
@@ -54,6 +55,20 @@ class DecodeGraphInputs:
 LAYOUT = (("input_ids", torch.long, None), ("positions", torch.long, None), ("slot_mapping", torch.long, None),
           ("sampled_rows", torch.long, None), ("context_lens", torch.int32, None),
           ("block_tables", torch.int32, "width"))
+
+
+def build_decode_graphs(runner, *, scratch_block: int, max_num_seqs: int, max_model_len: int,
+                       batch_sizes: list[int] | None = None) -> DecodeGraphs:
+    """Decode graphs over ``runner``'s model and cache (``runner.kv_cache`` holds ``scratch_block``,
+    a block the pool never hands out), captured on a CUDA device (emulated elsewhere)."""
+    graphs = DecodeGraphs(
+        runner.model, runner.kv_caches, batch_sizes=batch_sizes or default_batch_sizes(max_num_seqs),
+        max_blocks_per_seq=-(-max_model_len // runner.block_size), scratch_block=scratch_block,
+        block_size=runner.block_size, device=runner.device,
+    )  # fmt: skip
+    with torch.inference_mode():
+        graphs.capture()
+    return graphs
 
 
 class DecodeGraphs:
@@ -165,7 +180,7 @@ class DecodeGraphs:
     def _forward(self, size: int) -> torch.Tensor:
         views = self._views(size)
         inputs = DecodeGraphInputs(
-            num_seqs=size, max_context_len=self.max_blocks_per_seq * self.block_size,
+            num_seqs=size, max_context_len=self.max_blocks_per_seq * self.block_size, block_size=self.block_size,
             slot_mapping=views["slot_mapping"], context_lens=views["context_lens"],
             block_tables=views["block_tables"], query_rows=self.query_rows[:size],
         )  # fmt: skip
