@@ -17,7 +17,6 @@ SDPA, not flash-attn's kernels.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import platform
@@ -27,7 +26,7 @@ import time
 import types
 from pathlib import Path
 
-from hetero_core import HeteroError, hookimpl
+from hetero_core import HeteroError
 
 from hetero_bench.options import positive_int
 from hetero_bench.report import Column, Report, Table
@@ -68,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-step-timing", action="store_true",
                         help="tokens/s only: no events or wait around each step (hetero_bench/step_timing.py)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="no GPU: the tiny model on the CPU (torch on cpu, triton's interpreter, cuda on the "
-                             "flash-attn test double), --num-requests 4 of 16-24 tokens unless given: checks the "
+                        help="no GPU: the tiny model on the CPU (torch on cpu, triton in its interpreter; not cuda, "
+                             "whose start-up needs CUDA), --num-requests 4 of 16-24 tokens unless given: checks the "
                              "wiring, gives no figures")
 
 
@@ -121,9 +120,7 @@ def executor_section(args) -> dict:
         options = {"device": "cpu" if args.dry_run else "cuda", "dtype": "bfloat16"}
     elif args.executor == "cuda":
         options = {"dtype": "bfloat16", "cuda_graphs": not args.no_cuda_graphs}
-        if args.dry_run:
-            options["device"] = "cpu"
-        elif args.gpu_memory_utilization:
+        if args.gpu_memory_utilization:
             options["gpu_memory_utilization"] = args.gpu_memory_utilization
     elif args.dry_run:  # triton: the interpreter runs float32 on the CPU
         options = {"interpreter": True, "dtype": "float32"}
@@ -134,39 +131,6 @@ def executor_section(args) -> dict:
         except json.JSONDecodeError:
             options[key] = value
     return {"name": args.executor, args.executor: options}
-
-
-def executor_plugins(executor: str, dry_run: bool = False):
-    """Core's plugins plus the executor's package, registered directly: no installed entry points
-    needed (a checkout on PYTHONPATH, as scripts/gpu_check.sh runs it). A dry run of cuda registers
-    the executor on the flash-attn double without the factory's CUDA check."""
-    from hetero_core.plugin_system.discovery import load_plugins
-
-    if executor == "torch":
-        return load_plugins(entry_points=[])
-    if executor == "cuda" and dry_run:
-        return load_plugins(entry_points=[], extra_plugins=[("cuda", DryRunCudaPlugin())])
-    try:
-        package = __import__(f"hetero_plugins_{executor}")
-    except ImportError as exc:
-        raise HeteroError(f"--executor {executor} needs the hetero_plugins_{executor} package: {exc}; pip install "
-                          f"-e ./hetero_plugins_{executor} or put it on PYTHONPATH") from exc
-    return load_plugins(entry_points=[], extra_plugins=[(executor, package)])
-
-
-class DryRunCudaPlugin:
-    """Registers 'cuda' on the flash-attn stand-in (``use_flash_attn_double``) for any device."""
-
-    @hookimpl
-    def register_executors(self, register):
-        from hetero_plugins_cuda.executor import CudaExecutor
-        from hetero_plugins_cuda.kernels import load_flash_attn
-        from hetero_plugins_cuda.options import CudaExecutorOptions
-
-        def create(ctx):
-            return CudaExecutor(ctx, kernels=dataclasses.replace(load_flash_attn(), device_types=("cpu", "cuda")))
-
-        register("cuda", create, options=CudaExecutorOptions, needs_model=True)
 
 
 def use_flash_attn_double(path: str) -> None:
@@ -208,11 +172,12 @@ def run(args: argparse.Namespace) -> Report:
     from hetero_bench.step_timing import StepTimer
 
     if args.dry_run:
+        if args.executor == "cuda":
+            raise HeteroError("--dry-run runs torch and triton on the CPU; the cuda executor's start-up needs "
+                              "CUDA (its CPU checks are tests/cuda, on the flash-attn test double)")
         args.tiny = True
         if args.num_requests == 256 and (args.min_len, args.max_len) == (100, 1024):
             args.num_requests, args.min_len, args.max_len = 4, 16, 24
-        if args.executor == "cuda" and not args.flash_attn_double:
-            args.flash_attn_double = str(FLASH_ATTN_DOUBLE)
     elif not torch.cuda.is_available():
         raise HeteroError("the gpu-offline benchmark needs a CUDA GPU, and torch sees none here "
                           "(--dry-run runs its wiring on the CPU)")
@@ -234,7 +199,7 @@ def run(args: argparse.Namespace) -> Report:
     on_gpu = torch.cuda.is_available() and not args.dry_run
 
     start = time.perf_counter()
-    llm = LLM.from_settings(load_settings(**settings), executor_plugins(args.executor, args.dry_run))
+    llm = LLM.from_settings(load_settings(**settings))
     startup_s = time.perf_counter() - start
     try:
         engine = llm.engine

@@ -80,7 +80,7 @@ class NoAttention:
     def allocate_kv_cache(self, *args, **kwargs):
         raise RuntimeError(self._message())
 
-    def build_metadata(self, batch: Batch, device: torch.device):
+    def build_metadata(self, *args, **kwargs):
         raise RuntimeError(self._message())
 
     def forward(self, *args, **kwargs):
