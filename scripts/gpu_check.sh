@@ -102,8 +102,9 @@ EOF
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { say "the packages do not import (above): stopping"; exit 1; }
 
 # 2. The GPU tests (on a CPU machine: the same files, GPU-only tests skip themselves).
-TESTS=(tests/cuda tests/triton tests/model/test_torch_executor_cuda.py tests/model/test_step_inputs.py
-       tests/model/test_decode_graphs.py)
+TESTS=(tests/triton/test_gpu_executors_agree.py tests/cuda/test_cuda_gpu.py tests/model/test_torch_executor_cuda.py
+       tests/triton/test_triton_engine.py tests/model/test_step_inputs.py tests/model/test_decode_graphs.py
+       tests/cuda tests/triton)  # the GPU-only files first: a cut-off budget loses the rest
 [[ $DRY -eq 1 ]] && TESTS=(tests/model/test_step_inputs.py tests/model/test_decode_graphs.py
                            tests/triton/test_gpu_executors_agree.py)  # the interpreter is slow: a few
 TEST_S=$(( $(left) * 45 / 100 ))
