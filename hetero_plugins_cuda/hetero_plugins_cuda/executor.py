@@ -86,9 +86,6 @@ class CudaExecutor(RunnerExecutor):
         log.info("executor.ready", executor="cuda", kernels=self.kernels.name, device=str(self.device),
                  dtype=options.dtype, num_kv_blocks=self.num_kv_blocks, cuda_graphs=options.cuda_graphs)
 
-
-
-
     def shutdown(self) -> None:
         self.graph_runner = None
         self.model = None  # before the runner empties CUDA's cache, so the weights are freed with it
