@@ -22,7 +22,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-PY=${PYTHON:-python3}
+PY=${PYTHON:-$(command -v python3 || command -v python)}
 DRY=0
 BUDGET=280
 WHEELS=$ROOT/.whl
@@ -140,6 +140,7 @@ for i in "${!RUNS[@]}"; do
         > "$OUT/$name.txt" 2>&1
     status=$?
     grep -E "^(device|workload|executor|$name)" "$OUT/$name.txt" | tee -a "$OUT/summary.txt"
+    grep -h "capture_failed" "$OUT/$name.txt" | tee -a "$OUT/summary.txt"  # graphs fell back to eager
     case $status in
         0) ;;
         124) say "$name: CUT OFF at ${share}s" ;;
