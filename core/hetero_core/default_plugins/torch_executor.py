@@ -27,6 +27,7 @@ from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
+from hetero_core.model.decode_graphs import build_decode_graphs
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
@@ -63,8 +64,13 @@ class TorchExecutor(RunnerExecutor):
             kernels = dataclasses.replace(kernels, block_codes=False)
         pack = options.prepack_weights and can_pack(self.device, self.dtype, kernels)
         model = self._load(ctx, options, backend, shard, kernels, pack)
-        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks, block_size=ctx.block_size, dtype=self.dtype,
-                                  device=self.device, num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
+        graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
+        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks + graphs,  # + the graphs' scratch block
+                                  block_size=ctx.block_size, dtype=self.dtype, device=self.device,
+                                  num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
+        if graphs:
+            self.graph_runner = build_decode_graphs(self.runner, scratch_block=ctx.num_blocks,
+                                                    max_num_seqs=ctx.max_num_seqs, max_model_len=ctx.max_model_len)
         if kernels is not None and pack and options.fused_decode and shard is None:
             model.fused_decode = FusedDecode.for_model(model, kernels, self.runner.kv_caches)
             log.info("executor.fused_decode", applies=model.fused_decode is not None)
@@ -97,16 +103,10 @@ class TorchExecutor(RunnerExecutor):
     def backend(self) -> TorchPagedAttention:
         return self.runner.backend
 
-
-
     def execute(self, batch: Batch) -> ExecutorOutput:
         if self._free_cpu_threads is not None:
             self._free_cpu_threads.update()
-        return self.runner.execute(batch)
-
-
-
-
+        return super().execute(batch)  # the runner, or a decode graph (cuda_graphs on a GPU)
 
 
 def _set_threads(threads: int) -> None:

@@ -91,10 +91,14 @@ class Sampler:
         if all(_is_plain_greedy(row.params) for row in rows):
             # One pass: the row maxima find the broken rows (NaN propagates) and their first indices
             # are argmax's (torch.max returns the first maximal index); ~2x faster than amax + argmax.
+            # A broken row's id becomes -1 on the device, so the ids come back in one device-to-host
+            # copy (the step's only synchronisation on a GPU), with no separate check of the maxima.
             best, token_ids = logits.max(dim=-1)
-            for i in _non_finite(best):
-                errors[i] = NON_FINITE_LOGITS
-            return _checked(token_ids.tolist(), [None] * len(rows), errors, logits.shape[1])
+            token_ids = token_ids.masked_fill(~torch.isfinite(best), -1).tolist()
+            for i, token_id in enumerate(token_ids):
+                if token_id == -1:
+                    errors[i] = NON_FINITE_LOGITS
+            return _checked(token_ids, [None] * len(rows), errors, logits.shape[1])
         broken = _broken_rows(logits)
         if broken:
             logits = logits.clone()
