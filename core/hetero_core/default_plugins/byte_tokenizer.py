@@ -15,6 +15,7 @@ NUM_BYTES = 256
 BOS_TOKEN_ID = 256
 EOS_TOKEN_ID = 257
 VOCAB_SIZE = 258
+SPECIAL_TEXT = {BOS_TOKEN_ID: b"<s>", EOS_TOKEN_ID: b"</s>"}
 
 
 class ByteTokenizer:
@@ -29,12 +30,18 @@ class ByteTokenizer:
         """The UTF-8 bytes of ``text`` (no BOS)."""
         return list(text.encode("utf-8"))
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Bytes back to text; BOS and EOS are dropped, invalid UTF-8 becomes U+FFFD."""
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True,
+               spaces_between_special_tokens: bool = True) -> str:
+        """Bytes back to text; BOS and EOS are dropped (``skip_special_tokens=False``: shown as
+        ``<s>`` and ``</s>``, spaced from their neighbours unless ``spaces_between_special_tokens``
+        is False), invalid UTF-8 becomes U+FFFD."""
         out = bytearray()
         for token_id in token_ids:
             if 0 <= token_id < NUM_BYTES:
                 out.append(token_id)
+            elif token_id in SPECIAL_TEXT and not skip_special_tokens:
+                space = b" " if spaces_between_special_tokens else b""
+                out += (space if out else b"") + SPECIAL_TEXT[token_id] + space
             elif token_id not in (BOS_TOKEN_ID, EOS_TOKEN_ID):
                 raise InvalidRequestError(
                     f"token id {token_id} is out of range for the byte tokenizer "

@@ -86,8 +86,30 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._encode(text, self.options.add_special_tokens)
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True,
+               spaces_between_special_tokens: bool = True) -> str:
+        """The text of ``token_ids``; special tokens left out unless ``skip_special_tokens=False``,
+        then with a space between each and its neighbours unless ``spaces_between_special_tokens=False``
+        (transformers' joining of text runs and special tokens)."""
+        ids = list(token_ids)
+        if skip_special_tokens or not spaces_between_special_tokens:
+            return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        parts, run = [], []
+        for token_id in ids:
+            if token_id in self._special_ids:
+                if run:
+                    parts.append(self._tokenizer.decode(run, skip_special_tokens=False))
+                    run = []
+                parts.append(self._tokenizer.id_to_token(token_id))
+            else:
+                run.append(token_id)
+        if run:
+            parts.append(self._tokenizer.decode(run, skip_special_tokens=False))
+        return " ".join(parts)
+
+    @cached_property
+    def _special_ids(self) -> frozenset[int]:
+        return frozenset(i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         """The chat template with the generation prompt, encoded (its special tokens included)."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hetero_core.engine.logits_constraints import apply_token_constraints
 from hetero_core.engine.logits_processors import (
     apply_min_p,
     apply_penalties,
@@ -74,9 +75,11 @@ def seeded_uniform(seed: int, step: int) -> float:
 class Sampler:
     """Samples next tokens for a batch of rows; one instance per engine."""
 
-    def __init__(self, seed: int | None = None) -> None:
-        """``seed`` fixes the engine-wide generator that unseeded random rows draw from."""
+    def __init__(self, seed: int | None = None, eos_token_id: int | None = None) -> None:
+        """``seed`` fixes the engine-wide generator that unseeded random rows draw from;
+        ``eos_token_id`` is what ``min_tokens`` holds back."""
         self._rng = random.Random(seed)
+        self._eos_token_id = eos_token_id
 
     def sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
         """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype)."""
@@ -103,6 +106,7 @@ class Sampler:
                 errors[i] = NON_FINITE_LOGITS
 
         scores = logits.to(torch.float32, copy=True)
+        apply_token_constraints(scores, rows, self._eos_token_id)
         self._penalise(scores, rows)
         randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if randoms:
@@ -110,8 +114,9 @@ class Sampler:
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
-                "penalties or temperature made this request's logits non-finite; "
-                "use a temperature and repetition_penalty closer to 1"
+                "penalties, temperature or token constraints left this request no usable logit; use a "
+                "temperature and repetition_penalty closer to 1, or allow more tokens (allowed_token_ids, "
+                "bad_words, min_tokens, logit_bias)"
             )
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
@@ -199,7 +204,8 @@ def _checked(token_ids: list[int], logprobs: list, errors: list[str | None], voc
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
-    return params.is_greedy and not params.has_penalties and params.logprobs is None
+    return (params.is_greedy and not params.has_penalties and params.logprobs is None
+            and not params.has_token_constraints)
 
 
 def _logprobs(
