@@ -49,9 +49,11 @@ class ByteTokenizer:
                 )
         return out.decode("utf-8", errors="replace")
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """Render ``"<role>: <content>\\n"`` per message, then ``"assistant: "``, and encode."""
-        return self.encode(render_plain_chat(messages))
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Render ``"<role>: <content>\\n"`` per message, then ``"assistant: "`` (unless
+        ``add_generation_prompt=False``), and encode."""
+        text = render_plain_chat(messages)
+        return self.encode(text if add_generation_prompt else text.removesuffix("assistant: "))
 
 
 def render_plain_chat(messages: list[dict[str, str]]) -> str:

@@ -111,16 +111,20 @@ class HFTokenizer:
     def _special_ids(self) -> frozenset[int]:
         return frozenset(i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template with the generation prompt, encoded (its special tokens included)."""
-        return self._encode(self.render_chat(messages), False)
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, chat_template_kwargs: dict | None = None) -> list[int]:
+        """The chat template (with the generation prompt unless ``add_generation_prompt=False``),
+        encoded (its special tokens included); ``tools`` and ``chat_template_kwargs`` are template
+        variables, as in transformers' ``apply_chat_template``."""
+        return self._encode(self.render_chat(messages, add_generation_prompt, tools, chat_template_kwargs), False)
 
     def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
         if len(text) > GIL_FREE_ENCODE_CHARS:  # the same ids; encode() would hold the GIL throughout
             return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
+    def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, chat_template_kwargs: dict | None = None) -> str:
         if self._template is None:
             raise InvalidRequestError(
                 "this model has no chat template; send a plain prompt, or set the hf tokenizer's "
@@ -135,9 +139,11 @@ class HFTokenizer:
         from jinja2 import TemplateError
 
         try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=True, **self.special_tokens
-            )
+            variables = {**self.special_tokens, **(chat_template_kwargs or {}), "messages": messages,
+                         "add_generation_prompt": add_generation_prompt}
+            if tools is not None:
+                variables["tools"] = tools
+            return self._template.render(**variables)
         except TemplateError as exc:
             raise InvalidRequestError(f"the chat template rejected the messages: {exc}") from exc
 

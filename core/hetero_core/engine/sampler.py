@@ -114,9 +114,9 @@ class Sampler:
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
-                "penalties, temperature or token constraints left this request no usable logit; use a "
-                "temperature and repetition_penalty closer to 1, or allow more tokens (allowed_token_ids, "
-                "bad_words, min_tokens, logit_bias)"
+                "penalties or temperature made this request's logits non-finite, or its token constraints "
+                "(allowed_token_ids, bad_words, min_tokens, logit_bias) left no token; use a temperature and "
+                "repetition_penalty closer to 1, or allow more tokens"
             )
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
