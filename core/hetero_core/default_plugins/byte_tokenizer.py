@@ -35,19 +35,21 @@ class ByteTokenizer:
         """Bytes back to text; BOS and EOS are dropped (``skip_special_tokens=False``: shown as
         ``<s>`` and ``</s>``, spaced from their neighbours unless ``spaces_between_special_tokens``
         is False), invalid UTF-8 becomes U+FFFD."""
-        out = bytearray()
+        parts, out = [], bytearray()
         for token_id in token_ids:
             if 0 <= token_id < NUM_BYTES:
                 out.append(token_id)
             elif token_id in SPECIAL_TEXT and not skip_special_tokens:
-                space = b" " if spaces_between_special_tokens else b""
-                out += (space if out else b"") + SPECIAL_TEXT[token_id] + space
+                parts += [out, SPECIAL_TEXT[token_id]] if out else [SPECIAL_TEXT[token_id]]
+                out = bytearray()
             elif token_id not in (BOS_TOKEN_ID, EOS_TOKEN_ID):
                 raise InvalidRequestError(
                     f"token id {token_id} is out of range for the byte tokenizer "
                     f"(valid ids: 0..{VOCAB_SIZE - 1})"
                 )
-        return out.decode("utf-8", errors="replace")
+        parts += [out] if out or not parts else []
+        joined = (b" " if spaces_between_special_tokens else b"").join(parts)
+        return joined.decode("utf-8", errors="replace")
 
     def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         """Render ``"<role>: <content>\\n"`` per message, then ``"assistant: "`` (unless
