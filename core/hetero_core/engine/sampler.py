@@ -32,6 +32,7 @@ from hetero_core.engine.logits_processors import (
     apply_temperature,
     apply_top_k_top_p,
 )
+from hetero_core.engine.logprobs import TokenLogprobs
 from hetero_core.engine.params import SamplingParams
 
 
@@ -42,15 +43,6 @@ class SamplingRow:
     params: SamplingParams
     prompt_token_ids: Sequence[int]
     output_token_ids: Sequence[int]
-
-
-@dataclass
-class TokenLogprobs:
-    """Logprobs (log_softmax of the raw model logits) of the sampled token and the top n."""
-
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]]  # (token id, logprob), best first; len == params.logprobs
 
 
 @dataclass
