@@ -185,3 +185,14 @@ def _compile(source):
     from hetero_core.default_plugins.hf_tokenizer import _compile_chat_template
 
     return _compile_chat_template(source)
+
+
+def test_the_hf_tokenizer_shows_special_tokens_when_asked(smollm2_dir):
+    from hetero_core.default_plugins.hf_tokenizer import HFTokenizer
+
+    tokenizer = HFTokenizer(smollm2_dir)
+    ids = tokenizer.encode("Hi") + [tokenizer.eos_token_id] + tokenizer.encode("there")
+    eos = tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False)
+    assert eos.startswith("<|") and tokenizer.decode(ids) == "Hithere"
+    assert tokenizer.decode(ids, skip_special_tokens=False) == f"Hi {eos} there"
+    assert tokenizer.decode(ids, skip_special_tokens=False, spaces_between_special_tokens=False) == f"Hi{eos}there"

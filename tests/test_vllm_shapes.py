@@ -218,3 +218,8 @@ def test_vllm_fields_normalise_to_hashable_values():
     assert params.logit_bias == ((2, -1.5), (5, 1.0)) and params.bad_words == ("no",)
     assert params.allowed_token_ids == (3, 1) and hash(params) == hash(SamplingParams.from_dict(
         {"logit_bias": {5: 1, 2: -1.5}, "bad_words": ["no"], "allowed_token_ids": (3, 1)}))
+
+
+def test_prompt_logprobs_are_refused_by_name(make_mock_engine):
+    [out] = make_mock_engine().generate([PROMPT], greedy(prompt_logprobs=1))
+    assert "prompt_logprobs is not supported yet" in out.error

@@ -2,7 +2,9 @@
 
 One row of logits per sequence that needs a token. Work is vectorised over rows: an all-greedy
 batch without penalties or logprobs is a single ``argmax``; otherwise penalties, temperature and
-the top-k / top-p / min-p filters run as batched tensor ops (``logits_processors``), and random
+the top-k / top-p / min-p filters run as batched tensor ops (``logits_processors``; a request's
+token constraints, ``allowed_token_ids`` / ``bad_words`` / ``min_tokens`` / ``logit_bias``, come
+first, ``logits_constraints``), and random
 rows are drawn by inverse CDF: one cumulative sum per row and one uniform number per row, looked
 up with ``searchsorted``. A seeded row's number comes from a generator derived only from
 ``(seed, number of output tokens so far)``, so a seeded request's tokens depend only on its
