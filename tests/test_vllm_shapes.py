@@ -223,3 +223,14 @@ def test_vllm_fields_normalise_to_hashable_values():
 def test_prompt_logprobs_are_refused_by_name(make_mock_engine):
     [out] = make_mock_engine().generate([PROMPT], greedy(prompt_logprobs=1))
     assert "prompt_logprobs is not supported yet" in out.error
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2])
+def test_completions_that_start_after_the_first_ended_still_run(make_mock_engine, max_tokens):
+    engine = make_mock_engine()
+    [out] = engine.generate([PROMPT], greedy(n=3, max_tokens=max_tokens))
+    assert out.finished and [len(c.token_ids) for c in out.outputs] == [max_tokens] * 3
+    assert not engine.has_unfinished_requests()
+    [out] = engine.generate(["ab"], greedy(n=2, max_tokens=1))  # no full block: nothing to share
+    assert len({tuple(c.token_ids) for c in out.outputs}) == 1
+    assert engine.abort("nonexistent") is False and engine.abort(["not", "an", "id"]) is False

@@ -135,7 +135,7 @@ class Engine:
             return True
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or bool(self._parallel)  # completions of n > 1 yet to start or merge
 
     def has_request(self, request_id: str) -> bool:
         """Whether the engine holds the request: queued, running, or ended with its final output

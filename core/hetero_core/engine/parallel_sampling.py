@@ -121,7 +121,7 @@ class ParallelRequests:
         self._by_child: dict[str, tuple[ParallelRequest, int]] = {}
 
     def __contains__(self, request_id: object) -> bool:
-        return request_id in self._by_id
+        return isinstance(request_id, str) and request_id in self._by_id
 
     def __bool__(self) -> bool:
         return bool(self._by_id)
