@@ -234,3 +234,17 @@ def test_completions_that_start_after_the_first_ended_still_run(make_mock_engine
     [out] = engine.generate(["ab"], greedy(n=2, max_tokens=1))  # no full block: nothing to share
     assert len({tuple(c.token_ids) for c in out.outputs}) == 1
     assert engine.abort("nonexistent") is False and engine.abort(["not", "an", "id"]) is False
+
+
+def test_async_llm_refuses_several_completions_by_name(make_mock_engine):
+    import asyncio
+
+    from hetero_core import AsyncLLM
+
+    async def first(llm):
+        async for delta in llm.generate(PROMPT, greedy(n=2)):
+            return delta
+
+    with AsyncLLM(make_mock_engine()) as llm:
+        with pytest.raises(InvalidRequestError, match="AsyncLLM streams one completion per request"):
+            asyncio.run(first(llm))
