@@ -154,7 +154,7 @@ class Engine:
         """Run one step; return outputs of requests that progressed or ended since the last step
         (including those another caller's ``generate()`` ran but did not own)."""
         with self.guard:
-            for seq, detokenizer in self._parallel.to_queue(self.scheduler.prefix_caching):
+            for seq, detokenizer in self._parallel.to_queue():
                 self._queue(seq, detokenizer)
             scheduled = self.scheduler.schedule()
             self._run(scheduled)
@@ -214,12 +214,13 @@ class Engine:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         children = [self._new_sequence(replace(request, params=child_params(request.params, i)),
                                        child_request_id(request_id, i)) for i in range(request.params.num_samples)]
-        return ParallelRequest(request_id, request.params, children)
+        share_prompt = self.scheduler.prefix_caching and len(request.prompt_token_ids) > self.scheduler.allocator.block_size
+        return ParallelRequest(request_id, request.params, children, share_prompt)
 
     def _queue_entry(self, entry) -> str:
         if isinstance(entry, ParallelRequest):
             self._parallel.add(entry)
-            for seq, detokenizer in entry.to_queue(self.scheduler.prefix_caching):
+            for seq, detokenizer in entry.to_queue():
                 self._queue(seq, detokenizer)
             return entry.request_id
         self._queue(*entry)

@@ -7,8 +7,8 @@ KV blocks through the prefix cache: only the first child is queued at first; onc
 the prompt (its first token is out, or it ended), the others are queued and find the prompt's full
 blocks in the prefix cache (the scheduler takes them with a reference each, ``allocate_slots``), so
 each recomputes at most the prompt's last, partial block. Without a prefix cache (the setting
-``enable_prefix_caching=false``, the ``contiguous`` allocator) every child is queued at once and
-prefills the prompt itself.
+``enable_prefix_caching=false``, the ``contiguous`` allocator), or for a prompt no longer than a
+block (nothing to share), every child is queued at once and prefills the prompt itself.
 
 ``step()`` reports the children as one ``RequestOutput`` of the parent id (``merge``): ``outputs``
 holds a completion per child, finished when every child has ended. With ``best_of > n`` the children
@@ -46,19 +46,20 @@ class ParallelRequest:
     request_id: str
     params: SamplingParams
     children: list[tuple]  # (Sequence, IncrementalDetokenizer) per completion, in index order
+    share_prompt: bool  # the others wait for the first to compute the prompt, then share its blocks
     num_queued: int = 0  # children handed to the scheduler (the first ones)
     latest: list[RequestOutput | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.latest = [None] * len(self.children)
 
-    def to_queue(self, share_prompt: bool) -> list[tuple]:
+    def to_queue(self) -> list[tuple]:
         """The children to queue now: the first at once; the rest once the first computed the prompt
         (or all at once when there is no prefix cache to share it through)."""
         if self.num_queued == len(self.children):
             return []
         first = self.children[0][0]
-        if self.num_queued == 0 and share_prompt:
+        if self.num_queued == 0 and self.share_prompt:
             count = 1
         elif self.num_queued == 0 or first.output_token_ids or first.status.is_done:
             count = len(self.children)
@@ -138,9 +139,9 @@ class ParallelRequests:
         for index, (seq, _) in enumerate(group.children):
             self._by_child[seq.request_id] = (group, index)
 
-    def to_queue(self, share_prompt: bool) -> list[tuple]:
+    def to_queue(self) -> list[tuple]:
         """Children whose turn to be queued has come (``ParallelRequest.to_queue``)."""
-        return [child for group in self._by_id.values() for child in group.to_queue(share_prompt)]
+        return [child for group in self._by_id.values() for child in group.to_queue()]
 
     def merge(self, outputs: list[RequestOutput]) -> list[RequestOutput]:
         """Children's outputs replaced by their parent's, in the place of the first; a finished
