@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.params_tokens import resolve_token_params
 from hetero_core.engine.prompts import check_prompt_size, decode_prompt, tokenize_prompt, unwrap_prompt
 from hetero_core.engine.sequence import check_priority_and_tenant
 from hetero_core.errors import InvalidRequestError
@@ -70,7 +71,8 @@ class RequestProcessor:
         """The prompt's token ids (the work that grows with the prompt, bounded by ``check``)."""
         token_ids = tokenize_prompt(self.tokenizer, request.prompt)
         text = request.prompt if isinstance(request.prompt, str) else decode_prompt(self.tokenizer, token_ids)
-        return EngineRequest(text, tuple(token_ids), request.params, request.priority, request.tenant)
+        params = resolve_token_params(request.params, self.tokenizer)
+        return EngineRequest(text, tuple(token_ids), params, request.priority, request.tenant)
 
     def resolve_params(self, params) -> SamplingParams:
         """SamplingParams as given; a dict of their fields over the engine's defaults; None: the defaults."""

@@ -45,6 +45,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.PENDING
     finish_reason: FinishReason | None = None
     error: str | None = None
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     block_table: list[int] = field(default_factory=list)
     num_preemptions: int = 0
