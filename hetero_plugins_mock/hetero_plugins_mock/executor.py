@@ -16,6 +16,7 @@ from array import array
 
 from hetero_core import ConfigError
 from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, slot_of
+from hetero_core.structured_output import allowed_token_ids
 
 from hetero_plugins_mock.options import MockExecutorOptions
 
@@ -35,6 +36,7 @@ class MockExecutor:
                 f"vocabulary ({ctx.vocab_size})"
             )
         self.eos_token_id = ctx.eos_token_id
+        self.vocab_size = ctx.vocab_size
         self.block_size = ctx.block_size
         self.num_blocks = ctx.num_blocks
         self.slots = array("q", [EMPTY_SLOT]) * (ctx.num_blocks * ctx.block_size)
@@ -44,7 +46,7 @@ class MockExecutor:
         self._check(batch)
         for slot, token in zip(batch.slot_mapping, batch.token_ids):
             self.slots[slot] = token
-        token_ids = [self._next_token(batch, i) for i in batch.sample_indices]
+        token_ids = [self._next_token(batch, i, row) for row, i in enumerate(batch.sample_indices)]
         self._simulate_latency(batch)
         return ExecutorOutput(token_ids=token_ids)
 
@@ -75,7 +77,7 @@ class MockExecutor:
                 raise BatchInconsistency(f"{what}: block pair ({src}, {dst}) outside the pools")
             destination[dst * bs : (dst + 1) * bs] = source[src * bs : (src + 1) * bs]
 
-    def _next_token(self, batch: Batch, i: int) -> int:
+    def _next_token(self, batch: Batch, i: int, row: int) -> int:
         opts = self.options
         prompt = self._read_context(batch.block_tables[i], batch.num_prompt_tokens[i])
         position = batch.context_lens[i]  # the position of the token being produced
@@ -86,12 +88,31 @@ class MockExecutor:
             digest_size=16,
         ).digest()
         value, chance = struct.unpack("<QQ", digest)
+        if batch.token_bitmask is not None:
+            token = self._allowed_token(batch.token_bitmask[row], value, chance, output_index)
+            if token is not None:
+                return token
         if self.eos_token_id is not None:
             if opts.eos_after is not None and output_index + 1 >= opts.eos_after:
                 return self.eos_token_id
             if chance / 2**64 < opts.eos_probability:
                 return self.eos_token_id
         return opts.first_token_id + value % (opts.vocab_size - opts.first_token_id)
+
+    def _allowed_token(self, row_words, value: int, chance: int, output_index: int) -> int | None:
+        """Structured output: the token this position would take if the row's mask allows it, else an
+        allowed one picked by the same hash (EOS first once the grammar allows it), so a constrained
+        request is as deterministic as any other. None when the row is unconstrained."""
+        words = row_words.tolist()
+        if all(word == -1 for word in words):
+            return None
+        allowed = allowed_token_ids(words, self.vocab_size)
+        if not allowed:
+            return self.eos_token_id if self.eos_token_id is not None else 0  # the engine fails the request
+        if self.eos_token_id in allowed:
+            return self.eos_token_id
+        preferred = self.options.first_token_id + value % (self.options.vocab_size - self.options.first_token_id)
+        return preferred if preferred in allowed else allowed[(value ^ chance ^ output_index) % len(allowed)]
 
     def _read_context(self, block_table: list[int], num_tokens: int) -> array:
         bs = self.block_size

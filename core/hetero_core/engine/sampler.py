@@ -32,6 +32,7 @@ from hetero_core.engine.logits_processors import (
     apply_top_k_top_p,
 )
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.token_bitmask import apply_token_bitmask, unpack_token_bitmask
 
 
 @dataclass
@@ -78,8 +79,11 @@ class Sampler:
         """``seed`` fixes the engine-wide generator that unseeded random rows draw from."""
         self._rng = random.Random(seed)
 
-    def sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype)."""
+    def sample(self, logits: torch.Tensor, rows: list[SamplingRow], token_bitmask=None) -> SamplerOutput:
+        """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
+
+        ``token_bitmask`` (structured output, ``engine.token_bitmask``): the tokens each row may take;
+        the others get -inf after penalties and temperature (logprobs stay those of the raw logits)."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
                 f"sampler got logits of shape {tuple(logits.shape)} for {len(rows)} rows; "
@@ -88,7 +92,7 @@ class Sampler:
         if not rows:
             return SamplerOutput(token_ids=[], logprobs=[])
         errors: list[str | None] = [None] * len(rows)
-        if all(_is_plain_greedy(row.params) for row in rows):
+        if token_bitmask is None and all(_is_plain_greedy(row.params) for row in rows):
             # One pass: the row maxima find the broken rows (NaN propagates) and their first indices
             # are argmax's (torch.max returns the first maximal index); ~2x faster than amax + argmax.
             best, token_ids = logits.max(dim=-1)
@@ -107,11 +111,15 @@ class Sampler:
         randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if randoms:
             _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
+        if token_bitmask is not None:
+            apply_token_bitmask(scores, token_bitmask)
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
                 "penalties or temperature made this request's logits non-finite; "
                 "use a temperature and repetition_penalty closer to 1"
+                if token_bitmask is None or bool(unpack_token_bitmask(token_bitmask[i:i + 1], scores.shape[1]).any())
+                else "the request's guided decoding allows no token of this model's vocabulary here"
             )
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
