@@ -10,9 +10,7 @@ are checked by the engine; the number of choices against the server's limit by t
 from __future__ import annotations
 
 import time
-from typing import Literal
-
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -39,7 +37,31 @@ class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class SamplingFields(RequestModel):
+class JsonSchemaFormat(RequestModel):
+    name: str = Field("response", min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None  # the schema is always enforced
+
+
+class ResponseFormat(RequestModel):
+    """OpenAI's ``response_format``: ``text`` (free), ``json_object`` (any JSON object) or ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class GuidedFields(RequestModel):
+    """Structured output: OpenAI's ``response_format`` and vLLM's ``guided_*`` extras (at most one)."""
+
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = Field(None, min_length=1)
+    guided_choice: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+    guided_grammar: str | None = Field(None, min_length=1)
+
+
+class SamplingFields(GuidedFields):
     """Fields completions and chat share; ``None`` means the server's default."""
 
     model: str | None = None
