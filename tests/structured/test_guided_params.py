@@ -15,10 +15,11 @@ def test_exactly_one_kind():
         GuidedDecodingParams(json={"type": "string"}, regex="a")
 
 
-def test_schema_is_canonical_text_so_params_hash_and_compare():
+def test_schema_is_compact_text_so_params_hash_and_compare():
     a = GuidedDecodingParams(json={"b": 1, "a": {"type": "string"}})
-    b = GuidedDecodingParams(json='{"a": {"type": "string"}, "b": 1}')
+    b = GuidedDecodingParams(json='{"b": 1,  "a": {"type": "string"}}')
     assert a == b and hash(a) == hash(b) and a.kind == "json"
+    assert a.json == '{"b":1,"a":{"type":"string"}}'  # key order kept: properties are generated in that order
     assert GuidedDecodingParams(choice=["x", "y"]).choice == ("x", "y")
 
 

@@ -2,8 +2,8 @@
 
 Exactly one of ``json`` (a JSON schema, as a dict or its text), ``json_object`` (any JSON object),
 ``regex``, ``choice`` (one of these strings) or ``grammar`` (an EBNF grammar, for backends that take
-one) is set. The schema is stored as canonical JSON text, so the params stay hashable and the same
-schema compiles once (``hetero_core.engine.structured_output`` caches compiled grammars by params).
+one) is set. The schema is stored as compact JSON text (key order kept: properties are generated in
+schema order), so the params stay hashable and the same schema compiles once (``hetero_core.engine.structured_output`` caches compiled grammars by params).
 """
 
 from __future__ import annotations
@@ -90,6 +90,6 @@ def _schema_text(schema: Any) -> str:
     if not isinstance(schema, (dict, bool)):
         raise InvalidRequestError(f"guided json must be a JSON schema object, got {type(schema).__name__}")
     try:
-        return json_module.dumps(schema, sort_keys=True, separators=(",", ":"))
+        return json_module.dumps(schema, separators=(",", ":"))  # key order kept: it orders the output
     except (TypeError, ValueError) as exc:
         raise InvalidRequestError(f"guided json is not JSON-serialisable: {exc}") from None
