@@ -46,7 +46,10 @@ class MockExecutor:
         self._check(batch)
         for slot, token in zip(batch.slot_mapping, batch.token_ids):
             self.slots[slot] = token
-        token_ids = [self._next_token(batch, i, row) for row, i in enumerate(batch.sample_indices)]
+        token_ids = [self._next_token(batch, i) for i in batch.sample_indices]
+        if batch.token_bitmask is not None:  # structured output: only tokens the mask allows
+            token_ids = [self._allowed_token(batch.token_bitmask[row], token, batch.context_lens[i])
+                         for row, (i, token) in enumerate(zip(batch.sample_indices, token_ids))]
         self._simulate_latency(batch)
         return ExecutorOutput(token_ids=token_ids)
 
@@ -77,7 +80,7 @@ class MockExecutor:
                 raise BatchInconsistency(f"{what}: block pair ({src}, {dst}) outside the pools")
             destination[dst * bs : (dst + 1) * bs] = source[src * bs : (src + 1) * bs]
 
-    def _next_token(self, batch: Batch, i: int, row: int) -> int:
+    def _next_token(self, batch: Batch, i: int) -> int:
         opts = self.options
         prompt = self._read_context(batch.block_tables[i], batch.num_prompt_tokens[i])
         position = batch.context_lens[i]  # the position of the token being produced
@@ -88,10 +91,6 @@ class MockExecutor:
             digest_size=16,
         ).digest()
         value, chance = struct.unpack("<QQ", digest)
-        if batch.token_bitmask is not None:
-            token = self._allowed_token(batch.token_bitmask[row], value, chance, output_index)
-            if token is not None:
-                return token
         if self.eos_token_id is not None:
             if opts.eos_after is not None and output_index + 1 >= opts.eos_after:
                 return self.eos_token_id
@@ -99,20 +98,21 @@ class MockExecutor:
                 return self.eos_token_id
         return opts.first_token_id + value % (opts.vocab_size - opts.first_token_id)
 
-    def _allowed_token(self, row_words, value: int, chance: int, output_index: int) -> int | None:
-        """Structured output: the token this position would take if the row's mask allows it, else an
-        allowed one picked by the same hash (EOS first once the grammar allows it), so a constrained
-        request is as deterministic as any other. None when the row is unconstrained."""
+    def _allowed_token(self, row_words, token: int, position: int) -> int:
+        """Structured output: EOS once the grammar allows it (so a walk ends), else ``token`` if the
+        row's mask allows it, else an allowed one picked by a hash of ``token`` and the position: as
+        deterministic as any other output. An unconstrained row (all bits set) keeps ``token``."""
         words = row_words.tolist()
         if all(word == -1 for word in words):
-            return None
+            return token
         allowed = allowed_token_ids(words, self.vocab_size)
         if not allowed:
-            return self.eos_token_id if self.eos_token_id is not None else 0  # the engine fails the request
+            return token  # nothing is allowed: the engine fails the request
         if self.eos_token_id in allowed:
             return self.eos_token_id
-        preferred = self.options.first_token_id + value % (self.options.vocab_size - self.options.first_token_id)
-        return preferred if preferred in allowed else allowed[(value ^ chance ^ output_index) % len(allowed)]
+        if token in allowed:
+            return token
+        return allowed[(token * 2654435761 + position) % len(allowed)]
 
     def _read_context(self, block_table: list[int], num_tokens: int) -> array:
         bs = self.block_size
