@@ -354,3 +354,14 @@ def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
         assert not private, f"bench/hetero_bench/{path} imports {sorted(private)}"
     for path, names in _imports(root / "core" / "hetero_core").items():
         assert not {n for n in names if n.startswith("hetero_bench")}, f"core/hetero_core/{path} imports hetero_bench"
+
+
+def test_structured_output_benchmark_runs_small_on_the_byte_vocabulary(tmp_path, capsys):
+    pytest.importorskip("xgrammar", reason="structured output needs: pip install 'hetero-core[structured]'")
+    path = tmp_path / "r.json"
+    code, out, err = bench(capsys, "structured-output", "--tokenizer", "byte", "--tokens", "4", "--batch-sizes", "1",
+                           "2", "--json", str(path))
+    assert code == 0, err
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 2] and all(r["masked_us"] > 0 and r["plain_us"] > 0 for r in rows)
+    assert "µs per row per token" in out
