@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vocabulary to mask: the byte tokenizer's 258 ids or SmolLM2's 49,152 (default)")
     parser.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 8, 32], help="rows per step")
     parser.add_argument("--tokens", type=positive_int, default=200, help="timed steps per batch size")
+    parser.add_argument("--threads", type=positive_int, default=1,
+                        help="torch intra-op threads (default 1: steady figures on a shared machine)")
 
 
 def _tokenizer(name: str):
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> Report:
     from hetero_core.structured_output import GuidedDecodingParams
     from hetero_core.testing.structured_output_cases import SCHEMAS
 
+    torch.set_num_threads(args.threads)
     tokenizer = _tokenizer(args.tokenizer)
     vocab = tokenizer.vocab_size
     ctx = StructuredOutputContext(None, XGrammarOptions(), tokenizer, vocab)
@@ -96,6 +99,6 @@ def run(args: argparse.Namespace) -> Report:
                     xlabel="batch size")]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
     header = [f"vocabulary {vocab} ({args.tokenizer}), schema 'nested objects', {args.tokens} steps per batch size, "
-              "alternating plain / masked"]
+              f"alternating plain / masked, {args.threads} torch thread(s), temperature 0.7"]
     return Report("structured-output", settings, table, header, summary, {}, panels,
                   title="Structured output: mask cost per token")

@@ -32,7 +32,7 @@ from hetero_core.engine.logits_processors import (
     apply_top_k_top_p,
 )
 from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.token_bitmask import apply_token_bitmask, unpack_token_bitmask
+from hetero_core.engine.token_bitmask import apply_token_bitmask
 
 
 @dataclass
@@ -83,7 +83,8 @@ class Sampler:
         """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
 
         ``token_bitmask`` (structured output, ``engine.token_bitmask``): the tokens each row may take;
-        the others get -inf after penalties and temperature (logprobs stay those of the raw logits)."""
+        the others are pushed to -1e30 after penalties and temperature, so no filter or draw keeps
+        them (logprobs stay those of the raw logits)."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
                 f"sampler got logits of shape {tuple(logits.shape)} for {len(rows)} rows; "
@@ -112,14 +113,13 @@ class Sampler:
         if randoms:
             _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
         if token_bitmask is not None:
-            apply_token_bitmask(scores, token_bitmask)
+            for i in apply_token_bitmask(scores, token_bitmask):
+                errors[i] = errors[i] or "the request's guided decoding allows no token of this model's vocabulary here"
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
                 "penalties or temperature made this request's logits non-finite; "
                 "use a temperature and repetition_penalty closer to 1"
-                if token_bitmask is None or bool(unpack_token_bitmask(token_bitmask[i:i + 1], scores.shape[1]).any())
-                else "the request's guided decoding allows no token of this model's vocabulary here"
             )
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
