@@ -12,8 +12,16 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from hetero_core.openai_api.request_model import RequestModel
+from hetero_core.openai_api.tool_protocol import (
+    NamedToolChoice,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallOut,
+)
 from hetero_core.engine.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
 from hetero_core.engine.sequence import MAX_TENANT_LENGTH
 
@@ -25,12 +33,6 @@ Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 Prompt = Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
 Stop = Text | Annotated[list[Text], Field(max_length=MAX_STOP_STRINGS)]
-
-
-class RequestModel(BaseModel):
-    """A request body or a part of one: strict types, finite numbers, unknown fields ignored."""
-
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
 
 
 class StreamOptions(RequestModel):
@@ -145,17 +147,6 @@ class TextPart(RequestModel):
     text: str
 
 
-class FunctionCall(RequestModel):
-    name: str = Field(min_length=1)
-    arguments: str = "{}"  # JSON text, as OpenAI sends it
-
-
-class ToolCall(RequestModel):
-    id: str = ""
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
 class ChatMessage(RequestModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -170,27 +161,6 @@ class ChatMessage(RequestModel):
 
     def as_dict(self) -> dict[str, str]:
         return {"role": "system" if self.role == "developer" else self.role, "content": self.text}
-
-
-class FunctionDefinition(RequestModel):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class Tool(RequestModel):
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class NamedFunction(RequestModel):
-    name: str = Field(min_length=1)
-
-
-class NamedToolChoice(RequestModel):
-    type: Literal["function"]
-    function: NamedFunction
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -252,17 +222,6 @@ class ChatLogprobs(BaseModel):
     content: list[ChatTokenLogprob] = Field(default_factory=list)
 
 
-class FunctionCallOut(BaseModel):
-    name: str
-    arguments: str
-
-
-class ToolCallOut(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCallOut
-
-
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
@@ -283,18 +242,6 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
-
-
-class FunctionCallDelta(BaseModel):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class ToolCallDelta(BaseModel):
-    index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: FunctionCallDelta
 
 
 class ChatDelta(BaseModel):

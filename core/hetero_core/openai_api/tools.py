@@ -20,13 +20,8 @@ from dataclasses import dataclass
 from hetero_core.engine.guided import GuidedDecodingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.guided import guided_decoding
-from hetero_core.openai_api.protocol import (
-    ChatCompletionRequest,
-    ChatMessage,
-    FunctionCallOut,
-    NamedToolChoice,
-    ToolCallOut,
-)
+from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatMessage
+from hetero_core.openai_api.tool_protocol import FunctionCallOut, NamedToolChoice, ToolCallOut
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*(?:" + re.escape(CLOSE) + r"|$)", re.S)

@@ -8,7 +8,8 @@ begins (holding back text that may be the start of one), then sends the calls at
 
 from __future__ import annotations
 
-from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatDelta, FunctionCallDelta, ToolCallDelta
+from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatDelta
+from hetero_core.openai_api.tool_protocol import FunctionCallDelta, ToolCallDelta
 from hetero_core.openai_api.tools import OPEN, Call, calls_from_json, new_call_id, parse_tool_calls
 
 
