@@ -40,10 +40,11 @@ def check_weather_call(call) -> None:
     assert set(arguments) == {"location", "unit"} and arguments["unit"] in ("celsius", "fahrenheit")
 
 
-pytestmark = pytest.mark.skipif(not __import__("importlib").util.find_spec("xgrammar"),
-                                reason="required and named tool choice need: pip install 'hetero-core[structured]'")
+needs_xgrammar = pytest.mark.skipif(not __import__("importlib").util.find_spec("xgrammar"),
+                                    reason="required and named tool choice need: pip install 'hetero-core[structured]'")
 
 
+@needs_xgrammar
 def test_named_and_required_tool_choice_are_enforced(mock_server):
     client = mock_server(max_model_len=4096).client()
     named = {"type": "function", "function": {"name": "get_weather"}}
@@ -58,6 +59,7 @@ def test_named_and_required_tool_choice_are_enforced(mock_server):
     assert call.function.name in ("get_weather", "get_time") and json.loads(call.function.arguments)
 
 
+@needs_xgrammar
 def test_auto_parses_the_models_tool_call_and_the_round_trip_continues(mock_server):
     client = mock_server(max_model_len=4096).client()
     forced = {"guided_regex": CALL.replace("{", r"\{").replace("}", r"\}")}  # the mock "decides" to call
@@ -72,6 +74,7 @@ def test_auto_parses_the_models_tool_call_and_the_round_trip_continues(mock_serv
     assert answer.choices[0].message.content and answer.choices[0].message.tool_calls == []
 
 
+@needs_xgrammar
 def test_streamed_tool_calls_arrive_as_openai_deltas(mock_server):
     client = mock_server(max_model_len=4096).client()
     named = {"type": "function", "function": {"name": "get_weather"}}

@@ -19,7 +19,7 @@ INSTALL = "pip install 'hetero-core[structured]'"
 def missing_xgrammar() -> list[str]:
     """Why this backend cannot run here (empty when xgrammar is installed)."""
     if importlib.util.find_spec("xgrammar") is None:
-        return [f"structured output needs xgrammar, which is not installed; run: {INSTALL}"]
+        return [f"xgrammar (core's structured-output backend) is not installed; run: {INSTALL}"]
     return []
 
 
