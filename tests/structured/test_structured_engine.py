@@ -89,3 +89,17 @@ def test_every_schema_on_smollm2(smollm2_dir):
             assert out.text in ("yes", "no")
         else:
             check_json(out.text, SCHEMAS[name])
+
+
+def test_once_constrained_requests_end_or_abort_steps_carry_no_bitmask(make_mock_engine):
+    engine = make_mock_engine()
+    seen = []
+    real = engine.executor.execute
+    engine.executor.execute = lambda batch: seen.append(batch.token_bitmask is not None) or real(batch)
+    engine.generate(["x"], SamplingParams(max_tokens=50, guided_decoding={"regex": "[a-z]{1,5}"}))
+    aborted = engine.add_request("y", SamplingParams(max_tokens=50, guided_decoding={"regex": "[a-z]{40}"}))
+    engine.step()
+    assert engine.abort(aborted)
+    seen.clear()
+    engine.generate(["plain"], SamplingParams(max_tokens=3))
+    assert seen and not any(seen)

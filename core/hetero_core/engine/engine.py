@@ -67,6 +67,7 @@ class Engine:
         self.guard = ThreadGuard("an Engine")
         self.num_steps = 0
         self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
+        self._num_constrained = 0  # queued requests with a structured-output grammar
 
     @property
     def tokenizer(self):
@@ -225,6 +226,7 @@ class Engine:
         self._detokenizers[seq.seq_id] = detokenizer
         self.scheduler.add(seq)
         self._num_queued_tokens += _queued_tokens(seq)
+        self._num_constrained += seq.grammar is not None
         log.info("request.admitted", request_id=seq.request_id, num_prompt_tokens=seq.num_prompt_tokens)
 
     def _reject(self, prompt, error: str) -> str:
@@ -265,7 +267,7 @@ class Engine:
     def _constrained(self, scheduled: ScheduledStep):
         """The step's batch, with the token bitmask of its structured-output rows (if it has any)."""
         batch = scheduled.batch
-        if self.structured_output is None:
+        if not self._num_constrained:  # no work per step unless a request asks for structured output
             return batch
         states = [s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag]
         bitmask = self.structured_output.bitmask(states)
@@ -347,6 +349,7 @@ class Engine:
         if detokenizer is not None:  # the request was queued: release its place and blocks
             self.scheduler.remove(seq)
             self._num_queued_tokens -= _queued_tokens(seq)
+            self._num_constrained -= seq.grammar is not None
             tail = _safe_flush(detokenizer)
             if keep_held_text:
                 seq.output_text += tail
