@@ -68,3 +68,22 @@ def test_bad_structured_requests_are_400s_that_say_why(mock_server, body, messag
                           json={"messages": MESSAGES, "max_tokens": 5, **body})
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]["message"]
+
+
+def test_the_openai_clients_parse_with_a_pydantic_model(mock_server):
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    class Step(BaseModel):
+        explanation: str
+        output: str
+
+    class Answer(BaseModel):  # nested models: the schema refers to $defs
+        steps: list[Step]
+        final_answer: Literal["yes", "no"]
+
+    client = mock_server(max_model_len=4096).client()
+    result = client.chat.completions.parse(model="test-model", messages=MESSAGES, response_format=Answer,
+                                           max_tokens=3000)
+    assert isinstance(result.choices[0].message.parsed, Answer)
