@@ -356,12 +356,12 @@ def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
         assert not {n for n in names if n.startswith("hetero_bench")}, f"core/hetero_core/{path} imports hetero_bench"
 
 
-def test_structured_output_benchmark_runs_small_on_the_byte_vocabulary(tmp_path, capsys):
+def test_structured_output_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys):
     pytest.importorskip("xgrammar", reason="structured output needs: pip install 'hetero-core[structured]'")
     path = tmp_path / "r.json"
-    code, out, err = bench(capsys, "structured-output", "--tokenizer", "byte", "--tokens", "4", "--batch-sizes", "1",
-                           "2", "--json", str(path))
+    code, out, err = bench(capsys, "structured-output", "--executor", "mock", "--num-requests", "1", "2",
+                           "--max-tokens", "8", "--rounds", "1", "--json", str(path))
     assert code == 0, err
     rows = json.loads(path.read_text())["rows"]
-    assert [r["batch"] for r in rows] == [1, 2] and all(r["masked_us"] > 0 and r["plain_us"] > 0 for r in rows)
-    assert "µs per row per token" in out
+    assert [r["num_requests"] for r in rows] == [1, 2] and all(r["guided_us"] > 0 and r["free_us"] > 0 for r in rows)
+    assert "µs of CPU per token" in out
