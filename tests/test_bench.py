@@ -367,3 +367,14 @@ def test_parallel_sampling_runs_the_prompt_once_and_keeps_the_tokens(tmp_path, c
     # 40 prompt tokens once + the 8 of the partial block twice, vs 40 three times; 3 x 3 decodes each
     assert shared["executor_tokens"] == 40 + 2 * 8 + 9 and separate["executor_tokens"] == 3 * 40 + 9
     assert shared["equal_completions"] is True and separate["equal_completions"] is True
+
+
+def test_structured_output_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys):
+    pytest.importorskip("xgrammar", reason="structured output needs: pip install 'hetero-core[structured]'")
+    path = tmp_path / "r.json"
+    code, out, err = bench(capsys, "structured-output", "--executor", "mock", "--num-requests", "1", "2",
+                           "--max-tokens", "8", "--rounds", "1", "--json", str(path))
+    assert code == 0, err
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["num_requests"] for r in rows] == [1, 2] and all(r["guided_us"] > 0 and r["free_us"] > 0 for r in rows)
+    assert "µs of CPU per token" in out

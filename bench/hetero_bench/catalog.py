@@ -29,6 +29,7 @@ BENCHMARKS = {
     "tensor-parallel": "hetero_bench.benchmarks.tensor_parallel",
     "gpu-offline": "hetero_bench.benchmarks.gpu_offline",
     "triton-decode": "hetero_bench.benchmarks.triton_decode",
+    "structured-output": "hetero_bench.benchmarks.structured_output",
 }
 
 

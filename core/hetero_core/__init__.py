@@ -51,6 +51,8 @@ _FACADE_NAMES = {
     "SchedulerPolicyContract": "hetero_core.testing",
     "KVAllocator": "hetero_core.kv",
     "KVAllocatorContract": "hetero_core.testing",
+    "GuidedDecodingParams": "hetero_core.structured_output",
+    "StructuredOutputContract": "hetero_core.testing",
 }
 
 

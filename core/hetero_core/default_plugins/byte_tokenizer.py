@@ -26,6 +26,10 @@ class ByteTokenizer:
     vocab_size: int = VOCAB_SIZE
     max_token_chars: int = 1  # a token is one byte, and a character at least one byte
 
+    def grammar_vocab(self) -> list[bytes]:
+        """What each id stands for, as bytes (b"" for BOS and EOS), for structured-output backends."""
+        return [bytes([i]) for i in range(NUM_BYTES)] + [b"", b""]
+
     def encode(self, text: str) -> list[int]:
         """The UTF-8 bytes of ``text`` (no BOS)."""
         return list(text.encode("utf-8"))

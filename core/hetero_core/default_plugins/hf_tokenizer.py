@@ -83,6 +83,11 @@ class HFTokenizer:
         }
         return max_token_chars(spec, tokenizer.get_vocab(with_added_tokens=True))
 
+    @property
+    def backend_tokenizer(self):
+        """The ``tokenizers.Tokenizer`` underneath (read by the xgrammar structured-output backend)."""
+        return self._tokenizer
+
     def encode(self, text: str) -> list[int]:
         return self._encode(text, self.options.add_special_tokens)
 

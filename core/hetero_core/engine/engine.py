@@ -21,6 +21,7 @@ tokenizing a request (``engine.processor``) touches no engine state and is safe 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterable
@@ -50,8 +51,12 @@ __all__ = ["Engine", "Prompt"]
 
 class Engine:
     def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
-                 default_params: SamplingParams | None = None, sampler_seed: int | None = None) -> None:
-        self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams())
+                 default_params: SamplingParams | None = None, sampler_seed: int | None = None,
+                 structured_output=None) -> None:
+        """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or None."""
+        self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
+                                          structured_output)
+        self.structured_output = structured_output
         self.executor = executor
         self.scheduler = scheduler
         self._sampler_seed = sampler_seed
@@ -65,6 +70,7 @@ class Engine:
         self.guard = ThreadGuard("an Engine")
         self.num_steps = 0
         self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
+        self._num_constrained = 0  # queued requests with a structured-output grammar
 
     @property
     def tokenizer(self):
@@ -244,6 +250,8 @@ class Engine:
         request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
         seq = Sequence(seq_id, request_id, request.prompt, list(request.prompt_token_ids), request.params,
                        time.time(), priority=request.priority, tenant=request.tenant)
+        if request.grammar is not None:
+            seq.grammar = self.structured_output.new_state(request.grammar)
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
             raise InvalidRequestError(reason)
@@ -254,6 +262,7 @@ class Engine:
         self._detokenizers[seq.seq_id] = detokenizer
         self.scheduler.add(seq)
         self._num_queued_tokens += _queued_tokens(seq)
+        self._num_constrained += seq.grammar is not None
         log.info("request.admitted", request_id=seq.request_id, num_prompt_tokens=seq.num_prompt_tokens)
 
     def _reject(self, prompt, error: str) -> str:
@@ -279,8 +288,9 @@ class Engine:
             apply_block_transfers(self.executor, scheduled)
             if scheduled.batch is None:
                 return
-            output = self.executor.execute(scheduled.batch)
-            sampled = self._next_tokens(scheduled, output)
+            batch = self._constrained(scheduled)
+            output = self.executor.execute(batch)
+            sampled = self._next_tokens(scheduled, output, batch.token_bitmask)
         except ExecutorDeadError:  # nothing can run any more (e.g. a tensor-parallel worker died)
             raise
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine
@@ -290,7 +300,16 @@ class Engine:
             return
         self._postprocess(scheduled, sampled)
 
-    def _next_tokens(self, scheduled: ScheduledStep, output) -> list[tuple[int, object, str | None]]:
+    def _constrained(self, scheduled: ScheduledStep):
+        """The step's batch, with the token bitmask of its structured-output rows (if it has any)."""
+        batch = scheduled.batch
+        if not self._num_constrained:  # no work per step unless a request asks for structured output
+            return batch
+        states = [s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag]
+        bitmask = self.structured_output.bitmask(states)
+        return batch if bitmask is None else dataclasses.replace(batch, token_bitmask=bitmask)
+
+    def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> list[tuple[int, object, str | None]]:
         """(token id, logprobs, error) for each sampled row."""
         num_rows = sum(scheduled.batch.sample)
         if output.token_ids is not None:
@@ -306,7 +325,7 @@ class Engine:
             SamplingRow(s.params, s.prompt_token_ids, s.output_token_ids)
             for s, flag in zip(scheduled.seqs, scheduled.batch.sample) if flag
         ]
-        result = self._sampler.sample(output.logits, rows)
+        result = self._sampler.sample(output.logits, rows, token_bitmask=bitmask)
         return [(t, lp, result.error(i)) for i, (t, lp) in enumerate(zip(result.token_ids, result.logprobs))]
 
     def _postprocess(self, scheduled: ScheduledStep, sampled: list[tuple[int, object, str | None]]) -> None:
@@ -327,7 +346,13 @@ class Engine:
                 self._num_queued_tokens -= 1
             if seq.params.logprobs is not None:
                 seq.output_logprobs.append(logprobs)
+            if seq.grammar is not None and not seq.grammar.accept_token(token_id):
+                self._finish(seq, error=f"token {token_id} is not allowed by the request's guided decoding "
+                                        "(an executor that returns token ids must honour Batch.token_bitmask)")
+                continue
             self._check_stop(seq, token_id)
+            if seq.grammar is not None and not seq.status.is_done and seq.grammar.is_terminated():
+                self._finish(seq, reason=FinishReason.STOP)
         self.num_steps += 1
         log.debug("engine.step", step=self.num_steps, num_seqs=scheduled.batch.num_seqs,
                   num_tokens=scheduled.batch.num_tokens, num_preempted=len(scheduled.preempted),
@@ -360,6 +385,7 @@ class Engine:
         if detokenizer is not None:  # the request was queued: release its place and blocks
             self.scheduler.remove(seq)
             self._num_queued_tokens -= _queued_tokens(seq)
+            self._num_constrained -= seq.grammar is not None
             tail = _safe_flush(detokenizer)
             if keep_held_text:
                 seq.output_text += tail

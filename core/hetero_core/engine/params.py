@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hetero_core.engine import params_vllm
+from hetero_core.engine.guided import GuidedDecodingParams
 from hetero_core.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
@@ -64,6 +65,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] | None = None  # {token id: bias} added to the logits
     # bad_words as token-id sequences: filled by the engine from bad_words (with the tokenizer)
     bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    guided_decoding: GuidedDecodingParams | None = None  # structured output (also a dict of its fields)
 
     @classmethod
     def from_dict(cls, values: Any) -> SamplingParams:
@@ -124,6 +126,10 @@ class SamplingParams:
             yield f"stop must be a string, a list of strings or None, got {_describe(stop)}"
         if not (self.stop_token_ids is None or _is_list_of(self.stop_token_ids, _is_int)):
             yield f"stop_token_ids must be a list of integers or None, got {_describe(self.stop_token_ids)}"
+        try:
+            GuidedDecodingParams.coerce(self.guided_decoding)
+        except InvalidRequestError as exc:
+            yield str(exc)
 
     def _float_problems(self, given: dict[str, str]):
         """A float field whose value has no float (an int or fraction beyond 1.8e308)."""
@@ -144,6 +150,7 @@ class SamplingParams:
         stop = self.stop
         set_(self, "stop", () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop))
         set_(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids or ()))
+        set_(self, "guided_decoding", GuidedDecodingParams.coerce(self.guided_decoding))
         if 0 <= self.temperature < GREEDY_TEMPERATURE:
             set_(self, "temperature", 0.0)  # greedy, as vLLM treats temperatures below 1e-5
 

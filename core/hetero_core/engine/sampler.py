@@ -36,6 +36,7 @@ from hetero_core.engine.logits_processors import (
 )
 from hetero_core.engine.logprobs import TokenLogprobs
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.token_bitmask import apply_token_bitmask
 
 
 @dataclass
@@ -75,8 +76,12 @@ class Sampler:
         self._rng = random.Random(seed)
         self._eos_token_id = eos_token_id
 
-    def sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype)."""
+    def sample(self, logits: torch.Tensor, rows: list[SamplingRow], token_bitmask=None) -> SamplerOutput:
+        """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
+
+        ``token_bitmask`` (structured output, ``engine.token_bitmask``): the tokens each row may take;
+        the others are pushed to -1e30 after penalties and temperature, so no filter or draw keeps
+        them (logprobs stay those of the raw logits)."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
                 f"sampler got logits of shape {tuple(logits.shape)} for {len(rows)} rows; "
@@ -85,7 +90,7 @@ class Sampler:
         if not rows:
             return SamplerOutput(token_ids=[], logprobs=[])
         errors: list[str | None] = [None] * len(rows)
-        if all(_is_plain_greedy(row.params) for row in rows):
+        if token_bitmask is None and all(_is_plain_greedy(row.params) for row in rows):
             # One pass: the row maxima find the broken rows (NaN propagates) and their first indices
             # are argmax's (torch.max returns the first maximal index); ~2x faster than amax + argmax.
             # A broken row's id becomes -1 on the device, so the ids come back in one device-to-host
@@ -109,6 +114,9 @@ class Sampler:
         randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if randoms:
             _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
+        if token_bitmask is not None:
+            for i in apply_token_bitmask(scores, token_bitmask):
+                errors[i] = errors[i] or "the request's guided decoding allows no token of this model's vocabulary here"
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (

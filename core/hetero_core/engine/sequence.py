@@ -55,6 +55,7 @@ class Sequence:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the last admission
     first_token_time: float | None = None
     finish_time: float | None = None
+    grammar: object | None = None  # its structured-output GrammarState (engine.structured_output), or None
 
     @property
     def num_prompt_tokens(self) -> int:
