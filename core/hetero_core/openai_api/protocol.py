@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from hetero_core.openai_api.extras import SamplingExtras
 from hetero_core.openai_api.request_model import RequestModel
 from hetero_core.openai_api.tool_protocol import (
     NamedToolChoice,
@@ -63,7 +64,7 @@ class GuidedFields(RequestModel):
     guided_grammar: str | None = Field(None, min_length=1)
 
 
-class SamplingFields(GuidedFields):
+class SamplingFields(GuidedFields, SamplingExtras):
     """Fields completions and chat share; ``None`` means the server's default."""
 
     model: str | None = None
