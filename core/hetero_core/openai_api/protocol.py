@@ -161,7 +161,9 @@ class ChatMessage(RequestModel):
         return "".join(part.text for part in content) if isinstance(content, list) else content or ""
 
     def as_dict(self) -> dict[str, str]:
-        return {"role": "system" if self.role == "developer" else self.role, "content": self.text}
+        """The message as the chat template takes it (``name`` too, for templates that show it)."""
+        message = {"role": "system" if self.role == "developer" else self.role, "content": self.text}
+        return message if self.name is None else {**message, "name": self.name}
 
 
 class ChatCompletionRequest(SamplingFields):
