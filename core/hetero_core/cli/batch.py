@@ -148,14 +148,14 @@ class BatchRunner:
 
     def _write(self, request, outputs: list, out, progress) -> int:
         from hetero_core.batch.input_file import show
-        from hetero_core.batch.results import result_record
+        from hetero_core.batch.results import completions, result_record
 
         out.write(result_record(self.format, request, outputs, self.model_name, self.engine.tokenizer))
         failed = [o for o in outputs if o.error is not None]
         if failed:
             print(f"hetero: line {request.line_number} (id {show(request.id)}) failed: {failed[0].error}",
                   file=self.err)
-        progress.update(1, sum(len(o.output_token_ids) for o in outputs))
+        progress.update(1, sum(len(c.output_token_ids) for o in outputs for c in completions(o)))
         return 1 if failed else 0
 
 
