@@ -124,6 +124,14 @@ def test_stop_token_ids_end_the_answer(server, logits_engine):
     assert got.choices[0].text == plain.text[:2] and got.choices[0].finish_reason == "stop"
 
 
+def test_a_stop_token_id_beyond_the_vocabulary_with_min_tokens_fails_nobody(server, logits_engine):
+    client = server().client()
+    plain = offline(logits_engine, temperature=0, max_tokens=4)
+    got = client.completions.create(model="test-model", prompt=PROMPT, max_tokens=4, temperature=0,
+                                    extra_body={"stop_token_ids": [10 ** 30], "min_tokens": 2})
+    assert got.choices[0].text == plain.text
+
+
 def test_best_of_returns_the_n_candidates_of_best_cumulative_logprob(server, logits_engine):
     params = dict(temperature=1.0, max_tokens=5, seed=3)
     singles = [offline(logits_engine, **{**params, "seed": 3 + i}, logprobs=0) for i in range(4)]
@@ -140,6 +148,8 @@ def test_best_of_returns_the_n_candidates_of_best_cumulative_logprob(server, log
     ({"extra_body": {"min_tokens": 20}}, None, "min_tokens (20) must be at most max_tokens (5)"),
     ({"logit_bias": {"sixty": 1}}, None, "logit_bias must be a dict of token id"),
     ({"logit_bias": {"65": 101}}, None, "logit_bias values must be in [-100, 100]"),
+    ({"logit_bias": {"\u00b2": 1}}, None, "logit_bias must be a dict of token id"),  # "2".isdigit(), not int
+    ({"logit_bias": {"9" * 5000: 1}}, None, "logit_bias must be a dict of token id"),  # beyond int()'s limit
     ({"extra_body": {"allowed_token_ids": [10 ** 6]}}, None, "outside the vocabulary"),
     ({"extra_body": {"allowed_token_ids": []}}, "allowed_token_ids", "allowed_token_ids"),
     ({"extra_body": {"bad_words": "no"}}, "bad_words", "bad_words"),
