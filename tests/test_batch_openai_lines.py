@@ -96,3 +96,15 @@ def test_auto_tools_put_the_functions_in_the_prompt(tmp_path):
                                               max_tokens=2)])
     usage = {r["custom_id"]: r["response"]["body"]["usage"]["prompt_tokens"] for r in results}
     assert code == 0 and usage["auto"] > usage["plain"] == usage["none"]
+
+
+def test_chat_template_extras_in_chat_lines(tmp_path):
+    code, results = run_batch(tmp_path, [
+        line("with", CHAT, messages=MESSAGES, max_tokens=1),
+        line("without", CHAT, messages=MESSAGES, max_tokens=1, add_generation_prompt=False),
+        line("kwargs", CHAT, messages=MESSAGES, max_tokens=1, chat_template_kwargs={"x": 1}),
+    ])
+    ran, bad = split_rows(results)
+    usage = {r["custom_id"]: r["response"]["body"]["usage"]["prompt_tokens"] for r in ran}
+    assert code == 1 and usage["with"] - usage["without"] == len("assistant: ")
+    assert "takes no chat option chat_template_kwargs" in bad[3]["error"]["message"]

@@ -28,6 +28,7 @@ ROUTED = {  # read by the routes (tests named in each comment)
     "priority", "user",  # the engine's priority and tenant (test_server_openai)
     "prompt", "messages",
     "tools", "tool_choice", "parallel_tool_calls",  # test_server_tools, and below
+    "add_generation_prompt", "chat_template_kwargs",  # the chat template (test_server_sampling_extras)
 }
 REFUSED = {"echo", "suffix"}  # a 400 naming them when set (test_server_bad_input)
 

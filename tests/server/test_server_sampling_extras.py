@@ -163,3 +163,17 @@ def test_bad_extras_are_a_400_that_names_them(server, kwargs, param, message):
     assert message in error["message"]
     if param is not None:
         assert error["param"] == param
+
+
+def test_chat_template_extras_reach_the_template(server):
+    client = server().client()
+    messages = [{"role": "user", "content": "hi"}]
+    with_prompt = client.chat.completions.create(model="test-model", messages=messages, max_tokens=1)
+    without = client.chat.completions.create(model="test-model", messages=messages, max_tokens=1,
+                                             extra_body={"add_generation_prompt": False})
+    # the byte tokenizer's template ends with "assistant: " unless add_generation_prompt is false
+    assert with_prompt.usage.prompt_tokens - without.usage.prompt_tokens == len("assistant: ")
+    with pytest.raises(openai.BadRequestError) as caught:  # the byte tokenizer has no template variables
+        client.chat.completions.create(model="test-model", messages=messages, max_tokens=1,
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert "takes no chat option chat_template_kwargs" in caught.value.body["message"]

@@ -70,9 +70,10 @@ def id_key(value: Any) -> str:
 
 
 def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, chat: bool, max_model_len: int,
-                    count_tokens=None) -> BatchFile:
+                    count_tokens=None, tokenizer=None) -> BatchFile:
     """Parse every line. ``chat``: send a native string prompt through the chat template.
-    ``count_tokens(prompt)``: the prompt's length, to fit an OpenAI chat body's default max_tokens."""
+    ``count_tokens(prompt)``: the prompt's length, to fit an OpenAI chat body's default max_tokens.
+    ``tokenizer``: renders an OpenAI chat body with vLLM's chat-template extras (``chat_prompt``)."""
     batch = BatchFile(format="")
     seen: dict[str, int] = {}
     for number, text in enumerate(lines, start=1):
@@ -86,7 +87,7 @@ def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, c
             batch.format = batch.format or (OPENAI if "custom_id" in value or "body" in value else NATIVE)
             line_id = _line_id(batch.format, value, number)
             if batch.format == OPENAI:
-                request = _openai_request(number, value, defaults, max_model_len, count_tokens)
+                request = _openai_request(number, value, defaults, max_model_len, count_tokens, tokenizer)
             else:
                 request = _native_request(number, value, defaults, chat)
         except (InvalidRequestError, ValueError, TypeError, ArithmeticError) as exc:
@@ -186,12 +187,13 @@ def _chat_style_logprobs(sampling: dict) -> dict:
 
 
 def _openai_request(number: int, value: dict, defaults: SamplingParams, max_model_len: int,
-                    count_tokens) -> BatchRequest:
+                    count_tokens, tokenizer) -> BatchRequest:
     from pydantic import ValidationError
 
     from hetero_core.openai_api.convert import sampling_params
     from hetero_core.openai_api.protocol import ChatCompletionRequest, CompletionRequest
-    from hetero_core.openai_api.tools import chat_messages, tool_mode, with_tool_grammar
+    from hetero_core.openai_api.chat_prompt import chat_prompt
+    from hetero_core.openai_api.tools import tool_mode, with_tool_grammar
 
     custom_id = value.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
@@ -217,7 +219,7 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
         prompts, max_tokens, num_logprobs = body.prompts, body.max_tokens, body.logprobs
     else:  # tools as the server offers them: in the prompt, and required / named enforced by a grammar
         mode = tool_mode(body)
-        prompts, max_tokens = [chat_messages(body, mode)], body.max_completion_tokens or body.max_tokens
+        prompts, max_tokens = [chat_prompt(body, mode, tokenizer)], body.max_completion_tokens or body.max_tokens
         body, num_logprobs = with_tool_grammar(body, mode), body.num_logprobs
     # n completions of a prompt are one engine request (SamplingParams.n): they share its KV blocks
     base = replace(sampling_params(body, defaults, max_tokens, num_logprobs), n=body.n, best_of=best_of)

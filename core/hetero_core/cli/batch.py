@@ -78,7 +78,7 @@ def batch_command(args: argparse.Namespace) -> int:
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
         batch = read_batch_file(lines, params, chat=chat, max_model_len=llm.engine.max_model_len,
-                                count_tokens=_token_counter(llm.engine.tokenizer))
+                                count_tokens=_token_counter(llm.engine.tokenizer), tokenizer=llm.engine.tokenizer)
         for bad in batch.malformed:
             print(f"hetero: {args.input_file}:{bad.line_number}: skipped: {bad.reason}", file=sys.stderr)
         pending = [r for r in batch.requests if r.key not in done]

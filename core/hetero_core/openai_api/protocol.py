@@ -175,6 +175,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    add_generation_prompt: bool = True  # vLLM's chat-template extras (openai_api/chat_prompt.py)
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @property
     def num_logprobs(self) -> int | None:
