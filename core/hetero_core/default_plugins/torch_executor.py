@@ -21,6 +21,7 @@ from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
+from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
 from hetero_core.model.cpu.compute_dtype import resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
@@ -54,40 +55,27 @@ class TorchExecutor(RunnerExecutor):
             torch.set_num_threads(threads)
             if self.device.type == "cpu" and options.num_threads is None and ctx.tensor_parallel_size == 1:
                 self._free_cpu_threads = FreeCpuThreads(threads, _set_threads)
-        self.dtype = resolve_dtype(options.dtype, self.device)
-        log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
-        backend = _cpu_backend(options, self.device)
-        kernels = backend.cpu_kernels if self.device.type == "cpu" else None
+        attention_kernels = _cpu_kernels(options, self.device)  # the backend's: attention, K/V writes
+        kernels = attention_kernels  # the linears' and element-wise steps' (a variant of the same library)
         if kernels is not None and not options.block_code_weights:
             kernels = dataclasses.replace(kernels, block_codes=False)
-        pack = options.prepack_weights and can_pack(self.device, self.dtype, kernels)
-        model = self._load(ctx, options, backend, shard, kernels, pack)
-        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks, block_size=ctx.block_size, dtype=self.dtype,
-                                  device=self.device, num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
-        if kernels is not None and pack and options.fused_decode and shard is None:
-            model.fused_decode = FusedDecode.for_model(model, kernels, self.runner.kv_caches)
-            log.info("executor.fused_decode", applies=model.fused_decode is not None)
+        cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
-    def _load(self, ctx: ExecutorContext, options: TorchExecutorOptions, backend, shard, kernels, pack: bool):
-        """The model as this executor runs it: packed (and mapped from the prepared-weights cache)
-        where it can be, with the compiled kernels' fused element-wise steps."""
-        if pack and shard is None and options.prepared_weights_cache:
-            cache_dir = ctx.settings.cache_dir if ctx.settings is not None else None
-            model = load_packed_model(ctx.model_dir, cache_dir or default_cache_dir(), backend=backend,
-                                      dtype=self.dtype, kernels=kernels)
+        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int) -> ModelRunner:
+            """A runner of its own (a fresh backend: no state shared with another runner)."""
+            backend = TorchPagedAttention(cpu_kernels=attention_kernels)
+            return _build_runner(ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size,
+                                 cache_dir)
+
+        if options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
+            self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
         else:
-            model = load_model(ctx.model_dir, backend=backend, device=self.device, dtype=self.dtype,
-                               tensor_parallel=shard)
-            if pack:
-                pack_model(model, kernels)
-        if pack:
-            for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
-                if isinstance(module, PackedLinear):
-                    module.float32_output = True  # logits in fp32 straight from the matmul
-        if kernels is not None:
-            use_cpu_kernels(model, kernels)  # fused element-wise steps
-        return model
+            self.dtype, reason = resolve_dtype(options.dtype, self.device), "as configured"
+        log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."), reason=reason)
+        self.runner = build(self.dtype, kernels, ctx.num_blocks, ctx.block_size)
+        if kernels is not None and options.fused_decode and shard is None:
+            log.info("executor.fused_decode", applies=self.runner.model.fused_decode is not None)
 
     @property
     def model(self):
@@ -105,8 +93,28 @@ class TorchExecutor(RunnerExecutor):
         return self.runner.execute(batch)
 
 
-
-
+def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, shard, device: torch.device,
+                  dtype: torch.dtype, kernels, num_blocks: int, block_size: int, cache_dir) -> ModelRunner:
+    """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
+    cache, where it can be; the compiled kernels' fused steps) over a cache of ``num_blocks``."""
+    pack = options.prepack_weights and can_pack(device, dtype, kernels)
+    if pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
+        model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
+    else:
+        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
+        if pack:
+            pack_model(model, kernels)
+    if pack:
+        for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
+            if isinstance(module, PackedLinear):
+                module.float32_output = True  # logits in fp32 straight from the matmul
+    if kernels is not None:
+        use_cpu_kernels(model, kernels)  # fused element-wise steps
+    runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size, dtype=dtype, device=device,
+                         num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
+    if kernels is not None and pack and options.fused_decode and shard is None:
+        model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
+    return runner
 
 
 def _set_threads(threads: int) -> None:
@@ -128,13 +136,13 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _cpu_backend(options: TorchExecutorOptions, device: torch.device) -> TorchPagedAttention:
-    """The torch paged backend, with the compiled CPU kernels where ``cpu_kernels`` allows them."""
+def _cpu_kernels(options: TorchExecutorOptions, device: torch.device):
+    """The compiled CPU kernels where ``cpu_kernels`` allows them (None: the torch path)."""
     if options.cpu_kernels == "torch" or device.type != "cpu":
-        return TorchPagedAttention()
+        return None
     from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 
     try:
-        return TorchPagedAttention(cpu_kernels=load_cpu_kernels(required=options.cpu_kernels == "compiled"))
+        return load_cpu_kernels(required=options.cpu_kernels == "compiled")
     except KernelUnavailable as exc:
         raise ConfigError(f"[executor.torch] cpu_kernels = \"compiled\": {exc}; use \"auto\" or \"torch\"") from None
