@@ -3,16 +3,16 @@ the executor runs it and timed on the model's own steps (``model/cpu/dtype_choic
 remembers, ``model/cpu/dtype_probe.py`` times).
 
 Candidates: ``float32`` everywhere; ``bfloat16`` where the CPU computes bf16 natively (avx512_bf16 or
-amx_bf16, and torch's oneDNN takes it); ``bfloat16-amx`` beside it where the compiled kernels run
-their bf16 linear on AMX tiles (``CpuKernels.amx``), ``bfloat16`` then being the AVX-512 one. With
-one candidate nothing is timed. The first start of a model on a CPU loads each candidate once (its
-prepared-weights file is written, as it would be for a start in that dtype; the losers' new files
-are deleted) and runs ``dtype_probe``'s steps on it; later starts read the record.
+amx_bf16, and torch's oneDNN takes it); ``bfloat16-amx`` beside it where the kernels' AMX variant
+passes its gate (``model/cpu/amx.py``; option ``amx_linears``), ``bfloat16`` then being the AVX-512
+one. With one candidate nothing is timed. The first start of a model on a CPU loads each candidate
+once (its prepared-weights file is written, as it would be for a start in that dtype; the losers'
+new files are deleted, never the winner's: the two bf16 candidates share theirs) and runs
+``dtype_probe``'s steps on it; later starts read the record.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import hashlib
 
@@ -22,28 +22,28 @@ import hetero_core
 from hetero_core.logging import get_logger
 from hetero_core.model.cpu import dtype_choice, dtype_probe
 from hetero_core.model.cpu import compute_dtype
+from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
 from hetero_core.model.cpu.prepared_weights import checkpoint_identity, prepared_path
 
 log = get_logger("hetero.executor")
 
 
-def auto_candidates(kernels) -> dict[str, tuple[torch.dtype, object]]:
-    """Candidate name -> (dtype, the kernels its linears run on) on this CPU."""
+def auto_candidates(kernels, amx: bool = True) -> dict[str, tuple[torch.dtype, object]]:
+    """Candidate name -> (dtype, the kernels it runs on) on this CPU; ``amx``: the AMX variant may be one."""
     candidates = {"float32": (torch.float32, kernels)}
     if compute_dtype.cpu_has_native_bf16():
-        if getattr(kernels, "amx", False):
-            candidates["bfloat16"] = (torch.bfloat16, dataclasses.replace(kernels, amx=False))
-            candidates["bfloat16-amx"] = (torch.bfloat16, kernels)
-        else:
-            candidates["bfloat16"] = (torch.bfloat16, kernels)
+        candidates["bfloat16"] = (torch.bfloat16, kernels)
+        variant = amx_kernels(kernels) if amx and kernels is not None else None
+        if variant is not None:
+            candidates["bfloat16-amx"] = (torch.bfloat16, variant)
     return candidates
 
 
 def choose_auto_dtype(model_dir, options, kernels, build, cache_dir) -> tuple[torch.dtype, object, str]:
     """(dtype, kernels, reason) for ``dtype = "auto"``: ``build(dtype, kernels, num_blocks, block_size)``
     makes a runner of a candidate to time."""
-    candidates = auto_candidates(kernels)
+    candidates = auto_candidates(kernels, options.amx_linears)
     new_files = {}  # candidate -> the prepared file its probe wrote (None: it was there before, or none)
 
     def measure(name: str) -> dtype_choice.StepTimes:
@@ -62,10 +62,11 @@ def choose_auto_dtype(model_dir, options, kernels, build, cache_dir) -> tuple[to
     key = dtype_choice.cache_key(_cpu(), _versions(options, kernels), torch.get_num_threads(),
                                  checkpoint_identity(model_dir))
     choice = dtype_choice.choose(list(candidates), measure, key, cache_dir)
-    for name, path in new_files.items():
-        if name != choice.name and path is not None:
-            path.unlink(missing_ok=True)
     dtype, chosen_kernels = candidates[choice.name]
+    kept = prepared_path(model_dir, cache_dir, dtype, chosen_kernels)
+    for name, path in new_files.items():
+        if name != choice.name and path is not None and path != kept:
+            path.unlink(missing_ok=True)
     return dtype, chosen_kernels, choice.reason
 
 

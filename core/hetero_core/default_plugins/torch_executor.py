@@ -22,6 +22,7 @@ from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
+from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
@@ -56,15 +57,15 @@ class TorchExecutor(RunnerExecutor):
             if self.device.type == "cpu" and options.num_threads is None and ctx.tensor_parallel_size == 1:
                 self._free_cpu_threads = FreeCpuThreads(threads, _set_threads)
         self.block_size = ctx.block_size
-        attention_kernels = _cpu_kernels(options, self.device)  # the backend's: attention, K/V writes
-        kernels = attention_kernels  # the linears' and element-wise steps' (a variant of the same library)
+        kernels = _cpu_kernels(options, self.device)  # attention, K/V writes, element-wise steps, linears
         if kernels is not None and not options.block_code_weights:
             kernels = dataclasses.replace(kernels, block_codes=False)
         cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
         def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int) -> ModelRunner:
-            """A runner of its own (a fresh backend: no state shared with another runner)."""
-            backend = TorchPagedAttention(cpu_kernels=attention_kernels)
+            """A runner of its own (a fresh backend: no state shared with another runner); one library
+            (``kernels``, the AMX variant included) runs all of its kernels."""
+            backend = TorchPagedAttention(cpu_kernels=kernels)
             return _build_runner(ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size,
                                  cache_dir)
 
@@ -72,6 +73,10 @@ class TorchExecutor(RunnerExecutor):
             self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
         else:
             self.dtype, reason = resolve_dtype(options.dtype, self.device), "as configured"
+            if self.dtype == torch.bfloat16 and kernels is not None and options.amx_linears:
+                amx = amx_kernels(kernels)  # None unless the CPU has AMX, granted and self-checked
+                if amx is not None:
+                    kernels, reason = amx, "as configured; linears on AMX tiles"
         log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."), reason=reason)
         self.runner = build(self.dtype, kernels, ctx.num_blocks, ctx.block_size)
         if kernels is not None and options.fused_decode and shard is None:
