@@ -19,6 +19,7 @@ from hetero_core.model.cpu.cpu_info import cpu_flags
 from hetero_core.model.cpu.kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
 
 BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512", "amx-emulated")
+NARROW_BUILDS = BUILDS[1:5]  # narrower vectors than AVX-512 BF16's
 AMX_EMULATED_FLAGS = ("-DHETERO_AMX=1", "-DHETERO_AMX_EMULATED=1")
 _NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"},
           "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}}
