@@ -158,9 +158,10 @@ def test_without_native_bf16_flags_auto_is_float32(text, cpuinfo):
 
 
 def test_an_auto_executor_whose_probe_finds_bf16_faster_runs_bf16_with_packed_linears(
-    tiny_model_dirs, make_executor, monkeypatch
+    tiny_model_dirs, make_executor, monkeypatch, tmp_path
 ):
     """(The executor's ``auto`` on the CPU times the model itself: tests/model/test_dtype_choice.py.)"""
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))  # its made-up times never reach the user's cache
     from hetero_core.model.cpu import dtype_probe
     from hetero_core.model.cpu.dtype_choice import StepTimes
 
