@@ -182,3 +182,18 @@ def test_without_native_bf16_auto_is_float32_unmeasured(fake_probe, tiny_model_d
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.float32 and fake_probe.runs == []
+
+
+def test_the_probe_hands_its_freed_memory_back(fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch):
+    """The candidates' freed weights must not stay resident in glibc's heap (malloc_trim after the probe)."""
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(torch_auto_dtype, "release_freed_memory", lambda: calls.append(1) or True)
+    make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
+    assert calls == [1]
+    make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
+    assert calls == [1]  # read from the record: nothing loaded, nothing to hand back
+
+
+def test_handing_freed_memory_back_runs_anywhere():
+    assert torch_auto_dtype.release_freed_memory() in (True, False)  # False where the C library is not glibc
