@@ -6,7 +6,9 @@ factory first chooses OpenMP's wait policy on the CPU: ``model/cpu/threads.py``)
 core's ``ModelRunner``; this class adds the CPU's concerns: intra-op threads that follow the free
 CPUs, linears on weights packed once at load (``cpu.linear``; option ``prepack_weights``) and kept in
 the prepared-weights cache, the compiled kernels, and the fused decode step. ``dtype = "auto"`` (the
-default) is bf16 where the CPU computes it natively (``cpu.compute_dtype``).
+default) on the CPU is the candidate (fp32, bf16, bf16 on AMX tiles) that timed steps of the model
+itself show faster (``torch_auto_dtype``); an explicit bf16 runs its linears on AMX tiles where the
+CPU has them and they pass their gate (``cpu.amx``).
 """
 
 from __future__ import annotations
