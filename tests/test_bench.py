@@ -190,6 +190,8 @@ def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
     (["kv-allocators", "--num-requests", "4"], "paged"),
     (["scheduler-overhead", "--num-requests", "4"], 4),
     (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
+    (["parallel-sampling", "--executor", "mock", "--n", "2", "--prompt-tokens", "40", "--rounds", "2"],
+     "SamplingParams(n=2)"),
     (["chunked-prefill", "--executor", "mock", "--long-tokens", "64", "--chunk", "16"], "chunked"),
     (["warm-start", "--executor", "mock", "--runs", "1"], 1),
     (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
@@ -355,3 +357,25 @@ def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
         assert not private, f"bench/hetero_bench/{path} imports {sorted(private)}"
     for path, names in _imports(root / "core" / "hetero_core").items():
         assert not {n for n in names if n.startswith("hetero_bench")}, f"core/hetero_core/{path} imports hetero_bench"
+
+
+def test_parallel_sampling_runs_the_prompt_once_and_keeps_the_tokens(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert bench(capsys, "parallel-sampling", "--executor", "mock", "--n", "3", "--prompt-tokens", "40",
+                 "--output-tokens", "4", "--rounds", "2", "--json", str(path))[0] == 0
+    report = json.loads(path.read_text())
+    shared, separate = report["rows"]
+    # 40 prompt tokens once + the 8 of the partial block twice, vs 40 three times; 3 x 3 decodes each
+    assert shared["executor_tokens"] == 40 + 2 * 8 + 9 and separate["executor_tokens"] == 3 * 40 + 9
+    assert shared["equal_completions"] is True and separate["equal_completions"] is True
+
+
+def test_structured_output_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys):
+    pytest.importorskip("xgrammar", reason="structured output needs: pip install 'hetero-core[structured]'")
+    path = tmp_path / "r.json"
+    code, out, err = bench(capsys, "structured-output", "--executor", "mock", "--num-requests", "1", "2",
+                           "--max-tokens", "8", "--rounds", "1", "--json", str(path))
+    assert code == 0, err
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["num_requests"] for r in rows] == [1, 2] and all(r["guided_us"] > 0 and r["free_us"] > 0 for r in rows)
+    assert "µs of CPU per token" in out

@@ -61,6 +61,12 @@ def _pip(python: Path, *args: str, cwd: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+def _torch_version(python: Path) -> str:
+    done = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                          text=True, timeout=120)
+    return done.stdout.strip()
+
+
 def _copy_sources(tmp_path: Path, *projects: str) -> Path:
     """Build from a copy, so setuptools' build/ and egg-info never land in the repository."""
     src = tmp_path / "src"
@@ -121,7 +127,9 @@ def test_fresh_venv_real_path_from_installed_packages(tmp_path):
     src = _copy_sources(tmp_path, "core", "hetero_plugins_cuda")
     python = _fresh_venv(tmp_path / "venv")
     _pip(python, "torch==2.13.0", cwd=src)
+    cpu_torch = _torch_version(python)
     _pip(python, "./core", "./hetero_plugins_cuda", cwd=src)
+    assert _torch_version(python) == cpu_torch  # the plugin's bound is satisfied: no other torch is pulled in
     hetero = tmp_path / "venv" / "bin" / "hetero"
     env = _clean_env()
     run = [str(hetero), "run", "--max-tokens", "16", "What is the capital of France?"]  # the defaults: greedy, chat

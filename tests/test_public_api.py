@@ -11,7 +11,7 @@ from hetero_core.engine.engine import Engine
 
 PUBLIC_NAMES = [
     "__version__",
-    "LLM", "SamplingParams", "RequestOutput", "RequestMetrics",
+    "LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "RequestMetrics",
     "HeteroSettings", "load_settings", "SettingsWarning",
     "HeteroError", "ConfigError", "PluginError", "UnknownComponentError", "InvalidRequestError", "ModelLoadError",
     "hookimpl", "AsyncLLM",

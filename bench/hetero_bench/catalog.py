@@ -20,6 +20,7 @@ BENCHMARKS = {
     "serving": "hetero_bench.benchmarks.serving",
     "replicas": "hetero_bench.benchmarks.replicas",
     "prefix-cache": "hetero_bench.benchmarks.prefix_cache",
+    "parallel-sampling": "hetero_bench.benchmarks.parallel_sampling",
     "kv-allocators": "hetero_bench.benchmarks.kv_allocators",
     "chunked-prefill": "hetero_bench.benchmarks.chunked_prefill",
     "scheduler-overhead": "hetero_bench.benchmarks.scheduler_overhead",
@@ -28,6 +29,7 @@ BENCHMARKS = {
     "tensor-parallel": "hetero_bench.benchmarks.tensor_parallel",
     "gpu-offline": "hetero_bench.benchmarks.gpu_offline",
     "triton-decode": "hetero_bench.benchmarks.triton_decode",
+    "structured-output": "hetero_bench.benchmarks.structured_output",
 }
 
 

@@ -19,6 +19,7 @@ _EXPORTS = {
     "LLM": "hetero_core.llm",
     "SamplingParams": "hetero_core.engine.params",
     "RequestOutput": "hetero_core.engine.outputs",
+    "CompletionOutput": "hetero_core.engine.outputs",
     "RequestMetrics": "hetero_core.engine.metrics",
     "HeteroSettings": "hetero_core.settings",
     "load_settings": "hetero_core.settings",
@@ -50,6 +51,8 @@ _FACADE_NAMES = {
     "SchedulerPolicyContract": "hetero_core.testing",
     "KVAllocator": "hetero_core.kv",
     "KVAllocatorContract": "hetero_core.testing",
+    "GuidedDecodingParams": "hetero_core.structured_output",
+    "StructuredOutputContract": "hetero_core.testing",
 }
 
 
@@ -70,7 +73,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these on demand
     from hetero_core.async_llm import AsyncLLM
     from hetero_core.engine.metrics import RequestMetrics
-    from hetero_core.engine.outputs import RequestOutput
+    from hetero_core.engine.outputs import CompletionOutput, RequestOutput
     from hetero_core.engine.params import SamplingParams
     from hetero_core.engine.policy import (
         RequestView,

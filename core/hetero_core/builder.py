@@ -12,6 +12,7 @@ from pathlib import Path
 from hetero_core.distributed import engine_setup as tensor_parallel
 from hetero_core.engine.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
+from hetero_core.engine.structured_output import StructuredOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
 from hetero_core.errors import (
@@ -28,6 +29,7 @@ from hetero_core.plugin_system.discovery import AUTOLOAD_ENV, PluginSet, load_pl
 from hetero_core.plugin_system.registry import Component, Registry
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
+from hetero_core.structured_output import StructuredOutputContext
 from hetero_core.suggest import did_you_mean
 from hetero_core.tokenizer import TokenizerContext
 
@@ -104,11 +106,26 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             max_model_len=settings.max_model_len,
             default_params=default_sampling_params(settings),
             sampler_seed=settings.seed,
+            structured_output=structured_output(settings, plugins, tokenizer, executor),
         )
     except BaseException:
         if callable(getattr(executor, "shutdown", None)):  # one without it is what check_components refuses
             executor.shutdown()
         raise
+
+
+def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, executor) -> StructuredOutput:
+    """The engine's structured output: the chosen backend, created on the first guided request."""
+    component, options = select(settings, plugins, "structured_output")
+    vocab_size = max(tokenizer.vocab_size, getattr(executor, "vocab_size", 0) or 0)
+    context = StructuredOutputContext(settings, options, tokenizer, vocab_size)
+
+    def create():
+        backend = component.factory(context)
+        check_components(plugins, {"structured_output": (component, backend)})
+        return backend
+
+    return StructuredOutput(create, vocab_size, component.name)
 
 
 def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:

@@ -16,7 +16,7 @@ another thread is inside it or while ``generate`` / ``chat`` calls are running.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from hetero_core.errors import InvalidRequestError
 from hetero_core.plugin_system.discovery import PluginSet, load_plugins
 from hetero_core.settings import HeteroSettings, load_settings
 from hetero_core.engine.shared_engine import SharedEngine
+from hetero_core.engine.chat_options import chat_options, encode_chat
+from hetero_core.llm_progress import GenerateProgress
 
 # text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}
 PromptInput = str | list[int] | dict[str, Any]
@@ -71,21 +73,28 @@ class LLM:
 
     # -- generation -------------------------------------------------------------------------------
     def generate(self, prompts: PromptInput | Sequence[PromptInput],
-                 sampling_params: ParamsInput = None) -> list[RequestOutput]:
+                 sampling_params: ParamsInput = None, use_tqdm: bool | Callable[..., Any] = True
+                 ) -> list[RequestOutput]:
         """Complete each prompt; outputs in input order. A bad prompt fails alone (``out.error``).
 
         ``prompts``: one prompt or a list; a prompt is a string, a list of token ids, or a dict
         with "prompt" or "prompt_token_ids". ``sampling_params``: one for all, one per prompt,
         or None for the settings' defaults. Every prompt is checked before any is queued. Safe to
-        call from several threads at once.
+        call from several threads at once. ``use_tqdm``: a progress bar on stderr as vLLM's
+        (``llm_progress``), or a callable that makes the tqdm bar.
         """
         prompt_list = as_prompt_list(prompts)
-        return self._shared.run(prompt_list, _params_per_prompt(sampling_params, len(prompt_list)))
+        return self._run(prompt_list, _params_per_prompt(sampling_params, len(prompt_list)), use_tqdm)
 
-    def chat(self, messages: Messages | Sequence[Messages], sampling_params: ParamsInput = None
+    def chat(self, messages: Messages | Sequence[Messages], sampling_params: ParamsInput = None,
+             use_tqdm: bool | Callable[..., Any] = True, *, add_generation_prompt: bool = True,
+             chat_template_kwargs: dict[str, Any] | None = None, tools: list[dict] | None = None
              ) -> list[RequestOutput]:
         """Answer one conversation (a list of {"role", "content"} messages) or a list of them,
-        through the model's chat template; outputs in input order."""
+        through the model's chat template; outputs in input order. As in vLLM: ``add_generation_prompt``
+        (False: the template's assistant header is left out), ``chat_template_kwargs`` (more variables
+        for the template, e.g. ``{"enable_thinking": False}``) and ``tools`` (OpenAI-style tool
+        definitions, passed to the template as ``tools``) go to the tokenizer's ``encode_chat``."""
         if not isinstance(messages, (list, tuple)) or not messages:
             raise InvalidRequestError("chat takes a non-empty list of messages, or a list of conversations")
         conversations = [messages] if isinstance(messages[0], dict) else list(messages)
@@ -95,7 +104,17 @@ class LLM:
                     f"conversation {i} must be a list of messages, got {type(conversation).__name__}"
                 )
         prompts = [list(c) for c in conversations]
-        return self._shared.run(prompts, _params_per_prompt(sampling_params, len(prompts)))
+        options = chat_options(add_generation_prompt, chat_template_kwargs, tools)
+        if options:  # rendered here, with the options; the engine gets the token ids
+            prompts = [{"prompt_token_ids": encode_chat(self.engine.tokenizer, c, options)} for c in prompts]
+        return self._run(prompts, _params_per_prompt(sampling_params, len(prompts)), use_tqdm)
+
+    def _run(self, prompts: list, params: list, use_tqdm) -> list[RequestOutput]:
+        progress = GenerateProgress(use_tqdm, sum(p.num_samples if p else 1 for p in params))
+        try:
+            return self._shared.run(prompts, params, on_finished=progress.update)
+        finally:
+            progress.close()
 
     # -- the rest ---------------------------------------------------------------------------------
     @property

@@ -33,6 +33,10 @@ class Tokenizer(Protocol):
     stand for; with it the engine refuses, without tokenizing, a text longer than ``max_model_len``
     times that. Leave it out (or None) when no such bound holds (a tokenizer that can map a long
     run of text to one token, or drop text).
+
+    Optional keywords (vLLM's request options; a tokenizer without them refuses those requests with
+    its name): ``decode(ids, skip_special_tokens=True, spaces_between_special_tokens=True)`` and
+    ``encode_chat(messages, add_generation_prompt=True, tools=None, chat_template_kwargs=None)``.
     """
 
     eos_token_id: int | None

@@ -12,16 +12,23 @@ at ``slot_mapping`` (one ``index_copy_`` into the flattened cache), then attends
   one-token segments): with the new K/V directly when no sequence has cached tokens, else with the
   cache and ``block_table`` (a prefill continuing a cached prefix, or decodes beside prefills);
   flash-attn aligns the causal mask to the end of each key range, as a continued prefill needs.
+
+The step's index arrays go to the device with the runner's in one copy from pinned memory
+(``hetero_core.model.step_inputs``); a pure decode step can run from a CUDA graph over static
+inputs instead (``decode_graph_metadata``, ``hetero_core.model.decode_graphs``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
+from hetero_core.model.decode_graphs import DecodeGraphInputs
+from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, fill_block_tables
 from hetero_plugins_cuda.kernels import FlashAttnKernels
 
 
@@ -62,27 +69,39 @@ class FlashAttnBackend:
             for _ in range(num_layers)
         ]
 
-    def build_metadata(self, batch: Batch, device: torch.device) -> FlashAttnMetadata:
+    def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> FlashAttnMetadata:
+        """The step's index arrays, added to ``upload`` (the runner's, or a fresh one) and uploaded
+        with it: one host-to-device copy for the step."""
         check_block_tables(batch)
-        slot_mapping = _to(torch.tensor(batch.slot_mapping, dtype=torch.long), device)
-        if all(batch.query_len(i) == 1 for i in range(batch.num_seqs)):
-            decode = DecodeMetadata(
-                block_table=_to(block_table_tensor(batch.block_tables), device),
-                cache_seqlens=_to(torch.tensor(batch.context_lens, dtype=torch.int32), device),
-            )
-            return FlashAttnMetadata(slot_mapping, decode=decode, prefill=None)
-        is_fresh = all(batch.num_computed_tokens(i) == 0 for i in range(batch.num_seqs))
-        cu_seqlens_k = [0]
-        for length in batch.context_lens:
-            cu_seqlens_k.append(cu_seqlens_k[-1] + length)
+        upload = upload if upload is not None else StepInputs(device).begin()
+        slot_mapping = upload.add(batch.slot_mapping, torch.long)
+        starts = np.asarray(batch.query_start_loc, dtype=np.int32)
+        query_lens = np.diff(starts)
+        if (query_lens == 1).all():
+            tables = _block_tables(batch.block_tables, upload)
+            cache_seqlens = upload.add(batch.context_lens, torch.int32)
+            upload.upload()
+            decode = DecodeMetadata(block_table=tables.tensor, cache_seqlens=cache_seqlens.tensor)
+            return FlashAttnMetadata(slot_mapping.tensor, decode=decode, prefill=None)
+        context_lens = np.asarray(batch.context_lens, dtype=np.int32)
+        is_fresh = bool((context_lens == query_lens).all())
+        cu_seqlens_q = upload.add(starts, torch.int32)
+        cu_seqlens_k = upload.add(np.concatenate(([0], np.cumsum(context_lens))), torch.int32)
+        tables = None if is_fresh else _block_tables(batch.block_tables, upload)
+        upload.upload()
         prefill = PrefillMetadata(
-            cu_seqlens_q=_to(torch.tensor(batch.query_start_loc, dtype=torch.int32), device),
-            cu_seqlens_k=_to(torch.tensor(cu_seqlens_k, dtype=torch.int32), device),
-            max_seqlen_q=max(batch.query_len(i) for i in range(batch.num_seqs)),
-            max_seqlen_k=max(batch.context_lens),
-            block_table=None if is_fresh else _to(block_table_tensor(batch.block_tables), device),
+            cu_seqlens_q=cu_seqlens_q.tensor,
+            cu_seqlens_k=cu_seqlens_k.tensor,
+            max_seqlen_q=int(query_lens.max()),
+            max_seqlen_k=int(context_lens.max()),
+            block_table=None if tables is None else tables.tensor,
         )
-        return FlashAttnMetadata(slot_mapping, decode=None, prefill=prefill)
+        return FlashAttnMetadata(slot_mapping.tensor, decode=None, prefill=prefill)
+
+    def decode_graph_metadata(self, inputs: DecodeGraphInputs) -> FlashAttnMetadata:
+        """Metadata over a decode graph's static inputs (``hetero_core.model.decode_graphs``)."""
+        decode = DecodeMetadata(block_table=inputs.block_tables, cache_seqlens=inputs.context_lens)
+        return FlashAttnMetadata(inputs.slot_mapping, decode=decode, prefill=None)
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: FlashAttnMetadata, scale: float):
         write_kv(kv_cache, key, value, metadata.slot_mapping)
@@ -118,11 +137,12 @@ def write_kv(kv_cache: KVCache, key: torch.Tensor, value: torch.Tensor, slot_map
     kv_cache.value.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, value)
 
 
-def block_table_tensor(tables: list[list[int]], width: int | None = None) -> torch.Tensor:
-    """int32 ``[len(tables), width]`` (default: the longest table), padded with block 0, which
-    flash-attn never reads past a sequence's length."""
-    width = width if width is not None else max(len(t) for t in tables)
-    return torch.tensor([table + [0] * (width - len(table)) for table in tables], dtype=torch.int32)
+def _block_tables(tables: list[list[int]], upload: StepUpload) -> Staged:
+    """int32 ``[len(tables), longest]``, padded with block 0, which flash-attn never reads past a
+    sequence's length."""
+    staged = upload.zeros((len(tables), max(map(len, tables))), torch.int32)
+    fill_block_tables(staged.host, tables)
+    return staged
 
 
 def check_block_tables(batch: Batch) -> None:
@@ -133,7 +153,3 @@ def check_block_tables(batch: Batch) -> None:
                 f"sequence {batch.seq_ids[i]}: block table holds {capacity} slots but context_len is "
                 f"{batch.context_lens[i]}; the allocator must assign enough blocks before execute()"
             )
-
-
-def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return tensor.to(device, non_blocking=True)

@@ -4,10 +4,11 @@ steps replayed from CUDA graphs.
 Start-up, in order: the kernels' capabilities are checked against the settings (block size,
 dtype, device, head size) before any weight is read; the model loads on the device; the KV pool
 is sized (``max_num_blocks``, or a GPU memory share after a profiling forward) with one extra
-scratch block for padded graph rows, held by core's ``ModelRunner``; decode graphs are captured.
-Per step, a pure decode that fits a captured size replays a graph; anything else (prefills, mixed
-steps, ``cuda_graphs = false``) runs eagerly through the runner. Logits come back as fp32 rows, on
-the device, for the sampled sequences.
+scratch block for padded graph rows, held by core's ``ModelRunner``; decode graphs are captured
+(core's ``DecodeGraphs``). Per step, a pure decode that fits a captured size replays a graph;
+anything else (prefills, mixed steps, ``cuda_graphs = false``) runs eagerly through the runner.
+Either way the step's inputs reach the GPU in one copy from pinned memory and nothing waits for the
+GPU. Logits come back as fp32 rows, on the device, for the sampled sequences.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from __future__ import annotations
 import torch
 
 from hetero_core import ConfigError, ModelLoadError, PluginError
-from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
+from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.decode_graphs import DecodeGraphs, default_batch_sizes
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
 from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_cuda.attention import FlashAttnBackend
-from hetero_plugins_cuda.graph_runner import DecodeGraphRunner, default_batch_sizes
 from hetero_plugins_cuda.kernels import FlashAttnKernels, load_flash_attn
 from hetero_plugins_cuda.kv_sizing import blocks_for_memory_share, bytes_per_block
 from hetero_plugins_cuda.options import CudaExecutorOptions
@@ -64,8 +65,6 @@ class CudaExecutor(RunnerExecutor):
 
         self.backend = FlashAttnBackend(self.kernels)
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
-        rotary = self.model.rotary
-        rotary.inv_freq = rotary.inv_freq.to(self.device)  # fp32 still; no host copy inside a graph
         if options.gpu_memory_utilization is not None:
             self.num_kv_blocks = blocks_for_memory_share(
                 self, options.gpu_memory_utilization, ctx.num_blocks, graphs=options.cuda_graphs
@@ -78,7 +77,7 @@ class CudaExecutor(RunnerExecutor):
         self.graph_runner = None
         if options.cuda_graphs:
             sizes = options.cuda_graph_batch_sizes or default_batch_sizes(ctx.max_num_seqs)
-            self.graph_runner = DecodeGraphRunner(
+            self.graph_runner = DecodeGraphs(
                 self.model, self.kv_caches, batch_sizes=sizes, max_blocks_per_seq=self.max_blocks_per_seq,
                 scratch_block=self.num_kv_blocks, block_size=self.block_size, device=self.device,
             )  # fmt: skip
@@ -86,19 +85,6 @@ class CudaExecutor(RunnerExecutor):
                 self.graph_runner.capture()
         log.info("executor.ready", executor="cuda", kernels=self.kernels.name, device=str(self.device),
                  dtype=options.dtype, num_kv_blocks=self.num_kv_blocks, cuda_graphs=options.cuda_graphs)
-
-
-
-
-    def execute(self, batch: Batch) -> ExecutorOutput:
-        if self.graph_runner is None or not self.graph_runner.can_run(batch):
-            return self.runner.execute(batch)
-        self.runner.check_block_size(batch)
-        with torch.inference_mode():
-            logits = self.graph_runner.run(batch)
-            if len(batch.sample_indices) != batch.num_seqs:
-                logits = logits[torch.tensor(batch.sample_indices, device=self.device)]
-            return ExecutorOutput(logits=logits.float())
 
     def shutdown(self) -> None:
         self.graph_runner = None

@@ -16,6 +16,7 @@ from array import array
 
 from hetero_core import ConfigError
 from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, slot_of
+from hetero_core.structured_output import allowed_token_ids
 
 from hetero_plugins_mock.options import MockExecutorOptions
 
@@ -35,6 +36,7 @@ class MockExecutor:
                 f"vocabulary ({ctx.vocab_size})"
             )
         self.eos_token_id = ctx.eos_token_id
+        self.vocab_size = ctx.vocab_size
         self.block_size = ctx.block_size
         self.num_blocks = ctx.num_blocks
         self.slots = array("q", [EMPTY_SLOT]) * (ctx.num_blocks * ctx.block_size)
@@ -45,6 +47,9 @@ class MockExecutor:
         for slot, token in zip(batch.slot_mapping, batch.token_ids):
             self.slots[slot] = token
         token_ids = [self._next_token(batch, i) for i in batch.sample_indices]
+        if batch.token_bitmask is not None:  # structured output: only tokens the mask allows
+            token_ids = [self._allowed_token(batch.token_bitmask[row], token, batch.context_lens[i])
+                         for row, (i, token) in enumerate(zip(batch.sample_indices, token_ids))]
         self._simulate_latency(batch)
         return ExecutorOutput(token_ids=token_ids)
 
@@ -92,6 +97,22 @@ class MockExecutor:
             if chance / 2**64 < opts.eos_probability:
                 return self.eos_token_id
         return opts.first_token_id + value % (opts.vocab_size - opts.first_token_id)
+
+    def _allowed_token(self, row_words, token: int, position: int) -> int:
+        """Structured output: EOS once the grammar allows it (so a walk ends), else ``token`` if the
+        row's mask allows it, else an allowed one picked by a hash of ``token`` and the position: as
+        deterministic as any other output. An unconstrained row (all bits set) keeps ``token``."""
+        words = row_words.tolist()
+        if all(word == -1 for word in words):
+            return token
+        allowed = allowed_token_ids(words, self.vocab_size)
+        if not allowed:
+            return token  # nothing is allowed: the engine fails the request
+        if self.eos_token_id in allowed:
+            return self.eos_token_id
+        if token in allowed:
+            return token
+        return allowed[(token * 2654435761 + position) % len(allowed)]
 
     def _read_context(self, block_table: list[int], num_tokens: int) -> array:
         bs = self.block_size

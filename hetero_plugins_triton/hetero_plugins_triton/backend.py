@@ -1,13 +1,15 @@
 """The Triton paged attention backend: core's model code calls it once per layer.
 
-Same cache layout as the torch reference (``[num_blocks, block_size, num_kv_heads, head_dim]`` per
-layer for K and V). Per step ``build_metadata`` sorts the sequences once into
+Cache layout ``[num_blocks, block_size, num_kv_heads, head_dim]`` per layer for K and V. Per step
+``build_metadata`` sorts the sequences once into
 
 - a decode group (one query token each): split-K flash decoding, the split count chosen for the step;
 - a prefill group (several query tokens, possibly after a cached prefix): the varlen causal kernel,
 
-and uploads all their index tensors to the device in one copy. ``forward`` stores the step's K/V by
-slot mapping, then runs the two kernels, each writing its own rows of the output.
+and uploads all their index tensors to the device with the runner's inputs, in one copy from pinned
+memory (``hetero_core.model.step_inputs``). ``forward`` stores the step's K/V by slot mapping, then
+runs the two kernels, each writing its own rows of the output. A pure decode step can also run from
+a CUDA graph (``decode_graph_metadata``): nothing in ``forward`` reads the host or synchronises.
 
 Import this module only after ``kernels.compile.import_triton``.
 """
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
+from hetero_core.model.decode_graphs import DecodeGraphInputs
+from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, fill_block_tables
 from hetero_plugins_triton.kernels.decode_attention import decode_attention
 from hetero_plugins_triton.kernels.kv_store import store_kv
 from hetero_plugins_triton.kernels.prefill_attention import prefill_attention
@@ -75,32 +80,45 @@ class TritonPagedAttention:
             for _ in range(num_layers)
         ]
 
-    def build_metadata(self, batch: Batch, device: torch.device) -> TritonMetadata:
+    def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> TritonMetadata:
+        """The step's index arrays, added to ``upload`` (the runner's, or a fresh one) and uploaded
+        with it: one host-to-device copy for the step."""
         _check_block_tables(batch)
-        single = [i for i in range(batch.num_seqs) if batch.query_len(i) == 1]
-        multi = [i for i in range(batch.num_seqs) if batch.query_len(i) > 1]
-        parts = [torch.tensor(batch.slot_mapping, dtype=torch.int32)]
-        if single:
-            parts += [_column([batch.query_start_loc[i] for i in single]),
-                      _column([batch.context_lens[i] for i in single]), _block_tables(batch, single)]
-        if multi:
-            parts += [_column([batch.query_start_loc[i] for i in multi]),
-                      _column([batch.query_len(i) for i in multi]),
-                      _column([batch.context_lens[i] for i in multi]), _block_tables(batch, multi)]
-        uploaded = iter(_upload(parts, device))
-        slot_mapping = next(uploaded)
-        decode = prefill = None
-        if single:
+        upload = upload if upload is not None else StepInputs(device).begin()
+        starts = np.asarray(batch.query_start_loc, dtype=np.int32)
+        query_lens = np.diff(starts)
+        context_lens = np.asarray(batch.context_lens, dtype=np.int32)
+        single = np.flatnonzero(query_lens == 1)
+        multi = np.flatnonzero(query_lens > 1)
+        slot_mapping = upload.add(batch.slot_mapping, torch.int32)
+        if single.size:
+            decode = (upload.add(starts[single], torch.int32), upload.add(context_lens[single], torch.int32),
+                      _block_tables(batch, single, upload))
             num_splits = choose_num_splits(
-                max_context_len=max(batch.context_lens[i] for i in single), num_seqs=len(single),
+                max_context_len=int(context_lens[single].max()), num_seqs=len(single),
                 num_kv_heads=self.num_kv_heads or 1, num_sms=self.settings.num_sms,
                 block_n=self.settings.decode_block_n, forced=self.settings.num_splits,
             )
-            decode = DecodePlan(next(uploaded), next(uploaded), next(uploaded), num_splits)
-        if multi:
-            max_query_len = max(batch.query_len(i) for i in multi)
-            prefill = PrefillPlan(next(uploaded), next(uploaded), next(uploaded), next(uploaded), max_query_len)
-        return TritonMetadata(slot_mapping, decode, prefill)
+        if multi.size:
+            prefill = (upload.add(starts[multi], torch.int32), upload.add(query_lens[multi], torch.int32),
+                       upload.add(context_lens[multi], torch.int32), _block_tables(batch, multi, upload))
+        upload.upload()
+        return TritonMetadata(
+            slot_mapping.tensor,
+            DecodePlan(*(staged.tensor for staged in decode), num_splits) if single.size else None,
+            PrefillPlan(*(staged.tensor for staged in prefill), int(query_lens[multi].max())) if multi.size else None,
+        )
+
+    def decode_graph_metadata(self, inputs: DecodeGraphInputs) -> TritonMetadata:
+        """Metadata over a decode graph's static inputs (``hetero_core.model.decode_graphs``): the
+        split count fixed for the graph's batch size at the longest context the model allows (the
+        kernel deals each sequence's own tiles to the splits; splits past its context do nothing)."""
+        num_splits = choose_num_splits(
+            max_context_len=inputs.max_context_len, num_seqs=inputs.num_seqs, num_kv_heads=self.num_kv_heads or 1,
+            num_sms=self.settings.num_sms, block_n=self.settings.decode_block_n, forced=self.settings.num_splits,
+        )
+        plan = DecodePlan(inputs.query_rows, inputs.context_lens, inputs.block_tables, num_splits)
+        return TritonMetadata(inputs.slot_mapping, plan, None)
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TritonMetadata, scale: float):
         settings = self.settings
@@ -120,24 +138,12 @@ class TritonPagedAttention:
         return out
 
 
-def _column(values: list[int]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.int32)
-
-
-def _block_tables(batch: Batch, seqs: list[int]) -> torch.Tensor:
-    max_blocks = max(len(batch.block_tables[i]) for i in seqs)
-    return torch.tensor([batch.block_tables[i] + [0] * (max_blocks - len(batch.block_tables[i])) for i in seqs],
-                        dtype=torch.int32)
-
-
-def _upload(parts: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """All ``parts`` (int32) on ``device`` in one host-to-device copy, as views of one buffer."""
-    flat = torch.cat([part.flatten() for part in parts]).to(device, non_blocking=True)
-    views, offset = [], 0
-    for part in parts:
-        views.append(flat[offset:offset + part.numel()].view(part.shape))
-        offset += part.numel()
-    return views
+def _block_tables(batch: Batch, seqs: np.ndarray, upload: StepUpload) -> Staged:
+    """``[len(seqs), max_blocks]`` int32: the block tables of ``seqs``, padded with block 0."""
+    tables = batch.block_tables if len(seqs) == batch.num_seqs else [batch.block_tables[i] for i in seqs.tolist()]
+    staged = upload.zeros((len(tables), max(map(len, tables))), torch.int32)
+    fill_block_tables(staged.host, tables)
+    return staged
 
 
 def _check_block_tables(batch: Batch) -> None:

@@ -2,7 +2,8 @@
 
 The factory settles where and how to run (GPU, or Triton's CPU interpreter when asked), checks the
 kernels' capabilities against the model's config and the settings, and only then imports triton
-and loads the weights.
+and loads the weights. Pure decode steps replay CUDA graphs (core's ``DecodeGraphs``) unless
+``cuda_graphs = false``; in interpreter mode the same padded static-input steps run eagerly.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from hetero_core import ConfigError, PluginError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.decode_graphs import build_decode_graphs
 from hetero_core.model.cpu.threads import intra_op_threads
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
@@ -29,21 +31,17 @@ class TritonExecutor(RunnerExecutor):
     """A ``ModelRunner`` whose model attends with ``backend`` (``backend.TritonPagedAttention``)."""
 
     def __init__(self, ctx: ExecutorContext, backend, *, device: torch.device, dtype: str,
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, cuda_graphs: bool = False):
         if device.type == "cpu" or num_threads is not None:  # interpreter mode runs torch on the CPU
             torch.set_num_threads(intra_op_threads(num_threads))
         self.device, self.dtype = device, DTYPES[dtype]
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=self.dtype)
-        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks, block_size=ctx.block_size, dtype=self.dtype,
-                                  device=device, num_swap_blocks=ctx.num_swap_blocks)
-
-
-
-
-
-
-
-
+        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks + cuda_graphs,  # + the graphs' scratch block
+                                  block_size=ctx.block_size, dtype=self.dtype, device=device,
+                                  num_swap_blocks=ctx.num_swap_blocks)
+        if cuda_graphs:
+            self.graph_runner = build_decode_graphs(self.runner, scratch_block=ctx.num_blocks,
+                                                    max_num_seqs=ctx.max_num_seqs, max_model_len=ctx.max_model_len)
 
 
 def create_triton_executor(ctx: ExecutorContext) -> TritonExecutor:
@@ -75,7 +73,8 @@ def create_triton_executor(ctx: ExecutorContext) -> TritonExecutor:
     ))
     log.info("executor.triton.ready", device=str(device), dtype=dtype, interpreter=interpret, num_sms=num_sms,
              num_splits=options.num_splits or "auto")
-    return TritonExecutor(ctx, backend, device=device, dtype=dtype, num_threads=options.num_threads)
+    return TritonExecutor(ctx, backend, device=device, dtype=dtype, num_threads=options.num_threads,
+                          cuda_graphs=options.cuda_graphs)
 
 
 def _device(options: TritonExecutorOptions, interpret: bool) -> torch.device:

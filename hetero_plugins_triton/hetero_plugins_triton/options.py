@@ -34,6 +34,12 @@ class TritonExecutorOptions(BaseModel):
     prefill_block_m: int = Field(64, description="prefill: query tokens per program")
     prefill_block_n: int = Field(64, description="prefill: KV tokens per kernel iteration")
     num_threads: int | None = Field(None, ge=1, description="torch intra-op threads (CPU / interpreter mode)")
+    cuda_graphs: bool = Field(
+        True,
+        description="replay pure decode steps from CUDA graphs captured at start-up (batch sizes 1, 2, 4, 8, "
+        "then every 16 up to max_num_seqs; a step is padded up to the next, on one extra scratch KV block); "
+        "in interpreter mode the same padded static-input steps run eagerly; false: every step eager",
+    )
 
     @field_validator("decode_block_n", "prefill_block_m", "prefill_block_n")
     @classmethod

@@ -10,7 +10,7 @@ import torch
 
 from flash_attn_double import FlashAttnDouble
 from hetero_core.errors import ConfigError
-from hetero_plugins_cuda.graph_runner import default_batch_sizes
+from hetero_core.model.decode_graphs import default_batch_sizes
 from hetero_plugins_cuda.options import CudaExecutorOptions
 from paged_batches import BlockPool, PagedSequence, step
 from step_plans import TOKENS, run_plan

@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-total-tokens", type=positive_int, default=16384, help="tokens per step")
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/hetero-bench-qwen3-0.6b"))
     parser.add_argument("--tiny", action="store_true", help="a 2-layer model (smoke test, not for figures)")
+    parser.add_argument("--no-step-timing", action="store_true",
+                        help="tokens/s only: no events or wait around each step (hetero_bench/step_timing.py)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="no GPU: the tiny model on the CPU (torch on cpu, triton in its interpreter; not cuda, "
+                             "whose start-up needs CUDA), --num-requests 4 of 16-24 tokens unless given: checks the "
+                             "wiring, gives no figures")
 
 
 def write_synthetic_model(directory: Path, config: dict, seed: int = 0) -> Path:
@@ -111,11 +117,13 @@ def make_workload(num_requests: int, min_len: int, max_len: int, seed: int = 0):
 def executor_section(args) -> dict:
     options = {}
     if args.executor == "torch":
-        options = {"device": "cuda", "dtype": "bfloat16"}
+        options = {"device": "cpu" if args.dry_run else "cuda", "dtype": "bfloat16"}
     elif args.executor == "cuda":
         options = {"dtype": "bfloat16", "cuda_graphs": not args.no_cuda_graphs}
         if args.gpu_memory_utilization:
             options["gpu_memory_utilization"] = args.gpu_memory_utilization
+    elif args.dry_run:  # triton: the interpreter runs float32 on the CPU
+        options = {"interpreter": True, "dtype": "float32"}
     for item in args.executor_option:
         key, _, value = item.partition("=")
         try:
@@ -161,8 +169,18 @@ def run(args: argparse.Namespace) -> Report:
 
     from hetero_core import LLM, SamplingParams, load_settings
 
-    if not torch.cuda.is_available():
-        raise HeteroError("the gpu-offline benchmark needs a CUDA GPU, and torch sees none here")
+    from hetero_bench.step_timing import StepTimer
+
+    if args.dry_run:
+        if args.executor == "cuda":
+            raise HeteroError("--dry-run runs torch and triton on the CPU; the cuda executor's start-up needs "
+                              "CUDA (its CPU checks are tests/cuda, on the flash-attn test double)")
+        args.tiny = True
+        if args.num_requests == 256 and (args.min_len, args.max_len) == (100, 1024):
+            args.num_requests, args.min_len, args.max_len = 4, 16, 24
+    elif not torch.cuda.is_available():
+        raise HeteroError("the gpu-offline benchmark needs a CUDA GPU, and torch sees none here "
+                          "(--dry-run runs its wiring on the CPU)")
     if args.flash_attn_double:
         if args.executor != "cuda":
             raise HeteroError("--flash-attn-double stands in for flash-attn: it needs --executor cuda")
@@ -178,6 +196,7 @@ def run(args: argparse.Namespace) -> Report:
     )  # fmt: skip
     requests = make_workload(args.num_requests, args.min_len, args.max_len)
     num_output = sum(n for _, n in requests)
+    on_gpu = torch.cuda.is_available() and not args.dry_run
 
     start = time.perf_counter()
     llm = LLM.from_settings(load_settings(**settings))
@@ -186,10 +205,15 @@ def run(args: argparse.Namespace) -> Report:
         engine = llm.engine
         engine.generate([requests[0][0][:64]], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))  # warm-up
         params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for _, n in requests]
-        torch.cuda.synchronize()
+        timer = None if args.no_step_timing else StepTimer(engine.executor, use_cuda=on_gpu)
+        if on_gpu:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         outputs = engine.generate([p for p, _ in requests], params)
         elapsed = time.perf_counter() - start
+        steps = timer.summary(elapsed) if timer is not None else {}
+        if timer is not None:
+            timer.remove()
         num_kv_blocks = getattr(engine.executor, "num_kv_blocks", settings["max_num_blocks"])
     finally:
         llm.shutdown()
@@ -200,16 +224,23 @@ def run(args: argparse.Namespace) -> Report:
     label = args.executor + ("" if args.executor != "cuda" else
                              (" (eager)" if args.no_cuda_graphs else " (CUDA graphs)")
                              + (" [flash-attn test double]" if args.flash_attn_double else ""))
+    label += " [dry run: CPU, tiny model]" if args.dry_run else ""
     row = {"executor": label, "output_tokens_per_s": num_output / elapsed, "elapsed_s": elapsed,
-           "startup_s": startup_s}
+           "startup_s": startup_s, **steps}
     prompt_tokens = sum(len(p) for p, _ in requests)
     columns = [Column("executor", "executor"), Column("elapsed_s", "time s", ".2f"),
                Column("output_tokens_per_s", "out tok/s", ".1f"), Column("startup_s", "start-up s", ".1f")]
-    header = [f"device: {torch.cuda.get_device_name()}; versions: {versions(args)}",
+    if steps:
+        columns += [Column("num_steps", "steps", "d"), Column("wall_ms_per_step", "wall ms/step", ".2f"),
+                    Column("host_ms_per_step", "host ms/step", ".2f"),
+                    Column("device_ms_per_step", "device ms/step", ".2f"),
+                    Column("wait_ms_per_step", "wait ms/step", ".2f")]
+    device = torch.cuda.get_device_name() if on_gpu else "cpu (dry run)"
+    header = [f"device: {device}; versions: {versions(args)}",
               f"workload: {len(requests)} requests, prompt tokens {prompt_tokens}, output tokens {num_output}, "
               f"block_size {block_size}, KV blocks {num_kv_blocks}"]
     results = {**row, "num_requests": len(requests), "prompt_tokens": prompt_tokens, "output_tokens": num_output,
-               "device": torch.cuda.get_device_name(), "versions": versions(args), "num_kv_blocks": num_kv_blocks,
+               "device": device, "versions": versions(args), "num_kv_blocks": num_kv_blocks,
                "model": "synthetic Qwen3-0.6B shape" if not args.tiny else "tiny synthetic (smoke test)"}
     options = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
     return Report("gpu-offline", {**options, "engine": settings}, Table(columns, [row]), header, [], results,

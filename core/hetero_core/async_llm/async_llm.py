@@ -138,8 +138,14 @@ class AsyncLLM:
         """Everything about the request that needs no tokenizer; nothing is taken yet."""
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
-        return self.engine.processor.check(prompt, params, priority=0 if priority is None else priority,
-                                           tenant=tenant)
+        checked = self.engine.processor.check(prompt, params, priority=0 if priority is None else priority,
+                                              tenant=tenant)
+        if checked.params.num_samples > 1:
+            raise InvalidRequestError(
+                f"AsyncLLM streams one completion per request: n and best_of must be 1, got n={checked.params.n}, "
+                f"best_of={checked.params.best_of}; send n requests (seed + i each, as the server does) or use LLM.generate"
+            )
+        return checked
 
     def _open(self, request_id: str | None) -> RequestStream:
         """Take a slot: the stream of a new request (given back by ``_close``)."""

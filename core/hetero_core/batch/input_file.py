@@ -150,6 +150,9 @@ def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bo
     sampling = _chat_style_logprobs({k: v for k, v in value.items() if k not in NATIVE_KEYS})
     SamplingParams.from_dict(sampling)  # names unknown fields against this line's own
     params = SamplingParams.from_dict({**asdict(defaults), **sampling})
+    if params.num_samples > 1:
+        raise InvalidRequestError("'n' / 'best_of' above 1: a Hetero batch line has one answer; use OpenAI-format "
+                                  "lines ('n' in the body) for several")
     request_id = value.get("id", number)
     if not _is_valid_id(request_id):
         raise InvalidRequestError(f"'id' must be a string or an integer, got {type(request_id).__name__}")

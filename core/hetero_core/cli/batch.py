@@ -12,6 +12,7 @@ full disk) stops the run with one line and exit 2; the lines already written sta
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -45,6 +46,17 @@ def check_batch_arguments(args: argparse.Namespace) -> None:
         raise HeteroError("--input-file needs --output FILE for the results ('-' for stdout)")
     if args.resume and args.output == "-":
         raise HeteroError("--resume needs an output file to read back; '-' (stdout) cannot be resumed")
+    if args.output != "-" and _same_file(args.input_file, args.output):
+        raise HeteroError(f"--output {args.output} is the --input-file: writing there would overwrite the "
+                          "requests; choose another file")
+    if getattr(args, "system", None) is not None:
+        raise HeteroError("--system goes with prompts, not --input-file (put system messages in the file)")
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.abspath(a) == os.path.abspath(b)
 
 
 def batch_command(args: argparse.Namespace) -> int:

@@ -10,16 +10,19 @@ import os
 import sys
 import warnings
 
+from hetero_core import __version__
+from hetero_core.cli.chat import add_chat_command
 from hetero_core.cli.plugin_commands import add_plugin_commands
 from hetero_core.cli.plugins import add_plugins_command
 from hetero_core.cli.run import add_run_arguments, run_command
 from hetero_core.cli.settings_args import add_settings_arguments
 from hetero_core.cli.serve import add_serve_command
+from hetero_core.cli.show_settings import add_settings_command
 from hetero_core.errors import HeteroError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-CORE_COMMANDS = ("run", "plugins", "serve")  # the plugins' commands come after these
+CORE_COMMANDS = ("run", "chat", "plugins", "settings", "serve")  # the plugins' commands come after these
 
 
 def console_main() -> None:
@@ -87,6 +90,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="hetero",
         description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching).",
     )
+    parser.add_argument("--version", action="version", version=f"hetero {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="answer one prompt (streamed) or several (one batch)")
@@ -95,7 +99,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         add_settings_arguments(run)
     run.set_defaults(handler=run_command)
 
+    add_chat_command(commands, with_arguments=wanted("chat"))
     add_plugins_command(commands, with_arguments=wanted("plugins"))
+    add_settings_command(commands, with_arguments=wanted("settings"))
     add_serve_command(commands, with_arguments=wanted("serve"))
     if only not in CORE_COMMANDS:
         add_plugin_commands(commands)

@@ -26,6 +26,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                       help="apply the model's chat template (default: when the model has one)")
     chat.add_argument("--no-chat", "--raw", dest="chat", action="store_false",
                       help="raw completion: send the prompt text as is")
+    run.add_argument("-s", "--system", metavar="TEXT", help="a system message before each prompt (chat template)")
     run.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past EOS")
     run.add_argument("--priority", type=int, default=0, metavar="INT",
@@ -53,7 +54,9 @@ def run_command(args: argparse.Namespace) -> int:
     loaded = time.perf_counter()
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
-        inputs = [[{"role": "user", "content": p}] if chat else p for p in prompts]
+        inputs = [chat_messages(p, args.system) if chat else p for p in prompts]
+        if args.system is not None and not chat:
+            raise HeteroError("--system needs the chat template: leave out --no-chat (or --raw)")
         who = {"priority": args.priority, "tenant": args.tenant}
         if len(inputs) == 1:
             outputs = [stream_one(llm.engine, inputs[0], params, sys.stdout, **who)]
@@ -79,7 +82,17 @@ def read_prompts(prompts: list[str], stdin: TextIO) -> list[str]:
         prompts = [text if p == "-" else p for p in prompts]
     if not prompts:
         raise HeteroError("no prompt given; pass PROMPT, --input TEXT, or '-' to read stdin")
+    empty = [str(i + 1) for i, p in enumerate(prompts) if not p.strip()]
+    if empty:
+        which = f"prompt {empty[0]} is" if len(prompts) > 1 else "the prompt is"
+        raise HeteroError(f"{which} empty; give some text")
     return prompts
+
+
+def chat_messages(prompt: str, system: str | None, history: list | None = None) -> list[dict[str, str]]:
+    """The messages of one chat turn: the system message (if any), earlier turns, then ``prompt``."""
+    head = [{"role": "system", "content": system}] if system is not None else []
+    return head + list(history or []) + [{"role": "user", "content": prompt}]
 
 
 def stream_one(engine, prompt, params, out: TextIO, **request):

@@ -37,6 +37,19 @@ def register_executors(register):
              preflight=_missing_real_model_packages, tensor_parallel=True)
 
 
+@hookimpl
+def register_structured_output_backends(register):
+    from hetero_core.default_plugins.xgrammar_options import XGrammarOptions
+
+    register("xgrammar", _create_xgrammar_backend, options=XGrammarOptions)
+
+
+def _create_xgrammar_backend(ctx):
+    from hetero_core.default_plugins.xgrammar_backend import create_xgrammar_backend
+
+    return create_xgrammar_backend(ctx)
+
+
 def _create_byte_tokenizer(ctx):
     from hetero_core.default_plugins.byte_tokenizer import create_byte_tokenizer
 

@@ -15,6 +15,7 @@ NUM_BYTES = 256
 BOS_TOKEN_ID = 256
 EOS_TOKEN_ID = 257
 VOCAB_SIZE = 258
+SPECIAL_TEXT = {BOS_TOKEN_ID: b"<s>", EOS_TOKEN_ID: b"</s>"}
 
 
 class ByteTokenizer:
@@ -25,26 +26,40 @@ class ByteTokenizer:
     vocab_size: int = VOCAB_SIZE
     max_token_chars: int = 1  # a token is one byte, and a character at least one byte
 
+    def grammar_vocab(self) -> list[bytes]:
+        """What each id stands for, as bytes (b"" for BOS and EOS), for structured-output backends."""
+        return [bytes([i]) for i in range(NUM_BYTES)] + [b"", b""]
+
     def encode(self, text: str) -> list[int]:
         """The UTF-8 bytes of ``text`` (no BOS)."""
         return list(text.encode("utf-8"))
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """Bytes back to text; BOS and EOS are dropped, invalid UTF-8 becomes U+FFFD."""
-        out = bytearray()
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True,
+               spaces_between_special_tokens: bool = True) -> str:
+        """Bytes back to text; BOS and EOS are dropped (``skip_special_tokens=False``: shown as
+        ``<s>`` and ``</s>``, spaced from their neighbours unless ``spaces_between_special_tokens``
+        is False), invalid UTF-8 becomes U+FFFD."""
+        parts, out = [], bytearray()
         for token_id in token_ids:
             if 0 <= token_id < NUM_BYTES:
                 out.append(token_id)
+            elif token_id in SPECIAL_TEXT and not skip_special_tokens:
+                parts += [out, SPECIAL_TEXT[token_id]] if out else [SPECIAL_TEXT[token_id]]
+                out = bytearray()
             elif token_id not in (BOS_TOKEN_ID, EOS_TOKEN_ID):
                 raise InvalidRequestError(
                     f"token id {token_id} is out of range for the byte tokenizer "
                     f"(valid ids: 0..{VOCAB_SIZE - 1})"
                 )
-        return out.decode("utf-8", errors="replace")
+        parts += [out] if out or not parts else []
+        joined = (b" " if spaces_between_special_tokens else b"").join(parts)
+        return joined.decode("utf-8", errors="replace")
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """Render ``"<role>: <content>\\n"`` per message, then ``"assistant: "``, and encode."""
-        return self.encode(render_plain_chat(messages))
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Render ``"<role>: <content>\\n"`` per message, then ``"assistant: "`` (unless
+        ``add_generation_prompt=False``), and encode."""
+        text = render_plain_chat(messages)
+        return self.encode(text if add_generation_prompt else text.removesuffix("assistant: "))
 
 
 def render_plain_chat(messages: list[dict[str, str]]) -> str:

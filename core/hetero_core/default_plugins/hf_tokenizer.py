@@ -83,22 +83,53 @@ class HFTokenizer:
         }
         return max_token_chars(spec, tokenizer.get_vocab(with_added_tokens=True))
 
+    @property
+    def backend_tokenizer(self):
+        """The ``tokenizers.Tokenizer`` underneath (read by the xgrammar structured-output backend)."""
+        return self._tokenizer
+
     def encode(self, text: str) -> list[int]:
         return self._encode(text, self.options.add_special_tokens)
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True,
+               spaces_between_special_tokens: bool = True) -> str:
+        """The text of ``token_ids``; special tokens left out unless ``skip_special_tokens=False``,
+        then with a space between each and its neighbours unless ``spaces_between_special_tokens=False``
+        (transformers' joining of text runs and special tokens)."""
+        ids = list(token_ids)
+        if skip_special_tokens or not spaces_between_special_tokens:
+            return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        parts, run = [], []
+        for token_id in ids:
+            if token_id in self._special_ids:
+                if run:
+                    parts.append(self._tokenizer.decode(run, skip_special_tokens=False))
+                    run = []
+                parts.append(self._tokenizer.id_to_token(token_id))
+            else:
+                run.append(token_id)
+        if run:
+            parts.append(self._tokenizer.decode(run, skip_special_tokens=False))
+        return " ".join(parts)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template with the generation prompt, encoded (its special tokens included)."""
-        return self._encode(self.render_chat(messages), False)
+    @cached_property
+    def _special_ids(self) -> frozenset[int]:
+        return frozenset(i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
+
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, chat_template_kwargs: dict | None = None) -> list[int]:
+        """The chat template (with the generation prompt unless ``add_generation_prompt=False``),
+        encoded (its special tokens included); ``tools`` and ``chat_template_kwargs`` are template
+        variables, as in transformers' ``apply_chat_template``."""
+        return self._encode(self.render_chat(messages, add_generation_prompt, tools, chat_template_kwargs), False)
 
     def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
         if len(text) > GIL_FREE_ENCODE_CHARS:  # the same ids; encode() would hold the GIL throughout
             return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
+    def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, chat_template_kwargs: dict | None = None) -> str:
         if self._template is None:
             raise InvalidRequestError(
                 "this model has no chat template; send a plain prompt, or set the hf tokenizer's "
@@ -113,9 +144,11 @@ class HFTokenizer:
         from jinja2 import TemplateError
 
         try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=True, **self.special_tokens
-            )
+            variables = {**self.special_tokens, **(chat_template_kwargs or {}), "messages": messages,
+                         "add_generation_prompt": add_generation_prompt}
+            if tools is not None:
+                variables["tools"] = tools
+            return self._template.render(**variables)
         except TemplateError as exc:
             raise InvalidRequestError(f"the chat template rejected the messages: {exc}") from exc
 

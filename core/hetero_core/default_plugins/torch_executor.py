@@ -31,6 +31,7 @@ from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
+from hetero_core.model.decode_graphs import build_decode_graphs
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
@@ -80,7 +81,11 @@ class TorchExecutor(RunnerExecutor):
                 if amx is not None:
                     kernels, reason = amx, "as configured; linears on AMX tiles"
         log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."), reason=reason)
-        self.runner = build(self.dtype, kernels, ctx.num_blocks, ctx.block_size)
+        graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
+        self.runner = build(self.dtype, kernels, ctx.num_blocks + graphs, ctx.block_size)  # + the graphs' scratch block
+        if graphs:
+            self.graph_runner = build_decode_graphs(self.runner, scratch_block=ctx.num_blocks,
+                                                    max_num_seqs=ctx.max_num_seqs, max_model_len=ctx.max_model_len)
         if kernels is not None and options.fused_decode and shard is None:
             log.info("executor.fused_decode", applies=self.runner.model.fused_decode is not None)
 
@@ -92,12 +97,10 @@ class TorchExecutor(RunnerExecutor):
     def backend(self) -> TorchPagedAttention:
         return self.runner.backend
 
-
-
     def execute(self, batch: Batch) -> ExecutorOutput:
         if self._free_cpu_threads is not None:
             self._free_cpu_threads.update()
-        return self.runner.execute(batch)
+        return super().execute(batch)  # the runner, or a decode graph (cuda_graphs on a GPU)
 
 
 def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, shard, device: torch.device,

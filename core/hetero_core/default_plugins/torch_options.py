@@ -65,6 +65,15 @@ class TorchExecutorOptions(BaseModel):
         "of converting and packing again (about 0.3 s less for SmolLM2-135M in bf16; the file is "
         "model-sized); false: convert and pack at every start, write nothing",
     )
+    cuda_graphs: bool = Field(
+        False,
+        description="on a CUDA device, one process: replay pure decode steps from CUDA graphs captured at "
+        "start-up (batch sizes 1, 2, 4, 8, then every 16 up to max_num_seqs; a step is padded up to the "
+        "next, on one extra scratch KV block) over a static block table max_model_len wide, so each "
+        "decode gathers every sequence's pages to that width where an eager step gathers to its longest "
+        "context: it pays where max_model_len is short or kernel launches dominate; false: eager steps "
+        "(the CPU always runs them)",
+    )
     cpu_kernels: Literal["auto", "compiled", "torch"] = Field(
         "auto",
         description="on the CPU (float32, bfloat16): compiled: C kernels built once with the system C "

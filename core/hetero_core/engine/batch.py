@@ -8,6 +8,7 @@ side free of torch; a real executor turns them into tensors once per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 def slot_of(block_table, position, block_size: int):
@@ -39,6 +40,9 @@ class Batch:
       last chunk of a prefill). Rows of the output follow the sequences with ``sample`` set, in order.
     - ``num_prompt_tokens`` / ``seeds``: per-sequence request facts for executors that need them
       (the mock derives its tokens from them; real executors can ignore them).
+    - ``token_bitmask``: None, or which tokens each sampled row may take (structured output; layout in
+      ``hetero_core.engine.token_bitmask``). Core's sampler applies it to logits; an executor that
+      returns token ids must pick allowed ones (the engine fails a request given a forbidden one).
     """
 
     seq_ids: list[int]
@@ -53,6 +57,7 @@ class Batch:
     num_prompt_tokens: list[int]
     seeds: list[int | None]
     block_size: int
+    token_bitmask: Any = None  # structured output: int32 [sampled rows, words] (engine.token_bitmask), or None
 
     @property
     def num_seqs(self) -> int:

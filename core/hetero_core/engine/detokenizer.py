@@ -27,11 +27,18 @@ delta contains a U+FFFD that the final text does not. Exceptions:
   U+FFFD), so ``text`` ends on the last whole character. ``decode`` cannot tell a cut character
   from a real U+FFFD, so a replacement character at the very end of the output is dropped too
   (vLLM's detokenizer does the same).
+
+Options (``SamplingParams``): ``skip_special_tokens=False`` keeps special tokens (BOS, EOS, chat
+markers) in the text, and then ``spaces_between_special_tokens`` puts a space between each special
+token and its neighbours, as transformers does; both are passed to ``Tokenizer.decode`` as keywords,
+only when they differ from the defaults (a tokenizer without them is refused when the request is
+tokenized, ``params_tokens``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from hetero_core.tokenizer import Tokenizer
 
@@ -45,8 +52,11 @@ MAX_HELD_TOKENS = 16
 class IncrementalDetokenizer:
     """Turns one request's output tokens into text deltas, one token at a time."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int]) -> None:
-        self._tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int], params=None) -> None:
+        self._decode = tokenizer.decode
+        if params is not None and not params.skip_special_tokens:
+            self._decode = partial(tokenizer.decode, skip_special_tokens=False,
+                                   spaces_between_special_tokens=params.spaces_between_special_tokens)
         self._token_ids: list[int] = list(prompt_token_ids[-INITIAL_CONTEXT_TOKENS:])
         self._read_offset = len(self._token_ids)
         self._pieces: list[str] = []
@@ -85,7 +95,7 @@ class IncrementalDetokenizer:
         return self._advance(new_text[len(prefix_text) :].rstrip(REPLACEMENT_CHAR))
 
     def _decode_window(self) -> tuple[str, str]:
-        decode = self._tokenizer.decode
+        decode = self._decode
         return decode(self._token_ids[: self._read_offset]), decode(self._token_ids)
 
     def _advance(self, delta: str) -> str:

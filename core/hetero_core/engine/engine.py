@@ -21,12 +21,15 @@ tokenizing a request (``engine.processor``) touches no engine state and is safe 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from hetero_core.engine.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.parallel_sampling import ParallelRequest, ParallelRequests, child_params, child_request_id
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.processor import EngineRequest, RequestProcessor
 from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
@@ -48,8 +51,12 @@ __all__ = ["Engine", "Prompt"]
 
 class Engine:
     def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
-                 default_params: SamplingParams | None = None, sampler_seed: int | None = None) -> None:
-        self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams())
+                 default_params: SamplingParams | None = None, sampler_seed: int | None = None,
+                 structured_output=None) -> None:
+        """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or None."""
+        self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
+                                          structured_output)
+        self.structured_output = structured_output
         self.executor = executor
         self.scheduler = scheduler
         self._sampler_seed = sampler_seed
@@ -59,9 +66,11 @@ class Engine:
         self._seq_counter = itertools.count()
         self._finished_outputs: list[RequestOutput] = []
         self._held_outputs: dict[str, RequestOutput] = {}  # other callers' outputs seen by generate()
+        self._parallel = ParallelRequests()  # requests of n > 1 completions (parallel_sampling)
         self.guard = ThreadGuard("an Engine")
         self.num_steps = 0
         self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
+        self._num_constrained = 0  # queued requests with a structured-output grammar
 
     @property
     def tokenizer(self):
@@ -93,9 +102,7 @@ class Engine:
                 request = prompt
             else:
                 request = self.processor.process(prompt, params, priority=priority, tenant=tenant)
-            seq, detokenizer = self._new_sequence(request, request_id)
-            self._queue(seq, detokenizer)
-            return seq.request_id
+            return self._queue_entry(self._new_entry(request, request_id))
 
     def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
                      priority: int = 0, tenant: str | None = None) -> list[str]:
@@ -107,11 +114,11 @@ class Engine:
             params_list = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
             if len(params_list) != len(prompts):
                 raise InvalidRequestError(f"got {len(params_list)} sampling params for {len(prompts)} prompts")
-            checked: list[tuple[Sequence, IncrementalDetokenizer] | str] = []
+            checked: list[tuple[Sequence, IncrementalDetokenizer] | ParallelRequest | str] = []
             for prompt, p in zip(prompts, params_list):
                 try:
                     request = self.processor.process(prompt, p, priority=priority, tenant=tenant)
-                    checked.append(self._new_sequence(request, None))
+                    checked.append(self._new_entry(request, None))
                 except InvalidRequestError as exc:
                     checked.append(str(exc))
             ids = []
@@ -119,13 +126,14 @@ class Engine:
                 if isinstance(item, str):
                     ids.append(self._reject(prompt, item))
                 else:
-                    self._queue(*item)
-                    ids.append(item[0].request_id)
+                    ids.append(self._queue_entry(item))
             return ids
 
     def abort(self, request_id: str) -> bool:
         """Stop a request; its blocks are freed at once. False if unknown or already done."""
         with self.guard:
+            if request_id in self._parallel:
+                return self._abort_parallel(request_id)
             seq = self._seqs.get(request_id) if isinstance(request_id, str) else None
             if seq is None or seq.status.is_done:
                 return False
@@ -133,12 +141,12 @@ class Engine:
             return True
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or bool(self._parallel)  # completions of n > 1 yet to start or merge
 
     def has_request(self, request_id: str) -> bool:
         """Whether the engine holds the request: queued, running, or ended with its final output
         not yet returned by ``step()``."""
-        return request_id in self._seqs or request_id in self._held_outputs
+        return request_id in self._seqs or request_id in self._held_outputs or request_id in self._parallel
 
     def hold_outputs(self, outputs: Iterable[RequestOutput]) -> None:
         """Keep outputs for the next ``step()`` caller (the latest per request): how ``generate()``
@@ -152,6 +160,8 @@ class Engine:
         """Run one step; return outputs of requests that progressed or ended since the last step
         (including those another caller's ``generate()`` ran but did not own)."""
         with self.guard:
+            for seq, detokenizer in self._parallel.to_queue():
+                self._queue(seq, detokenizer)
             scheduled = self.scheduler.schedule()
             self._run(scheduled)
             if scheduled.is_stalled:  # requests wait and nothing will ever change: fail them
@@ -160,6 +170,7 @@ class Engine:
             for out in outputs:  # reported once; the engine forgets finished requests
                 self._seqs.pop(out.request_id, None)
             outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
+            outputs = self._parallel.merge(outputs)
             if self._held_outputs:
                 held, self._held_outputs = self._held_outputs, {}
                 fresh = {o.request_id for o in outputs}
@@ -199,25 +210,59 @@ class Engine:
             self.executor.shutdown()
 
     # -- internals --------------------------------------------------------------------------------
+    def _new_entry(self, request: EngineRequest, request_id: str | None):
+        """The request's sequence, or for n > 1 completions its ``ParallelRequest``; nothing is queued."""
+        if request.params.num_samples == 1:
+            return self._new_sequence(request, request_id)
+        if request_id is None:
+            request_id = self._auto_request_id(next(self._seq_counter))
+        elif self._id_in_use(request_id):
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        children = [self._new_sequence(replace(request, params=child_params(request.params, i)),
+                                       child_request_id(request_id, i)) for i in range(request.params.num_samples)]
+        share_prompt = self.scheduler.prefix_caching and len(request.prompt_token_ids) > self.scheduler.allocator.block_size
+        return ParallelRequest(request_id, request.params, children, share_prompt)
+
+    def _queue_entry(self, entry) -> str:
+        if isinstance(entry, ParallelRequest):
+            self._parallel.add(entry)
+            for seq, detokenizer in entry.to_queue():
+                self._queue(seq, detokenizer)
+            return entry.request_id
+        self._queue(*entry)
+        return entry[0].request_id
+
+    def _abort_parallel(self, request_id: str) -> bool:
+        live = [seq for seq, _ in self._parallel.get(request_id).children if not seq.status.is_done]
+        for seq in live:
+            self._finish(seq, reason=FinishReason.ABORT)
+        return bool(live)
+
+    def _id_in_use(self, request_id: str) -> bool:
+        return request_id in self._seqs or request_id in self._held_outputs or self._parallel.owns(request_id)
+
     def _new_sequence(self, request: EngineRequest, request_id: str | None
                       ) -> tuple[Sequence, IncrementalDetokenizer]:
         """The request's sequence, checked against the engine's limits; nothing is queued yet."""
-        if request_id in self._seqs or request_id in self._held_outputs:
+        if request_id is not None and self._id_in_use(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         seq_id = next(self._seq_counter)
         request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
         seq = Sequence(seq_id, request_id, request.prompt, list(request.prompt_token_ids), request.params,
                        time.time(), priority=request.priority, tenant=request.tenant)
+        if request.grammar is not None:
+            seq.grammar = self.structured_output.new_state(request.grammar)
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
             raise InvalidRequestError(reason)
-        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
+        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids, seq.params)
 
     def _queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         self._seqs[seq.request_id] = seq
         self._detokenizers[seq.seq_id] = detokenizer
         self.scheduler.add(seq)
         self._num_queued_tokens += _queued_tokens(seq)
+        self._num_constrained += seq.grammar is not None
         log.info("request.admitted", request_id=seq.request_id, num_prompt_tokens=seq.num_prompt_tokens)
 
     def _reject(self, prompt, error: str) -> str:
@@ -231,7 +276,7 @@ class Engine:
     def _auto_request_id(self, seq_id: int) -> str:
         """The sequence number as an id, suffixed if a caller already chose that id."""
         request_id, n = str(seq_id), 0
-        while request_id in self._seqs or request_id in self._held_outputs:
+        while self._id_in_use(request_id):
             n += 1
             request_id = f"{seq_id}-{n}"
         return request_id
@@ -243,8 +288,9 @@ class Engine:
             apply_block_transfers(self.executor, scheduled)
             if scheduled.batch is None:
                 return
-            output = self.executor.execute(scheduled.batch)
-            sampled = self._next_tokens(scheduled, output)
+            batch = self._constrained(scheduled)
+            output = self.executor.execute(batch)
+            sampled = self._next_tokens(scheduled, output, batch.token_bitmask)
         except ExecutorDeadError:  # nothing can run any more (e.g. a tensor-parallel worker died)
             raise
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine
@@ -254,7 +300,16 @@ class Engine:
             return
         self._postprocess(scheduled, sampled)
 
-    def _next_tokens(self, scheduled: ScheduledStep, output) -> list[tuple[int, object, str | None]]:
+    def _constrained(self, scheduled: ScheduledStep):
+        """The step's batch, with the token bitmask of its structured-output rows (if it has any)."""
+        batch = scheduled.batch
+        if not self._num_constrained:  # no work per step unless a request asks for structured output
+            return batch
+        states = [s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag]
+        bitmask = self.structured_output.bitmask(states)
+        return batch if bitmask is None else dataclasses.replace(batch, token_bitmask=bitmask)
+
+    def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> list[tuple[int, object, str | None]]:
         """(token id, logprobs, error) for each sampled row."""
         num_rows = sum(scheduled.batch.sample)
         if output.token_ids is not None:
@@ -265,12 +320,12 @@ class Engine:
         from hetero_core.engine.sampler import Sampler, SamplingRow
 
         if self._sampler is None:
-            self._sampler = Sampler(seed=self._sampler_seed)
+            self._sampler = Sampler(seed=self._sampler_seed, eos_token_id=self.tokenizer.eos_token_id)
         rows = [
             SamplingRow(s.params, s.prompt_token_ids, s.output_token_ids)
             for s, flag in zip(scheduled.seqs, scheduled.batch.sample) if flag
         ]
-        result = self._sampler.sample(output.logits, rows)
+        result = self._sampler.sample(output.logits, rows, token_bitmask=bitmask)
         return [(t, lp, result.error(i)) for i, (t, lp) in enumerate(zip(result.token_ids, result.logprobs))]
 
     def _postprocess(self, scheduled: ScheduledStep, sampled: list[tuple[int, object, str | None]]) -> None:
@@ -291,7 +346,13 @@ class Engine:
                 self._num_queued_tokens -= 1
             if seq.params.logprobs is not None:
                 seq.output_logprobs.append(logprobs)
+            if seq.grammar is not None and not seq.grammar.accept_token(token_id):
+                self._finish(seq, error=f"token {token_id} is not allowed by the request's guided decoding "
+                                        "(an executor that returns token ids must honour Batch.token_bitmask)")
+                continue
             self._check_stop(seq, token_id)
+            if seq.grammar is not None and not seq.status.is_done and seq.grammar.is_terminated():
+                self._finish(seq, reason=FinishReason.STOP)
         self.num_steps += 1
         log.debug("engine.step", step=self.num_steps, num_seqs=scheduled.batch.num_seqs,
                   num_tokens=scheduled.batch.num_tokens, num_preempted=len(scheduled.preempted),
@@ -324,6 +385,7 @@ class Engine:
         if detokenizer is not None:  # the request was queued: release its place and blocks
             self.scheduler.remove(seq)
             self._num_queued_tokens -= _queued_tokens(seq)
+            self._num_constrained -= seq.grammar is not None
             tail = _safe_flush(detokenizer)
             if keep_held_text:
                 seq.output_text += tail

@@ -20,9 +20,11 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from hetero_core.engine import params_vllm
+from hetero_core.engine.guided import GuidedDecodingParams
 from hetero_core.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
@@ -51,6 +53,19 @@ class SamplingParams:
     logprobs: int | None = None  # top-n logprobs per generated token
     seed: int | None = None
     include_stop_str_in_output: bool = False
+    # vLLM's further fields (checked in params_vllm; see docs/python-api.md)
+    n: int = 1  # completions returned per prompt; they share the prompt's KV blocks
+    best_of: int | None = None  # completions generated (>= n); the n with the best cumulative logprob return
+    min_tokens: int = 0  # no EOS, stop id or stop string before this many output tokens
+    prompt_logprobs: int | None = None  # logprobs of each prompt token and its N best alternatives
+    skip_special_tokens: bool = True  # leave special tokens (BOS, EOS, ...) out of the text
+    spaces_between_special_tokens: bool = True  # with special tokens kept: a space around each
+    bad_words: tuple[str, ...] = ()  # words never generated (a list is accepted)
+    allowed_token_ids: tuple[int, ...] | None = None  # only these token ids may be generated
+    logit_bias: tuple[tuple[int, float], ...] | None = None  # {token id: bias} added to the logits
+    # bad_words as token-id sequences: filled by the engine from bad_words (with the tokenizer)
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    guided_decoding: GuidedDecodingParams | None = None  # structured output (also a dict of its fields)
 
     @classmethod
     def from_dict(cls, values: Any) -> SamplingParams:
@@ -81,6 +96,11 @@ class SamplingParams:
         if not problems:
             self._normalise()
             problems = list(self._range_problems(given))
+        if not problems:
+            problems = list(params_vllm.type_problems(self))
+        if not problems:
+            params_vllm.normalise(self)
+            problems = list(params_vllm.range_problems(self))
         if problems:
             raise InvalidRequestError("invalid sampling parameters: " + "; ".join(problems))
 
@@ -106,6 +126,10 @@ class SamplingParams:
             yield f"stop must be a string, a list of strings or None, got {_describe(stop)}"
         if not (self.stop_token_ids is None or _is_list_of(self.stop_token_ids, _is_int)):
             yield f"stop_token_ids must be a list of integers or None, got {_describe(self.stop_token_ids)}"
+        try:
+            GuidedDecodingParams.coerce(self.guided_decoding)
+        except InvalidRequestError as exc:
+            yield str(exc)
 
     def _float_problems(self, given: dict[str, str]):
         """A float field whose value has no float (an int or fraction beyond 1.8e308)."""
@@ -126,6 +150,7 @@ class SamplingParams:
         stop = self.stop
         set_(self, "stop", () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop))
         set_(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids or ()))
+        set_(self, "guided_decoding", GuidedDecodingParams.coerce(self.guided_decoding))
         if 0 <= self.temperature < GREEDY_TEMPERATURE:
             set_(self, "temperature", 0.0)  # greedy, as vLLM treats temperatures below 1e-5
 
@@ -164,6 +189,17 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def num_samples(self) -> int:
+        """Completions generated for the prompt: ``best_of`` or ``n``."""
+        return self.best_of if self.best_of is not None else self.n
+
+    @property
+    def has_token_constraints(self) -> bool:
+        """Whether the sampler must edit this request's logits before choosing (``logits_constraints``)."""
+        return bool(self.min_tokens or self.bad_words_token_ids or self.allowed_token_ids is not None
+                    or self.logit_bias)
 
     @property
     def has_penalties(self) -> bool:

@@ -14,8 +14,10 @@ never fit); only then the tokenizer.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.params_tokens import resolve_token_params
 from hetero_core.engine.prompts import check_prompt_size, decode_prompt, tokenize_prompt, unwrap_prompt
 from hetero_core.engine.sequence import check_priority_and_tenant
 from hetero_core.errors import InvalidRequestError
@@ -42,15 +44,18 @@ class EngineRequest:
     params: SamplingParams
     priority: int = 0
     tenant: str | None = None
+    grammar: Any = None  # the compiled grammar of params.guided_decoding (engine.structured_output)
 
 
 class RequestProcessor:
     """Checks and tokenizes requests for one engine; safe to call from several threads at once."""
 
-    def __init__(self, tokenizer, max_model_len: int, default_params: SamplingParams) -> None:
+    def __init__(self, tokenizer, max_model_len: int, default_params: SamplingParams,
+                 structured_output=None) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.default_params = default_params
+        self.structured_output = structured_output  # engine.structured_output.StructuredOutput, or None
 
     def process(self, prompt, params=None, *, priority: int = 0, tenant: str | None = None) -> EngineRequest:
         """``check`` then ``tokenize``; raises InvalidRequestError naming the problem."""
@@ -70,7 +75,17 @@ class RequestProcessor:
         """The prompt's token ids (the work that grows with the prompt, bounded by ``check``)."""
         token_ids = tokenize_prompt(self.tokenizer, request.prompt)
         text = request.prompt if isinstance(request.prompt, str) else decode_prompt(self.tokenizer, token_ids)
-        return EngineRequest(text, tuple(token_ids), request.params, request.priority, request.tenant)
+        params = resolve_token_params(request.params, self.tokenizer)
+        return EngineRequest(text, tuple(token_ids), params, request.priority, request.tenant,
+                             self._compile(params))
+
+    def _compile(self, params: SamplingParams):
+        """The request's compiled grammar (None without ``guided_decoding``)."""
+        if params.guided_decoding is None:
+            return None
+        if self.structured_output is None:
+            raise InvalidRequestError("guided decoding is not available: this engine has no structured-output backend")
+        return self.structured_output.compile(params.guided_decoding)
 
     def resolve_params(self, params) -> SamplingParams:
         """SamplingParams as given; a dict of their fields over the engine's defaults; None: the defaults."""

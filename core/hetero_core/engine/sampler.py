@@ -2,7 +2,9 @@
 
 One row of logits per sequence that needs a token. Work is vectorised over rows: an all-greedy
 batch without penalties or logprobs is a single ``argmax``; otherwise penalties, temperature and
-the top-k / top-p / min-p filters run as batched tensor ops (``logits_processors``), and random
+the top-k / top-p / min-p filters run as batched tensor ops (``logits_processors``; a request's
+token constraints, ``allowed_token_ids`` / ``bad_words`` / ``min_tokens`` / ``logit_bias``, come
+first, ``logits_constraints``), and random
 rows are drawn by inverse CDF: one cumulative sum per row and one uniform number per row, looked
 up with ``searchsorted``. A seeded row's number comes from a generator derived only from
 ``(seed, number of output tokens so far)``, so a seeded request's tokens depend only on its
@@ -25,13 +27,16 @@ from dataclasses import dataclass
 
 import torch
 
+from hetero_core.engine.logits_constraints import apply_token_constraints
 from hetero_core.engine.logits_processors import (
     apply_min_p,
     apply_penalties,
     apply_temperature,
     apply_top_k_top_p,
 )
+from hetero_core.engine.logprobs import TokenLogprobs
 from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.token_bitmask import apply_token_bitmask
 
 
 @dataclass
@@ -41,15 +46,6 @@ class SamplingRow:
     params: SamplingParams
     prompt_token_ids: Sequence[int]
     output_token_ids: Sequence[int]
-
-
-@dataclass
-class TokenLogprobs:
-    """Logprobs (log_softmax of the raw model logits) of the sampled token and the top n."""
-
-    token_id: int
-    logprob: float
-    top: list[tuple[int, float]]  # (token id, logprob), best first; len == params.logprobs
 
 
 @dataclass
@@ -74,12 +70,18 @@ def seeded_uniform(seed: int, step: int) -> float:
 class Sampler:
     """Samples next tokens for a batch of rows; one instance per engine."""
 
-    def __init__(self, seed: int | None = None) -> None:
-        """``seed`` fixes the engine-wide generator that unseeded random rows draw from."""
+    def __init__(self, seed: int | None = None, eos_token_id: int | None = None) -> None:
+        """``seed`` fixes the engine-wide generator that unseeded random rows draw from;
+        ``eos_token_id`` is what ``min_tokens`` holds back."""
         self._rng = random.Random(seed)
+        self._eos_token_id = eos_token_id
 
-    def sample(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype)."""
+    def sample(self, logits: torch.Tensor, rows: list[SamplingRow], token_bitmask=None) -> SamplerOutput:
+        """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
+
+        ``token_bitmask`` (structured output, ``engine.token_bitmask``): the tokens each row may take;
+        the others are pushed to -1e30 after penalties and temperature, so no filter or draw keeps
+        them (logprobs stay those of the raw logits)."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(
                 f"sampler got logits of shape {tuple(logits.shape)} for {len(rows)} rows; "
@@ -88,13 +90,17 @@ class Sampler:
         if not rows:
             return SamplerOutput(token_ids=[], logprobs=[])
         errors: list[str | None] = [None] * len(rows)
-        if all(_is_plain_greedy(row.params) for row in rows):
+        if token_bitmask is None and all(_is_plain_greedy(row.params) for row in rows):
             # One pass: the row maxima find the broken rows (NaN propagates) and their first indices
             # are argmax's (torch.max returns the first maximal index); ~2x faster than amax + argmax.
+            # A broken row's id becomes -1 on the device, so the ids come back in one device-to-host
+            # copy (the step's only synchronisation on a GPU), with no separate check of the maxima.
             best, token_ids = logits.max(dim=-1)
-            for i in _non_finite(best):
-                errors[i] = NON_FINITE_LOGITS
-            return _checked(token_ids.tolist(), [None] * len(rows), errors, logits.shape[1])
+            token_ids = token_ids.masked_fill(~torch.isfinite(best), -1).tolist()
+            for i, token_id in enumerate(token_ids):
+                if token_id == -1:
+                    errors[i] = NON_FINITE_LOGITS
+            return _checked(token_ids, [None] * len(rows), errors, logits.shape[1])
         broken = _broken_rows(logits)
         if broken:
             logits = logits.clone()
@@ -103,15 +109,20 @@ class Sampler:
                 errors[i] = NON_FINITE_LOGITS
 
         scores = logits.to(torch.float32, copy=True)
+        apply_token_constraints(scores, rows, self._eos_token_id)
         self._penalise(scores, rows)
         randoms = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if randoms:
             _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
+        if token_bitmask is not None:
+            for i in apply_token_bitmask(scores, token_bitmask):
+                errors[i] = errors[i] or "the request's guided decoding allows no token of this model's vocabulary here"
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
-                "penalties or temperature made this request's logits non-finite; "
-                "use a temperature and repetition_penalty closer to 1"
+                "penalties or temperature made this request's logits non-finite, or its token constraints "
+                "(allowed_token_ids, bad_words, min_tokens, logit_bias) left no token; use a temperature and "
+                "repetition_penalty closer to 1, or allow more tokens"
             )
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
@@ -199,7 +210,8 @@ def _checked(token_ids: list[int], logprobs: list, errors: list[str | None], voc
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
-    return params.is_greedy and not params.has_penalties and params.logprobs is None
+    return (params.is_greedy and not params.has_penalties and params.logprobs is None
+            and not params.has_token_constraints)
 
 
 def _logprobs(

@@ -45,6 +45,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.PENDING
     finish_reason: FinishReason | None = None
     error: str | None = None
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     block_table: list[int] = field(default_factory=list)
     num_preemptions: int = 0
@@ -54,6 +55,7 @@ class Sequence:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at the last admission
     first_token_time: float | None = None
     finish_time: float | None = None
+    grammar: object | None = None  # its structured-output GrammarState (engine.structured_output), or None
 
     @property
     def num_prompt_tokens(self) -> int:

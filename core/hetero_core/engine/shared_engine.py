@@ -93,12 +93,17 @@ class SharedEngine:
         """Calling threads waiting for their turn to join or to step."""
         return self._lock.num_waiting
 
-    def run(self, prompts: list, params: list) -> list[RequestOutput]:
-        """Run the prompts to completion, stepping for every call meanwhile; outputs in prompt order."""
+    def run(self, prompts: list, params: list, on_finished=None) -> list[RequestOutput]:
+        """Run the prompts to completion, stepping for every call meanwhile; outputs in prompt order.
+        ``on_finished(outputs)``, called in this thread, gets this call's outputs as they finish."""
         call = self._join(prompts, params)
+        num_reported = 0
         try:
             while True:
                 with self._lock:
+                    if on_finished is not None and len(call.finished) > num_reported:
+                        on_finished(list(call.finished.values())[num_reported:])
+                        num_reported = len(call.finished)
                     if call.is_done:
                         return [call.finished[i] for i in call.request_ids]
                     self._step(call)

@@ -47,8 +47,10 @@ class AttentionBackend(Protocol):
         """Return one zeroed ``KVCache`` per layer."""
         ...
 
-    def build_metadata(self, batch: Batch, device: torch.device) -> Any:
-        """Build the per-step index tensors (once per step, shared by all layers)."""
+    def build_metadata(self, batch: Batch, device: torch.device, upload: Any = None) -> Any:
+        """Build the per-step index tensors (once per step, shared by all layers). ``upload``: the
+        step's ``step_inputs.StepUpload``, holding the runner's arrays: add yours and call its
+        ``upload()`` once (the step's one host-to-device copy); None: make your own."""
         ...
 
     def forward(
@@ -78,7 +80,7 @@ class NoAttention:
     def allocate_kv_cache(self, *args, **kwargs):
         raise RuntimeError(self._message())
 
-    def build_metadata(self, batch: Batch, device: torch.device):
+    def build_metadata(self, *args, **kwargs):
         raise RuntimeError(self._message())
 
     def forward(self, *args, **kwargs):

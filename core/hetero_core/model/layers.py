@@ -64,8 +64,8 @@ class SwiGLU(nn.Module):
 class RotaryEmbedding:
     """Rotate-half RoPE. ``cos_sin(positions)`` runs once per step; every layer reuses the result.
 
-    The inverse frequencies stay an fp32 CPU tensor (not a module buffer), so casting the model to
-    bf16 never degrades them.
+    The inverse frequencies stay an fp32 tensor (not a module buffer), so casting the model to bf16
+    never degrades them; a ``ModelRunner`` moves them to its device once.
     """
 
     def __init__(self, head_dim: int, theta: float, scaling: dict[str, Any] | None):
@@ -73,7 +73,9 @@ class RotaryEmbedding:
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``[num_tokens, 1, head_dim // 2]`` each (both halves of a head share the frequencies)."""
-        inv_freq = self.inv_freq.to(positions.device)
+        inv_freq = self.inv_freq
+        if inv_freq.device != positions.device:  # a runner moves them to its device once
+            inv_freq = inv_freq.to(positions.device)
         freqs = positions.float()[:, None, None] * inv_freq[None, None, :]
         return freqs.cos().to(dtype), freqs.sin().to(dtype)
 

@@ -137,14 +137,11 @@ class LlamaForCausalLM(nn.Module):
         return self.model.norm(hidden, residual)[0]
 
     def sampled_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: Any,
-                       kv_caches: list[KVCache], rows: list[int]) -> torch.Tensor:
-        """``[len(rows), vocab]``: the logits of the flat batch's rows ``rows`` (the sampled ones)
-        after a forward over every token; unless they are every row in order, the last layer's
-        projection and MLP run on them alone (``output_rows``)."""
-        if rows == list(range(input_ids.shape[0])):  # decode steps: every row, no selection
-            return self.compute_logits(self(input_ids, positions, attn_metadata, kv_caches))
-        index = torch.tensor(rows, dtype=torch.long).to(input_ids.device, non_blocking=True)
-        return self.compute_logits(self(input_ids, positions, attn_metadata, kv_caches, output_rows=index))
+                       kv_caches: list[KVCache], rows: torch.Tensor | None) -> torch.Tensor:
+        """``[len(rows), vocab]``: the logits of the flat batch's rows ``rows`` (the sampled ones, an
+        int64 tensor on the model's device) after a forward over every token; the last layer's
+        projection and MLP run on them alone (``output_rows``). ``rows`` None: every row, in order."""
+        return self.compute_logits(self(input_ids, positions, attn_metadata, kv_caches, output_rows=rows))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:

@@ -7,16 +7,23 @@ concerns. Per step it builds the token ids, positions and the backend's metadata
 model under ``torch.inference_mode()`` and returns fp32 logits, on the model's device, for the
 sampled rows in ``batch.sample_indices`` order (the sampler runs where they are: no copy of
 ``[rows, vocab]`` logits to the host each step on a GPU).
+
+A step's inputs reach the device in one copy (``step_inputs``): the runner adds the token ids,
+positions and sampled rows, the backend adds its metadata's arrays and uploads them all. Nothing in
+a step waits for the device: no pageable copies, no ``.item()``; the rotary frequencies live on the
+model's device.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.model.attention import KVCache
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.paged_kv_cache import PagedKVCache
+from hetero_core.model.step_inputs import StepInputs
 
 
 class ModelRunner:
@@ -34,6 +41,9 @@ class ModelRunner:
         self.device = device
         self.kv_cache = PagedKVCache(self.backend, model.config, num_blocks=num_blocks, block_size=block_size,
                                      dtype=dtype, device=device, num_swap_blocks=num_swap_blocks)
+        self.inputs = StepInputs(device)
+        rotary = model.rotary
+        rotary.inv_freq = rotary.inv_freq.to(device)  # no host copy per step (nor inside a CUDA graph)
 
     @property
     def kv_caches(self) -> list[KVCache]:
@@ -58,11 +68,16 @@ class ModelRunner:
     def sampled_logits(self, batch: Batch) -> torch.Tensor:
         """The model over ``batch`` (its K/V written to the cache): logits of the sampled rows in
         the model's dtype. Call it under ``torch.inference_mode()``."""
-        input_ids = torch.tensor(batch.token_ids, dtype=torch.long).to(self.device, non_blocking=True)
-        positions = torch.tensor(batch.positions, dtype=torch.long).to(self.device, non_blocking=True)
-        metadata = self.backend.build_metadata(batch, self.device)
-        rows = [batch.query_start_loc[i + 1] - 1 for i in batch.sample_indices]
-        return self.model.sampled_logits(input_ids, positions, metadata, self.kv_caches, rows)
+        upload = self.inputs.begin()
+        input_ids = upload.add(batch.token_ids, torch.long)
+        positions = upload.add(batch.positions, torch.long)
+        rows = sampled_rows(batch)
+        staged_rows = None if rows is None else upload.add(rows, torch.long)
+        metadata = self.backend.build_metadata(batch, self.device, upload)  # uploads everything
+        if not upload.is_uploaded:
+            upload.upload()
+        return self.model.sampled_logits(input_ids.tensor, positions.tensor, metadata, self.kv_caches,
+                                         None if staged_rows is None else staged_rows.tensor)
 
     def check_block_size(self, batch: Batch) -> None:
         if batch.block_size != self.block_size:
@@ -86,3 +101,12 @@ class ModelRunner:
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def sampled_rows(batch: Batch) -> np.ndarray | None:
+    """The flat rows whose logits are sampled (each sampled sequence's last token), in order; None
+    when that is every row in order (a decode step)."""
+    if batch.num_tokens == batch.num_seqs and all(batch.sample):
+        return None
+    ends = np.asarray(batch.query_start_loc[1:], dtype=np.int64)
+    return ends[np.asarray(batch.sample, dtype=bool)] - 1

@@ -10,6 +10,7 @@ from dataclasses import replace
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.async_llm.request_stream import TokenLogprob
+from hetero_core.openai_api.guided import guided_decoding
 from hetero_core.openai_api.protocol import (
     ChatLogprobs,
     ChatTokenLogprob,
@@ -37,6 +38,7 @@ def sampling_params(body: SamplingFields, defaults: SamplingParams, max_tokens: 
         ignore_eos=body.ignore_eos,
         logprobs=logprobs,
         seed=d.seed if body.seed is None else body.seed,
+        guided_decoding=guided_decoding(body),
     )
 
 

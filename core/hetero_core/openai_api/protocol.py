@@ -10,12 +10,18 @@ are checked by the engine; the number of choices against the server's limit by t
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from typing import Annotated
+from pydantic import BaseModel, Field, field_validator
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from hetero_core.openai_api.request_model import RequestModel
+from hetero_core.openai_api.tool_protocol import (
+    NamedToolChoice,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallOut,
+)
 from hetero_core.engine.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
 from hetero_core.engine.sequence import MAX_TENANT_LENGTH
 
@@ -29,17 +35,35 @@ Prompt = Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotate
 Stop = Text | Annotated[list[Text], Field(max_length=MAX_STOP_STRINGS)]
 
 
-class RequestModel(BaseModel):
-    """A request body or a part of one: strict types, finite numbers, unknown fields ignored."""
-
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
-
-
 class StreamOptions(RequestModel):
     include_usage: bool = False
 
 
-class SamplingFields(RequestModel):
+class JsonSchemaFormat(RequestModel):
+    name: str = Field("response", min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None  # the schema is always enforced
+
+
+class ResponseFormat(RequestModel):
+    """OpenAI's ``response_format``: ``text`` (free), ``json_object`` (any JSON object) or ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class GuidedFields(RequestModel):
+    """Structured output: OpenAI's ``response_format`` and vLLM's ``guided_*`` extras (at most one)."""
+
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = Field(None, min_length=1)
+    guided_choice: list[Annotated[str, Field(min_length=1)]] | None = Field(None, min_length=1)
+    guided_grammar: str | None = Field(None, min_length=1)
+
+
+class SamplingFields(GuidedFields):
     """Fields completions and chat share; ``None`` means the server's default."""
 
     model: str | None = None
@@ -126,12 +150,17 @@ class TextPart(RequestModel):
 class ChatMessage(RequestModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool's answer: which call it answers
+    name: str | None = None
+
+    @property
+    def text(self) -> str:
+        content = self.content
+        return "".join(part.text for part in content) if isinstance(content, list) else content or ""
 
     def as_dict(self) -> dict[str, str]:
-        content = self.content
-        if isinstance(content, list):
-            content = "".join(part.text for part in content)
-        return {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
+        return {"role": "system" if self.role == "developer" else self.role, "content": self.text}
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -140,6 +169,9 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     @property
     def num_logprobs(self) -> int | None:
@@ -192,7 +224,8 @@ class ChatLogprobs(BaseModel):
 
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)
 
 
 class ChatChoice(BaseModel):
@@ -214,6 +247,7 @@ class ChatCompletionResponse(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):

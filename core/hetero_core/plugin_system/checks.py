@@ -31,6 +31,7 @@ FACTORY_ARGUMENTS = {
     "scheduler_policy": ("options",),
     "kv_allocator": ("num_blocks", "block_size", "options"),
     "executor": ("ctx",),
+    "structured_output": ("ctx",),
 }
 
 # seam -> (methods core calls, attributes core reads) on the object a factory returns
@@ -42,6 +43,7 @@ REQUIRED = {
         ("num_blocks", "block_size", "has_prefix_cache", "has_copy_on_write", "num_free_blocks", "num_cached_blocks"),
     ),
     "executor": (("execute", "shutdown"), ()),
+    "structured_output": (("compile", "new_state"), ()),
 }
 
 SIGNATURES = {
@@ -50,6 +52,7 @@ SIGNATURES = {
     "kv_allocator": "hetero_core.kv.KVAllocator: num_blocks_for, get_computed_blocks, allocate_slots, cache_blocks, "
     "free; num_blocks, block_size, has_prefix_cache, has_copy_on_write, num_free_blocks, num_cached_blocks",
     "executor": "execute(batch) -> ExecutorOutput, shutdown()",
+    "structured_output": "compile(GuidedDecodingParams) -> grammar, new_state(grammar) -> GrammarState",
 }
 
 

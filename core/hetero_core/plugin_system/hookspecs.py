@@ -1,4 +1,4 @@
-"""The four seams of Hetero, and the command line, as pluggy hook specifications.
+"""The five seams of Hetero, and the command line, as pluggy hook specifications.
 
 Every seam hook receives ``register``; call it once per component. Components are selected by name
 from settings, so registration order never matters. Core's own defaults use these same hooks. Plugin
@@ -33,6 +33,11 @@ def register_kv_allocators(register):
 @hookspec
 def register_executors(register):
     """Call register(name, factory, options=Model, **traits) per executor; factory(ExecutorContext)."""
+
+
+@hookspec
+def register_structured_output_backends(register):
+    """Call register(name, factory, options=Model) per structured-output backend; factory(StructuredOutputContext)."""
 
 
 @hookspec

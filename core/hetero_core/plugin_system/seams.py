@@ -52,6 +52,8 @@ SEAM_TABLE: tuple[Seam, ...] = (
     Seam("kv_allocator", "KV allocator", "paged", "register_kv_allocators",
          "factory(num_blocks, block_size, options)"),
     Seam("executor", "executor", "torch", "register_executors", "factory(ExecutorContext)", EXECUTOR_TRAITS),
+    Seam("structured_output", "structured-output backend", "xgrammar", "register_structured_output_backends",
+         "factory(StructuredOutputContext)"),
 )
 
 SEAMS: tuple[str, ...] = tuple(seam.name for seam in SEAM_TABLE)

@@ -28,6 +28,8 @@ from hetero_core.openai_api.protocol import (
     ChatMessageOut,
 )
 from hetero_core.server.state import ServerState, get_state
+from hetero_core.server.tool_stream import ToolCallStream
+from hetero_core.openai_api.tools import answer, chat_messages, tool_call_out, tool_mode, with_tool_grammar
 
 router = APIRouter()
 
@@ -39,38 +41,46 @@ async def create_chat_completion(request: Request):
     state = get_state(request)
     state.check_model(body.model)
     request_id = state.new_request_id("chatcmpl")
-    messages = [m.as_dict() for m in body.messages]
+    mode = tool_mode(body)
+    messages = chat_messages(body, mode)
+    body = with_tool_grammar(body, mode)
     max_tokens = body.max_completion_tokens or body.max_tokens
     generation, _, results = await run_choices(request, state, body, request_id, [messages], max_tokens,
                                                body.num_logprobs)
     if results is None:
-        return EventStream(_events(state, body, request_id, generation), generation)
-    choices = [
-        ChatChoice(index=i, message=ChatMessageOut(content=r.text), finish_reason=finish_reason(r.output),
-                   logprobs=chat_logprobs(r.logprobs) if body.logprobs else None)
-        for i, r in enumerate(results)
-    ]
+        return EventStream(_events(state, body, request_id, generation, mode), generation)
+    choices = []
+    for i, r in enumerate(results):
+        content, calls = answer(r.text, body, mode)
+        message = ChatMessageOut(content=content, tool_calls=[tool_call_out(c) for c in calls])
+        choices.append(ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else finish_reason(r.output),
+                                  logprobs=chat_logprobs(r.logprobs) if body.logprobs else None))
     return ChatCompletionResponse(id=request_id, model=state.model_name, choices=choices,
                                   usage=usage([r.output for r in results], body.n))
 
 
 async def _events(state: ServerState, body: ChatCompletionRequest, request_id: str,
-                  generation: Generation) -> AsyncIterator[str]:
+                  generation: Generation, mode: str | None) -> AsyncIterator[str]:
     def chunk(choices, usage_=None) -> str:
         return sse(ChatCompletionChunk(id=request_id, model=state.model_name, choices=choices, usage=usage_))
 
     outputs: list = [None] * body.n
+    tools = [ToolCallStream(body, mode) if mode else None for _ in range(body.n)]
     try:
         for i in range(body.n):  # the role comes first, as OpenAI sends it
             yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(role="assistant", content=""))])
         async for i, delta in generation.deltas():
             outputs[i] = delta.output
             wants_logprobs = body.logprobs and delta.token_ids
-            if delta.text or wants_logprobs:
+            if tools[i] is not None:
+                for tool_delta in tools[i].feed(delta.text) + (tools[i].finish() if delta.finished else []):
+                    yield chunk([ChatChunkChoice(index=i, delta=tool_delta)])
+            elif delta.text or wants_logprobs:
                 logprobs = chat_logprobs(delta.logprobs or []) if body.logprobs else None
                 yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(content=delta.text), logprobs=logprobs)])
             if delta.finished:
-                yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(), finish_reason=finish_reason(delta.output))])
+                reason = "tool_calls" if tools[i] is not None and tools[i].num_calls else finish_reason(delta.output)
+                yield chunk([ChatChunkChoice(index=i, delta=ChatDelta(), finish_reason=reason)])
         if body.include_usage:
             yield chunk([], usage(outputs, body.n))
     except Exception as exc:  # headers are sent: report the failure as an event

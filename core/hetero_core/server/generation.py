@@ -2,7 +2,9 @@
 
 A request with several prompts or ``n > 1`` becomes one engine request per choice. ``start()``
 waits for every choice's first delta, so input the engine refuses becomes a 4xx before any response
-header is sent; ``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
+header is sent. With ``n > 1`` a prompt's first choice starts alone and the others once it has its
+first token: they find its prompt in the prefix cache and share its KV blocks, as the engine's own
+``SamplingParams(n=...)`` does (``engine/parallel_sampling.py``), instead of n prefills; ``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
 Closing the generation (client gone, error, done) aborts whatever still runs.
 """
 
@@ -34,8 +36,10 @@ class ChoiceSpec:
 
 class Generation:
     def __init__(self, llm: AsyncLLM, request_id: str, specs: list[ChoiceSpec], *,
-                 priority: int | None = None, tenant: str | None = None, reservation: Reservation | None = None) -> None:
+                 priority: int | None = None, tenant: str | None = None, reservation: Reservation | None = None,
+                 num_per_prompt: int = 1) -> None:
         self._reservation = reservation  # given back when the generation closes
+        self._num_per_prompt = num_per_prompt  # choices of one prompt, consecutive in ``specs``
         self._streams = [
             llm.generate(spec.prompt, spec.params, f"{request_id}-{i}", fit_max_tokens=spec.fit_max_tokens,
                          priority=priority, tenant=tenant)
@@ -45,9 +49,20 @@ class Generation:
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        """Wait for each choice's first delta; on the first error, stop the other choices where they
-        are (no waiting for their first tokens), close every choice and raise it."""
-        firsts = [asyncio.ensure_future(anext(s)) for s in self._streams]
+        """Wait for each choice's first delta (each prompt's first choice before its others, which then
+        share its prompt's blocks); on the first error, stop the other choices where they are (no
+        waiting for their first tokens), close every choice and raise it."""
+        indices = range(len(self._streams))
+        leaders = [i for i in indices if i % self._num_per_prompt == 0]
+        followers = [i for i in indices if i % self._num_per_prompt]
+        firsts: dict[int, RequestDelta] = {}
+        for group in (leaders, followers):
+            if group:
+                firsts.update(zip(group, await self._first_deltas(group)))
+        self._firsts = [firsts[i] for i in indices]
+
+    async def _first_deltas(self, indices: list[int]) -> list[RequestDelta]:
+        firsts = [asyncio.ensure_future(anext(self._streams[i])) for i in indices]
         try:
             await asyncio.wait(firsts, return_when=asyncio.FIRST_EXCEPTION)
         finally:  # also when cancelled (the client left): no first may outlive start()
@@ -59,7 +74,7 @@ class Generation:
         if errors:
             await self.aclose()
             raise errors[0]
-        self._firsts = [f.result() for f in firsts]
+        return [f.result() for f in firsts]
 
     async def deltas(self) -> AsyncIterator[tuple[int, RequestDelta]]:
         merged: asyncio.Queue = asyncio.Queue()
@@ -126,7 +141,7 @@ async def run_choices(request: Request, state, body, request_id: str, prompts: l
         reservation.release()
         raise
     generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user,
-                            reservation=reservation)
+                            reservation=reservation, num_per_prompt=body.n)
     await until_disconnected(request, generation.start(), generation)
     if body.stream:
         return generation, len(specs), None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import time
 
 import uvicorn
@@ -35,10 +36,16 @@ class GracefulServer(uvicorn.Server):
     """On stop: refuse new connections, let requests finish for ``drain_seconds``, then abort the rest
     (streams end with an error event and ``[DONE]``) before uvicorn closes connections."""
 
-    def __init__(self, config: uvicorn.Config, llm: AsyncLLM, drain_seconds: float) -> None:
+    def __init__(self, config: uvicorn.Config, llm: AsyncLLM, drain_seconds: float, on_ready=None) -> None:
         super().__init__(config)
         self.llm, self.drain_seconds = llm, drain_seconds
+        self.on_ready = on_ready  # called once, when the server accepts connections
         self.interrupted = False  # stopped by SIGINT/SIGTERM (hetero serve then exits 130)
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_ready is not None:
+            self.on_ready()
 
     def handle_exit(self, sig, frame) -> None:
         self.interrupted = True
@@ -57,18 +64,27 @@ class GracefulServer(uvicorn.Server):
 
 
 def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, drain_seconds: float = 30.0,
-                        log_level: str = "info") -> GracefulServer:
+                        log_level: str = "info", on_ready=None) -> GracefulServer:
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=FINAL_WRITE_SECONDS)
-    return GracefulServer(config, app.state.hetero.llm, drain_seconds)
+    return GracefulServer(config, app.state.hetero.llm, drain_seconds, on_ready)
+
+
+def ready_line(model_name: str, listening: socket.socket) -> str:
+    """``hetero: serving NAME on http://HOST:PORT (OpenAI API at /v1)``, with the port actually bound."""
+    host, port = listening.getsockname()[:2]
+    host = f"[{host}]" if ":" in host else host
+    return f"hetero: serving {model_name} on http://{host}:{port} (OpenAI API at /v1)"
 
 
 def run_server(app: FastAPI, server: ServerSettings, listening: socket.socket, log_level: str = "info") -> bool:
     """Serve on ``listening`` (from ``listen``) until stopped: Ctrl-C or SIGTERM (inside
     ``signals.sigterm_interrupts``) raise KeyboardInterrupt once the server has shut down; True if a
     signal stopped it without raising."""
+    line = ready_line(app.state.hetero.model_name, listening)
     runner = make_uvicorn_server(app, host=server.host, port=server.port,
-                                 drain_seconds=server.graceful_shutdown_seconds, log_level=log_level)
+                                 drain_seconds=server.graceful_shutdown_seconds, log_level=log_level,
+                                 on_ready=lambda: print(line, file=sys.stderr, flush=True))
     runner.run(sockets=[listening])
     return runner.interrupted
 

@@ -29,6 +29,8 @@ from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.torch_attention_metadata import (DecodeGroup, PrefillSegment, TorchPagedMetadata,
                                                             build_metadata)
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
+from hetero_core.model.decode_graphs import DecodeGraphInputs
+from hetero_core.model.step_inputs import StepUpload
 
 
 class TorchPagedAttention:
@@ -54,8 +56,18 @@ class TorchPagedAttention:
 
         return [KVCache(zeros(), zeros()) for _ in range(num_layers)]
 
-    def build_metadata(self, batch: Batch, device: torch.device) -> TorchPagedMetadata:
-        return build_metadata(batch, device, for_cpu_kernels=self.cpu_kernels is not None and device.type == "cpu")
+    def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> TorchPagedMetadata:
+        """The step's index tensors, added to ``upload`` (the runner's) and uploaded with it in one copy."""
+        return build_metadata(batch, device, for_cpu_kernels=self.cpu_kernels is not None and device.type == "cpu",
+                              upload=upload)
+
+    def decode_graph_metadata(self, inputs: DecodeGraphInputs) -> TorchPagedMetadata:
+        """Metadata over a decode graph's static inputs (``hetero_core.model.decode_graphs``): every
+        token a decode; each sequence's pages are gathered to the graph's full block-table width."""
+        decode = DecodeGroup(token_index=None, block_index=inputs.block_tables.long().view(-1),
+                             context_lens=inputs.context_lens, num_seqs=inputs.num_seqs,
+                             block_size=inputs.block_size)
+        return TorchPagedMetadata(slot_mapping=inputs.slot_mapping, decode=decode, prefills=(), prefill_seqs=None)
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         kernels = self._kernels_for(query, kv_cache)

@@ -1,0 +1,75 @@
+"""Streamed tool calls, as OpenAI sends them: a delta that opens each call (``index``, ``id``, ``type``,
+``function.name``, empty ``arguments``), then ``function.arguments`` in pieces.
+
+A named function streams its arguments as the model writes them; ``required`` (a JSON array of
+calls) sends each call whole at the end; ``auto`` streams content until a ``<tool_call>`` tag
+begins (holding back text that may be the start of one), then sends the calls at the end.
+"""
+
+from __future__ import annotations
+
+from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatDelta
+from hetero_core.openai_api.tool_protocol import FunctionCallDelta, ToolCallDelta
+from hetero_core.openai_api.tools import OPEN, Call, calls_from_json, new_call_id, parse_tool_calls
+
+
+class ToolCallStream:
+    """One choice's text deltas in, chat deltas out."""
+
+    def __init__(self, body: ChatCompletionRequest, mode: str) -> None:
+        self.body, self.mode = body, mode
+        self.held = ""  # text not yet sent (auto: a possible tag; required: everything)
+        self.num_calls = 0
+        self.streaming_content = True
+
+    def feed(self, text: str) -> list[ChatDelta]:
+        if not text:
+            return []
+        if self.mode == "named":
+            deltas = [] if self.num_calls else [_open(0, Call(self.body.tool_choice.function.name, "", new_call_id()))]
+            self.num_calls = 1
+            return deltas + [_arguments(0, text)]
+        self.held += text
+        if self.mode == "required" or not self.streaming_content:
+            return []
+        start = self.held.find(OPEN)
+        if start >= 0:
+            self.streaming_content = False
+            content, self.held = self.held[:start], self.held[start:]
+        else:
+            keep = _partial_tag(self.held)
+            content, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+        return [ChatDelta(content=content)] if content else []
+
+    def finish(self) -> list[ChatDelta]:
+        """The calls still to send, and any held content."""
+        if self.mode == "named":
+            return []
+        if self.mode == "required":
+            calls, content = calls_from_json(self.held, self.body, self.mode), None
+        else:
+            content, calls = parse_tool_calls(self.held)
+            content = content if calls else self.held
+        deltas = [ChatDelta(content=content)] if content else []
+        for call in calls:
+            deltas += [_open(self.num_calls, call), _arguments(self.num_calls, call.arguments)]
+            self.num_calls += 1
+        self.held = ""
+        return deltas
+
+
+def _open(index: int, call: Call) -> ChatDelta:
+    return ChatDelta(tool_calls=[ToolCallDelta(index=index, id=call.id, type="function",
+                                               function=FunctionCallDelta(name=call.name, arguments=""))])
+
+
+def _arguments(index: int, text: str) -> ChatDelta:
+    return ChatDelta(tool_calls=[ToolCallDelta(index=index, function=FunctionCallDelta(arguments=text))])
+
+
+def _partial_tag(text: str) -> int:
+    """The length of the longest end of ``text`` that begins ``<tool_call>``."""
+    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
+        if OPEN.startswith(text[-n:]):
+            return n
+    return 0

@@ -1,0 +1,29 @@
+"""What a structured-output backend author imports: the request shape, the backend and grammar-state
+protocols, the context a factory receives, the token-bitmask helpers and the hook marker. See
+docs/hooks.md (``register_structured_output_backends``).
+
+    from hetero_core.structured_output import StructuredOutputContext, hookimpl
+
+    @hookimpl
+    def register_structured_output_backends(register):
+        register("my-grammar", lambda ctx: MyBackend(ctx.tokenizer, ctx.vocab_size))
+
+Core's own backend is ``xgrammar`` (``pip install 'hetero-core[structured]'``). Test a backend with
+``hetero_core.testing.StructuredOutputContract``. Importing this module imports no torch.
+"""
+
+from hetero_core.engine.guided import GuidedDecodingParams
+from hetero_core.engine.structured_output import GrammarState, StructuredOutputBackend, StructuredOutputContext
+from hetero_core.engine.token_bitmask import allocate_token_bitmask, allowed_token_ids, num_words
+from hetero_core.plugin_system.hookspecs import hookimpl
+
+__all__ = [
+    "GrammarState",
+    "GuidedDecodingParams",
+    "StructuredOutputBackend",
+    "StructuredOutputContext",
+    "allocate_token_bitmask",
+    "allowed_token_ids",
+    "hookimpl",
+    "num_words",
+]

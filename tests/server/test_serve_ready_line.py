@@ -1,0 +1,28 @@
+"""``hetero serve`` says where it is: one line on stderr once it accepts connections."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+import httpx
+
+
+def test_the_ready_line_names_the_model_and_the_url_it_answers_on():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", "0",
+         "--served-model-name", "mock-model"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = process.stderr.readline().strip()
+        match = re.fullmatch(r"hetero: serving mock-model on (http://127\.0\.0\.1:(\d+)) \(OpenAI API at /v1\)", line)
+        assert match, line
+        assert int(match.group(2)) > 0  # the port actually bound, not 0
+        assert httpx.get(match.group(1) + "/v1/models", timeout=10).json()["data"][0]["id"] == "mock-model"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in rest
