@@ -46,7 +46,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, default_executor: str 
     """--model, --executor, --dtype, --config: the engine under test (HETERO_* variables apply too)."""
     group = parser.add_argument_group("engine")
     group.add_argument("--model", help="embedded model name, HF directory, .gguf file or hub id "
-                                       "(default: the embedded SmolLM2-135M-Instruct)")
+                                       "(default: the embedded SmolLM2-135M-Instruct), or random:SHAPE[:DTYPE], "
+                                       "random weights of a shape made once in the cache (random:smollm2-360m, "
+                                       "random:llama-1b:float32; random_models.py)")
     group.add_argument("--executor", default=default_executor, metavar="NAME",
                        help=f"executor by name (default: {default_executor}; mock: no model, fast)")
     group.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
@@ -60,6 +62,8 @@ def engine_settings(args: argparse.Namespace, executor_options: dict | None = No
     from hetero_core import load_settings
 
     flags = {name: getattr(args, name) for name in ("model", "executor", "dtype") if getattr(args, name, None)}
+    if "model" in flags:
+        flags["model"] = model_path(flags["model"])
     if executor_options:
         name = flags.get("executor") or fixed.get("executor")
         flags["executor"] = {"name": name, name: executor_options}
@@ -72,5 +76,12 @@ def engine_flags(args: argparse.Namespace) -> list[str]:
     for name in ("model", "executor", "dtype", "config"):
         value = getattr(args, name, None)
         if value:
-            flags += [f"--{name}", str(value)]
+            flags += [f"--{name}", str(model_path(value) if name == "model" else value)]
     return flags
+
+
+def model_path(model: str) -> str:
+    """``--model`` as the engine takes it: a ``random:`` spec made (once) into its directory."""
+    from hetero_bench.random_models import is_random_spec, resolve_random_model
+
+    return str(resolve_random_model(model)) if is_random_spec(model) else model

@@ -1,11 +1,14 @@
 """The compiled CPU kernels built for narrower vector ISAs than this CPU's, so every width's code runs
 in the tests on any x86 machine: SSE (``x86-64``, 4 lanes), AVX without AVX2 or FMA (``sandybridge``,
 8 lanes), AVX2 with FMA (``haswell``), AVX-512 without AVX-512 BF16 (``skylake-avx512``, 16 lanes, the
-bf16 linear widening its weight), and this CPU's own (``native``, the engine's). The narrow builds
-are cached per test session in a temporary directory, never in ~/.cache/hetero."""
+bf16 linear widening its weight), this CPU's own (``native``, the engine's), and ``amx-emulated``:
+this CPU's with the AMX variant's bf16 linear (``csrc/bf16_linear_amx.c``) on tiles emulated in C
+(``csrc/amx_emulation.h``), so its blocking, tails and outputs are tested on any CPU. The other
+builds are cached per test session in a temporary directory, never in ~/.cache/hetero."""
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from pathlib import Path
 
@@ -15,7 +18,9 @@ from hetero_core.model.cpu import kernels as cpu_kernels_module
 from hetero_core.model.cpu.cpu_info import cpu_flags
 from hetero_core.model.cpu.kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
 
-BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512")
+BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512", "amx-emulated")
+NARROW_BUILDS = BUILDS[1:5]  # narrower vectors than AVX-512 BF16's
+AMX_EMULATED_FLAGS = ("-DHETERO_AMX=1", "-DHETERO_AMX_EMULATED=1")
 _NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"},
           "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}}
 _built: dict[str, CpuKernels] = {}
@@ -31,6 +36,15 @@ def kernels_for(build: str, cache_dir: Path) -> CpuKernels:
             return load_cpu_kernels(required=True)
         except KernelUnavailable as exc:
             pytest.skip(f"the CPU kernels cannot be built here: {exc}")
+    if build == "amx-emulated":
+        try:
+            kernels = load_cpu_kernels(required=True, extra_flags=AMX_EMULATED_FLAGS)
+        except KernelUnavailable as exc:
+            pytest.skip(f"the CPU kernels cannot be built here: {exc}")
+        if not kernels.request_amx():  # emulated: granted without asking the kernel
+            raise AssertionError("the emulated AMX build refused its (emulated) tiles")
+        _built[build] = dataclasses.replace(kernels, amx=True)
+        return _built[build]
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86 -march values")
     missing = _NEEDS[build] - cpu_flags()

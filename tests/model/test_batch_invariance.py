@@ -26,7 +26,8 @@ def _tokens(n: int, seed: int) -> list[int]:
     return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-@pytest.fixture(params=["native", "haswell", "skylake-avx512", "x86-64"])  # + AVX2; AVX-512 without BF16; SSE, no FMA
+@pytest.fixture(params=["native", "haswell", "skylake-avx512", "x86-64", "amx-emulated"])  # + AVX2; AVX-512 without
+# BF16; SSE, no FMA; the AMX variant's bf16 linear on emulated tiles
 def build_kernels(request, tmp_path_factory, monkeypatch):
     """The executor's kernels: this CPU's build, or one for a narrower ISA."""
     from hetero_core.model.cpu import kernels as cpu_kernels_module
@@ -37,7 +38,8 @@ def build_kernels(request, tmp_path_factory, monkeypatch):
 
 
 def _executor(make_executor, model_dir, dtype: str):
-    options = TorchExecutorOptions(dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False)
+    # amx_linears off: the build under test runs, never the AMX variant an AMX machine would pick
+    options = TorchExecutorOptions(dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, amx_linears=False)
     return make_executor(model_dir, num_blocks=128, block_size=BLOCK_SIZE, options=options)
 
 

@@ -1,5 +1,5 @@
-"""``dtype = "auto"``: bf16 where the CPU computes it natively and faster than fp32, fp32 elsewhere;
-names always win."""
+"""``dtype = "auto"`` where no model is timed (tensor-parallel ranks, CUDA): bf16 where the CPU computes it
+natively and a matmul runs faster than fp32, fp32 elsewhere; names always win."""
 
 from __future__ import annotations
 
@@ -157,10 +157,17 @@ def test_without_native_bf16_flags_auto_is_float32(text, cpuinfo):
     assert compute_dtype.resolve_dtype("auto", CPU) == torch.float32
 
 
-def test_an_auto_executor_on_a_cpu_preferring_bf16_runs_bf16_with_packed_linears(
-    tiny_model_dirs, make_executor, monkeypatch
+def test_an_auto_executor_whose_probe_finds_bf16_faster_runs_bf16_with_packed_linears(
+    tiny_model_dirs, make_executor, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(compute_dtype, "cpu_prefers_bf16", lambda: True)
+    """(The executor's ``auto`` on the CPU times the model itself: tests/model/test_dtype_choice.py.)"""
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))  # its made-up times never reach the user's cache
+    from hetero_core.model.cpu import dtype_probe
+    from hetero_core.model.cpu.dtype_choice import StepTimes
+
+    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(dtype_probe, "time_steps", lambda runner: StepTimes(*[1.0 if runner.dtype == torch.float32
+                                                                              else 0.5] * 3))
     model_dir, _ = tiny_model_dirs["llama"]
     executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.bfloat16

@@ -188,7 +188,8 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped, a
                "decode_ms_per_token": None if ms is None else ms * 1e3,
                "hetero_decode_speedup": (ms / latency["hetero"]) if ms is not None and "hetero" in latency else None,
                "gflops": arithmetic["workload_tflop"] * 1e3 / elapsed if arithmetic else None,
-               "first_token_s": first_token.get(peer.name)}
+               "first_token_s": first_token.get(peer.name),
+               "rss_mb": rounds[-1][peer.name].extra.get("rss_mb")}  # resident memory after the last round
         rows.append(row)
         per_peer[peer.name] = {**row, "hetero_speedup_per_round": per_round,
                                "rounds": [{"elapsed_s": r[peer.name].elapsed_s, "output_tokens": r[peer.name].output_tokens,
@@ -202,6 +203,8 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped, a
         columns.append(Column("gflops", "GFLOP/s", ".0f"))
     if first_token:
         columns.append(Column("first_token_s", "load->1st token s", ".2f"))
+    if any(row["rss_mb"] is not None for row in rows):
+        columns.append(Column("rss_mb", "RSS MiB", ".0f"))
     summary = [f"hetero speedup = hetero output tokens/s / the peer's in the same round (median of {len(rounds)})"
                + ("; batch-1: the peer's ms/token / hetero's" if latency else "")]
     for peer in peers[1:]:
@@ -213,6 +216,9 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped, a
         summary.append(f"workload matmuls {arithmetic['workload_tflop']:.3f} TFLOP; GEMM ceiling in this run "
                        f"(torch.matmul n^3): fp32 {ceiling['float32']:.0f} GFLOP/s (n={sizes['float32']}), "
                        f"bf16 {ceiling['bfloat16']:.0f} GFLOP/s (n={sizes['bfloat16']})")
+    if any(row["rss_mb"] is not None for row in rows):
+        summary.append("RSS: resident memory after the last round (hetero: the benchmark's process, in-process "
+                       "peers included; vLLM: its worker's process group)")
     if first_token:
         summary.append("load->1st token: a fresh process to its first generated token (imports, weights, "
                        "compilation, the prefill), the model files already converted and cached")

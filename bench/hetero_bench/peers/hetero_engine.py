@@ -6,6 +6,7 @@ import time
 
 from hetero_core import LLM, SamplingParams
 
+from hetero_bench.memory import process_rss_mb
 from hetero_bench.peers import PeerResult
 from hetero_bench.workload import Request
 
@@ -34,7 +35,8 @@ class HeteroPeer:
             raise RuntimeError(f"the engine failed {len(failed)} request(s): {failed[0]}")
         token_ids = [list(o.output_token_ids) for o in outputs]
         return PeerResult(elapsed, sum(map(len, token_ids)),
-                          {"num_steps": self.engine.stats().num_steps - steps_before, "token_ids": token_ids})
+                          {"num_steps": self.engine.stats().num_steps - steps_before, "token_ids": token_ids,
+                           "rss_mb": process_rss_mb()})
 
     def decode_latency(self, prompt: list[int], num_tokens: int) -> float:
         """Seconds per token of one request's decode, after its prefill and first token."""

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hetero_bench.memory import group_rss_mb
 from hetero_bench.peers import PeerContext, PeerResult, PeerUnavailable
 from hetero_bench.workload import Request
 
@@ -90,7 +91,8 @@ class VllmCpuPeer:
     def run(self, requests: list[Request]) -> PeerResult:
         reply = self._call({"cmd": "offline", "requests": [[r.prompt_token_ids, r.max_tokens] for r in requests]})
         return PeerResult(reply["elapsed_s"], reply["output_tokens"],
-                          {"token_ids": reply["token_ids"], "vllm": self.version})
+                          {"token_ids": reply["token_ids"], "vllm": self.version,
+                           "rss_mb": group_rss_mb(self._process.pid)})
 
     def decode_latency(self, prompt: list[int], num_tokens: int) -> float:
         return self._call({"cmd": "decode_latency", "prompt": prompt, "n": num_tokens})["s_per_token"]

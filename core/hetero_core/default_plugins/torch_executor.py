@@ -6,7 +6,9 @@ factory first chooses OpenMP's wait policy on the CPU: ``model/cpu/threads.py``)
 core's ``ModelRunner``; this class adds the CPU's concerns: intra-op threads that follow the free
 CPUs, linears on weights packed once at load (``cpu.linear``; option ``prepack_weights``) and kept in
 the prepared-weights cache, the compiled kernels, and the fused decode step. ``dtype = "auto"`` (the
-default) is bf16 where the CPU computes it natively (``cpu.compute_dtype``).
+default) on the CPU is the candidate (fp32, bf16, bf16 on AMX tiles) that timed steps of the model
+itself show faster (``torch_auto_dtype``); an explicit bf16 runs its linears on AMX tiles where the
+CPU has them and they pass their gate (``cpu.amx``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
+from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
+from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
@@ -55,45 +59,35 @@ class TorchExecutor(RunnerExecutor):
             torch.set_num_threads(threads)
             if self.device.type == "cpu" and options.num_threads is None and ctx.tensor_parallel_size == 1:
                 self._free_cpu_threads = FreeCpuThreads(threads, _set_threads)
-        self.dtype = resolve_dtype(options.dtype, self.device)
-        log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."))
         self.block_size = ctx.block_size
-        backend = _cpu_backend(options, self.device)
-        kernels = backend.cpu_kernels if self.device.type == "cpu" else None
+        kernels = _cpu_kernels(options, self.device)  # attention, K/V writes, element-wise steps, linears
         if kernels is not None and not options.block_code_weights:
             kernels = dataclasses.replace(kernels, block_codes=False)
-        pack = options.prepack_weights and can_pack(self.device, self.dtype, kernels)
-        model = self._load(ctx, options, backend, shard, kernels, pack)
+        cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
+
+        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int) -> ModelRunner:
+            """A runner of its own (a fresh backend: no state shared with another runner); one library
+            (``kernels``, the AMX variant included) runs all of its kernels."""
+            backend = TorchPagedAttention(cpu_kernels=kernels)
+            return _build_runner(ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size,
+                                 cache_dir)
+
+        if options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
+            self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
+        else:
+            self.dtype, reason = resolve_dtype(options.dtype, self.device), "as configured"
+            if self.dtype == torch.bfloat16 and kernels is not None and options.amx_linears:
+                amx = amx_kernels(kernels)  # None unless the CPU has AMX, granted and self-checked
+                if amx is not None:
+                    kernels, reason = amx, "as configured; linears on AMX tiles"
+        log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."), reason=reason)
         graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
-        self.runner = ModelRunner(model, num_blocks=ctx.num_blocks + graphs,  # + the graphs' scratch block
-                                  block_size=ctx.block_size, dtype=self.dtype, device=self.device,
-                                  num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
+        self.runner = build(self.dtype, kernels, ctx.num_blocks + graphs, ctx.block_size)  # + the graphs' scratch block
         if graphs:
             self.graph_runner = build_decode_graphs(self.runner, scratch_block=ctx.num_blocks,
                                                     max_num_seqs=ctx.max_num_seqs, max_model_len=ctx.max_model_len)
-        if kernels is not None and pack and options.fused_decode and shard is None:
-            model.fused_decode = FusedDecode.for_model(model, kernels, self.runner.kv_caches)
-            log.info("executor.fused_decode", applies=model.fused_decode is not None)
-
-    def _load(self, ctx: ExecutorContext, options: TorchExecutorOptions, backend, shard, kernels, pack: bool):
-        """The model as this executor runs it: packed (and mapped from the prepared-weights cache)
-        where it can be, with the compiled kernels' fused element-wise steps."""
-        if pack and shard is None and options.prepared_weights_cache:
-            cache_dir = ctx.settings.cache_dir if ctx.settings is not None else None
-            model = load_packed_model(ctx.model_dir, cache_dir or default_cache_dir(), backend=backend,
-                                      dtype=self.dtype, kernels=kernels)
-        else:
-            model = load_model(ctx.model_dir, backend=backend, device=self.device, dtype=self.dtype,
-                               tensor_parallel=shard)
-            if pack:
-                pack_model(model, kernels)
-        if pack:
-            for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
-                if isinstance(module, PackedLinear):
-                    module.float32_output = True  # logits in fp32 straight from the matmul
-        if kernels is not None:
-            use_cpu_kernels(model, kernels)  # fused element-wise steps
-        return model
+        if kernels is not None and options.fused_decode and shard is None:
+            log.info("executor.fused_decode", applies=self.runner.model.fused_decode is not None)
 
     @property
     def model(self):
@@ -107,6 +101,30 @@ class TorchExecutor(RunnerExecutor):
         if self._free_cpu_threads is not None:
             self._free_cpu_threads.update()
         return super().execute(batch)  # the runner, or a decode graph (cuda_graphs on a GPU)
+
+
+def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, shard, device: torch.device,
+                  dtype: torch.dtype, kernels, num_blocks: int, block_size: int, cache_dir) -> ModelRunner:
+    """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
+    cache, where it can be; the compiled kernels' fused steps) over a cache of ``num_blocks``."""
+    pack = options.prepack_weights and can_pack(device, dtype, kernels)
+    if pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
+        model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
+    else:
+        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
+        if pack:
+            pack_model(model, kernels)
+    if pack:
+        for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
+            if isinstance(module, PackedLinear):
+                module.float32_output = True  # logits in fp32 straight from the matmul
+    if kernels is not None:
+        use_cpu_kernels(model, kernels)  # fused element-wise steps
+    runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size, dtype=dtype, device=device,
+                         num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
+    if kernels is not None and pack and options.fused_decode and shard is None:
+        model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
+    return runner
 
 
 def _set_threads(threads: int) -> None:
@@ -128,13 +146,13 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _cpu_backend(options: TorchExecutorOptions, device: torch.device) -> TorchPagedAttention:
-    """The torch paged backend, with the compiled CPU kernels where ``cpu_kernels`` allows them."""
+def _cpu_kernels(options: TorchExecutorOptions, device: torch.device):
+    """The compiled CPU kernels where ``cpu_kernels`` allows them (None: the torch path)."""
     if options.cpu_kernels == "torch" or device.type != "cpu":
-        return TorchPagedAttention()
+        return None
     from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 
     try:
-        return TorchPagedAttention(cpu_kernels=load_cpu_kernels(required=options.cpu_kernels == "compiled"))
+        return load_cpu_kernels(required=options.cpu_kernels == "compiled")
     except KernelUnavailable as exc:
         raise ConfigError(f"[executor.torch] cpu_kernels = \"compiled\": {exc}; use \"auto\" or \"torch\"") from None

@@ -11,10 +11,13 @@ class TorchExecutorOptions(BaseModel):
     device: str = Field("cpu", description="torch device to run on, e.g. 'cpu' or 'cuda:0'")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
-        description="weights, activations and KV cache dtype; auto: bfloat16 on a CPU with native bf16 "
-        "(avx512_bf16 or amx_bf16 in /proc/cpuinfo) where a bf16 matmul is at least 1.2x as fast as fp32 "
-        "(timed once per CPU, ~25 ms, kept in <cache_dir>/cpu_dtype_speed.json) or a bf16-capable CUDA "
-        "device, float32 on other CPUs",
+        description="weights, activations and KV cache dtype; auto on the CPU: float32, or bfloat16 (and "
+        "bfloat16 on AMX tiles, amx_linears) where the CPU computes bf16 natively (avx512_bf16 or "
+        "amx_bf16) and timed steps of the model itself (a prefill, a batched and a single decode, in "
+        "each candidate; once per CPU, model and version, kept in <cache_dir>/cpu_dtype_choice.json) "
+        "show it at least 3% faster on a reference workload; the -v line executor.dtype gives the "
+        "figures; tensor-parallel ranks: bfloat16 where a bf16 matmul is 1.2x fp32's (timed once per "
+        "CPU, <cache_dir>/cpu_dtype_speed.json); bfloat16 on a bf16-capable CUDA device, float16 on others",
     )
     num_threads: int | None = Field(
         None,
@@ -45,6 +48,14 @@ class TorchExecutorOptions(BaseModel):
         "is a decode runs all decoder layers in one kernel call (the same kernels in "
         "the same order, bit-identical results) instead of ~8 Python-level calls per layer (~3-4 ms "
         "less per step on SmolLM2's 30 layers); false: always the layer-by-layer model code",
+    )
+    amx_linears: bool = Field(
+        True,
+        description="on the CPU in bfloat16 with the compiled kernels: where the CPU has AMX (amx_tile, "
+        "amx_bf16 in /proc/cpuinfo) and Linux grants the tiles (arch_prctl), run the bf16 linears on AMX "
+        "tiles (a variant of the kernels library, self-checked against torch at load; a failure is one "
+        "warning and the AVX-512 linears); with dtype = auto it is a candidate of its own, timed; "
+        "false: never",
     )
     prepared_weights_cache: bool = Field(
         True,

@@ -6,6 +6,11 @@ is measurably faster than fp32 (``cpu_bf16_speed``: ~4x on an AMD Zen 5, and the
 half the bytes; but about half the fp32 rate on an Intel Xeon without AMX), float32 on every other
 CPU (bf16 would be emulated there, slower than fp32), bfloat16 on a CUDA device that supports it
 (float16 otherwise). An explicit name always wins.
+
+The torch executor's ``auto`` on the CPU (one process) no longer asks the matmul: it times the model
+itself in each candidate (``default_plugins/torch_auto_dtype.py``, ``dtype_choice``); this rule
+remains for tensor-parallel ranks and CUDA devices, and ``cpu_has_native_bf16`` says which CPUs
+have a bf16 candidate at all.
 """
 
 from __future__ import annotations

@@ -36,6 +36,11 @@ class LinearKernels:
         to fp32 in registers (the same results on every batch, other bits than the native ones)."""
         return bool(self.library.bf16_linear_native())
 
+    def request_amx(self) -> bool:
+        """Asks the kernel for the AMX tiles (``arch_prctl``); True when granted and this library's
+        bf16 linear now runs on them (only the AMX variant's can: ``model/cpu/amx.py``)."""
+        return self.library.amx_request_permission() == 0 and bool(self.library.bf16_linear_amx_granted())
+
     def fuses_swiglu(self, dtype: torch.dtype) -> bool:
         """True where the linear of ``dtype`` takes the MLP's SwiGLU activation inside it
         (``swiglu=True``): fp32 and its block codes (uint8, int8), and bf16."""

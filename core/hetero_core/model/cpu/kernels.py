@@ -21,7 +21,9 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
   over weights that are exact block codes (a Q4_1 or Q8_0 GGUF's), expanded as they stream in:
   bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``);
 - ``decode_layers.c``: every decoder layer of a pure decode step in one call, the kernels above in
-  the model code's order (``fused_decode``).
+  the model code's order (``fused_decode``);
+- ``bf16_linear_amx.c``: the bf16 linear on AMX tiles, live only in the AMX variant of the library
+  (``extra_flags``, ``model/cpu/amx.py``) once the kernel grants this process the tiles.
 
 Every entry point takes any number of rows, tokens or sequences (none too) and checks its shapes
 (a ValueError here, -1 from the C side); every row's result is one fixed-order computation,
@@ -62,8 +64,8 @@ log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
-           "bf16_linear.c", "f32_linear.c", "decode_layers.c")
-HEADERS = ("kernel_math.h", "attention_math.h")
+           "bf16_linear.c", "f32_linear.c", "decode_layers.c", "bf16_linear_amx.c")
+HEADERS = ("kernel_math.h", "attention_math.h", "amx_emulation.h")
 COMPILER_ENV = "CC"
 # No -fassociative-math: the kernels' sums run in the order written, the same in every kernel and for
 # every batch (batch invariance; attention_math.h).
@@ -85,9 +87,11 @@ _SIGNATURES = {
     "decode_layers": [_PTR, _PTR],
     "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
     "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
+    "amx_request_permission": [],
+    "bf16_linear_amx_granted": [],
 }
 _UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_native", "swiglu_pair_columns", "f32_linear",
-            "coded_linear", "decode_layers")  # one symbol for every dtype
+            "coded_linear", "decode_layers", "amx_request_permission", "bf16_linear_amx_granted")  # one symbol for every dtype
 _VOID = ()  # every kernel returns a status (0 done, -1 refused, -2 out of memory)
 
 
@@ -108,12 +112,14 @@ class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels):
     # 16 with 16-lane vectors (AVX-512), 8 with narrower ones (a pair in one 16-column panel).
     swiglu_pair_columns: int = 16
     block_codes: bool = True  # pack_coded_linear looks for block-code weights (False: it never does)
+    amx: bool = False  # the AMX variant, granted its tiles: bf16_linear runs on them (model/cpu/amx.py)
 
 
-def load_cpu_kernels(required: bool = False) -> CpuKernels | None:
-    """The kernels, built on first use; None (or, if ``required``, KernelUnavailable) when they cannot be."""
+def load_cpu_kernels(required: bool = False, extra_flags: tuple[str, ...] = ()) -> CpuKernels | None:
+    """The kernels, built on first use; None (or, if ``required``, KernelUnavailable) when they cannot be.
+    ``extra_flags``: a variant of the library built with these compiler flags too (its own file)."""
     try:
-        return _load()
+        return _load(extra_flags)
     except KernelUnavailable as exc:
         if required:
             raise
@@ -122,8 +128,8 @@ def load_cpu_kernels(required: bool = False) -> CpuKernels | None:
 
 
 @cache
-def _load() -> CpuKernels:
-    path = _build()
+def _load(extra_flags: tuple[str, ...] = ()) -> CpuKernels:
+    path = _build(extra_flags)
     try:
         library = ctypes.CDLL(str(path))
     except OSError as exc:
@@ -136,7 +142,7 @@ def _load() -> CpuKernels:
     return CpuKernels(library, path, library.swiglu_pair_columns())
 
 
-def _build() -> Path:
+def _build(extra_flags: tuple[str, ...] = ()) -> Path:
     compiler = os.environ.get(COMPILER_ENV) or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         raise KernelUnavailable("no C compiler found (install gcc, or set CC)")
@@ -145,9 +151,11 @@ def _build() -> Path:
         texts = [(SOURCE_DIR / name).read_text() for name in (*SOURCES, *HEADERS)]
     except OSError as exc:
         raise KernelUnavailable(f"the kernels' sources are missing from this install: {exc}") from None
-    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(CFLAGS), " ".join(sorted(cpu_flags())),
+    flags = (*CFLAGS, *extra_flags)
+    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(flags), " ".join(sorted(cpu_flags())),
                                     cache_file.FOOTER]).encode()).hexdigest()[:16]
-    target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels-{key}.so"
+    variant = "-variant" if extra_flags else ""
+    target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels{variant}-{key}.so"
     try:
         cache_file.map_checked(target)  # before dlopen: a truncated library faults (SIGBUS) once mapped
         return target
@@ -158,7 +166,7 @@ def _build() -> Path:
     try:
         with cache_file.written_checked(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
             sources = [str(SOURCE_DIR / name) for name in SOURCES]
-            result = subprocess.run([compiler, *CFLAGS, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
+            result = subprocess.run([compiler, *flags, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
             if result.returncode != 0:
                 detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")

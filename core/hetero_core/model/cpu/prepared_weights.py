@@ -97,6 +97,7 @@ def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=Non
     """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
     layout = [kernel_layout(kernels, dtype), getattr(kernels, "block_codes", False),
               getattr(kernels, "swiglu_pair_columns", None)]
+    source = resolve_model_source(source)
     files = [_identity(p) for p in _checkpoint_files(source)]
     here = Path(__file__).parent
     code = [Path(importlib.util.find_spec(name).origin).read_bytes() for name in _LAYOUT_MODULES]
@@ -106,6 +107,11 @@ def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=Non
         digest.update(text)
     dtype_name = str(dtype).removeprefix("torch.")
     return Path(cache_dir) / "prepared" / f"{source.name}-{dtype_name}-{digest.hexdigest()[:16]}.safetensors"
+
+
+def checkpoint_identity(source: str | Path) -> list[tuple[str, int, int]]:
+    """The checkpoint's files as (resolved path, size, modification time): they change when it does."""
+    return [_identity(p) for p in _checkpoint_files(resolve_model_source(source))]
 
 
 def _checkpoint_files(source: Path) -> list[Path]:

@@ -239,6 +239,11 @@ static void bf16_pass(const void *x, int64_t ldx, const uint16_t *w, const float
 
 #endif
 
+/* bf16_linear_amx.c (its AMX tiles run only in the AMX variant of the library, HETERO_AMX). */
+int bf16_linear_amx_granted(void);
+int bf16_linear_amx(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y,
+                    int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads);
+
 /* Whether the bf16 linear multiplies with AVX-512 BF16 (1) or widens to fp32 (0). */
 int bf16_linear_available(void) { return bf16_linear_native(); }
 
@@ -251,6 +256,10 @@ int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const fl
                 int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads) {
     if (linear_refuses(m, n, k, ldx, ldy, swiglu, 2) || (swiglu && out_f32)) return -1;
     if (m == 0 || n == 0) return 0;
+#ifdef HETERO_AMX
+    if (bf16_linear_amx_granted())  /* the AMX variant, once the kernel granted the tiles: every shape */
+        return bf16_linear_amx(x, ldx, packed, bias, y, ldy, m, n, k, out_f32, swiglu, num_threads);
+#endif
     float *widened = NULL;  /* x in fp32, for the passes that widen (a pass reads each row many times) */
     if (WIDENS_INPUT && k > 0) {
         widened = malloc((size_t)(m * k) * sizeof(float));

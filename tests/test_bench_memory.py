@@ -1,0 +1,24 @@
+"""``hetero bench``'s resident-memory figures: a process's VmRSS, and a process group's summed."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from hetero_bench import memory
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def test_this_process_has_a_resident_size_and_its_group_at_least_as_much():
+    own = memory.process_rss_mb()
+    assert own is not None and own > 1
+    assert memory.group_rss_mb(os.getpgrp()) >= own
+
+
+def test_what_cannot_be_read_is_none(tmp_path, monkeypatch):
+    assert memory.process_rss_mb(2**30) is None
+    monkeypatch.setattr(memory, "PROC", tmp_path)
+    assert memory.group_rss_mb(os.getpgrp()) is None
