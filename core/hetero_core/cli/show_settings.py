@@ -67,11 +67,11 @@ def settings_command(args: argparse.Namespace) -> int:
 
 def auto_dtype(executor: str, options: dict) -> str:
     """What ``dtype = "auto"`` becomes, where that is known without starting the executor: the torch
-    executor on a CPU without native bf16 computes in float32 (``model/cpu/compute_dtype.py``)."""
+    executor on a CPU without native bf16 has no other candidate than float32 (``torch_auto_dtype``)."""
     from hetero_core.model.cpu.cpu_info import NATIVE_BF16_CPU_FLAGS, cpu_flags
 
     if executor == "torch" and options.get("device") == "cpu" and not cpu_flags().intersection(NATIVE_BF16_CPU_FLAGS):
         return f"float32: this CPU has no native bf16 ({' / '.join(NATIVE_BF16_CPU_FLAGS)})"
-    return ("decided when the executor starts (torch on a CPU: bfloat16 where it computes bf16 natively and "
-            "faster, measured once; float32 otherwise)" if executor == "torch"
+    return ("decided when the executor starts (torch on a CPU: float32 or bfloat16, whichever runs the "
+            "model's own steps faster, timed once and kept in cpu_dtype_choice.json)" if executor == "torch"
             else "decided when the executor starts")
