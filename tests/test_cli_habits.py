@@ -56,6 +56,20 @@ def test_settings_shows_each_seam_and_its_plugin():
     assert data["seams"]["structured_output"]["name"] == "xgrammar" and data["seams"]["kv_allocator"]["plugin"] == "core"
 
 
+
+def test_settings_show_the_dtype_the_executor_gets(monkeypatch):
+    from hetero_core.cli import show_settings
+
+    data = json.loads(hetero("settings", "--executor", "torch", "--dtype", "bfloat16", "--json").stdout)
+    assert data["seams"]["executor"]["options"]["dtype"] == "bfloat16" and "dtype" not in data["seams"]["executor"]
+    monkeypatch.setattr("hetero_core.model.cpu.cpu_info.cpu_flags", lambda: frozenset({"avx2"}))
+    assert show_settings.auto_dtype("torch", {"device": "cpu"}).startswith("float32: this CPU has no native bf16")
+    monkeypatch.setattr("hetero_core.model.cpu.cpu_info.cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert show_settings.auto_dtype("torch", {"device": "cpu"}).startswith("decided when the executor starts")
+    assert show_settings.auto_dtype("cuda", {}) == "decided when the executor starts"
+    text = hetero("settings", "--executor", "torch").stdout
+    assert '    dtype = "auto"  # ' in text
+
 @pytest.mark.parametrize("args, message", [
     (["run", "--executor", "mock", ""], "hetero: error: the prompt is empty; give some text"),
     (["run", "--executor", "mock", "a", "  "], "hetero: error: prompt 2 is empty; give some text"),

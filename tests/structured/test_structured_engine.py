@@ -103,3 +103,18 @@ def test_once_constrained_requests_end_or_abort_steps_carry_no_bitmask(make_mock
     seen.clear()
     engine.generate(["plain"], SamplingParams(max_tokens=3))
     assert seen and not any(seen)
+
+
+def test_vllm_backend_and_whitespace_pattern_do_what_they_say(make_mock_engine):
+    engine = make_mock_engine()
+    for backend in (None, "auto", "xgrammar", "xgrammar:disable-any-whitespace"):
+        guided = GuidedDecodingParams(choice=["yes", "no"], backend=backend)
+        [out] = engine.generate(["x"], SamplingParams(max_tokens=5, guided_decoding=guided))
+        assert out.text in ("yes", "no"), backend
+    refused = [("outlines", "backend 'outlines' is not this engine's: it uses 'xgrammar'"),
+               (None, "whitespace_pattern is not supported by xgrammar")]
+    for backend, message in refused:
+        guided = GuidedDecodingParams(json={"type": "object"}, backend=backend,
+                                      whitespace_pattern=None if backend else r"[ ]?")
+        [out] = engine.generate(["x"], SamplingParams(max_tokens=5, guided_decoding=guided))
+        assert message in out.error

@@ -6,7 +6,9 @@ Two formats, detected from the file's first valid line:
   ``true`` with ``top_logprobs``), ``priority`` and ``tenant``; ``id`` defaults to the line number.
 - OpenAI's Batch API (as vLLM's ``run-batch`` reads it): ``{"custom_id", "method": "POST", "url":
   "/v1/completions" | "/v1/chat/completions", "body": {...}}``; the body is validated by the
-  server's own request models.
+  server's own request models and converted as the server converts it (sampling fields and extras,
+  ``response_format`` / ``guided_*``, ``tools`` / ``tool_choice``); a prompt's ``n`` (or ``best_of``)
+  completions are one engine request, ``SamplingParams(n=...)``, sharing the prompt's KV blocks.
 
 Every line is read by one bounded decoder (``batch_json.decode_line``). A malformed line becomes a
 ``Malformed`` entry (line number, reason, and its id when it has a valid one): it is never run; it
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import reprlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,7 +39,7 @@ class BatchRequest:
 
     line_number: int
     id: Any  # the id results are written under: native ``id`` or OpenAI ``custom_id``
-    choices: list[tuple[Any, SamplingParams]]
+    choices: list[tuple[Any, SamplingParams]]  # one per prompt; its params' n completions share it
     priority: int = 0
     tenant: str | None = None
     url: str | None = None  # OpenAI format: the endpoint the body was meant for
@@ -68,9 +70,10 @@ def id_key(value: Any) -> str:
 
 
 def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, chat: bool, max_model_len: int,
-                    count_tokens=None) -> BatchFile:
+                    count_tokens=None, tokenizer=None) -> BatchFile:
     """Parse every line. ``chat``: send a native string prompt through the chat template.
-    ``count_tokens(prompt)``: the prompt's length, to fit an OpenAI chat body's default max_tokens."""
+    ``count_tokens(prompt)``: the prompt's length, to fit an OpenAI chat body's default max_tokens.
+    ``tokenizer``: renders an OpenAI chat body with vLLM's chat-template extras (``chat_prompt``)."""
     batch = BatchFile(format="")
     seen: dict[str, int] = {}
     for number, text in enumerate(lines, start=1):
@@ -84,7 +87,7 @@ def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, c
             batch.format = batch.format or (OPENAI if "custom_id" in value or "body" in value else NATIVE)
             line_id = _line_id(batch.format, value, number)
             if batch.format == OPENAI:
-                request = _openai_request(number, value, defaults, max_model_len, count_tokens)
+                request = _openai_request(number, value, defaults, max_model_len, count_tokens, tokenizer)
             else:
                 request = _native_request(number, value, defaults, chat)
         except (InvalidRequestError, ValueError, TypeError, ArithmeticError) as exc:
@@ -184,11 +187,13 @@ def _chat_style_logprobs(sampling: dict) -> dict:
 
 
 def _openai_request(number: int, value: dict, defaults: SamplingParams, max_model_len: int,
-                    count_tokens) -> BatchRequest:
+                    count_tokens, tokenizer) -> BatchRequest:
     from pydantic import ValidationError
 
-    from hetero_core.openai_api.convert import choice_params, sampling_params
+    from hetero_core.openai_api.convert import sampling_params
     from hetero_core.openai_api.protocol import ChatCompletionRequest, CompletionRequest
+    from hetero_core.openai_api.chat_prompt import chat_prompt
+    from hetero_core.openai_api.tools import tool_mode, with_tool_grammar
 
     custom_id = value.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
@@ -206,14 +211,18 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
         raise InvalidRequestError(f"invalid body for {url}: {problems}") from None
     if body.stream:
         raise InvalidRequestError("'stream' must be false in a batch file (each answer is written whole)")
+    best_of = None
     if model is CompletionRequest:
-        if body.best_of is not None and body.best_of != body.n:
-            raise InvalidRequestError("best_of must equal n (ranking candidates is not supported)")
+        best_of = body.best_of
+        if best_of is not None and best_of < body.n:
+            raise InvalidRequestError(f"best_of ({best_of}) must be at least n ({body.n})")
         prompts, max_tokens, num_logprobs = body.prompts, body.max_tokens, body.logprobs
-    else:
-        prompts, max_tokens = [[m.as_dict() for m in body.messages]], body.max_completion_tokens or body.max_tokens
-        num_logprobs = body.num_logprobs
-    base = sampling_params(body, defaults, max_tokens, num_logprobs)
+    else:  # tools as the server offers them: in the prompt, and required / named enforced by a grammar
+        mode = tool_mode(body)
+        prompts, max_tokens = [chat_prompt(body, mode, tokenizer)], body.max_completion_tokens or body.max_tokens
+        body, num_logprobs = with_tool_grammar(body, mode), body.num_logprobs
+    # n completions of a prompt are one engine request (SamplingParams.n): they share its KV blocks
+    base = replace(sampling_params(body, defaults, max_tokens, num_logprobs), n=body.n, best_of=best_of)
     choices = []
     for prompt in prompts:
         params = base
@@ -221,5 +230,5 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
             room = max_model_len - count_tokens(prompt)
             if 0 < room < params.max_tokens:
                 params = SamplingParams.from_dict({**asdict(params), "max_tokens": room})
-        choices += [(prompt, choice_params(params, i)) for i in range(body.n)]
+        choices.append((prompt, params))
     return BatchRequest(number, custom_id, choices, body.priority or 0, body.user, url, body)

@@ -12,6 +12,7 @@ line's record has the same fields (the id null when the line has no valid one), 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from hetero_core.batch.input_file import NATIVE, BatchRequest, Malformed
@@ -24,7 +25,16 @@ def result_record(batch_format: str, request: BatchRequest, outputs: list, model
     request asked for logprobs)."""
     if batch_format == NATIVE:
         return _native(request, outputs[0], tokenizer)
+    outputs = [one for output in outputs for one in completions(output)]
     return _openai(request, outputs, model_name, [_logprobs(output, tokenizer) for output in outputs])
+
+
+def completions(output) -> list:
+    """A request's output as one output per completion (``SamplingParams(n=...)``), in order."""
+    if output.error is not None or len(getattr(output, "outputs", ())) < 2:
+        return [output]
+    return [replace(output, output_token_ids=c.token_ids, text=c.text, logprobs=c.logprobs,
+                    finish_reason=c.finish_reason, outputs=[c]) for c in output.outputs]
 
 
 def malformed_record(batch_format: str, bad: Malformed) -> dict[str, Any]:
@@ -89,6 +99,7 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
         CompletionChoice,
         CompletionResponse,
     )
+    from hetero_core.openai_api.tools import answer, tool_call_out, tool_mode
 
     request_id = f"hetero-batch-{uuid.uuid4().hex}"
     failed = [o for o in outputs if o.error is not None]
@@ -106,9 +117,13 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
         body = CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
                                   usage=usage(outputs, n))
     else:
-        choices = [ChatChoice(index=i, message=ChatMessageOut(content=o.text), finish_reason=finish_reason(o),
-                              logprobs=None if lp is None else chat_logprobs(lp))
-                   for i, (o, lp) in enumerate(zip(outputs, logprobs))]
+        mode = tool_mode(request.body)
+        choices = []
+        for i, (o, lp) in enumerate(zip(outputs, logprobs)):
+            content, calls = answer(o.text, request.body, mode)  # the server's tool-call parsing
+            message = ChatMessageOut(content=content, tool_calls=[tool_call_out(c) for c in calls])
+            choices.append(ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else finish_reason(o),
+                                      logprobs=None if lp is None else chat_logprobs(lp)))
         body = ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
                                       usage=usage(outputs, n))
     data = body.model_dump(mode="json", exclude_none=True)

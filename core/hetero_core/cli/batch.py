@@ -78,7 +78,7 @@ def batch_command(args: argparse.Namespace) -> int:
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
         batch = read_batch_file(lines, params, chat=chat, max_model_len=llm.engine.max_model_len,
-                                count_tokens=_token_counter(llm.engine.tokenizer))
+                                count_tokens=_token_counter(llm.engine.tokenizer), tokenizer=llm.engine.tokenizer)
         for bad in batch.malformed:
             print(f"hetero: {args.input_file}:{bad.line_number}: skipped: {bad.reason}", file=sys.stderr)
         pending = [r for r in batch.requests if r.key not in done]
@@ -148,14 +148,14 @@ class BatchRunner:
 
     def _write(self, request, outputs: list, out, progress) -> int:
         from hetero_core.batch.input_file import show
-        from hetero_core.batch.results import result_record
+        from hetero_core.batch.results import completions, result_record
 
         out.write(result_record(self.format, request, outputs, self.model_name, self.engine.tokenizer))
         failed = [o for o in outputs if o.error is not None]
         if failed:
             print(f"hetero: line {request.line_number} (id {show(request.id)}) failed: {failed[0].error}",
                   file=self.err)
-        progress.update(1, sum(len(o.output_token_ids) for o in outputs))
+        progress.update(1, sum(len(c.output_token_ids) for o in outputs for c in completions(o)))
         return 1 if failed else 0
 
 

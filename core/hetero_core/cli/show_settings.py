@@ -18,7 +18,7 @@ def add_settings_command(commands, *, with_arguments: bool = True) -> None:
 
 
 def settings_command(args: argparse.Namespace) -> int:
-    from hetero_core.builder import check_allow_list
+    from hetero_core.builder import check_allow_list, executor_dtype
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.plugin_system.seams import SEAM_TABLE
 
@@ -38,9 +38,14 @@ def settings_command(args: argparse.Namespace) -> int:
             seams[seam.name] = {"name": name, "plugin": None, "note": str(exc)}
             continue
         dist, version = dists.get(component.plugin, (None, None))
-        options = component.validate_options(getattr(settings, seam.name).section(name))
+        section = getattr(settings, seam.name).section(name)
+        if seam.name == "executor" and settings.dtype is not None:  # as the builder applies it
+            section = {**section, "dtype": executor_dtype(component, settings.dtype)}
+        options = component.validate_options(section)
         seams[seam.name] = {"name": name, "plugin": component.plugin, "distribution": dist, "version": version,
                             "options": json.loads(options.model_dump_json()) if options is not None else None}
+        if seam.name == "executor" and (seams[seam.name]["options"] or {}).get("dtype") == "auto":
+            seams[seam.name]["dtype"] = auto_dtype(name, seams[seam.name]["options"])
     values = json.loads(settings.model_dump_json())
     if args.json:
         print(json.dumps({"seams": seams, "settings": values}, indent=2))
@@ -51,9 +56,22 @@ def settings_command(args: argparse.Namespace) -> int:
         note = f"  # {info['note']}" if info.get("note") else ""
         print(f"  {seam} = {info['name']}: {where if info['plugin'] else 'unavailable'}{note}")
         for key, value in (info.get("options") or {}).items():
-            print(f"    {key} = {json.dumps(value)}")
+            resolved = f"  # {info['dtype']}" if key == "dtype" and info.get("dtype") else ""
+            print(f"    {key} = {json.dumps(value)}{resolved}")
     print("settings:")
     for key, value in values.items():
         if key not in seams:
             print(f"  {key} = {json.dumps(value)}")
     return 0
+
+
+def auto_dtype(executor: str, options: dict) -> str:
+    """What ``dtype = "auto"`` becomes, where that is known without starting the executor: the torch
+    executor on a CPU without native bf16 has no other candidate than float32 (``torch_auto_dtype``)."""
+    from hetero_core.model.cpu.cpu_info import NATIVE_BF16_CPU_FLAGS, cpu_flags
+
+    if executor == "torch" and options.get("device") == "cpu" and not cpu_flags().intersection(NATIVE_BF16_CPU_FLAGS):
+        return f"float32: this CPU has no native bf16 ({' / '.join(NATIVE_BF16_CPU_FLAGS)})"
+    return ("decided when the executor starts (torch on a CPU: float32 or bfloat16, whichever runs the "
+            "model's own steps faster, timed once and kept in cpu_dtype_choice.json)" if executor == "torch"
+            else "decided when the executor starts")

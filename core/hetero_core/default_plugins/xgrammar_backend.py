@@ -53,6 +53,10 @@ class XGrammarBackend:
 
     def compile(self, params: GuidedDecodingParams):
         compiler, kind = self._compiler, params.kind
+        if params.whitespace_pattern is not None:
+            raise InvalidRequestError(
+                "guided_decoding whitespace_pattern is not supported by xgrammar: leave it None (JSON is "
+                "compact; the option [structured_output.xgrammar] any_whitespace = true allows any whitespace)")
         try:
             if kind in ("json", "json_object"):  # json_object: OpenAI's JSON mode asks for an object
                 schema = params.json if kind == "json" else '{"type": "object"}'

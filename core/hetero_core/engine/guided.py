@@ -25,8 +25,8 @@ class GuidedDecodingParams:
     choice: tuple[str, ...] | list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
-    backend: str | None = None  # accepted for vLLM compatibility; the engine's backend is a setting
-    whitespace_pattern: str | None = None  # accepted for vLLM compatibility; compact JSON is used
+    backend: str | None = None  # vLLM's: None, "auto" or the engine's backend (a setting); another is refused
+    whitespace_pattern: str | None = None  # vLLM's: for backends that take one (xgrammar refuses it)
 
     def __post_init__(self) -> None:
         given = [k for k in KINDS if getattr(self, k) not in (None, False)]

@@ -39,7 +39,7 @@ def apply_token_constraints(scores: torch.Tensor, rows: Sequence, eos_token_id: 
         params, output = rows[i].params, rows[i].output_token_ids
         banned[i] += banned_words(params.bad_words_token_ids, output)
         if len(output) < params.min_tokens:
-            banned[i] += list(params.stop_token_ids)
+            banned[i] += [t for t in params.stop_token_ids if t < vocab_size]  # others cannot be sampled
             if eos_token_id is not None and not params.ignore_eos:
                 banned[i].append(eos_token_id)
         for token_id, bias in params.logit_bias or ():

@@ -106,8 +106,11 @@ def _bias_pairs(value: Any) -> tuple[tuple[int, float], ...] | None:
         if not (isinstance(item, (list, tuple)) and len(item) == 2):
             return None
         key, bias = item
-        if isinstance(key, str) and key.strip().lstrip("-").isdigit():
-            key = int(key)
+        if isinstance(key, str) and key.strip().lstrip("-").isdecimal():  # isdigit would take "²"
+            try:
+                key = int(key)
+            except ValueError:  # beyond Python's 4,300-digit limit
+                return None
         if not _is_int(key) or not isinstance(bias, numbers.Real) or isinstance(bias, bool):
             return None
         try:

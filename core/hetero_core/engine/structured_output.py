@@ -93,7 +93,14 @@ class StructuredOutput:
             return self._backend
 
     def compile(self, params: GuidedDecodingParams) -> Any:
-        """The compiled grammar for ``params`` (cached); InvalidRequestError if it cannot be compiled."""
+        """The compiled grammar for ``params`` (cached); InvalidRequestError if it cannot be compiled, or
+        if it names another backend (vLLM's per-request ``backend``: here the setting chooses)."""
+        asked = params.backend
+        if asked is not None and asked != "auto" and asked.split(":")[0] != self.name:
+            raise InvalidRequestError(
+                f"guided_decoding backend {asked!r} is not this engine's: it uses {self.name!r} (the "
+                "structured_output setting chooses it for every request); leave backend None, 'auto' or "
+                f"{self.name!r}")
         with self._lock:
             if params in self._cache:
                 self._cache.move_to_end(params)

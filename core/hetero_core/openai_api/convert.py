@@ -39,6 +39,7 @@ def sampling_params(body: SamplingFields, defaults: SamplingParams, max_tokens: 
         logprobs=logprobs,
         seed=d.seed if body.seed is None else body.seed,
         guided_decoding=guided_decoding(body),
+        **body.sampling_extras(),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from hetero_core.openai_api.extras import SamplingExtras
 from hetero_core.openai_api.request_model import RequestModel
 from hetero_core.openai_api.tool_protocol import (
     NamedToolChoice,
@@ -63,7 +64,7 @@ class GuidedFields(RequestModel):
     guided_grammar: str | None = Field(None, min_length=1)
 
 
-class SamplingFields(GuidedFields):
+class SamplingFields(GuidedFields, SamplingExtras):
     """Fields completions and chat share; ``None`` means the server's default."""
 
     model: str | None = None
@@ -160,7 +161,9 @@ class ChatMessage(RequestModel):
         return "".join(part.text for part in content) if isinstance(content, list) else content or ""
 
     def as_dict(self) -> dict[str, str]:
-        return {"role": "system" if self.role == "developer" else self.role, "content": self.text}
+        """The message as the chat template takes it (``name`` too, for templates that show it)."""
+        message = {"role": "system" if self.role == "developer" else self.role, "content": self.text}
+        return message if self.name is None else {**message, "name": self.name}
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -172,6 +175,8 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    add_generation_prompt: bool = True  # vLLM's chat-template extras (openai_api/chat_prompt.py)
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @property
     def num_logprobs(self) -> int | None:

@@ -156,8 +156,14 @@ def answer(text: str, body: ChatCompletionRequest, mode: str | None) -> tuple[st
     if mode in ("named", "required"):
         return None, calls_from_json(text, body, mode)
     if mode == "auto":
-        return parse_tool_calls(text)
+        return auto_calls(text, body)
     return text, []
+
+
+def auto_calls(text: str, body: ChatCompletionRequest) -> tuple[str | None, list[Call]]:
+    """``tool_choice = "auto"``: the calls in free text; only the first with ``parallel_tool_calls`` false."""
+    content, calls = parse_tool_calls(text)
+    return content, calls if body.parallel_tool_calls else calls[:1]
 
 
 def tool_call_out(call: Call) -> ToolCallOut:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -29,7 +30,8 @@ from hetero_core.openai_api.protocol import (
 )
 from hetero_core.server.state import ServerState, get_state
 from hetero_core.server.tool_stream import ToolCallStream
-from hetero_core.openai_api.tools import answer, chat_messages, tool_call_out, tool_mode, with_tool_grammar
+from hetero_core.openai_api.chat_prompt import chat_prompt
+from hetero_core.openai_api.tools import answer, tool_call_out, tool_mode, with_tool_grammar
 
 router = APIRouter()
 
@@ -42,10 +44,10 @@ async def create_chat_completion(request: Request):
     state.check_model(body.model)
     request_id = state.new_request_id("chatcmpl")
     mode = tool_mode(body)
-    messages = chat_messages(body, mode)
+    prompt = await asyncio.to_thread(chat_prompt, body, mode, state.llm.engine.tokenizer)
     body = with_tool_grammar(body, mode)
     max_tokens = body.max_completion_tokens or body.max_tokens
-    generation, _, results = await run_choices(request, state, body, request_id, [messages], max_tokens,
+    generation, _, results = await run_choices(request, state, body, request_id, [prompt], max_tokens,
                                                body.num_logprobs)
     if results is None:
         return EventStream(_events(state, body, request_id, generation, mode), generation)

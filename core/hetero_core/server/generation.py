@@ -131,17 +131,20 @@ async def collect(generation: Generation, num_choices: int) -> list[ChoiceResult
 
 
 async def run_choices(request: Request, state, body, request_id: str, prompts: list, max_tokens: int | None,
-                      num_logprobs: int | None) -> tuple[Generation, int, list[ChoiceResult] | None]:
-    """Submit every choice (``n`` per prompt) of an endpoint's request and wait for their first deltas;
-    returns the generation, its number of choices and, unless the request streams, their results."""
-    reservation = state.choices.reserve(len(prompts), body.n)  # 400 / 429 here, before any engine work
+                      num_logprobs: int | None, num_per_prompt: int | None = None,
+                      ) -> tuple[Generation, int, list[ChoiceResult] | None]:
+    """Submit every choice (``num_per_prompt`` per prompt, default ``n``; more for ``best_of``) of an
+    endpoint's request and wait for their first deltas; returns the generation, its number of choices
+    and, unless the request streams, their results."""
+    num_per_prompt = num_per_prompt or body.n
+    reservation = state.choices.reserve(len(prompts), num_per_prompt)  # 400 / 429 here, before any engine work
     try:
-        specs = state.choice_specs(body, prompts, max_tokens, num_logprobs)
+        specs = state.choice_specs(body, prompts, max_tokens, num_logprobs, num_per_prompt)
     except BaseException:
         reservation.release()
         raise
     generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user,
-                            reservation=reservation, num_per_prompt=body.n)
+                            reservation=reservation, num_per_prompt=num_per_prompt)
     await until_disconnected(request, generation.start(), generation)
     if body.stream:
         return generation, len(specs), None

@@ -35,11 +35,12 @@ class ServerState:
         return f"{prefix}-{uuid.uuid4().hex[:12]}{next(self._ids)}"
 
     def choice_specs(self, body: SamplingFields, prompts: list, max_tokens: int | None,
-                     logprobs: int | None) -> list[ChoiceSpec]:
-        """``n`` choices per prompt; choice i > 0 of a seeded request gets seed + i (distinct, reproducible)."""
+                     logprobs: int | None, num_per_prompt: int | None = None) -> list[ChoiceSpec]:
+        """``num_per_prompt`` (default ``n``) choices per prompt; choice i > 0 of a seeded request gets
+        seed + i (distinct, reproducible)."""
         base = self.sampling_params(body, max_tokens, logprobs)
         return [ChoiceSpec(prompt, choice_params(base, i), fit_max_tokens=max_tokens is None)
-                for prompt in prompts for i in range(body.n)]
+                for prompt in prompts for i in range(num_per_prompt or body.n)]
 
     def sampling_params(self, body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         return sampling_params(body, self.default_params, max_tokens, logprobs)

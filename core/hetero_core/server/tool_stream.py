@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatDelta
 from hetero_core.openai_api.tool_protocol import FunctionCallDelta, ToolCallDelta
-from hetero_core.openai_api.tools import OPEN, Call, calls_from_json, new_call_id, parse_tool_calls
+from hetero_core.openai_api.tools import OPEN, Call, auto_calls, calls_from_json, new_call_id
 
 
 class ToolCallStream:
@@ -48,7 +48,7 @@ class ToolCallStream:
         if self.mode == "required":
             calls, content = calls_from_json(self.held, self.body, self.mode), None
         else:
-            content, calls = parse_tool_calls(self.held)
+            content, calls = auto_calls(self.held, self.body)
             content = content if calls else self.held
         deltas = [ChatDelta(content=content)] if content else []
         for call in calls:

@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 
 from hetero_core.model.cpu.bf16_speed import bf16_is_faster
-from hetero_core.model.cpu.cpu_info import cpu_flags
+from hetero_core.model.cpu.cpu_info import NATIVE_BF16_CPU_FLAGS, cpu_flags
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # the flags of a CPU that computes bf16 natively
 
 
 @cache
