@@ -104,11 +104,21 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             max_model_len=settings.max_model_len,
             default_params=default_sampling_params(settings),
             sampler_seed=settings.seed,
+            async_scheduling=use_async_scheduling(settings, executor, executor_c.name),
         )
     except BaseException:
         if callable(getattr(executor, "shutdown", None)):  # one without it is what check_components refuses
             executor.shutdown()
         raise
+
+
+def use_async_scheduling(settings: HeteroSettings, executor, executor_name: str) -> bool:
+    """The setting, or the executor's preference (its ``async_scheduling`` attribute; False without one)."""
+    preferred = getattr(executor, "async_scheduling", False) is True
+    chosen = preferred if settings.async_scheduling is None else settings.async_scheduling
+    log.info("engine.async_scheduling", enabled=chosen, executor=executor_name, executor_prefers=preferred,
+             source="executor" if settings.async_scheduling is None else "settings")
+    return chosen
 
 
 def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:
