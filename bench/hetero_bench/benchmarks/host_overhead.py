@@ -8,25 +8,28 @@ per step (every step's wall time less the executor's), per running sequence per 
 it puts on throughput (output tokens per second of engine time: what a device with free steps would
 reach), and the split by phase (``engine.timings``: schedule, build batch, postprocess, outputs).
 
-``--step-time`` models a GPU: the executor sleeps that long per step, and the wall time per step is
-compared with async scheduling off and on (the next step scheduled while the device runs). Rounds
-alternate the modes; medians are reported. On an engine without phase timings (an older checkout)
-the phases print as "-" and the engine time is measured around the executor.
+Every run is a fresh process (``host_overhead_run``). ``--baseline DIR`` (a checkout of an older
+Hetero, or its ``core/``) runs the same workload on that engine in alternate rounds (baseline, this,
+baseline, this, ...) and reports the median per-round speedup. ``--step-time`` models a GPU: the
+executor sleeps that long per step, and the wall time per step is compared with async scheduling
+off and on (the next step scheduled while the device runs), also in alternate rounds.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
-import time
+import sys
+from pathlib import Path
 
+from hetero_core import HeteroError
+
+from hetero_bench.host_overhead_run import PHASES, measure_in
 from hetero_bench.options import non_negative_float, positive_int
 from hetero_bench.report import Column, Panel, Report, Table
 
 SUMMARY = "the engine's own time per step at 32-1024 sequences (null executor), and overlap with a device"
 NEEDS = "hetero-plugins-mock"
-PHASES = ("schedule", "build_batch", "postprocess", "outputs")
 TARGETS = "targets (2-core machine): <= 2.5 ms per step at 256 sequences (>= 100k tok/s), <= 10 µs/seq/step at 1024"
 
 
@@ -35,89 +38,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="running sequences to measure (default: 32 256 1024)")
     parser.add_argument("--output-tokens", type=positive_int, default=128, help="per request (default: 128)")
     parser.add_argument("--rounds", type=positive_int, default=3, help="runs per setting; medians (default: 3)")
-    parser.add_argument("--step-time", type=non_negative_float, default=2.0, metavar="MS",
-                        help="simulated device milliseconds per step for the overlap rows (0: none; default: 2)")
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="a checkout of another Hetero (or its core/) to measure in alternate rounds")
+    parser.add_argument("--step-time", type=non_negative_float, default=0.0, metavar="MS",
+                        help="simulated device milliseconds per step: adds rows with async scheduling off "
+                             "and on (default: 0, none)")
     parser.add_argument("--seed", type=int, default=0, help="the prompts' random seed (default: 0)")
 
 
-def measure(num_seqs: int, output_tokens: int, seed: int, step_time: float = 0.0,
-            async_scheduling: bool | None = None) -> dict:
-    """One run to the end; the engine's time and the phases, summed over the steps."""
-    from hetero_core import LLM, SamplingParams
-
-    settings = dict(max_batch_size=num_seqs, max_num_seqs=num_seqs, max_num_blocks=32 * num_seqs,
-                    max_total_tokens=256 * num_seqs, enable_prefix_caching=False)
-    if async_scheduling is not None:
-        settings["async_scheduling"] = async_scheduling
-    llm = LLM(executor={"name": "null", "null": {"step_time": step_time}}, **settings)
-    engine = llm.engine
-    rng = random.Random(seed)
-    params = SamplingParams(temperature=0, max_tokens=output_tokens, ignore_eos=True)
-    for _ in range(num_seqs):
-        prompt = [rng.randint(32, 126) for _ in range(rng.randint(100, 400))]
-        try:
-            engine.add_request(prompt, params, stream=False)
-        except TypeError:  # an engine without stream= returns every output every step
-            engine.add_request(prompt, params)
-    timed = _TimedExecutor(engine.executor)
-    engine.executor = timed
-    before = _phases(engine)
-    wall = seq_steps = num_steps = 0.0
-    try:
-        while engine.has_unfinished_requests():
-            started = time.perf_counter()
-            engine.step()
-            elapsed = time.perf_counter() - started
-            stats = engine.stats()
-            wall += elapsed
-            if stats.last_step_num_seqs:
-                num_steps += 1
-                seq_steps += stats.last_step_num_seqs
-    finally:
-        llm.shutdown()
-    phases = _phases(engine)
-    waited = phases.get("execute", timed.seconds) - before.get("execute", 0.0)
-    engine_s = wall - waited
-    row = {"num_seqs": num_seqs, "steps": int(num_steps), "wall_ms_per_step": wall / num_steps * 1e3,
-           "engine_ms_per_step": engine_s / num_steps * 1e3, "us_per_seq_step": engine_s / seq_steps * 1e6,
-           "ceiling_tok_s": num_seqs * output_tokens / engine_s}
-    for phase in PHASES:
-        row[f"{phase}_ms"] = (phases[phase] - before[phase]) / num_steps * 1e3 if phase in phases else None
-    return row
-
-
 def run(args: argparse.Namespace) -> Report:
-    rows, overlap = [], []
+    baseline = _baseline_core(args.baseline) if args.baseline else None
+    sides = {"baseline": baseline, "this": None} if baseline else {"this": None}
+    rows, comparisons, overlap = [], [], []
     for n in args.num_seqs:
-        runs = [measure(n, args.output_tokens, args.seed + r) for r in range(args.rounds)]
-        rows.append(_median_row(runs))
+        runs = {side: [] for side in sides}
+        for r in range(args.rounds):
+            for side, core in sides.items():
+                _progress(f"{n} seqs, round {r + 1}/{args.rounds}: {side}")
+                runs[side].append(measure_in(core, num_seqs=n, output_tokens=args.output_tokens, seed=args.seed + r))
+        for side in sides:
+            rows.append({"engine": side, **_median_row(runs[side])})
+        if baseline:
+            ratios = [b["engine_ms_per_step"] / t["engine_ms_per_step"] for b, t in zip(runs["baseline"], runs["this"])]
+            comparisons.append({"num_seqs": n, "speedup": statistics.median(ratios), "rounds": ratios})
         if args.step_time:
-            modes = {False: [], True: []}
-            for r in range(args.rounds):  # alternating: off, on, off, on, ...
-                for mode in modes:
-                    modes[mode].append(measure(n, args.output_tokens, args.seed + r, args.step_time / 1e3, mode))
-            off, on = _median_row(modes[False]), _median_row(modes[True])
-            overlap.append({"num_seqs": n, "step_time_ms": args.step_time, "sync_ms_per_step": off["wall_ms_per_step"],
-                            "async_ms_per_step": on["wall_ms_per_step"],
-                            "speedup": off["wall_ms_per_step"] / on["wall_ms_per_step"],
-                            "rounds": [(a["wall_ms_per_step"], b["wall_ms_per_step"])
-                                       for a, b in zip(modes[False], modes[True])]})
-    columns = [Column("num_seqs", "seqs"), Column("steps", "steps"),
+            overlap.append(_overlap(n, args))
+    columns = [Column("num_seqs", "seqs"), Column("engine", "engine"), Column("steps", "steps"),
                Column("engine_ms_per_step", "engine ms/step", ".2f"),
-               Column("us_per_seq_step", "µs/seq/step", ".2f"), Column("ceiling_tok_s", "ceiling tok/s", ",.0f"),
+               Column("us_per_seq_step", "µs/seq/step", ".2f"), Column("cpu_ms_per_step", "CPU ms/step", ".2f"), Column("ceiling_tok_s", "ceiling tok/s", ",.0f"),
                *[Column(f"{p}_ms", f"{p.replace('_', ' ')} ms", ".2f") for p in PHASES]]
     summary = [TARGETS]
+    summary += [f"{c['num_seqs']} seqs: {c['speedup']:.2f}x less engine time than the baseline (per round: "
+                + ", ".join(f"{x:.2f}" for x in c["rounds"]) + ")" for c in comparisons]
     summary += [f"overlap, {o['step_time_ms']:g} ms device time per step, {o['num_seqs']} seqs: "
                 f"{o['sync_ms_per_step']:.2f} ms/step without, {o['async_ms_per_step']:.2f} ms/step with async "
                 f"scheduling ({o['speedup']:.2f}x)" for o in overlap]
-    labels = [str(n) for n in args.num_seqs]
-    panels = [Panel("engine time per step, by phase", "ms per step", labels,
-                    {p.replace("_", " "): [r[f"{p}_ms"] for r in rows] for p in PHASES}, xlabel="running sequences")]
+    this = [r for r in rows if r["engine"] == "this"]
+    panels = [Panel("engine time per step, by phase", "ms per step", [str(r["num_seqs"]) for r in this],
+                    {p.replace("_", " "): [r[f"{p}_ms"] for r in this] for p in PHASES}, xlabel="running sequences")]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
     header = [f"workload: N requests, prompts 100-400 tokens, {args.output_tokens} output tokens, greedy, "
               f"ignore EOS; null executor; {args.rounds} round(s), medians"]
-    return Report("host-overhead", settings, Table(columns, rows), header, summary, {"overlap": overlap}, panels,
-                  title="Engine time per step (null executor)")
+    if baseline:
+        header.append(f"baseline: {baseline}")
+    return Report("host-overhead", settings, Table(columns, rows), header, summary,
+                  {"comparisons": comparisons, "overlap": overlap}, panels, title="Engine time per step (null executor)")
+
+
+def _overlap(n: int, args: argparse.Namespace) -> dict:
+    """Wall time per step with a device of ``--step-time``, async scheduling off and on (alternating)."""
+    modes = {False: [], True: []}
+    for r in range(args.rounds):
+        for mode in modes:
+            _progress(f"{n} seqs, {args.step_time:g} ms device steps, round {r + 1}/{args.rounds}: async {mode}")
+            modes[mode].append(measure_in(None, num_seqs=n, output_tokens=args.output_tokens, seed=args.seed + r,
+                                          step_time=args.step_time / 1e3, async_scheduling=mode))
+    off, on = (statistics.median(m["wall_ms_per_step"] for m in modes[k]) for k in (False, True))
+    return {"num_seqs": n, "step_time_ms": args.step_time, "sync_ms_per_step": off, "async_ms_per_step": on,
+            "speedup": off / on, "rounds": [(a["wall_ms_per_step"], b["wall_ms_per_step"])
+                                            for a, b in zip(modes[False], modes[True])]}
+
+
+def _baseline_core(path: str) -> str:
+    root = Path(path).expanduser().resolve()
+    for candidate in (root / "core", root):
+        if (candidate / "hetero_core" / "__init__.py").is_file():
+            return str(candidate)
+    raise HeteroError(f"--baseline {path}: no hetero_core/ there or in its core/; pass a checkout of Hetero "
+                      "(e.g. `git worktree add --detach /tmp/base main`)")
 
 
 def _median_row(runs: list[dict]) -> dict:
@@ -128,25 +116,5 @@ def _median_row(runs: list[dict]) -> dict:
     return row
 
 
-def _phases(engine) -> dict[str, float]:
-    timings = getattr(engine, "timings", None)
-    if timings is None:
-        return {}
-    return {p: getattr(timings, f"{p}_s") for p in (*PHASES, "execute")}
-
-
-class _TimedExecutor:
-    """The executor, with the seconds spent in ``execute`` counted (for engines without timings)."""
-
-    def __init__(self, inner) -> None:
-        self.inner, self.seconds = inner, 0.0
-
-    def execute(self, batch):
-        started = time.perf_counter()
-        try:
-            return self.inner.execute(batch)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+def _progress(text: str) -> None:
+    print(f"host-overhead: {text}", file=sys.stderr, flush=True)
