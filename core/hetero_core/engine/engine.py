@@ -52,7 +52,7 @@ from hetero_core.engine.scheduler import Scheduler
 from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
 from hetero_core.engine.step_timings import StepTimings
-from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
+from hetero_core.engine.stop_checker import check_stop_string, check_stop_token
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
 
@@ -84,6 +84,7 @@ class Engine:
         self._executor_thread: ExecutorThread | None = None  # started at the first async step
         self._running: tuple[ScheduledStep, object] | None = None  # async: the step on the thread
         self.timings = StepTimings()
+        self._texts_of, self._texts = None, {}  # _token_texts()
 
     @property
     def tokenizer(self):
@@ -327,7 +328,14 @@ class Engine:
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
             raise InvalidRequestError(reason)
-        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
+        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids, self._token_texts())
+
+    def _token_texts(self) -> dict[int, str]:
+        """The tokenizer's text of each single token decoded so far (kept per tokenizer)."""
+        tokenizer = self.tokenizer
+        if self._texts_of is not tokenizer:
+            self._texts_of, self._texts = tokenizer, {}
+        return self._texts
 
     def _queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         self._seqs[seq.request_id] = seq
@@ -393,6 +401,7 @@ class Engine:
         sequence that ended meanwhile (aborted, or stopped by the step before) is skipped."""
         tokens = iter(sampled)
         now = time.time()
+        eos_token_id = self.tokenizer.eos_token_id
         for seq, num_new, epoch, sample in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.kv_epochs,
                                                scheduled.batch.sample):
             if sample:
@@ -413,28 +422,34 @@ class Engine:
                 self._num_queued_tokens -= 1
             if seq.params.logprobs is not None:
                 seq.output_logprobs.append(logprobs)
-            self._check_stop(seq, token_id)
+            self._check_stop(seq, token_id, eos_token_id)
         self.num_steps += 1
         self.timings.num_steps += 1
         log.debug("engine.step", step=self.num_steps, num_seqs=scheduled.batch.num_seqs,
                   num_tokens=scheduled.batch.num_tokens, num_preempted=len(scheduled.preempted),
                   num_free_blocks=self.scheduler.allocator.num_free_blocks)
 
-    def _check_stop(self, seq: Sequence, token_id: int) -> None:
-        reason = check_stop_token(seq, token_id, self.tokenizer.eos_token_id)
-        if reason is not None:
-            self._finish(seq, reason=reason)
-            return
+    def _check_stop(self, seq: Sequence, token_id: int, eos_token_id: int | None) -> None:
+        """The new token's stop checks (EOS and stop ids, its text and stop strings, length)."""
+        params = seq.params
+        if token_id == eos_token_id or params.stop_token_ids:
+            reason = check_stop_token(seq, token_id, eos_token_id)
+            if reason is not None:
+                self._finish(seq, reason=reason)
+                return
         try:
             delta = self._detokenizers[seq.seq_id].add(token_id)
         except Exception as exc:  # a tokenizer that cannot decode this id fails this request alone
             self._finish(seq, error=f"the tokenizer could not decode token {token_id}: {type(exc).__name__}: {exc}")
             return
-        seq.output_text += delta
-        if check_stop_string(seq, len(delta)) is not None:
-            self._finish(seq, reason=FinishReason.STOP, keep_held_text=False)  # text after the stop is cut
-        elif check_length(seq, self.max_model_len) is not None:
-            self._finish(seq, reason=FinishReason.LENGTH)
+        if delta:
+            seq.output_text += delta
+            if params.stop and check_stop_string(seq, len(delta)) is not None:
+                self._finish(seq, reason=FinishReason.STOP, keep_held_text=False)  # text after the stop is cut
+                return
+        if (len(seq.output_token_ids) >= params.max_tokens
+                or len(seq.prompt_token_ids) + len(seq.output_token_ids) >= self.max_model_len):
+            self._finish(seq, reason=FinishReason.LENGTH)  # stop_checker.check_length, inline (per token)
 
     def _fail_unschedulable(self) -> None:
         """Nothing could be scheduled although requests wait: nothing will change, so fail them."""
