@@ -9,6 +9,7 @@ the same executor and the same timing code. Run as ``python -m hetero_bench.host
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -74,12 +75,13 @@ def measure_in(core_dir: str | None, **kwargs) -> dict:
     """``measure(**kwargs)`` in a fresh Python process; ``core_dir``: the ``core/`` to import
     ``hetero_core`` from (None: the one this process imports)."""
     import hetero_core
-    import hetero_plugins_mock
     from hetero_core import HeteroError
 
     own_core = str(Path(hetero_core.__file__).resolve().parents[1])
-    paths = [core_dir or own_core, str(Path(hetero_plugins_mock.__file__).resolve().parents[1]),
-             str(Path(__file__).resolve().parents[1])]
+    mock = importlib.util.find_spec("hetero_plugins_mock")  # the null executor's plugin (not imported here)
+    if mock is None or mock.origin is None:
+        raise HeteroError("host-overhead needs the null executor of hetero-plugins-mock: pip install ./hetero_plugins_mock")
+    paths = [core_dir or own_core, str(Path(mock.origin).resolve().parents[1]), str(Path(__file__).resolve().parents[1])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-m", "hetero_bench.host_overhead_run", json.dumps(kwargs)],
                           env=env, capture_output=True, text=True)

@@ -57,10 +57,12 @@ def run(args: argparse.Namespace) -> Report:
                 _progress(f"{n} seqs, round {r + 1}/{args.rounds}: {side}")
                 runs[side].append(measure_in(core, num_seqs=n, output_tokens=args.output_tokens, seed=args.seed + r))
         for side in sides:
-            rows.append({"engine": side, **_median_row(runs[side])})
+            rows.append({"num_seqs": n, "engine": side, **_median_row(runs[side])})
         if baseline:
             ratios = [b["engine_ms_per_step"] / t["engine_ms_per_step"] for b, t in zip(runs["baseline"], runs["this"])]
-            comparisons.append({"num_seqs": n, "speedup": statistics.median(ratios), "rounds": ratios})
+            cpu = [b["cpu_ms_per_step"] / t["cpu_ms_per_step"] for b, t in zip(runs["baseline"], runs["this"])]
+            comparisons.append({"num_seqs": n, "speedup": statistics.median(ratios), "rounds": ratios,
+                                "cpu_speedup": statistics.median(cpu), "cpu_rounds": cpu})
         if args.step_time:
             overlap.append(_overlap(n, args))
     columns = [Column("num_seqs", "seqs"), Column("engine", "engine"), Column("steps", "steps"),
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> Report:
                *[Column(f"{p}_ms", f"{p.replace('_', ' ')} ms", ".2f") for p in PHASES]]
     summary = [TARGETS]
     summary += [f"{c['num_seqs']} seqs: {c['speedup']:.2f}x less engine time than the baseline (per round: "
-                + ", ".join(f"{x:.2f}" for x in c["rounds"]) + ")" for c in comparisons]
+                + ", ".join(f"{x:.2f}" for x in c["rounds"]) + f"), {c['cpu_speedup']:.2f}x less CPU time (per round: "
+                + ", ".join(f"{x:.2f}" for x in c["cpu_rounds"]) + ")" for c in comparisons]
     summary += [f"overlap, {o['step_time_ms']:g} ms device time per step, {o['num_seqs']} seqs: "
                 f"{o['sync_ms_per_step']:.2f} ms/step without, {o['async_ms_per_step']:.2f} ms/step with async "
                 f"scheduling ({o['speedup']:.2f}x)" for o in overlap]
