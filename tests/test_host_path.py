@@ -131,3 +131,31 @@ def test_async_scheduling_is_the_executors_preference_unless_set(make_mock_engin
 
 def test_the_mock_executor_keeps_the_plain_loop_by_default(make_mock_engine):
     assert make_mock_engine().async_scheduling is False
+
+
+def test_a_step_interrupted_inside_the_executor_is_redone_by_the_next(make_mock_engine):
+    engine = make_mock_engine(max_prefill_chunk=4)
+    reference = engine.generate(["interrupt me", "and me"], greedy(6))
+    inner, calls = engine.executor, []
+
+    class InterruptsThird:
+        def execute(self, batch):
+            calls.append(batch)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return inner.execute(batch)
+
+        def __getattr__(self, name):
+            return getattr(inner, name)
+
+    engine.executor = InterruptsThird()
+    ids = [engine.add_request(p, greedy(6), stream=False) for p in ["interrupt me", "and me"]]
+    finals = {}
+    while engine.has_unfinished_requests():
+        try:
+            outputs = engine.step()
+        except KeyboardInterrupt:
+            continue
+        finals.update((o.request_id, o) for o in outputs if o.finished)
+    assert [finals[i].output_token_ids for i in ids] == [o.output_token_ids for o in reference]
+    assert len(calls) > 3

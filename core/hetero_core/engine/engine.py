@@ -47,7 +47,7 @@ from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
 from hetero_core.engine.thread_guard import ThreadGuard
 from hetero_core.engine.block_transfer import apply_block_transfers
 from hetero_core.engine.executor_thread import ExecutorThread
-from hetero_core.engine.scheduled_step import ScheduledStep, without_seqs
+from hetero_core.engine.scheduled_step import ScheduledStep, unschedule, without_seqs
 from hetero_core.engine.scheduler import Scheduler
 from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
@@ -214,6 +214,9 @@ class Engine:
             self.timings.execute_s += perf_counter() - started
             self._fail_step(scheduled, exc)
             return []
+        except BaseException:  # KeyboardInterrupt: the step did not happen; stepping again redoes it
+            unschedule(scheduled)
+            raise
         self.timings.execute_s += perf_counter() - started
         return self._complete(scheduled, output)
 

@@ -20,7 +20,7 @@ from hetero_core.engine.batch import Batch
 from hetero_core.engine.kv_allocator import SlotAllocation
 from hetero_core.engine.sequence import Sequence, SequenceStatus
 
-__all__ = ["ScheduledStep", "StepBuilder", "without_seqs"]
+__all__ = ["ScheduledStep", "StepBuilder", "unschedule", "without_seqs"]
 PREFILL, DECODE = SequenceStatus.PREFILL, SequenceStatus.DECODE
 
 
@@ -134,3 +134,20 @@ def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledSt
     batch, placeholder_rows = batches.build(rows) if keep else (None, [])
     return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
                    kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows)
+
+
+def unschedule(step: ScheduledStep) -> None:
+    """Undo what scheduling ``step`` advanced, for a step that was interrupted before it ran (its
+    blocks stay allocated and are used when the tokens are scheduled again)."""
+    if step.batch is None:
+        return
+    for seq, num_new, epoch, was_prefill, sample in zip(step.seqs, step.num_new_tokens, step.kv_epochs,
+                                                         step.batch.is_prefill, step.batch.sample):
+        if seq.status.is_done or seq.kv_epoch != epoch:
+            continue
+        seq.num_computed_tokens -= num_new
+        seq.num_inflight_tokens -= num_new
+        if sample:
+            seq.num_pending_tokens -= 1
+            if was_prefill:
+                seq.status = PREFILL
