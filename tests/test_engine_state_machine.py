@@ -316,6 +316,14 @@ TestEngineOnTheMockWithContiguousKV = ContiguousMockEngineMachine.TestCase
 TestEngineOnTheMockWithContiguousKV.settings = fuzz_settings(30, stateful_step_count=30)
 
 
+class AsyncMockEngineMachine(EngineMachine):  # async scheduling: the executor on its own thread
+    make_engine = staticmethod(lambda: build_mock_engine(async_scheduling=True, preemption_mode="swap"))
+
+
+TestEngineOnTheMockWithAsyncScheduling = AsyncMockEngineMachine.TestCase
+TestEngineOnTheMockWithAsyncScheduling.settings = fuzz_settings(30, stateful_step_count=30)
+
+
 @pytest.mark.slow
 def test_engine_on_the_real_model(smollm2_dir):
     from hetero_core.builder import build_engine
