@@ -84,7 +84,7 @@ class StepBuilder:
         end = seq.num_computed_tokens + num_new
         seq.num_computed_tokens = end
         seq.num_inflight_tokens += num_new
-        sample = end == seq.num_scheduled_tokens
+        sample = end == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens  # num_scheduled_tokens
         self.sample.append(sample)
         if sample:
             seq.num_pending_tokens += 1

@@ -214,7 +214,8 @@ class Scheduler:
         return step
 
     def _num_new_tokens(self, seq: Sequence, start: int, token_budget: int) -> int:
-        num_new = min(seq.num_scheduled_tokens - start, token_budget)
+        num_new = min(len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens - start,
+                      token_budget)  # seq.num_scheduled_tokens, inline: it runs per sequence per step
         cap = self.limits.max_prefill_chunk
         return min(num_new, cap) if cap is not None and num_new > 1 else num_new
 
