@@ -25,12 +25,12 @@ from hetero_core.engine.policy import (
     SortKeyPolicy,
     decision_problems,
 )
-from hetero_core.engine.policy_keys import SortKeys, view_of
+from hetero_core.engine.policy_keys import SortKeys
 from hetero_core.engine.sequence import Sequence
 from hetero_core.errors import ConfigError
 from hetero_core.logging import get_logger
 
-__all__ = ["Plan", "PolicyRunner", "view_of"]
+__all__ = ["Plan", "PolicyRunner"]
 log = get_logger("hetero.scheduler")
 _by_arrival = attrgetter("seq_id")
 
