@@ -119,6 +119,9 @@ class FaultyExecutor:
     def shutdown(self):
         self.inner.shutdown()
 
+    def __getattr__(self, name):  # block transfers (copy-on-write, swap) reach the inner executor
+        return getattr(self.inner, name)
+
 
 class EngineMachine(RuleBasedStateMachine):
     make_engine = None  # set by subclasses: () -> Engine (empty)
