@@ -301,18 +301,13 @@ class Scheduler:
         return self.allocator.get_computed_blocks(seq.token_ids(0, limit))
 
     def _cache_computed_blocks(self, seq: Sequence) -> None:
-        """Name ``seq``'s full blocks whose K/V a completed step wrote (asked only when one more
-        block is full than at the last call: most decode steps fill none)."""
+        """Name ``seq``'s full blocks whose K/V a completed step wrote."""
         if self.prefix_caching and seq.block_table:
-            num_full = seq.num_confirmed_tokens // self.allocator.block_size
-            if num_full > seq.num_named_blocks:
-                self.allocator.cache_blocks(seq.block_table, seq.num_confirmed_tokens, seq.token_ids)
-                seq.num_named_blocks = num_full
+            self.allocator.cache_blocks(seq.block_table, seq.num_confirmed_tokens, seq.token_ids)
 
     def _free(self, seq: Sequence) -> None:
         self.allocator.free(seq.block_table)
         seq.block_table_copy = None
-        seq.num_named_blocks = 0
 
 
 def _running_order(seq: Sequence) -> tuple[bool, object]:

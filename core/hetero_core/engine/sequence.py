@@ -64,13 +64,11 @@ class Sequence:
     stream: bool = True  # step() returns its output after every step that advanced it (else only the final one)
     # Scheduler-owned, per step: the policy's order (lower first); a cached sort key; a copy of the
     # block table that batches share until the table changes; the KV epoch (bumped when a
-    # preemption drops the cache, so that a step scheduled before it does not confirm its tokens);
-    # the full blocks of the table already named in the prefix cache.
+    # preemption drops the cache, so that a step scheduled before it does not confirm its tokens).
     rank: object = None
     policy_key: object = None
     block_table_copy: list[int] | None = None
     kv_epoch: int = 0
-    num_named_blocks: int = 0
 
     @property
     def num_prompt_tokens(self) -> int:
