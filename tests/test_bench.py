@@ -189,6 +189,7 @@ def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
 @pytest.mark.parametrize("argv, first_column", [
     (["kv-allocators", "--num-requests", "4"], "paged"),
     (["scheduler-overhead", "--num-requests", "4"], 4),
+    (["host-overhead", "--num-seqs", "4", "--rounds", "1", "--output-tokens", "3"], 4),
     (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
     (["parallel-sampling", "--executor", "mock", "--n", "2", "--prompt-tokens", "40", "--rounds", "2"],
      "SamplingParams(n=2)"),
@@ -205,6 +206,27 @@ def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, a
     assert report["benchmark"] == argv[0] and report["rows"]
     assert next(iter(report["rows"][0].values())) == first_column
     assert out.count("\n") >= 3
+
+
+def test_host_overhead_compares_with_a_baseline_checkout_and_overlaps_a_device(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[1]  # this checkout stands in for the baseline
+    path = tmp_path / "r.json"
+    code, out, err = bench(capsys, "host-overhead", "--num-seqs", "3", "--rounds", "2", "--output-tokens", "3",
+                           "--baseline", str(root), "--step-time", "1", "--json", str(path))
+    assert code == 0, err
+    report = json.loads(path.read_text())
+    assert [r["engine"] for r in report["rows"]] == ["baseline", "this"]
+    assert all(r["steps"] == 3 and r["schedule_ms"] is not None for r in report["rows"])
+    [comparison] = report["comparisons"]
+    assert len(comparison["rounds"]) == 2 and "less engine time than the baseline" in out
+    [overlap] = report["overlap"]
+    assert overlap["step_time_ms"] == 1 and len(overlap["rounds"]) == 2 and "with async scheduling" in out
+    assert "round 2/2: baseline" in err
+
+
+def test_host_overhead_baseline_must_be_a_checkout(tmp_path, capsys):
+    code, _, err = bench(capsys, "host-overhead", "--baseline", str(tmp_path))
+    assert code == 2 and "no hetero_core/ there or in its core/" in err
 
 
 def test_prefix_cache_on_the_mock_executor_hits_and_keeps_the_tokens(tmp_path, capsys):

@@ -87,9 +87,9 @@ def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
     "args, message",
     [
         (["run", "--executor", "cdua", "hi"],
-         "unknown executor 'cdua'; available: cuda, mock, torch, triton; did you mean 'cuda'?"),
+         "unknown executor 'cdua'; available: cuda, mock, null, torch, triton; did you mean 'cuda'?"),
         (["run", "--executor", "cuda", "--plugins", "mock", "hi"],
-         "unknown executor 'cuda'; available: mock, torch; plugin 'cuda' is installed but disabled by the plugins "
+         "unknown executor 'cuda'; available: mock, null, torch; plugin 'cuda' is installed but disabled by the plugins "
          "allow-list"),
         (["run", "--executor", "cdua", "--plugins", "mock", "hi"],
          "disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): bench, cuda, triton"),

@@ -119,6 +119,9 @@ class FaultyExecutor:
     def shutdown(self):
         self.inner.shutdown()
 
+    def __getattr__(self, name):  # block transfers (copy-on-write, swap) reach the inner executor
+        return getattr(self.inner, name)
+
 
 class EngineMachine(RuleBasedStateMachine):
     make_engine = None  # set by subclasses: () -> Engine (empty)
@@ -314,6 +317,36 @@ class ContiguousMockEngineMachine(EngineMachine):  # the static allocator: room 
 
 TestEngineOnTheMockWithContiguousKV = ContiguousMockEngineMachine.TestCase
 TestEngineOnTheMockWithContiguousKV.settings = fuzz_settings(30, stateful_step_count=30)
+
+
+class AsyncMockEngineMachine(EngineMachine):  # async scheduling: the executor on its own thread
+    make_engine = staticmethod(lambda: build_mock_engine(async_scheduling=True, preemption_mode="swap"))
+
+
+TestEngineOnTheMockWithAsyncScheduling = AsyncMockEngineMachine.TestCase
+TestEngineOnTheMockWithAsyncScheduling.settings = fuzz_settings(30, stateful_step_count=30)
+
+
+class NoTransfersExecutor(FaultyExecutor):
+    """Block transfers (copy-on-write, swap) raise: the steps that carry them fail."""
+
+    def __getattr__(self, name):
+        raise AttributeError(f"{type(self).__name__} has no {name}")
+
+
+class AsyncFailingTransfersMachine(AsyncMockEngineMachine):
+    def __init__(self):
+        super().__init__()
+        self.executor.__class__ = NoTransfersExecutor
+
+
+@pytest.mark.xfail(strict=False, reason="open (issue 25): with async scheduling, block transfers that fail and "
+                   "generate from several threads, hypothesis sometimes finds a request whose tokens differ from "
+                   "its solo run (not reproduced outside the threaded rule yet)")
+def test_engine_on_the_mock_with_async_scheduling_and_failing_transfers():
+    run = AsyncFailingTransfersMachine.TestCase
+    run.settings = fuzz_settings(30, stateful_step_count=30)
+    run().runTest()
 
 
 @pytest.mark.slow

@@ -180,7 +180,14 @@ def test_a_call_interrupted_in_its_thread_leaves_nothing_behind():
 def test_shutdown_ends_calls_running_in_other_threads_as_aborted():
     llm = make_llm()
     stepped = threading.Event()
-    llm.engine.executor = GatedExecutor(llm.engine.executor, lambda n: stepped.set())
+
+    def on_execute(n):  # the first step waits until shutdown queues for the lock (else 100 steps may
+        stepped.set()   # all run before this thread is scheduled again)
+        deadline = time.monotonic() + 10
+        while n == 1 and llm._shared.num_waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    llm.engine.executor = GatedExecutor(llm.engine.executor, on_execute)
     result = {}
     worker = threading.Thread(
         target=lambda: result.update(out=llm.generate("long", SamplingParams(max_tokens=100, ignore_eos=True)))

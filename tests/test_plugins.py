@@ -49,8 +49,8 @@ def test_installed_plugins_are_discovered_through_entry_points():
     for name in ("mock", "cuda", "triton"):
         assert by_name[name].distribution == f"hetero-plugins-{name}"
         assert by_name[name].version == "0.1.0"
-        assert by_name[name].components == {"executor": [name]}
-    assert plugin_set.registry.names("executor") == ["cuda", "mock", "torch", "triton"]
+        assert by_name[name].components == {"executor": [name] if name != "mock" else ["mock", "null"]}
+    assert plugin_set.registry.names("executor") == ["cuda", "mock", "null", "torch", "triton"]
 
 
 def test_autoload_can_be_switched_off(monkeypatch):
@@ -155,7 +155,7 @@ def test_a_hook_that_raises_registers_nothing(plugin_modules):
 
 def test_unknown_component_lists_the_available_names():
     plugin_set = load_plugins()
-    with pytest.raises(UnknownComponentError, match="unknown executor 'cdua'; available: cuda, mock, torch, triton"):
+    with pytest.raises(UnknownComponentError, match="unknown executor 'cdua'; available: cuda, mock, null, torch, triton"):
         plugin_set.registry.get("executor", "cdua")
 
 

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "kv-allocators": "hetero_bench.benchmarks.kv_allocators",
     "chunked-prefill": "hetero_bench.benchmarks.chunked_prefill",
     "scheduler-overhead": "hetero_bench.benchmarks.scheduler_overhead",
+    "host-overhead": "hetero_bench.benchmarks.host_overhead",
     "warm-start": "hetero_bench.benchmarks.warm_start",
     "busy-cpu": "hetero_bench.benchmarks.busy_cpu",
     "tensor-parallel": "hetero_bench.benchmarks.tensor_parallel",

@@ -107,6 +107,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             default_params=default_sampling_params(settings),
             sampler_seed=settings.seed,
             structured_output=structured_output(settings, plugins, tokenizer, executor),
+            async_scheduling=use_async_scheduling(settings, executor, executor_c.name),
         )
     except BaseException:
         if callable(getattr(executor, "shutdown", None)):  # one without it is what check_components refuses
@@ -126,6 +127,15 @@ def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, e
         return backend
 
     return StructuredOutput(create, vocab_size, component.name)
+
+
+def use_async_scheduling(settings: HeteroSettings, executor, executor_name: str) -> bool:
+    """The setting, or the executor's preference (its ``async_scheduling`` attribute; False without one)."""
+    preferred = getattr(executor, "async_scheduling", False) is True
+    chosen = preferred if settings.async_scheduling is None else settings.async_scheduling
+    log.info("engine.async_scheduling", enabled=chosen, executor=executor_name, executor_prefers=preferred,
+             source="executor" if settings.async_scheduling is None else "settings")
+    return chosen
 
 
 def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:

@@ -50,6 +50,8 @@ class Executor(Protocol):
     # Optional block transfers (``hetero_core.engine.block_transfer``): ``copy_blocks(pairs)`` copies
     # device blocks (copy-on-write for the prefix cache), ``swap_out(pairs)`` device -> CPU swap
     # blocks and ``swap_in(pairs)`` back, for swap preemption. Each pair is ``(source, destination)``.
+    # Optional ``async_scheduling`` (bool): the executor's preference for async scheduling
+    # (``execute`` then runs on the engine's executor thread while the next step is planned).
 
 
 @dataclass(frozen=True)

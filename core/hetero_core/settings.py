@@ -102,6 +102,10 @@ class HeteroSettings(BaseSettings, _SeamFields):
     enable_prefix_caching: bool = Field(True, description="reuse the KV blocks of identical prompt prefixes across requests")
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description="when KV blocks run out: recompute the victim later, or swap its blocks to CPU")
     num_swap_blocks: int = Field(256, ge=1, description="CPU swap space in KV blocks (preemption_mode = swap)")
+    async_scheduling: bool | None = Field(
+        None, description="schedule the next step while the executor runs this one, on its own thread "
+        "(None: the executor's preference, its async_scheduling attribute)"
+    )
     # Scaling out
     tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across "
                                       "(heads, MLP, vocabulary); needs an executor that supports it")

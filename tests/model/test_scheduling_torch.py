@@ -1,6 +1,6 @@
 """Scheduling invariance on a real model: a tiny random Llama through the torch executor gives the
-same greedy and seeded tokens with the prefix cache on or off, under chunked prefill, and when a tiny
-pool forces preemption by recompute or by swap."""
+same greedy and seeded tokens with the prefix cache on or off, under chunked prefill, when a tiny
+pool forces preemption by recompute or by swap, and with async scheduling."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ def test_same_tokens_with_cache_chunks_and_preemption(tiny_llama, params):
         "chunked": dict(max_prefill_chunk=5, max_total_tokens=24),
         "recompute": dict(max_num_blocks=24, memory_threshold=1.0, preemption_mode="recompute"),
         "swap": dict(max_num_blocks=24, memory_threshold=1.0, preemption_mode="swap", num_swap_blocks=64),
+        "async, chunked": dict(async_scheduling=True, max_prefill_chunk=5, max_total_tokens=24),
+        "async, swap": dict(async_scheduling=True, max_num_blocks=24, memory_threshold=1.0, preemption_mode="swap",
+                            num_swap_blocks=64),
     }
     for name, overrides in variants.items():
         if overrides is None:  # each request after the previous one: the system prompt is a hit
@@ -56,10 +59,10 @@ def test_same_tokens_with_cache_chunks_and_preemption(tiny_llama, params):
             engine = make_engine(tiny_llama, **overrides)
             got = outputs(engine, params)
         assert got == reference, name
-        if name in ("recompute", "swap"):
+        if name.endswith(("recompute", "swap")):
             stats = engine.stats()
             assert stats.num_preemptions > 0, name
-            assert (stats.num_swap_preemptions > 0) == (name == "swap")
+            assert (stats.num_swap_preemptions > 0) == name.endswith("swap")
         engine.shutdown()
 
 

@@ -114,7 +114,7 @@ class BatchRunner:
                 request_id = f"{index}-{choice}"
                 try:
                     self.engine.add_request(prompt, params, request_id, priority=request.priority,
-                                            tenant=request.tenant)
+                                            tenant=request.tenant, stream=False)
                     owner[request_id] = (index, choice)
                 except InvalidRequestError as exc:  # the engine refuses it: this request fails alone
                     outputs[index][choice] = _Refused(str(exc))

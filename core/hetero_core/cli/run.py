@@ -130,7 +130,7 @@ def print_each_when_done(engine, inputs, prompts, params, out: TextIO, **request
     ids, outputs = [], {}
     for i, prompt in enumerate(inputs):
         try:
-            ids.append(engine.add_request(prompt, params, **request))
+            ids.append(engine.add_request(prompt, params, stream=False, **request))
         except InvalidRequestError as exc:
             ids.append(None)
             outputs[i] = _Rejected(str(exc))

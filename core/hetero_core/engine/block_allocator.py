@@ -90,6 +90,15 @@ class PagedBlockAllocator:
         """Room for tokens ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``, all or
         nothing: take ``computed`` (an empty table only), copy the shared blocks those tokens will
         write, append blocks. None, with nothing changed, if it does not fit."""
+        if num_new_tokens == 1 and computed is None:  # a decode: its block is owned, or one new block
+            index = num_computed_tokens // self.block_size
+            if index < len(block_table):
+                if self._ref_counts[block_table[index]] == 1:
+                    return NO_BLOCK_COPIES
+            elif index == len(block_table) and self._free and (
+                    max_used_blocks is None or self.num_used_blocks + 1 <= max_used_blocks):
+                block_table.append(self._take_block())
+                return NO_BLOCK_COPIES
         hits = computed.block_ids if computed is not None else ()
         if hits and block_table:
             raise BlockAllocatorError("computed blocks can only start an empty block table")

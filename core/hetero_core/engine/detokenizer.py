@@ -52,11 +52,16 @@ MAX_HELD_TOKENS = 16
 class IncrementalDetokenizer:
     """Turns one request's output tokens into text deltas, one token at a time."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int], params=None) -> None:
+    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int], params=None,
+                 token_texts: dict[int, str] | None = None) -> None:
         self._decode = tokenizer.decode
         if params is not None and not params.skip_special_tokens:
             self._decode = partial(tokenizer.decode, skip_special_tokens=False,
                                    spaces_between_special_tokens=params.spaces_between_special_tokens)
+            token_texts = None  # the shared single-token texts are decoded with the defaults
+        # decode([token]) by token, shared by the requests of one tokenizer: a window's context is
+        # usually the one token handed out last, so one decode call per token instead of two
+        self._token_texts = token_texts
         self._token_ids: list[int] = list(prompt_token_ids[-INITIAL_CONTEXT_TOKENS:])
         self._read_offset = len(self._token_ids)
         self._pieces: list[str] = []
@@ -96,6 +101,12 @@ class IncrementalDetokenizer:
 
     def _decode_window(self) -> tuple[str, str]:
         decode = self._decode
+        if self._read_offset == 1 and self._token_texts is not None:
+            token_id = self._token_ids[0]
+            prefix_text = self._token_texts.get(token_id)
+            if prefix_text is None:
+                prefix_text = self._token_texts[token_id] = decode([token_id])
+            return prefix_text, decode(self._token_ids)
         return decode(self._token_ids[: self._read_offset]), decode(self._token_ids)
 
     def _advance(self, delta: str) -> str:

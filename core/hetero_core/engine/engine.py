@@ -13,6 +13,19 @@ Bookkeeping guarantees (tested by a hypothesis state machine, tests/test_engine_
   ``ExecutorDeadError``: an executor that can no longer run anything (a tensor-parallel worker died);
 - a finished request leaves nothing behind: request table, detokenizer and KV blocks are freed.
 
+Outputs: ``step()`` returns every request's final output once, and after every step that advanced
+it, the output of a request added with ``stream=True`` (the default of ``add_request``);
+``generate``, ``LLM`` and the CLI's batch paths add theirs with ``stream=False`` and get final
+outputs only, so no per-step ``RequestOutput`` is built for requests nobody reads until the end.
+
+Async scheduling (``async_scheduling=True``): the executor runs on its own thread
+(``executor_thread``) and ``step()`` schedules step N+1 while it runs step N, planning as if step N's
+sequences each got their token (``num_pending_tokens``); it then waits for step N, writes its
+sampled tokens into step N+1's batch, starts step N+1 and postprocesses step N (stop checks that
+end a request discard its token from step N+1). Outputs are the same tokens as without it (the
+executor runs the same positions of the same requests); ``step()`` returns step N's outputs, one
+call later, and ``has_unfinished_requests()`` counts the step still running.
+
 The engine is single-threaded: a second thread that calls in while another is inside gets
 ``ConcurrentEngineUseError`` (``thread_guard``) and changes nothing. ``LLM`` (generate and chat from
 several threads) and ``AsyncLLM`` (one loop thread) share an engine between threads. Checking and
@@ -26,6 +39,7 @@ import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from time import perf_counter
 
 from hetero_core.engine.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
@@ -35,16 +49,19 @@ from hetero_core.engine.processor import EngineRequest, RequestProcessor
 from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
 from hetero_core.engine.thread_guard import ThreadGuard
 from hetero_core.engine.block_transfer import apply_block_transfers
-from hetero_core.engine.scheduled_step import ScheduledStep
+from hetero_core.engine.executor_thread import ExecutorThread
+from hetero_core.engine.scheduled_step import ScheduledStep, unschedule, without_seqs
 from hetero_core.engine.scheduler import Scheduler
 from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
-from hetero_core.engine.stop_checker import check_length, check_stop_string, check_stop_token
+from hetero_core.engine.step_timings import StepTimings
+from hetero_core.engine.stop_checker import check_stop_string, check_stop_token
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.engine")
 Params = SamplingParams | dict | None
+Sampled = list[tuple[int, object, str | None]]  # (token id, logprobs, error) per sampled row
 
 __all__ = ["Engine", "Prompt"]
 
@@ -52,8 +69,9 @@ __all__ = ["Engine", "Prompt"]
 class Engine:
     def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
                  default_params: SamplingParams | None = None, sampler_seed: int | None = None,
-                 structured_output=None) -> None:
-        """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or None."""
+                 structured_output=None, async_scheduling: bool = False) -> None:
+        """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or
+        None; ``async_scheduling``: plan the next step while the executor runs this one."""
         self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
                                           structured_output)
         self.structured_output = structured_output
@@ -71,6 +89,11 @@ class Engine:
         self.num_steps = 0
         self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
         self._num_constrained = 0  # queued requests with a structured-output grammar
+        self.async_scheduling = async_scheduling
+        self._executor_thread: ExecutorThread | None = None  # started at the first async step
+        self._running: tuple[ScheduledStep, object, object] | None = None  # async: the step on the thread, its future, its bitmask
+        self.timings = StepTimings()
+        self._texts_of, self._texts = None, {}  # _token_texts()
 
     @property
     def tokenizer(self):
@@ -86,13 +109,15 @@ class Engine:
 
     # -- requests ---------------------------------------------------------------------------------
     def add_request(self, prompt: Prompt | EngineRequest, params: Params = None, request_id: str | None = None, *,
-                    priority: int = 0, tenant: str | None = None) -> str:
+                    priority: int = 0, tenant: str | None = None, stream: bool = True) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
         (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
         keeps nothing, for a request that is invalid or can never run within the engine's limits.
         ``priority`` (lower first) and ``tenant`` are read by the scheduler policy. ``prompt`` may
         be an ``EngineRequest`` from ``engine.processor`` (tokenized already, with its own params,
-        priority and tenant): then adding it does no work that grows with the prompt."""
+        priority and tenant): then adding it does no work that grows with the prompt. ``stream``:
+        step() returns the request's output after every step that advances it (False: only its
+        final output)."""
         with self.guard:
             if request_id is not None and not isinstance(request_id, str):
                 raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
@@ -102,13 +127,14 @@ class Engine:
                 request = prompt
             else:
                 request = self.processor.process(prompt, params, priority=priority, tenant=tenant)
-            return self._queue_entry(self._new_entry(request, request_id))
+            return self._queue_entry(self._new_entry(request, request_id), stream)
 
     def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
-                     priority: int = 0, tenant: str | None = None) -> list[str]:
+                     priority: int = 0, tenant: str | None = None, stream: bool = True) -> list[str]:
         """Check every request, then queue them all; return their ids in order. A request that can
         never run is queued as failed (its final output, with the error, comes from the next
-        ``step()``); anything else that goes wrong raises before any request is queued."""
+        ``step()``); anything else that goes wrong raises before any request is queued. ``stream``:
+        as for ``add_request``."""
         with self.guard:
             prompts = as_prompt_list(prompts)
             params_list = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
@@ -126,7 +152,7 @@ class Engine:
                 if isinstance(item, str):
                     ids.append(self._reject(prompt, item))
                 else:
-                    ids.append(self._queue_entry(item))
+                    ids.append(self._queue_entry(item, stream))
             return ids
 
     def abort(self, request_id: str) -> bool:
@@ -141,7 +167,9 @@ class Engine:
             return True
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_work or bool(self._parallel)  # completions of n > 1 yet to start or merge
+        """Whether requests are queued or running, a step is still running (async scheduling), or
+        completions of n > 1 are yet to start or merge."""
+        return self.scheduler.has_work or self._running is not None or bool(self._parallel)
 
     def has_request(self, request_id: str) -> bool:
         """Whether the engine holds the request: queued, running, or ended with its final output
@@ -157,25 +185,125 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Run one step; return outputs of requests that progressed or ended since the last step
-        (including those another caller's ``generate()`` ran but did not own)."""
+        """Run one step; return the final outputs of requests that ended since the last step and
+        the outputs of streamed requests that progressed (including those another caller's
+        ``generate()`` ran but did not own). With async scheduling, the step whose outputs come
+        back is the one scheduled by the call before."""
         with self.guard:
             for seq, detokenizer in self._parallel.to_queue():
                 self._queue(seq, detokenizer)
+            timings, was_running = self.timings, self._running is not None
+            started = perf_counter()
             scheduled = self.scheduler.schedule()
-            self._run(scheduled)
-            if scheduled.is_stalled:  # requests wait and nothing will ever change: fail them
-                self._fail_unschedulable()
-            outputs, self._finished_outputs = self._finished_outputs, []
-            for out in outputs:  # reported once; the engine forgets finished requests
-                self._seqs.pop(out.request_id, None)
-            outputs += [RequestOutput.from_sequence(s) for s in scheduled.seqs if not s.status.is_done]
-            outputs = self._parallel.merge(outputs)
-            if self._held_outputs:
-                held, self._held_outputs = self._held_outputs, {}
-                fresh = {o.request_id for o in outputs}
-                outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
+            build_seconds = self.scheduler.batches.take_seconds()
+            timings.build_batch_s += build_seconds
+            timings.schedule_s += perf_counter() - started - build_seconds
+            if self.async_scheduling:
+                progressed = self._step_async(scheduled)
+            else:
+                progressed = self._step_sync(scheduled)
+            if scheduled.is_stalled and not was_running and self._running is None:
+                self._fail_unschedulable()  # requests wait and nothing will ever change: fail them
+            started = perf_counter()
+            outputs = self._outputs(progressed)
+            timings.outputs_s += perf_counter() - started
             return outputs
+
+    def _step_sync(self, scheduled: ScheduledStep) -> list[Sequence]:
+        """Run the step and postprocess it; the sequences it ran."""
+        if scheduled.batch is None and not scheduled.has_transfers:
+            return []
+        started = perf_counter()
+        try:
+            apply_block_transfers(self.executor, scheduled)
+            batch = self._constrained(scheduled) if scheduled.batch is not None else None
+            output = self.executor.execute(batch) if batch is not None else None
+        except ExecutorDeadError:  # nothing can run any more (e.g. a tensor-parallel worker died)
+            raise
+        except Exception as exc:  # a failing executor fails this batch's requests, not the engine
+            self.timings.execute_s += perf_counter() - started
+            self._fail_step(scheduled, exc)
+            return []
+        except BaseException:  # KeyboardInterrupt: the step did not happen; stepping again redoes it
+            unschedule(scheduled)
+            raise
+        self.timings.execute_s += perf_counter() - started
+        return self._complete(scheduled, output, batch.token_bitmask if batch is not None else None)
+
+    def _step_async(self, scheduled: ScheduledStep) -> list[Sequence]:
+        """Finish the running step, start ``scheduled``, postprocess the finished one; the
+        sequences it ran."""
+        previous, self._running = self._running, None
+        sampled = None
+        if previous is not None:
+            step, future, bitmask = previous
+            started = perf_counter()
+            try:
+                output = future.result()
+            except ExecutorDeadError:
+                raise
+            except Exception as exc:  # fails this step's requests below, not the engine
+                output = exc
+            self.timings.execute_s += perf_counter() - started
+            if step.batch is None:  # block transfers only
+                if isinstance(output, Exception):
+                    log.error("executor.failed", num_seqs=0, error=f"{type(output).__name__}: {output}")
+                previous = None
+            else:
+                sampled = output if isinstance(output, Exception) else self._sample(step, output, bitmask)
+                if isinstance(sampled, Exception):
+                    self._fail_step(step, sampled)  # and this step runs without its sequences
+                    scheduled = without_seqs(scheduled, {s.seq_id for s in step.seqs}, self.scheduler.batches)
+                    previous = None
+                elif scheduled.placeholder_rows:
+                    _write_sampled_tokens(step, sampled, scheduled)
+        progressed: list[Sequence] = []
+        if previous is not None and self._num_constrained:
+            # grammars take the previous step's tokens before the next step's bitmask is filled: no
+            # overlap while a request of structured output runs
+            progressed = self._postprocess_timed(previous[0], sampled)
+            previous = None
+        if scheduled.batch is not None or scheduled.has_transfers:
+            if self._executor_thread is None:
+                self._executor_thread = ExecutorThread()
+            batch = self._constrained(scheduled) if scheduled.batch is not None else None
+            submitted = scheduled if batch is scheduled.batch else dataclasses.replace(scheduled, batch=batch)
+            self._running = (scheduled, self._executor_thread.submit(self.executor, submitted),
+                             batch.token_bitmask if batch is not None else None)
+        if previous is None:
+            return progressed
+        return self._postprocess_timed(previous[0], sampled)
+
+    def _postprocess_timed(self, scheduled: ScheduledStep, sampled: Sampled) -> list[Sequence]:
+        started = perf_counter()
+        self._postprocess(scheduled, sampled)
+        self.timings.postprocess_s += perf_counter() - started
+        return scheduled.seqs
+
+    def _complete(self, scheduled: ScheduledStep, output, bitmask=None) -> list[Sequence]:
+        """Sample and postprocess a step whose executor ran (sync)."""
+        if output is None:
+            return []
+        started = perf_counter()
+        sampled = self._sample(scheduled, output, bitmask)
+        if isinstance(sampled, Exception):
+            self._fail_step(scheduled, sampled)
+            return []
+        self._postprocess(scheduled, sampled)
+        self.timings.postprocess_s += perf_counter() - started
+        return scheduled.seqs
+
+    def _outputs(self, progressed: list[Sequence]) -> list[RequestOutput]:
+        outputs, self._finished_outputs = self._finished_outputs, []
+        for out in outputs:  # reported once; the engine forgets finished requests
+            self._seqs.pop(out.request_id, None)
+        outputs += [RequestOutput.from_sequence(s) for s in progressed if s.stream and not s.status.is_done]
+        outputs = self._parallel.merge(outputs)
+        if self._held_outputs:
+            held, self._held_outputs = self._held_outputs, {}
+            fresh = {o.request_id for o in outputs}
+            outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
+        return outputs
 
     def generate(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
                  priority: int = 0, tenant: str | None = None) -> list[RequestOutput]:
@@ -184,7 +312,7 @@ class Engine:
         (``add_requests``); a bad prompt fails alone (its output carries the error). Outputs of
         requests added with ``add_request`` are kept for the next ``step()`` caller."""
         with self.guard:
-            ids = self.add_requests(prompts, params, priority=priority, tenant=tenant)
+            ids = self.add_requests(prompts, params, priority=priority, tenant=tenant, stream=False)
             own, finished = set(ids), {}
             while len(finished) < len(ids):
                 if not (self.has_unfinished_requests() or self._finished_outputs):
@@ -206,7 +334,11 @@ class Engine:
         return [seq.request_id for seq in self.scheduler.running]
 
     def shutdown(self) -> None:
+        """Wait for a step still running (its outputs are dropped), then release the executor."""
         with self.guard:
+            if self._executor_thread is not None:
+                self._executor_thread.shutdown()
+                self._executor_thread = self._running = None
             self.executor.shutdown()
 
     # -- internals --------------------------------------------------------------------------------
@@ -223,12 +355,17 @@ class Engine:
         share_prompt = self.scheduler.prefix_caching and len(request.prompt_token_ids) > self.scheduler.allocator.block_size
         return ParallelRequest(request_id, request.params, children, share_prompt)
 
-    def _queue_entry(self, entry) -> str:
+    def _queue_entry(self, entry, stream: bool = True) -> str:
+        """Queue a sequence (or the first children of a ``ParallelRequest``); ``stream``: as for
+        ``add_request``, for every child."""
         if isinstance(entry, ParallelRequest):
+            for seq, _ in entry.children:
+                seq.stream = stream
             self._parallel.add(entry)
             for seq, detokenizer in entry.to_queue():
                 self._queue(seq, detokenizer)
             return entry.request_id
+        entry[0].stream = stream
         self._queue(*entry)
         return entry[0].request_id
 
@@ -255,7 +392,14 @@ class Engine:
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
             raise InvalidRequestError(reason)
-        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids, seq.params)
+        return seq, IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids, seq.params, self._token_texts())
+
+    def _token_texts(self) -> dict[int, str]:
+        """The tokenizer's text of each single token decoded so far (kept per tokenizer)."""
+        tokenizer = self.tokenizer
+        if self._texts_of is not tokenizer:
+            self._texts_of, self._texts = tokenizer, {}
+        return self._texts
 
     def _queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         self._seqs[seq.request_id] = seq
@@ -281,35 +425,34 @@ class Engine:
             request_id = f"{seq_id}-{n}"
         return request_id
 
-    def _run(self, scheduled: ScheduledStep) -> None:
-        """The step's block transfers, then its batch (a step may only carry transfers: swap-outs of
-        preemptions that made room for the next step)."""
-        try:
-            apply_block_transfers(self.executor, scheduled)
-            if scheduled.batch is None:
-                return
-            batch = self._constrained(scheduled)
-            output = self.executor.execute(batch)
-            sampled = self._next_tokens(scheduled, output, batch.token_bitmask)
-        except ExecutorDeadError:  # nothing can run any more (e.g. a tensor-parallel worker died)
-            raise
-        except Exception as exc:  # a failing executor fails this batch's requests, not the engine
-            log.exception("executor.failed", num_seqs=len(scheduled.seqs))
-            for seq in scheduled.seqs:
+    def _fail_step(self, scheduled: ScheduledStep, exc: Exception) -> None:
+        """The executor (or the sampler) failed on this step: its requests fail, nothing else."""
+        log.error("executor.failed", num_seqs=len(scheduled.seqs), error=f"{type(exc).__name__}: {exc}",
+                  exc_info=exc)
+        for seq in scheduled.seqs:
+            if not seq.status.is_done:
                 self._finish(seq, error=f"the executor failed on this request's batch: {type(exc).__name__}: {exc}")
-            return
-        self._postprocess(scheduled, sampled)
 
     def _constrained(self, scheduled: ScheduledStep):
         """The step's batch, with the token bitmask of its structured-output rows (if it has any)."""
         batch = scheduled.batch
         if not self._num_constrained:  # no work per step unless a request asks for structured output
             return batch
-        states = [s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag]
+        # a sequence that ended meanwhile (async: stopped by the step before) is not constrained
+        states = [None if s.status.is_done else s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag]
         bitmask = self.structured_output.bitmask(states)
         return batch if bitmask is None else dataclasses.replace(batch, token_bitmask=bitmask)
 
-    def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> list[tuple[int, object, str | None]]:
+    def _sample(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled | Exception:
+        """(token id, logprobs, error) for each sampled row, or what went wrong for the whole step."""
+        try:
+            return self._next_tokens(scheduled, output, bitmask)
+        except ExecutorDeadError:
+            raise
+        except Exception as exc:
+            return exc
+
+    def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled:
         """(token id, logprobs, error) for each sampled row."""
         num_rows = sum(scheduled.batch.sample)
         if output.token_ids is not None:
@@ -328,21 +471,29 @@ class Engine:
         result = self._sampler.sample(output.logits, rows, token_bitmask=bitmask)
         return [(t, lp, result.error(i)) for i, (t, lp) in enumerate(zip(result.token_ids, result.logprobs))]
 
-    def _postprocess(self, scheduled: ScheduledStep, sampled: list[tuple[int, object, str | None]]) -> None:
+    def _postprocess(self, scheduled: ScheduledStep, sampled: Sampled) -> None:
+        """The step completed: confirm its tokens, append the sampled ones and check stops. A
+        sequence that ended meanwhile (aborted, or stopped by the step before) is skipped."""
         tokens = iter(sampled)
         now = time.time()
-        for seq, num_new, sample in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.batch.sample):
-            seq.num_computed_tokens += num_new
+        eos_token_id = self.tokenizer.eos_token_id
+        for seq, num_new, epoch, sample in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.kv_epochs,
+                                               scheduled.batch.sample):
+            if sample:
+                token_id, logprobs, error = next(tokens)
+            if seq.status.is_done:
+                continue
+            if seq.kv_epoch == epoch:  # not preempted (recompute) since: the K/V it wrote stays
+                seq.num_inflight_tokens -= num_new
             if not sample:
                 continue
-            token_id, logprobs, error = next(tokens)
+            seq.num_pending_tokens -= 1
             if error is not None:
                 self._finish(seq, error=error)
                 continue
-            seq.status = SequenceStatus.DECODE
             seq.first_token_time = seq.first_token_time or now
             seq.output_token_ids.append(token_id)
-            if seq.num_output_tokens <= seq.params.max_tokens:
+            if len(seq.output_token_ids) <= seq.params.max_tokens:
                 self._num_queued_tokens -= 1
             if seq.params.logprobs is not None:
                 seq.output_logprobs.append(logprobs)
@@ -350,29 +501,36 @@ class Engine:
                 self._finish(seq, error=f"token {token_id} is not allowed by the request's guided decoding "
                                         "(an executor that returns token ids must honour Batch.token_bitmask)")
                 continue
-            self._check_stop(seq, token_id)
+            self._check_stop(seq, token_id, eos_token_id)
             if seq.grammar is not None and not seq.status.is_done and seq.grammar.is_terminated():
                 self._finish(seq, reason=FinishReason.STOP)
         self.num_steps += 1
+        self.timings.num_steps += 1
         log.debug("engine.step", step=self.num_steps, num_seqs=scheduled.batch.num_seqs,
                   num_tokens=scheduled.batch.num_tokens, num_preempted=len(scheduled.preempted),
                   num_free_blocks=self.scheduler.allocator.num_free_blocks)
 
-    def _check_stop(self, seq: Sequence, token_id: int) -> None:
-        reason = check_stop_token(seq, token_id, self.tokenizer.eos_token_id)
-        if reason is not None:
-            self._finish(seq, reason=reason)
-            return
+    def _check_stop(self, seq: Sequence, token_id: int, eos_token_id: int | None) -> None:
+        """The new token's stop checks (EOS and stop ids, its text and stop strings, length)."""
+        params = seq.params
+        if token_id == eos_token_id or params.stop_token_ids:
+            reason = check_stop_token(seq, token_id, eos_token_id)
+            if reason is not None:
+                self._finish(seq, reason=reason)
+                return
         try:
             delta = self._detokenizers[seq.seq_id].add(token_id)
         except Exception as exc:  # a tokenizer that cannot decode this id fails this request alone
             self._finish(seq, error=f"the tokenizer could not decode token {token_id}: {type(exc).__name__}: {exc}")
             return
-        seq.output_text += delta
-        if check_stop_string(seq, len(delta)) is not None:
-            self._finish(seq, reason=FinishReason.STOP, keep_held_text=False)  # text after the stop is cut
-        elif check_length(seq, self.max_model_len) is not None:
-            self._finish(seq, reason=FinishReason.LENGTH)
+        if delta:
+            seq.output_text += delta
+            if params.stop and check_stop_string(seq, len(delta)) is not None:
+                self._finish(seq, reason=FinishReason.STOP, keep_held_text=False)  # text after the stop is cut
+                return
+        if (len(seq.output_token_ids) >= params.max_tokens
+                or len(seq.prompt_token_ids) + len(seq.output_token_ids) >= self.max_model_len):
+            self._finish(seq, reason=FinishReason.LENGTH)  # stop_checker.check_length, inline (per token)
 
     def _fail_unschedulable(self) -> None:
         """Nothing could be scheduled although requests wait: nothing will change, so fail them."""
@@ -402,6 +560,16 @@ class Engine:
 def _queued_tokens(seq: Sequence) -> int:
     """A queued request's prompt plus the output tokens it may still generate (up to ``max_tokens``)."""
     return seq.num_prompt_tokens + max(0, seq.params.max_tokens - seq.num_output_tokens)
+
+
+def _write_sampled_tokens(previous: ScheduledStep, sampled: Sampled, scheduled: ScheduledStep) -> None:
+    """Write the tokens ``previous`` sampled into ``scheduled``'s placeholder rows (async). A row
+    whose token failed gets token 0: its request fails with ``previous``, and its result is dropped."""
+    sampled_seqs = [s for s, flag in zip(previous.seqs, previous.batch.sample) if flag]
+    token_of = {seq.seq_id: (token if error is None else 0) for seq, (token, _, error) in zip(sampled_seqs, sampled)}
+    batch = scheduled.batch
+    for row in scheduled.placeholder_rows:
+        batch.token_ids[batch.query_start_loc[row + 1] - 1] = token_of[scheduled.seqs[row].seq_id]
 
 
 def _token_error(token_id, vocab_size: int) -> str | None:

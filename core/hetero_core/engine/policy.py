@@ -17,8 +17,10 @@ The scheduler validates the decision (``decision_problems``) and applies it; bud
 limits and the KV pool stay with the scheduler, so a policy cannot break them. An invalid decision
 is logged with the policy's name and the step falls back to arrival order.
 
-The simplest policy is one sort key: subclass ``SortKeyPolicy`` and write ``key(request)``. A
-richer policy implements ``decide(snapshot)`` and may keep its own state between steps.
+The simplest policy is one sort key: subclass ``SortKeyPolicy`` and write ``key(request)``; the engine
+then builds no snapshot, and asks the key once per request when the key reads only fields that
+never change (``policy_keys``). A richer policy implements ``decide(snapshot)`` and may keep its own
+state between steps.
 """
 
 from __future__ import annotations
@@ -85,9 +87,16 @@ class SchedulerPolicy(Protocol):
 
 
 class SortKeyPolicy:
-    """A policy that is one sort key: lower keys are served and admitted first, preempted last."""
+    """A policy that is one sort key: lower keys are served and admitted first, preempted last.
+
+    ``key(request)`` must depend on the request alone (the determinism rule of ``decide``): the
+    engine asks it once per request while it reads only fields that never change (arrival,
+    priority, tenant, prompt length, ``max_tokens``), and every step when it reads one that does.
+    A key that reads anything else (the clock, the policy's own state) sets ``cache_keys = False``.
+    """
 
     name = "sort-key"
+    cache_keys = True
 
     def key(self, request: RequestView) -> Any:
         raise NotImplementedError

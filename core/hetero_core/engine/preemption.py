@@ -33,9 +33,9 @@ class Preemption:
     swap_out: list[tuple[int, int]]  # (device block, swap block) to copy before the blocks are reused
 
 
-def choose_victim(running: Iterable[Sequence], scheduled_ids: set[int], rank: dict[str, int]) -> Sequence:
-    """The running sequence, not scheduled yet this step, that the policy ranks last."""
-    return max((s for s in running if s.seq_id not in scheduled_ids), key=lambda s: rank[s.request_id])
+def choose_victim(running: Iterable[Sequence], scheduled_ids: set[int]) -> Sequence:
+    """The running sequence, not scheduled yet this step, that the policy ranks last (``seq.rank``)."""
+    return max((s for s in running if s.seq_id not in scheduled_ids), key=lambda s: s.rank)
 
 
 class Preemptor:

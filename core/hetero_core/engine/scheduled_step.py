@@ -5,17 +5,23 @@ and the block transfers the executor runs before the batch (swap out, swap in, c
 ``engine/block_transfer.py``). A step may schedule nothing and still carry swap-outs (its
 preemptions made room for the next step): the engine applies them at once, so nothing carries over.
 ``is_stalled`` says that nothing was scheduled and nothing ever will be (see ``Scheduler.schedule``).
+
+Scheduling a sequence advances its ``num_computed_tokens`` at once (as vLLM v1 does): the next step
+is planned from there, whether or not this one has run yet (async scheduling). The tokens stay
+``num_inflight_tokens`` until the step completes, and a step that samples the sequence's next token
+leaves it ``num_pending_tokens`` until the engine knows it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from hetero_core.engine.batch import Batch, slot_of
+from hetero_core.engine.batch import Batch
 from hetero_core.engine.kv_allocator import SlotAllocation
 from hetero_core.engine.sequence import Sequence, SequenceStatus
 
-__all__ = ["ScheduledStep", "StepBuilder"]
+__all__ = ["ScheduledStep", "StepBuilder", "unschedule", "without_seqs"]
+PREFILL, DECODE = SequenceStatus.PREFILL, SequenceStatus.DECODE
 
 
 @dataclass
@@ -28,6 +34,14 @@ class ScheduledStep:
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # (swap block, device block)
     block_copies: list[tuple[int, int]] = field(default_factory=list)  # (source, destination), copy-on-write
     is_stalled: bool = False  # nothing scheduled, requests wait, and nothing will change
+    kv_epochs: list[int] = field(default_factory=list)  # each sequence's kv_epoch when it was scheduled
+    # rows whose input token was not known when the batch was built: the token that the step
+    # before samples for that sequence (async scheduling); the engine writes it in before the step runs
+    placeholder_rows: list[int] = field(default_factory=list)
+
+    @property
+    def has_transfers(self) -> bool:
+        return bool(self.swap_out or self.swap_in or self.block_copies)
 
 
 class StepBuilder:
@@ -35,65 +49,105 @@ class StepBuilder:
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
-        self.chosen: list[tuple[Sequence, int]] = []
+        self.num_tokens = 0
+        self.seqs: list[Sequence] = []
+        self.num_new: list[int] = []
+        self.is_prefill: list[bool] = []
+        self.sample: list[bool] = []
+        self.kv_epochs: list[int] = []
         self.scheduled_ids: set[int] = set()
         self.preempted: list[Sequence] = []
         self.swap_out: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
         self.block_copies: list[tuple[int, int]] = []
 
+    @property
+    def chosen(self) -> bool:
+        return bool(self.seqs)
+
     def is_full(self, max_batch_size: int) -> bool:
-        return len(self.chosen) == max_batch_size or self.token_budget == 0
+        return len(self.seqs) == max_batch_size or self.token_budget == 0
 
     def add(self, seq: Sequence, num_new: int, slots: SlotAllocation) -> None:
-        self.chosen.append((seq, num_new))
+        """Schedule ``num_new`` tokens of ``seq``: its computed (and in-flight) tokens advance now;
+        a segment that reaches its last token samples the next one (pending until known)."""
+        self.seqs.append(seq)
+        self.num_new.append(num_new)
+        self.kv_epochs.append(seq.kv_epoch)
         self.scheduled_ids.add(seq.seq_id)
         self.token_budget -= num_new
+        self.num_tokens += num_new
         if slots.block_copies:
             self.block_copies += slots.block_copies
+            seq.block_table_copy = None  # a block was replaced in place
+        self.is_prefill.append(seq.status is PREFILL)
+        end = seq.num_computed_tokens + num_new
+        seq.num_computed_tokens = end
+        seq.num_inflight_tokens += num_new
+        sample = end == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens  # num_scheduled_tokens
+        self.sample.append(sample)
+        if sample:
+            seq.num_pending_tokens += 1
+            seq.status = DECODE
 
-    def build(self, block_size: int, earlier: StepBuilder | None = None, is_stalled: bool = False) -> ScheduledStep:
-        """The step; ``earlier``: a pass of the same step that scheduled nothing (its preemptions
-        and swap-outs come first)."""
+    def build(self, batches, earlier: StepBuilder | None = None, is_stalled: bool = False) -> ScheduledStep:
+        """The step, its batch from ``batches`` (a ``BatchBuilder``); ``earlier``: a pass of the same
+        step that scheduled nothing (its preemptions and swap-outs come first)."""
         preempted, swap_out = self.preempted, self.swap_out
         if earlier is not None:
             preempted, swap_out = earlier.preempted + preempted, earlier.swap_out + swap_out
-        chosen = self.chosen
+        batch, placeholder_rows = batches.build(self) if self.seqs else (None, [])
         return ScheduledStep(
-            seqs=[s for s, _ in chosen],
-            num_new_tokens=[n for _, n in chosen],
-            batch=_build_batch(chosen, block_size) if chosen else None,
+            seqs=self.seqs,
+            num_new_tokens=self.num_new,
+            batch=batch,
             preempted=preempted,
             swap_out=swap_out,
             swap_in=self.swap_in,
             block_copies=self.block_copies,
             is_stalled=is_stalled,
+            kv_epochs=self.kv_epochs,
+            placeholder_rows=placeholder_rows,
         )
 
 
-def _build_batch(chosen: list[tuple[Sequence, int]], block_size: int) -> Batch:
-    token_ids, positions, slots, starts, context_lens = [], [], [], [0], []
-    for seq, num_new in chosen:
-        first = seq.num_computed_tokens
-        table = seq.block_table
-        token_ids += seq.token_ids(first, first + num_new)
-        for pos in range(first, first + num_new):
-            positions.append(pos)
-            slots.append(slot_of(table, pos, block_size))
-        starts.append(starts[-1] + num_new)
-        context_lens.append(first + num_new)
-    prefill = SequenceStatus.PREFILL
-    return Batch(
-        seq_ids=[s.seq_id for s, _ in chosen],
-        token_ids=token_ids,
-        positions=positions,
-        slot_mapping=slots,
-        query_start_loc=starts,
-        context_lens=context_lens,
-        block_tables=[list(s.block_table) for s, _ in chosen],
-        is_prefill=[s.status is prefill for s, _ in chosen],
-        sample=[s.num_computed_tokens + n == s.num_tokens for s, n in chosen],
-        num_prompt_tokens=[s.num_prompt_tokens for s, _ in chosen],
-        seeds=[s.params.seed for s, _ in chosen],
-        block_size=block_size,
-    )
+@dataclass
+class _Rows:
+    """Some rows of a step, in the shape ``BatchBuilder.build`` reads."""
+
+    seqs: list[Sequence]
+    num_new: list[int]
+    is_prefill: list[bool]
+    sample: list[bool]
+    num_tokens: int
+
+
+def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledStep:
+    """``step`` without the sequences ``seq_ids`` (which failed before it ran), its batch rebuilt by
+    ``batches``; its block transfers stay (they only copy blocks)."""
+    keep = [i for i, seq in enumerate(step.seqs) if seq.seq_id not in seq_ids]
+    if len(keep) == len(step.seqs):
+        return step
+    rows = _Rows([step.seqs[i] for i in keep], [step.num_new_tokens[i] for i in keep],
+                 [step.batch.is_prefill[i] for i in keep], [step.batch.sample[i] for i in keep],
+                 sum(step.num_new_tokens[i] for i in keep))
+    batch, placeholder_rows = batches.build(rows) if keep else (None, [])
+    return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
+                   kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows)
+
+
+def unschedule(step: ScheduledStep) -> None:
+    """Undo what scheduling ``step`` advanced, for a step that was interrupted before it ran (its
+    blocks stay allocated and are used when the tokens are scheduled again)."""
+    if step.batch is None:
+        return
+    for seq, num_new, epoch, was_prefill, sample in zip(step.seqs, step.num_new_tokens, step.kv_epochs,
+                                                         step.batch.is_prefill, step.batch.sample):
+        if seq.status.is_done or seq.kv_epoch != epoch:
+            continue
+        seq.num_computed_tokens -= num_new
+        seq.num_inflight_tokens -= num_new
+        if sample:
+            seq.num_pending_tokens -= 1
+            if was_prefill:
+                seq.status = PREFILL

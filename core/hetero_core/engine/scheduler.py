@@ -22,10 +22,13 @@ must do before running the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
+from hetero_core.engine.batch_builder import BatchBuilder
 from hetero_core.engine.kv_allocator import NO_COMPUTED_BLOCKS, ComputedBlocks, KVAllocator, SlotAllocation
 from hetero_core.engine.policy import SchedulerSnapshot
-from hetero_core.engine.policy_runner import Plan, PolicyRunner, view_of
+from hetero_core.engine.policy_keys import view_of
+from hetero_core.engine.policy_runner import Plan, PolicyRunner
 from hetero_core.engine.preemption import Preemptor, choose_victim
 from hetero_core.engine.scheduled_step import ScheduledStep, StepBuilder
 from hetero_core.engine.scheduler_stats import SchedulerStats
@@ -35,6 +38,8 @@ from hetero_core.logging import get_logger
 __all__ = ["ScheduledStep", "Scheduler", "SchedulerLimits", "SchedulerStats"]
 log = get_logger("hetero.scheduler")
 PREFILL, DECODE, SWAPPED = SequenceStatus.PREFILL, SequenceStatus.DECODE, SequenceStatus.SWAPPED
+RUNNING = (PREFILL, DECODE)
+_by_rank = attrgetter("rank")
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Scheduler:
         # token is recomputed). Both are declared, never probed.
         self.prefix_caching = prefix_caching and allocator.has_prefix_cache
         self.can_copy_blocks = can_copy_blocks and allocator.has_copy_on_write
+        self.batches = BatchBuilder(allocator.block_size)
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.swapped: list[Sequence] = []
@@ -100,13 +106,14 @@ class Scheduler:
         self.waiting.append(seq)
 
     def remove(self, seq: Sequence) -> None:
-        """Drop a sequence (finished or aborted) and free its blocks (they stay in the prefix cache)."""
+        """Drop a sequence (finished or aborted) and free its blocks (those a completed step wrote
+        stay in the prefix cache)."""
         for queue in (self.running, self.waiting, self.swapped):
             if seq in queue:
                 queue.remove(seq)
                 break
         self._cache_computed_blocks(seq)
-        self.allocator.free(seq.block_table)
+        self._free(seq)
         self.preemptor.release(seq)
 
     @property
@@ -158,13 +165,18 @@ class Scheduler:
         """One engine step's work. A pass that schedules nothing while requests remain (it only
         preempted, making room, or the policy held every request back) is followed at once by a
         second; if that one schedules nothing either, the step ``is_stalled`` unless the policy is
-        holding requests back (its hold-backs are overridden after a bounded number of steps)."""
+        holding requests back (its hold-backs are overridden after a bounded number of steps).
+
+        Sequences whose next token is pending (sampled by a step not completed yet, with async
+        scheduling) are planned as if they had it; one that this token will end by length is not
+        scheduled again, and one that waits or is swapped out is not brought back until its token
+        is known."""
         first = self._schedule_pass()
         if first.chosen or not self.has_work:
-            return self._finish_step(first.build(self.allocator.block_size))
+            return self._finish_step(first.build(self.batches))
         second = self._schedule_pass()
         is_stalled = not second.chosen and not self.runner.num_idle_steps
-        return self._finish_step(second.build(self.allocator.block_size, earlier=first, is_stalled=is_stalled))
+        return self._finish_step(second.build(self.batches, earlier=first, is_stalled=is_stalled))
 
     def _finish_step(self, step: ScheduledStep) -> ScheduledStep:
         self.last_step_num_seqs = len(step.seqs)
@@ -173,23 +185,26 @@ class Scheduler:
 
     def _schedule_pass(self) -> StepBuilder:
         self.num_steps += 1
-        for seq in self.running:
-            self._cache_computed_blocks(seq)
-        plan = self.runner.plan(self.snapshot(), self.waiting + self.swapped)
+        if self.prefix_caching:
+            for seq in self.running:
+                self._cache_computed_blocks(seq)
+        plan = self.runner.plan(self.running, self.waiting, self.swapped, self.snapshot)
         step = StepBuilder(self.limits.max_total_tokens)
         for request_id in plan.preempt:
             seq = next((s for s in self.running if s.request_id == request_id), None)
             if seq is not None:
                 self._preempt(seq, step)
 
-        rank = plan.rank
-        for seq in sorted(self.running, key=lambda s: (s.status is PREFILL, rank[s.request_id])):
-            if seq.status not in (PREFILL, DECODE):  # preempted earlier in this loop
+        max_batch_size, max_model_len = self.limits.max_batch_size, self.limits.max_model_len
+        for seq in sorted(self.running, key=_running_order):
+            if seq.status not in RUNNING:  # preempted earlier in this loop
                 continue
-            if step.is_full(self.limits.max_batch_size):
+            if step.is_full(max_batch_size):
                 break
+            if seq.num_pending_tokens and _ends_with_pending(seq, max_model_len):
+                continue
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, step.token_budget)
-            slots = self._make_room(seq, num_new, step, rank)
+            slots = self._make_room(seq, num_new, step)
             if slots is not None:
                 step.add(seq, num_new, slots)
         if not step.preempted:
@@ -199,15 +214,16 @@ class Scheduler:
         return step
 
     def _num_new_tokens(self, seq: Sequence, start: int, token_budget: int) -> int:
-        num_new = min(seq.num_tokens - start, token_budget)
+        num_new = min(len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens - start,
+                      token_budget)  # seq.num_scheduled_tokens, inline: it runs per sequence per step
         cap = self.limits.max_prefill_chunk
         return min(num_new, cap) if cap is not None and num_new > 1 else num_new
 
-    def _make_room(self, seq: Sequence, num_new: int, step: StepBuilder, rank: dict[str, int]) -> SlotAllocation | None:
+    def _make_room(self, seq: Sequence, num_new: int, step: StepBuilder) -> SlotAllocation | None:
         """Room for ``seq``'s next ``num_new`` tokens, preempting the lowest-ranked unscheduled running
         sequences until it fits; None if ``seq`` itself had to be preempted."""
         while (slots := self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)) is None:
-            victim = choose_victim(self.running, step.scheduled_ids, rank)
+            victim = choose_victim(self.running, step.scheduled_ids)
             self._preempt(victim, step)
             if victim is seq:
                 return None
@@ -217,7 +233,7 @@ class Scheduler:
         self.running.remove(seq)
         self._cache_computed_blocks(seq)
         preemption = self.preemptor.preempt(seq, self.allocator)
-        self.allocator.free(seq.block_table)
+        self._free(seq)
         if preemption.mode == "swap":
             seq.swap_table = preemption.swap_table
             seq.status = SWAPPED
@@ -235,8 +251,8 @@ class Scheduler:
                  num_preemptions=seq.num_preemptions)
 
     def _swap_in(self, step: StepBuilder, plan: Plan) -> None:
-        for seq in sorted(self.swapped, key=lambda s: plan.rank[s.request_id]):
-            if seq.request_id in plan.hold_back:
+        for seq in sorted(self.swapped, key=_by_rank):
+            if seq.request_id in plan.hold_back or seq.num_pending_tokens:
                 continue
             if step.is_full(self.limits.max_batch_size) or len(self.running) >= self.limits.max_num_seqs:
                 return
@@ -254,8 +270,8 @@ class Scheduler:
 
     def _admit(self, step: StepBuilder, plan: Plan) -> None:
         max_used_blocks = self.limits.memory_threshold * self.allocator.num_blocks
-        for seq in sorted(self.waiting, key=lambda s: plan.rank[s.request_id]):
-            if seq.request_id in plan.hold_back:
+        for seq in sorted(self.waiting, key=_by_rank):
+            if seq.request_id in plan.hold_back or seq.num_pending_tokens:
                 continue
             if step.is_full(self.limits.max_batch_size) or len(self.running) >= self.limits.max_num_seqs:
                 return
@@ -285,5 +301,21 @@ class Scheduler:
         return self.allocator.get_computed_blocks(seq.token_ids(0, limit))
 
     def _cache_computed_blocks(self, seq: Sequence) -> None:
+        """Name ``seq``'s full blocks whose K/V a completed step wrote."""
         if self.prefix_caching and seq.block_table:
-            self.allocator.cache_blocks(seq.block_table, seq.num_computed_tokens, seq.token_ids)
+            self.allocator.cache_blocks(seq.block_table, seq.num_confirmed_tokens, seq.token_ids)
+
+    def _free(self, seq: Sequence) -> None:
+        self.allocator.free(seq.block_table)
+        seq.block_table_copy = None
+
+
+def _running_order(seq: Sequence) -> tuple[bool, object]:
+    """Decodes before prefills, each in the policy's order."""
+    return (seq.status is PREFILL, seq.rank)
+
+
+def _ends_with_pending(seq: Sequence, max_model_len: int) -> bool:
+    """Whether the pending token is certainly ``seq``'s last (``max_tokens`` or ``max_model_len``)."""
+    return (len(seq.output_token_ids) + seq.num_pending_tokens >= seq.params.max_tokens
+            or seq.num_scheduled_tokens >= max_model_len)

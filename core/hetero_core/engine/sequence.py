@@ -46,7 +46,14 @@ class Sequence:
     finish_reason: FinishReason | None = None
     error: str | None = None
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
-    num_computed_tokens: int = 0  # tokens whose K/V are in the cache
+    # Tokens whose K/V are in the cache or written by a step already scheduled (advanced when a step
+    # is scheduled, as vLLM v1 does). Of those, ``num_inflight_tokens`` belong to steps not yet
+    # completed: their K/V is not confirmed, so they are not named in the prefix cache yet.
+    num_computed_tokens: int = 0
+    num_inflight_tokens: int = 0
+    # Output tokens that scheduled steps will sample and that are not known yet (0 or 1, 2 for a
+    # moment with async scheduling): the scheduler plans with them, stop checks wait for them.
+    num_pending_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     num_preemptions: int = 0
     priority: int = 0  # lower is more urgent (as in vLLM); read by policies
@@ -56,6 +63,14 @@ class Sequence:
     first_token_time: float | None = None
     finish_time: float | None = None
     grammar: object | None = None  # its structured-output GrammarState (engine.structured_output), or None
+    stream: bool = True  # step() returns its output after every step that advanced it (else only the final one)
+    # Scheduler-owned, per step: the policy's order (lower first); a cached sort key; a copy of the
+    # block table that batches share until the table changes; the KV epoch (bumped when a
+    # preemption drops the cache, so that a step scheduled before it does not confirm its tokens).
+    rank: object = None
+    policy_key: object = None
+    block_table_copy: list[int] | None = None
+    kv_epoch: int = 0
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -83,14 +98,25 @@ class Sequence:
         return self.prompt_token_ids[index] if index < n else self.output_token_ids[index - n]
 
     @property
+    def num_scheduled_tokens(self) -> int:
+        """Known tokens plus the pending ones: what the scheduler plans with."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids) + self.num_pending_tokens
+
+    @property
     def num_uncomputed_tokens(self) -> int:
         """Tokens not yet in the KV cache (the whole prompt at first, then one per decode step)."""
-        return self.num_tokens - self.num_computed_tokens
+        return self.num_scheduled_tokens - self.num_computed_tokens
+
+    @property
+    def num_confirmed_tokens(self) -> int:
+        """Computed tokens whose step has completed: what the prefix cache may name."""
+        return self.num_computed_tokens - self.num_inflight_tokens
 
     def reset_for_recompute(self) -> None:
         """After preemption: forget the cache; prompt + outputs are prefilled again later."""
         self.status = SequenceStatus.PENDING
-        self.num_computed_tokens = 0
+        self.num_computed_tokens = self.num_inflight_tokens = 0
+        self.kv_epoch += 1
         self.num_preemptions += 1
 
 

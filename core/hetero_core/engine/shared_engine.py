@@ -126,7 +126,7 @@ class SharedEngine:
             if self._num_calls == 0:
                 self.engine.guard.enter()  # claim the engine for the calls (refused if a thread is inside)
             try:
-                call = _Call(self.engine.add_requests(prompts, params))
+                call = _Call(self.engine.add_requests(prompts, params, stream=False))  # final outputs only
             except BaseException:
                 self._release_if_idle()
                 raise
