@@ -196,3 +196,30 @@ def check_listed(folder: Path, manifest: dict, names, checksummed=None) -> None:
             raise CacheFileInvalid(folder / name, f"cannot be read: {exc}") from None
         if checksum(data, name) != listed[name][1]:
             raise CacheFileInvalid(folder / name, DAMAGED)
+
+
+def read_json_object(path: Path) -> dict:
+    """A checked cache file holding one JSON object; {} when there is none or it is damaged (one
+    warning: the caller measures again and rewrites it)."""
+    try:
+        data = json.loads(read_checked(path))
+        if not isinstance(data, dict):
+            raise CacheFileInvalid(path, f"a JSON {type(data).__name__}, not an object")
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:  # not JSON (its checksum was right: a bug, never the disk)
+        warn_rebuilding(CacheFileInvalid(path, f"not JSON: {exc}"))
+        return {}
+    except CacheFileInvalid as exc:
+        warn_rebuilding(exc)
+        return {}
+    return data
+
+
+def write_json_object(path: Path, data: dict, failed_event: str) -> None:
+    """``data`` to ``path``, checked and atomic; a failure (a read-only cache) is logged as
+    ``failed_event`` and costs only a measurement at the next start."""
+    try:
+        write_checked(path, json.dumps(data, indent=1, sort_keys=True).encode())
+    except OSError as exc:
+        log.info(failed_event, reason=str(exc))

@@ -12,7 +12,6 @@ or a ratio that is not a positive finite number, is measured again with one warn
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from pathlib import Path
@@ -85,25 +84,8 @@ def _is_speedup(value) -> bool:
 
 def _read(path: Path) -> dict:
     """The cached speed-ups by CPU key; {} when there are none or the file is damaged (one warning)."""
-    try:
-        data = json.loads(cache_file.read_checked(path))
-        if not isinstance(data, dict):
-            raise cache_file.CacheFileInvalid(path, f"a JSON {type(data).__name__}, not an object")
-    except FileNotFoundError:
-        return {}
-    except ValueError as exc:  # not JSON (its checksum was right: a bug, never the disk)
-        cache_file.warn_rebuilding(cache_file.CacheFileInvalid(path, f"not JSON: {exc}"))
-        return {}
-    except cache_file.CacheFileInvalid as exc:
-        cache_file.warn_rebuilding(exc)
-        return {}
-    return data
+    return cache_file.read_json_object(path)
 
 
 def _write(path: Path, data: dict) -> None:
-    """``data`` to ``path`` atomically; a failure (a read-only cache) costs only a measurement at the
-    next start, and leaves no temporary file behind."""
-    try:
-        cache_file.write_checked(path, json.dumps(data, indent=1, sort_keys=True).encode())
-    except OSError as exc:
-        log.info("executor.cpu_bf16_speed_not_cached", reason=str(exc))
+    cache_file.write_json_object(path, data, "executor.cpu_bf16_speed_not_cached")

@@ -141,25 +141,8 @@ def _positive(value) -> bool:
 
 def _read(path: Path) -> dict:
     """The records by key; {} when there are none or the file is damaged (one warning)."""
-    try:
-        data = json.loads(cache_file.read_checked(path))
-        if not isinstance(data, dict):
-            raise cache_file.CacheFileInvalid(path, f"a JSON {type(data).__name__}, not an object")
-    except FileNotFoundError:
-        return {}
-    except ValueError as exc:  # not JSON (its checksum was right: a bug, never the disk)
-        cache_file.warn_rebuilding(cache_file.CacheFileInvalid(path, f"not JSON: {exc}"))
-        return {}
-    except cache_file.CacheFileInvalid as exc:
-        cache_file.warn_rebuilding(exc)
-        return {}
-    return data
+    return cache_file.read_json_object(path)
 
 
 def _write(path: Path, data: dict) -> None:
-    """``data`` to ``path`` atomically; a failure (a read-only cache) costs a measurement at the next
-    start."""
-    try:
-        cache_file.write_checked(path, json.dumps(data, indent=1, sort_keys=True).encode())
-    except OSError as exc:
-        log.info("executor.cpu_dtype_choice_not_cached", reason=str(exc))
+    cache_file.write_json_object(path, data, "executor.cpu_dtype_choice_not_cached")
