@@ -28,6 +28,8 @@ Sampled = list[tuple[int, object, str | None]]  # (token id, logprobs, error) pe
 
 
 class Postprocess:
+    """Sample a step's tokens, check stops, finish requests (a part of ``Engine``)."""
+
     def _sample(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled | Exception:
         """(token id, logprobs, error) for each sampled row, or what went wrong for the whole step."""
         try:

@@ -29,6 +29,8 @@ Params = SamplingParams | dict | None
 
 
 class RequestIntake:
+    """Add, check, queue and abort requests (a part of ``Engine``: see the module docstring)."""
+
     def add_request(self, prompt: Prompt | EngineRequest, params: Params = None, request_id: str | None = None, *,
                     priority: int = 0, tenant: str | None = None, stream: bool = True) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields

@@ -27,6 +27,8 @@ log = get_logger("hetero.engine")
 
 
 class StepDriver:
+    """Run a scheduled step, in sync or on the executor thread (a part of ``Engine``)."""
+
     def _step_sync(self, scheduled: ScheduledStep) -> list[Sequence]:
         """Run the step and postprocess it; the sequences it ran."""
         if scheduled.batch is None and not scheduled.has_transfers:
