@@ -46,6 +46,7 @@ from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.parallel_sampling import ParallelRequest, ParallelRequests, child_params, child_request_id
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.processor import EngineRequest, RequestProcessor
+from hetero_core.engine.prompt_logprobs import add_prompt_logprobs, prompt_logprobs_refusal
 from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
 from hetero_core.engine.thread_guard import ThreadGuard
 from hetero_core.engine.block_transfer import apply_block_transfers
@@ -74,6 +75,7 @@ class Engine:
         None; ``async_scheduling``: plan the next step while the executor runs this one."""
         self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
                                           structured_output)
+        self.processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
         self.structured_output = structured_output
         self.executor = executor
         self.scheduler = scheduler
@@ -401,6 +403,12 @@ class Engine:
             self._texts_of, self._texts = tokenizer, {}
         return self._texts
 
+    def _token_text(self, token_id: int) -> str:
+        texts = self._token_texts()
+        if token_id not in texts:
+            texts[token_id] = self.tokenizer.decode([token_id])
+        return texts[token_id]
+
     def _queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         self._seqs[seq.request_id] = seq
         self._detokenizers[seq.seq_id] = detokenizer
@@ -455,6 +463,7 @@ class Engine:
     def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled:
         """(token id, logprobs, error) for each sampled row."""
         num_rows = sum(scheduled.batch.sample)
+        add_prompt_logprobs(scheduled, output.prompt_logits, self._token_text)
         if output.token_ids is not None:
             if len(output.token_ids) != num_rows:
                 raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")
