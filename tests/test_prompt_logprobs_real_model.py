@@ -67,7 +67,8 @@ def check_against_hf(outputs, hf_logprobs, k):
     {},
     {"max_total_tokens": 8},  # chunked prefill: 8 tokens a step
     {"max_prefill_chunk": 5, "enable_prefix_caching": True},
-], ids=["whole", "chunked", "chunked-small"])
+    {"max_total_tokens": 8, "async_scheduling": True},
+], ids=["whole", "chunked", "chunked-small", "chunked-async"])
 def test_prompt_logprobs_match_hf(smollm2_dir, hf_logprobs, overrides):
     engine = make_engine(smollm2_dir, **overrides)
     outputs = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=3))
@@ -109,3 +110,10 @@ def test_prompt_logprobs_off_leave_outputs_alone(smollm2_dir):
     asked = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=6, prompt_logprobs=1))
     assert all(o.prompt_logprobs is None for o in plain)
     assert [o.output_token_ids for o in plain] == [o.output_token_ids for o in asked]
+
+
+def test_prompt_logprobs_with_n_completions(smollm2_dir, hf_logprobs):
+    engine = make_engine(smollm2_dir)
+    outputs = engine.generate(PROMPTS, SamplingParams(n=2, temperature=0.8, seed=1, max_tokens=3, prompt_logprobs=1))
+    assert all(len(o.outputs) == 2 for o in outputs)
+    check_against_hf(outputs, hf_logprobs, 1)
