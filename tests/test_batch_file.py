@@ -286,6 +286,13 @@ def test_real_model_batch_file(tmp_path, smollm2_dir):
     for entry, token_id in zip(prompt[1:], expected[1].prompt_token_ids[1:]):
         assert str(token_id) in entry and min(v["rank"] for v in entry.values()) == 1
         assert entry[str(token_id)]["logprob"] <= 0
+    openai_lines = [{"custom_id": "c", "method": "POST", "url": "/v1/completions",
+                     "body": {"prompt": "1, 2, 3,", "max_tokens": 2, "temperature": 0, "prompt_logprobs": 0}}]
+    source = write_lines(tmp_path / "openai.jsonl", openai_lines)
+    assert main(["run", "--no-chat", "--input-file", str(source), "--output", str(out)]) == 0
+    [record] = read_results(out)
+    prompt = record["response"]["body"]["choices"][0]["prompt_logprobs"]
+    assert prompt[0] is None and [list(e) for e in prompt[1:]] == [[str(t)] for t in expected[1].prompt_token_ids[1:]]
 
 
 class _FakeTerminal:

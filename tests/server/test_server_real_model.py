@@ -98,3 +98,11 @@ def test_prompt_logprobs_come_back_in_the_choice_as_vllm_sends_them(server, smol
     assert all(s is None for s in sent[1:])
     plain = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0)
     assert plain.choices[0].model_extra.get("prompt_logprobs") is None
+
+
+def test_chat_returns_prompt_logprobs_at_the_top_as_vllm_does(server):
+    result = server.client().chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2,
+                                                     temperature=0, extra_body={"prompt_logprobs": 1})
+    entries = result.model_extra["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == result.usage.prompt_tokens
+    assert all(1 <= len(entry) <= 2 and min(v["rank"] for v in entry.values()) == 1 for entry in entries[1:])

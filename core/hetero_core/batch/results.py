@@ -132,11 +132,15 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
             choices.append(ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else finish_reason(o),
                                       logprobs=None if lp is None else chat_logprobs(lp)))
         body = ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
-                                      usage=usage(outputs, n))
+                                      usage=usage(outputs, n), prompt_logprobs=prompt_logprobs_out(outputs[0]))
     data = body.model_dump(mode="json", exclude_none=True)
     for choice, dumped in zip(body.choices, data["choices"]):  # logprobs whole: a null logprob is a value
         if choice.logprobs is not None:
             dumped["logprobs"] = choice.logprobs.model_dump(mode="json")
+        if getattr(choice, "prompt_logprobs", None) is not None:  # its first entry is null
+            dumped["prompt_logprobs"] = prompt_logprobs_out(outputs[choice.index])
+    if getattr(body, "prompt_logprobs", None) is not None:
+        data["prompt_logprobs"] = prompt_logprobs_out(outputs[0])
     record["response"] = {"status_code": 200, "request_id": request_id, "body": data}
     record["error"] = None
     return record

@@ -257,6 +257,8 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    # vLLM's extra (``prompt_logprobs``): the prompt's, as CompletionChoice has them
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
 class ChatDelta(BaseModel):
