@@ -60,8 +60,9 @@ def add_prompt_logprobs(scheduled, prompt_logits: list | None, token_text) -> No
             seq.prompt_logprobs = entries
             continue
         targets = seq.prompt_token_ids[first + start + 1:first + stop + 1]
-        entries += position_logprobs(logits[start:stop], targets, seq.params.prompt_logprobs, token_text)
-        seq.prompt_logprobs = entries
+        # a new list: outputs already handed out keep theirs unchanged
+        seq.prompt_logprobs = entries + position_logprobs(logits[start:stop], targets, seq.params.prompt_logprobs,
+                                                          token_text)
 
 
 def position_logprobs(logits, targets: list[int], k: int, token_text) -> list[dict[int, Logprob]]:
