@@ -261,7 +261,7 @@ def test_real_model_batch_file(tmp_path, smollm2_dir):
     from hetero_core import LLM, SamplingParams
 
     records = [{"id": "fr", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "logprobs": 2},
-               {"id": "n", "prompt": "1, 2, 3,", "max_tokens": 3, "temperature": 0}]
+               {"id": "n", "prompt": "1, 2, 3,", "max_tokens": 3, "temperature": 0, "prompt_logprobs": 1}]
     source = write_lines(tmp_path / "in.jsonl", records)
     out = tmp_path / "out.jsonl"
     assert main(["run", "--no-chat", "--input-file", str(source), "--output", str(out)]) == 0
@@ -280,6 +280,19 @@ def test_real_model_batch_file(tmp_path, smollm2_dir):
         assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 2
         assert entry["top_logprobs"][0]["token_id"] == entry["token_id"]
         assert entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"], abs=1e-4)
+    prompt = by_id["n"]["prompt_logprobs"]  # vLLM's shape: null, then {token id: Logprob} per prompt token
+    assert "prompt_logprobs" not in by_id["fr"] and prompt[0] is None
+    assert len(prompt) == by_id["n"]["num_prompt_tokens"] == len(expected[1].prompt_token_ids)
+    for entry, token_id in zip(prompt[1:], expected[1].prompt_token_ids[1:]):
+        assert str(token_id) in entry and min(v["rank"] for v in entry.values()) == 1
+        assert entry[str(token_id)]["logprob"] <= 0
+    openai_lines = [{"custom_id": "c", "method": "POST", "url": "/v1/completions",
+                     "body": {"prompt": "1, 2, 3,", "max_tokens": 2, "temperature": 0, "prompt_logprobs": 0}}]
+    source = write_lines(tmp_path / "openai.jsonl", openai_lines)
+    assert main(["run", "--no-chat", "--input-file", str(source), "--output", str(out)]) == 0
+    [record] = read_results(out)
+    prompt = record["response"]["body"]["choices"][0]["prompt_logprobs"]
+    assert prompt[0] is None and [list(e) for e in prompt[1:]] == [[str(t)] for t in expected[1].prompt_token_ids[1:]]
 
 
 class _FakeTerminal:

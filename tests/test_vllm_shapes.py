@@ -206,6 +206,7 @@ def test_a_tokenizer_without_the_keyword_refuses_special_tokens():
     ({"bad_words": [""]}, "bad_words must be non-empty words"),
     ({"skip_special_tokens": 1}, "skip_special_tokens must be true or false, got 1 (int)"),
     ({"prompt_logprobs": 21}, "prompt_logprobs must be in [0, 20], got 21"),
+    ({"prompt_logprobs": -1}, "prompt_logprobs must be in [0, 20], got -1"),
 ])
 def test_invalid_vllm_fields_are_named(kwargs, message):
     with pytest.raises(InvalidRequestError) as info:
@@ -220,9 +221,13 @@ def test_vllm_fields_normalise_to_hashable_values():
         {"logit_bias": {5: 1, 2: -1.5}, "bad_words": ["no"], "allowed_token_ids": (3, 1)}))
 
 
-def test_prompt_logprobs_are_refused_by_name(make_mock_engine):
-    [out] = make_mock_engine().generate([PROMPT], greedy(prompt_logprobs=1))
-    assert "prompt_logprobs is not supported yet" in out.error
+def test_prompt_logprobs_are_refused_by_name_on_an_executor_without_prompt_logits(make_mock_engine):
+    engine = make_mock_engine()
+    [out] = engine.generate([PROMPT], greedy(prompt_logprobs=1))
+    assert "prompt_logprobs is not supported by the executor MockExecutor" in out.error
+    with pytest.raises(InvalidRequestError, match="supports_prompt_logits"):
+        engine.add_request(PROMPT, greedy(prompt_logprobs=0))
+    assert not engine.has_unfinished_requests()
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2])

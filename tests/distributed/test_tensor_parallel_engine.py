@@ -126,3 +126,21 @@ def test_an_exception_on_any_rank_fails_the_engine_with_it(tiny_dirs, rank):
         assert f"tensor-parallel {where}: RuntimeError: injected fault on rank {rank}" in str(error.value)
     finally:
         engine.shutdown()
+
+
+def test_two_ranks_give_the_prompt_logprobs_of_one(tiny_dirs):
+    params = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2)
+
+    def prompt_logprobs(**overrides):
+        engine = make_engine(tiny_dirs / "llama", max_total_tokens=16, dtype="float32", **overrides)
+        try:
+            return [o.prompt_logprobs for o in engine.generate(PROMPTS[:2], params)]
+        finally:
+            engine.shutdown()
+
+    one, two = prompt_logprobs(), prompt_logprobs(tensor_parallel_size=2)
+    for a, b, prompt in zip(one, two, PROMPTS):
+        assert len(a) == len(b) == len(prompt) and a[0] is None and b[0] is None
+        for x, y, token_id in zip(a[1:], b[1:], prompt[1:]):
+            assert abs(x[token_id].logprob - y[token_id].logprob) < 1e-3  # the prompt token's, on both
+            assert len(y) == 2 + (y[token_id].rank > 2)

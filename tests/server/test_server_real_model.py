@@ -71,3 +71,38 @@ def test_logprobs_are_real_log_probabilities(server):
     content = chat.choices[0].logprobs.content
     assert len(content) == chat.usage.completion_tokens
     assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
+
+
+def test_prompt_logprobs_come_back_in_the_choice_as_vllm_sends_them(server, smollm2_dir):
+    settings = load_settings(model=str(smollm2_dir), executor="torch", dtype="float32")
+    engine = build_engine(settings, load_plugins(entry_points=[]))
+    [offline_out] = engine.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2))
+    engine.shutdown()
+    client = server.client()
+    result = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0,
+                                       extra_body={"prompt_logprobs": 2})
+    entries = result.choices[0].model_extra["prompt_logprobs"]
+    ids = offline_out.prompt_token_ids
+    assert len(entries) == len(ids) and entries[0] is None
+    for entry, token_id, want in zip(entries[1:], ids[1:], offline_out.prompt_logprobs[1:]):
+        assert str(token_id) in entry and len(entry) in (2, 3)
+        # the server's engine runs the auto dtype (bf16 where the CPU has it): close to fp32, not equal
+        assert math.isclose(entry[str(token_id)]["logprob"], want[token_id].logprob, abs_tol=0.25)
+        assert entry[str(token_id)]["decoded_token"] == want[token_id].decoded_token
+        ranks = sorted(v["rank"] for v in entry.values() if v["rank"] <= 2)
+        assert ranks == [1, 2]
+    stream = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0,
+                                       stream=True, extra_body={"prompt_logprobs": 0})
+    sent = [c.choices[0].model_extra.get("prompt_logprobs") for c in stream if c.choices]
+    assert sent[0] is not None and [list(e) for e in sent[0][1:]] == [[str(t)] for t in ids[1:]]
+    assert all(s is None for s in sent[1:])
+    plain = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0)
+    assert plain.choices[0].model_extra.get("prompt_logprobs") is None
+
+
+def test_chat_returns_prompt_logprobs_at_the_top_as_vllm_does(server):
+    result = server.client().chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2,
+                                                     temperature=0, extra_body={"prompt_logprobs": 1})
+    entries = result.model_extra["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == result.usage.prompt_tokens
+    assert all(1 <= len(entry) <= 2 and min(v["rank"] for v in entry.values()) == 1 for entry in entries[1:])

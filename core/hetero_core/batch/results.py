@@ -2,7 +2,8 @@
 
 Hetero's format: ``{"id", "text", "num_prompt_tokens", "num_output_tokens", "finish_reason"}``,
 plus ``"logprobs"`` when the line asked for them (one ``{"token", "token_id", "logprob",
-"top_logprobs"}`` per output token) and ``"error"`` when the request failed. OpenAI's (as vLLM's
+"top_logprobs"}`` per output token), ``"prompt_logprobs"`` when it asked for those (vLLM's shape:
+null, then ``{token id: {"logprob", "rank", "decoded_token"}}`` per prompt token) and ``"error"`` when the request failed. OpenAI's (as vLLM's
 ``run-batch`` writes it): ``{"id", "custom_id", "response": {"status_code", "request_id", "body"},
 "error"}``, the body built from the server's own response models, logprobs included. A malformed
 line's record has the same fields (the id null when the line has no valid one), an error, and
@@ -70,6 +71,10 @@ def _native(request: BatchRequest, output, tokenizer) -> dict[str, Any]:
         "num_output_tokens": len(output.output_token_ids),
         "finish_reason": output.finish_reason,
     }
+    if getattr(output, "prompt_logprobs", None) is not None and output.error is None:
+        from hetero_core.openai_api.convert import prompt_logprobs_out
+
+        record["prompt_logprobs"] = prompt_logprobs_out(output)
     if getattr(output, "logprobs", None) is not None and output.error is None:
         record["logprobs"] = [_native_logprob(tokenizer, token_id, lp)
                               for token_id, lp in zip(output.output_token_ids, output.logprobs)]
@@ -91,7 +96,8 @@ def _native_logprob(tokenizer, token_id: int, lp) -> dict[str, Any]:
 
 
 def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: list) -> dict[str, Any]:
-    from hetero_core.openai_api.convert import chat_logprobs, completion_logprobs, finish_reason, usage
+    from hetero_core.openai_api.convert import (chat_logprobs, completion_logprobs, finish_reason,
+                                                prompt_logprobs_out, usage)
     from hetero_core.openai_api.protocol import (
         ChatChoice,
         ChatCompletionResponse,
@@ -112,7 +118,8 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
     n = request.body.n
     if request.url == "/v1/completions":
         choices = [CompletionChoice(index=i, text=o.text, finish_reason=finish_reason(o),
-                                    logprobs=None if lp is None else completion_logprobs(lp))
+                                    logprobs=None if lp is None else completion_logprobs(lp),
+                                    prompt_logprobs=prompt_logprobs_out(o))
                    for i, (o, lp) in enumerate(zip(outputs, logprobs))]
         body = CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
                                   usage=usage(outputs, n))
@@ -125,11 +132,15 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
             choices.append(ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else finish_reason(o),
                                       logprobs=None if lp is None else chat_logprobs(lp)))
         body = ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
-                                      usage=usage(outputs, n))
+                                      usage=usage(outputs, n), prompt_logprobs=prompt_logprobs_out(outputs[0]))
     data = body.model_dump(mode="json", exclude_none=True)
     for choice, dumped in zip(body.choices, data["choices"]):  # logprobs whole: a null logprob is a value
         if choice.logprobs is not None:
             dumped["logprobs"] = choice.logprobs.model_dump(mode="json")
+        if getattr(choice, "prompt_logprobs", None) is not None:  # its first entry is null
+            dumped["prompt_logprobs"] = prompt_logprobs_out(outputs[choice.index])
+    if getattr(body, "prompt_logprobs", None) is not None:
+        data["prompt_logprobs"] = prompt_logprobs_out(outputs[0])
     record["response"] = {"status_code": 200, "request_id": request_id, "body": data}
     record["error"] = None
     return record

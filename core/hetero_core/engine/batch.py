@@ -43,6 +43,11 @@ class Batch:
     - ``token_bitmask``: None, or which tokens each sampled row may take (structured output; layout in
       ``hetero_core.engine.token_bitmask``). Core's sampler applies it to logits; an executor that
       returns token ids must pick allowed ones (the engine fails a request given a forbidden one).
+    - ``prompt_logits``: None, or per sequence True when the executor must also return the logits
+      of every token the sequence runs in this step (a prompt segment of a request that asked for
+      ``prompt_logprobs``), in ``ExecutorOutput.prompt_logits``. Only executors that declare
+      ``supports_prompt_logits = True`` get such batches; the engine refuses ``prompt_logprobs``
+      for the others.
     """
 
     seq_ids: list[int]
@@ -58,6 +63,12 @@ class Batch:
     seeds: list[int | None]
     block_size: int
     token_bitmask: Any = None  # structured output: int32 [sampled rows, words] (engine.token_bitmask), or None
+    prompt_logits: list[bool] | None = None  # prompt logprobs: sequences whose every row's logits come back
+
+    @property
+    def prompt_logits_indices(self) -> list[int]:
+        """Indices (into the sequences) whose logits at every scheduled token are returned, in order."""
+        return [] if self.prompt_logits is None else [i for i, flag in enumerate(self.prompt_logits) if flag]
 
     @property
     def num_seqs(self) -> int:
@@ -85,10 +96,16 @@ class ExecutorOutput:
 
     Exactly one of the two is set. Either has one row per sequence with ``batch.sample`` set, in
     batch order: ``token_ids`` a list of ints, ``logits`` a ``[num_rows, vocab_size]`` tensor.
+
+    ``prompt_logits`` (executors with ``supports_prompt_logits = True``, when ``batch.prompt_logits``
+    is set): one fp32 tensor per sequence flagged there, in batch order, ``[query_len(i),
+    vocab_size]``: row ``j`` holds the logits after the token at ``positions[query_start_loc[i] + j]``
+    (the prediction of the token after it). None otherwise.
     """
 
     token_ids: list[int] | None = None
     logits: object | None = None
+    prompt_logits: list | None = None
 
     def __post_init__(self) -> None:
         if (self.token_ids is None) == (self.logits is None):

@@ -31,6 +31,7 @@ class BatchBuilder:
         self._seq_ids: list[int] = []
         self._num_prompt_tokens: list[int] = []
         self._seeds: list[int | None] = []
+        self._any_prompt_logprobs = False  # a sequence of the last batch asked for prompt_logprobs
         self._decode_starts: list[int] = [0]  # query_start_loc of a decode-only step of that many rows
         self._seconds = 0.0  # time spent building, since take_seconds()
 
@@ -49,6 +50,7 @@ class BatchBuilder:
             self._seq_ids = [s.seq_id for s in seqs]
             self._num_prompt_tokens = [len(s.prompt_token_ids) for s in seqs]
             self._seeds = [s.params.seed for s in seqs]
+            self._any_prompt_logprobs = any(s.params.prompt_logprobs is not None for s in seqs)
         tables = [_table_copy(s) for s in seqs]
         if len(seqs) == step.num_tokens:
             token_ids, positions, slots, context_lens, placeholders = self._decode_columns(seqs, tables)
@@ -68,6 +70,7 @@ class BatchBuilder:
             num_prompt_tokens=self._num_prompt_tokens,
             seeds=self._seeds,
             block_size=self.block_size,
+            prompt_logits=prompt_logits_column(seqs, step.is_prefill) if self._any_prompt_logprobs else None,
         )
         self._seconds += perf_counter() - started
         return batch, placeholders
@@ -114,6 +117,15 @@ class BatchBuilder:
         if len(self._decode_starts) != num_seqs + 1:
             self._decode_starts = list(range(num_seqs + 1))
         return self._decode_starts
+
+
+def prompt_logits_column(seqs: list[Sequence], is_prefill: list[bool]) -> list[bool] | None:
+    """``Batch.prompt_logits``: the prefill segments of sequences that asked for prompt_logprobs and
+    have not got them all yet (a recompute after preemption runs its prompt again without them)."""
+    flags = [prefill and s.params.prompt_logprobs is not None
+             and len(s.prompt_logprobs or (None,)) < len(s.prompt_token_ids)
+             for s, prefill in zip(seqs, is_prefill)]
+    return flags if any(flags) else None
 
 
 def _table_copy(seq: Sequence) -> list[int]:

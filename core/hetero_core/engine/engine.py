@@ -50,6 +50,7 @@ from hetero_core.engine.parallel_sampling import ParallelRequests
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.postprocess import Postprocess
 from hetero_core.engine.processor import RequestProcessor
+from hetero_core.engine.prompt_logprobs import prompt_logprobs_refusal
 from hetero_core.engine.prompts import Prompt
 from hetero_core.engine.request_intake import Params, RequestIntake
 from hetero_core.engine.scheduled_step import ScheduledStep
@@ -73,6 +74,7 @@ class Engine(RequestIntake, StepDriver, Postprocess):
         None; ``async_scheduling``: plan the next step while the executor runs this one."""
         self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
                                           structured_output)
+        self.processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
         self.structured_output = structured_output
         self.executor = executor
         self.scheduler = scheduler

@@ -49,7 +49,7 @@ class RequestOutput:
     first_token_time: float | None
     finish_time: float | None
     outputs: list[CompletionOutput] = field(default_factory=list)  # one per completion (n)
-    prompt_logprobs: list | None = None  # not computed yet (SamplingParams refuses prompt_logprobs)
+    prompt_logprobs: list | None = None  # SamplingParams.prompt_logprobs: None, then a dict per prompt token
     num_cached_tokens: int = 0  # prompt tokens the prefix cache served (summed over completions)
 
     @property
@@ -92,6 +92,7 @@ class RequestOutput:
             finish_time=seq.finish_time,
             outputs=[completion],
             num_cached_tokens=seq.num_cached_tokens,
+            prompt_logprobs=(seq.prompt_logprobs or [None]) if seq.params.prompt_logprobs is not None else None,
         )
 
 

@@ -4,8 +4,7 @@
 - ``bad_words`` become ``bad_words_token_ids`` as vLLM makes them: each word is encoded as it
   stands at the start of a text and, when that gives other tokens, with a leading space (as in the
   middle of a text); the sampler bans a word's last token when the output ends with the others;
-- ``skip_special_tokens=False`` needs a tokenizer whose ``decode`` takes that keyword;
-- ``prompt_logprobs`` is refused here, by name: no executor returns logits for prompt positions yet.
+- ``skip_special_tokens=False`` needs a tokenizer whose ``decode`` takes that keyword.
 """
 
 from __future__ import annotations
@@ -27,11 +26,6 @@ def resolve_token_params(params: SamplingParams, tokenizer) -> SamplingParams:
         raise InvalidRequestError(
             f"token ids {sorted(set(outside))[:5]} in allowed_token_ids / logit_bias / bad_words_token_ids are "
             f"outside the vocabulary [0, {vocab_size})"
-        )
-    if params.prompt_logprobs is not None:
-        raise InvalidRequestError(
-            "prompt_logprobs is not supported yet: the executors return logits only for the positions they "
-            "sample, not for every prompt token; leave prompt_logprobs None (logprobs=N gives the output's)"
         )
     if not params.skip_special_tokens and not decode_keeps_special_tokens(tokenizer):
         raise InvalidRequestError(

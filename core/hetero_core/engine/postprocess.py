@@ -17,6 +17,7 @@ import time
 
 from hetero_core.engine.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.prompt_logprobs import add_prompt_logprobs
 from hetero_core.engine.scheduled_step import ScheduledStep
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
 from hetero_core.engine.stop_checker import check_stop_string, check_stop_token
@@ -42,6 +43,7 @@ class Postprocess:
     def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled:
         """(token id, logprobs, error) for each sampled row."""
         num_rows = sum(scheduled.batch.sample)
+        add_prompt_logprobs(scheduled, output.prompt_logits, self._token_text)
         if output.token_ids is not None:
             if len(output.token_ids) != num_rows:
                 raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")

@@ -18,6 +18,7 @@ from typing import Any
 
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.params_tokens import resolve_token_params
+from hetero_core.engine.prompt_logprobs import check_prompt_logprobs
 from hetero_core.engine.prompts import check_prompt_size, decode_prompt, tokenize_prompt, unwrap_prompt
 from hetero_core.engine.sequence import check_priority_and_tenant
 from hetero_core.errors import InvalidRequestError
@@ -56,6 +57,7 @@ class RequestProcessor:
         self.max_model_len = max_model_len
         self.default_params = default_params
         self.structured_output = structured_output  # engine.structured_output.StructuredOutput, or None
+        self.prompt_logprobs_refusal: str | None = None  # why the executor cannot give prompt logprobs
 
     def process(self, prompt, params=None, *, priority: int = 0, tenant: str | None = None) -> EngineRequest:
         """``check`` then ``tokenize``; raises InvalidRequestError naming the problem."""
@@ -66,6 +68,7 @@ class RequestProcessor:
         if isinstance(prompt, EngineRequest):
             raise InvalidRequestError("an EngineRequest is already processed; pass it to add_request as is")
         resolved = self.resolve_params(params)
+        check_prompt_logprobs(resolved, self.prompt_logprobs_refusal)
         check_priority_and_tenant(priority, tenant)
         prompt = unwrap_prompt(prompt)
         check_prompt_size(prompt, self.max_model_len, lambda: getattr(self.tokenizer, "max_token_chars", None))

@@ -148,6 +148,12 @@ class RequestIntake:
             self._texts_of, self._texts = tokenizer, {}
         return self._texts
 
+    def _token_text(self, token_id: int) -> str:
+        texts = self._token_texts()
+        if token_id not in texts:
+            texts[token_id] = self.tokenizer.decode([token_id])
+        return texts[token_id]
+
     def _queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         self._seqs[seq.request_id] = seq
         self._detokenizers[seq.seq_id] = detokenizer

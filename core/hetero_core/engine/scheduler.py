@@ -295,8 +295,8 @@ class Scheduler:
     def _computed_blocks(self, seq: Sequence) -> ComputedBlocks:
         """The cached prefix ``seq`` may start from: all its tokens when a shared last block can be
         copied before its last token is recomputed, else all but the last."""
-        if not self.prefix_caching:
-            return NO_COMPUTED_BLOCKS
+        if not self.prefix_caching or seq.params.prompt_logprobs is not None:
+            return NO_COMPUTED_BLOCKS  # prompt logprobs need every prompt token's logits (as in vLLM)
         limit = seq.num_tokens if self.can_copy_blocks else seq.num_tokens - 1
         return self.allocator.get_computed_blocks(seq.token_ids(0, limit))
 

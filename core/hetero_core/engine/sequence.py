@@ -41,6 +41,7 @@ class Sequence:
     arrival_time: float
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list = field(default_factory=list)
+    prompt_logprobs: list | None = None  # prompt_logprobs requested: None, then one entry per prompt token so far
     output_text: str = ""
     status: SequenceStatus = SequenceStatus.PENDING
     finish_reason: FinishReason | None = None

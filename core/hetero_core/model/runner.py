@@ -12,6 +12,10 @@ A step's inputs reach the device in one copy (``step_inputs``): the runner adds 
 positions and sampled rows, the backend adds its metadata's arrays and uploads them all. Nothing in
 a step waits for the device: no pageable copies, no ``.item()``; the rotary frequencies live on the
 model's device.
+
+Prompt logprobs (``batch.prompt_logits``): the rows of the flagged sequences' segments go through
+the last layer and the head with the sampled rows, in one pass; ``ExecutorOutput.prompt_logits``
+gets them, one fp32 ``[query_len, vocab]`` tensor per flagged sequence.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class ModelRunner:
     cache of ``num_blocks`` blocks of ``block_size`` tokens in ``dtype`` on ``device``, with
     ``num_swap_blocks`` CPU blocks of swap space. Implements the executor protocol's steps:
     ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
+
+    supports_prompt_logits = True  # returns ExecutorOutput.prompt_logits for batch.prompt_logits
 
     def __init__(self, model: LlamaForCausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
                  device: torch.device, num_swap_blocks: int = 0):
@@ -63,15 +69,26 @@ class ModelRunner:
         """One step: fp32 logits rows (on the device) of ``batch``'s sampled sequences."""
         self.check_block_size(batch)
         with torch.inference_mode():
-            return ExecutorOutput(logits=self.sampled_logits(batch).float())
+            if batch.prompt_logits is None:
+                return ExecutorOutput(logits=self.sampled_logits(batch).float())
+            prompt_rows = batch_prompt_rows(batch)
+            logits = self.sampled_logits(batch, prompt_rows).float()
+            num_sampled = sum(batch.sample)
+            sizes = [batch.query_len(i) for i in batch.prompt_logits_indices]
+            return ExecutorOutput(logits=logits[:num_sampled],
+                                  prompt_logits=list(torch.split(logits[num_sampled:], sizes)))
 
-    def sampled_logits(self, batch: Batch) -> torch.Tensor:
+    def sampled_logits(self, batch: Batch, extra_rows: np.ndarray | None = None) -> torch.Tensor:
         """The model over ``batch`` (its K/V written to the cache): logits of the sampled rows in
-        the model's dtype. Call it under ``torch.inference_mode()``."""
+        the model's dtype, then of ``extra_rows`` (flat rows, e.g. prompt rows). Call it under
+        ``torch.inference_mode()``."""
         upload = self.inputs.begin()
         input_ids = upload.add(batch.token_ids, torch.long)
         positions = upload.add(batch.positions, torch.long)
         rows = sampled_rows(batch)
+        if extra_rows is not None:
+            first = np.arange(batch.num_tokens, dtype=np.int64) if rows is None else rows
+            rows = np.concatenate([first, extra_rows])
         staged_rows = None if rows is None else upload.add(rows, torch.long)
         metadata = self.backend.build_metadata(batch, self.device, upload)  # uploads everything
         if not upload.is_uploaded:
@@ -101,6 +118,13 @@ class ModelRunner:
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def batch_prompt_rows(batch: Batch) -> np.ndarray:
+    """The flat rows of the sequences flagged in ``batch.prompt_logits``, in order."""
+    starts = batch.query_start_loc
+    spans = [np.arange(starts[i], starts[i + 1], dtype=np.int64) for i in batch.prompt_logits_indices]
+    return np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)
 
 
 def sampled_rows(batch: Batch) -> np.ndarray | None:

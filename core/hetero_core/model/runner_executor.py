@@ -21,6 +21,7 @@ from hetero_core.model.runner import ModelRunner
 class RunnerExecutor:
     runner: ModelRunner
     graph_runner: DecodeGraphs | None = None
+    supports_prompt_logits = True  # the runner returns ExecutorOutput.prompt_logits (never a decode graph)
 
     @property
     def vocab_size(self) -> int:
@@ -36,7 +37,7 @@ class RunnerExecutor:
         return self.runner.kv_caches
 
     def execute(self, batch: Batch) -> ExecutorOutput:
-        if self.graph_runner is None or not self.graph_runner.can_run(batch):
+        if self.graph_runner is None or batch.prompt_logits is not None or not self.graph_runner.can_run(batch):
             return self.runner.execute(batch)
         self.runner.check_block_size(batch)
         with torch.inference_mode():

@@ -83,3 +83,15 @@ def chat_logprobs(entries: list[TokenLogprob]) -> ChatLogprobs:
         )
         for e in entries
     ])
+
+
+def prompt_logprobs_out(output) -> list | None:
+    """A ``RequestOutput``'s ``prompt_logprobs`` as vLLM's server writes them (token ids as keys),
+    or None when its request asked for none."""
+    entries = getattr(output, "prompt_logprobs", None)
+    if entries is None:
+        return None
+    return [None if entry is None else
+            {str(t): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
+             for t, lp in entry.items()}
+            for entry in entries]

@@ -3,7 +3,8 @@ OpenAI's own ``logit_bias``: each becomes the ``SamplingParams`` field of the sa
 
 The shapes are checked here (strict types, as every request field); the values by ``SamplingParams``
 (ranges, ``min_tokens <= max_tokens``) and by the engine when the prompt is tokenized (token ids within
-the vocabulary; ``prompt_logprobs`` refused by name) -- each a 400 that names the field.
+the vocabulary; ``prompt_logprobs`` refused by name on an executor that returns no prompt logits,
+such as the mock) -- each a 400 that names the field.
 """
 
 from __future__ import annotations

@@ -197,11 +197,21 @@ class CompletionLogprobs(BaseModel):
     text_offset: list[int] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    """vLLM's ``Logprob`` of a prompt token or an alternative (``prompt_logprobs`` extra)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    # vLLM's extra: None for the first prompt token, then {token id: PromptLogprob} per prompt token
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -247,6 +257,8 @@ class ChatCompletionResponse(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    # vLLM's extra (``prompt_logprobs``): the prompt's, as CompletionChoice has them
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
 class ChatDelta(BaseModel):

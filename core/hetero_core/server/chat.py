@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from hetero_core.openai_api.convert import chat_logprobs, usage
+from hetero_core.openai_api.convert import chat_logprobs, prompt_logprobs_out, usage
 from hetero_core.server.body import parse_body
 from hetero_core.server.errors import error_body, to_api_error
 from hetero_core.server.generation import (
@@ -58,7 +58,8 @@ async def create_chat_completion(request: Request):
         choices.append(ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else finish_reason(r.output),
                                   logprobs=chat_logprobs(r.logprobs) if body.logprobs else None))
     return ChatCompletionResponse(id=request_id, model=state.model_name, choices=choices,
-                                  usage=usage([r.output for r in results], body.n))
+                                  usage=usage([r.output for r in results], body.n),
+                                  prompt_logprobs=prompt_logprobs_out(results[0].output) if results else None)
 
 
 async def _events(state: ServerState, body: ChatCompletionRequest, request_id: str,

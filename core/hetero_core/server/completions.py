@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
-from hetero_core.openai_api.convert import completion_logprobs, usage
+from hetero_core.openai_api.convert import completion_logprobs, prompt_logprobs_out, usage
 from hetero_core.server.body import parse_body
 from hetero_core.server.errors import APIError, error_body, to_api_error
 from hetero_core.server.generation import (
@@ -53,7 +53,8 @@ async def create_completion(request: Request):
         results = best_results(results, best_of, body.n)
     choices = [
         CompletionChoice(index=i, text=r.text, finish_reason=finish_reason(r.output),
-                         logprobs=completion_logprobs(r.logprobs, 0) if body.logprobs is not None else None)
+                         logprobs=completion_logprobs(r.logprobs, 0) if body.logprobs is not None else None,
+                         prompt_logprobs=prompt_logprobs_out(r.output))
         for i, r in enumerate(results)
     ]
     return CompletionResponse(id=request_id, model=state.model_name, choices=choices,
@@ -74,6 +75,7 @@ async def _events(state: ServerState, body: CompletionRequest, request_id: str, 
                   num_choices: int) -> AsyncIterator[str]:
     outputs: list = [None] * num_choices
     offsets = [0] * num_choices
+    prompt_sent = [body.prompt_logprobs is None] * num_choices  # vLLM sends them in a choice's first chunk
     try:
         async for i, delta in generation.deltas():
             outputs[i] = delta.output
@@ -83,7 +85,9 @@ async def _events(state: ServerState, body: CompletionRequest, request_id: str, 
             choice = CompletionChoice(
                 index=i, text=delta.text, finish_reason=finish_reason(delta.output) if delta.finished else None,
                 logprobs=completion_logprobs(delta.logprobs or [], offsets[i]) if body.logprobs is not None else None,
+                prompt_logprobs=None if prompt_sent[i] else prompt_logprobs_out(delta.output),
             )
+            prompt_sent[i] = prompt_sent[i] or choice.prompt_logprobs is not None
             offsets[i] += len(delta.text)
             yield sse(CompletionResponse(id=request_id, model=state.model_name, choices=[choice]))
         if body.include_usage:

@@ -40,6 +40,11 @@ The checks (each failure is a ``ContractFailure`` naming the rule and the offend
 - chunked prefill gives the rows of an unchunked one;
 - mixed batches (prefill chunks beside decodes, several sequences) give the rows of running each
   sequence alone;
+- prompt logits: an executor that declares ``supports_prompt_logits = True`` returns, for every
+  sequence ``batch.prompt_logits`` flags, a finite ``[query_len, vocab]`` tensor whose last row is
+  the sampled row (when sampled) and whose rows are the same chunked or not and beside other
+  sequences; one that does not declare it gets a one-line refusal of ``prompt_logprobs`` from the
+  engine (``engine.prompt_logprobs.prompt_logprobs_refusal``) naming it;
 - greedy decoding equals ``reference_greedy`` (where two candidates' logits are within
   ``logits_atol``, either is accepted); without a reference, two fresh executors agree.
 
@@ -51,7 +56,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hetero_core.executor import ExecutorContext
+from hetero_core.engine.prompt_logprobs import prompt_logprobs_refusal
+from hetero_core.executor import ExecutorContext, ExecutorOutput
 from hetero_core.testing.contract_failure import ContractFailure
 from hetero_core.testing.executor_checks import check_output, check_same_rows
 from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
@@ -134,6 +140,18 @@ class ExecutorContract:
         mixed = self._run(self._mixed_schedule(), shuffle=True)
         check_same_rows(mixed, alone, "a batch gives each sequence the rows it gets alone",
                         "mixed prefill + decode batches", self.logits_atol)
+
+    def test_prompt_logits_are_returned_or_refused(self):
+        executor = self._executor()
+        if not getattr(executor, "supports_prompt_logits", False):
+            refusal = prompt_logprobs_refusal(executor)
+            if not refusal or type(executor).__name__ not in refusal:
+                raise ContractFailure("an executor without prompt logits is refused by name", repr(refusal))
+            return
+        whole = self._prompt_rows(self._alone_schedule(chunk=None))
+        mixed = self._prompt_rows(self._mixed_schedule())
+        check_same_rows(mixed, whole, "prompt logits are the same chunked, beside other sequences or not",
+                        "mixed prefill + decode batches with prompt_logits", self.logits_atol)
 
     def test_greedy_matches_the_reference(self):
         prompt = self._sequences()[0].token_ids[: self.prompt_lengths[0]]
@@ -221,6 +239,33 @@ class ExecutorContract:
             values = output.token_ids if output.token_ids is not None else list(output.logits)
             for row, i in zip(values, batch.sample_indices):
                 rows[(batch.seq_ids[i], batch.context_lens[i])] = row
+        return rows
+
+    def _prompt_rows(self, schedule) -> dict:
+        """(seq_id, position) -> prompt logits row, for every prompt position of every sequence."""
+        import dataclasses
+
+        seqs, executor = self._sequences(), self._executor()
+        pool, rows = BlockPool(self.num_blocks), {}
+        for step in schedule:
+            batch = build_batch([(seqs[i], n) for i, n in step], pool, self.block_size)
+            batch = dataclasses.replace(batch, prompt_logits=list(batch.is_prefill))
+            output = executor.execute(batch)
+            flagged = batch.prompt_logits_indices
+            got = output.prompt_logits
+            if not isinstance(got, list) or len(got) != len(flagged):
+                raise ContractFailure("prompt_logits: one tensor per flagged sequence",
+                                      f"{len(flagged)} flagged, got {type(got).__name__} of {len(got or [])}")
+            sampled = dict(zip(batch.sample_indices, list(output.logits)))
+            for i, logits in zip(flagged, got):
+                check_output(ExecutorOutput(logits=logits), batch.query_len(i), self.vocab_size,
+                             getattr(executor, "vocab_size", None))
+                if i in sampled:
+                    check_same_rows({0: logits[-1]}, {0: sampled[i]}, "the last prompt logits row is the sampled "
+                                    "row", "a sampled prompt segment", self.logits_atol)
+                first = batch.positions[batch.query_start_loc[i]]
+                for j, row in enumerate(logits):
+                    rows[(batch.seq_ids[i], first + j)] = row
         return rows
 
     def _greedy(self, executor, prompt, feed):
