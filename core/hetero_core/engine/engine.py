@@ -50,7 +50,7 @@ from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
 from hetero_core.engine.thread_guard import ThreadGuard
 from hetero_core.engine.block_transfer import apply_block_transfers
 from hetero_core.engine.executor_thread import ExecutorThread
-from hetero_core.engine.scheduled_step import ScheduledStep, unschedule, without_seqs
+from hetero_core.engine.scheduled_step import ScheduledStep, confirm_swap_ins, unschedule, without_seqs
 from hetero_core.engine.scheduler import Scheduler
 from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
@@ -222,7 +222,7 @@ class Engine:
             raise
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine
             self.timings.execute_s += perf_counter() - started
-            self._fail_step(scheduled, exc)
+            self._fail_step(scheduled, exc, executor_failed=True)
             return []
         except BaseException:  # KeyboardInterrupt: the step did not happen; stepping again redoes it
             unschedule(scheduled)
@@ -245,15 +245,13 @@ class Engine:
             except Exception as exc:  # fails this step's requests below, not the engine
                 output = exc
             self.timings.execute_s += perf_counter() - started
-            if step.batch is None:  # block transfers only
-                if isinstance(output, Exception):
-                    log.error("executor.failed", num_seqs=0, error=f"{type(output).__name__}: {output}")
+            if step.batch is None and not isinstance(output, Exception):  # block transfers only, done
                 previous = None
             else:
                 sampled = output if isinstance(output, Exception) else self._sample(step, output, bitmask)
-                if isinstance(sampled, Exception):
-                    self._fail_step(step, sampled)  # and this step runs without its sequences
-                    scheduled = without_seqs(scheduled, {s.seq_id for s in step.seqs}, self.scheduler.batches)
+                if isinstance(sampled, Exception):  # this step's requests fail; the next runs without them
+                    failed = self._fail_step(step, sampled, executor_failed=sampled is output)
+                    scheduled = without_seqs(scheduled, failed, self.scheduler.batches)
                     previous = None
                 elif scheduled.placeholder_rows:
                     _write_sampled_tokens(step, sampled, scheduled)
@@ -425,13 +423,16 @@ class Engine:
             request_id = f"{seq_id}-{n}"
         return request_id
 
-    def _fail_step(self, scheduled: ScheduledStep, exc: Exception) -> None:
-        """The executor (or the sampler) failed on this step: its requests fail, nothing else."""
-        log.error("executor.failed", num_seqs=len(scheduled.seqs), error=f"{type(exc).__name__}: {exc}",
-                  exc_info=exc)
-        for seq in scheduled.seqs:
+    def _fail_step(self, scheduled: ScheduledStep, exc: Exception, executor_failed: bool = False) -> set[int]:
+        """The executor (or the sampler) failed on this step: its requests fail, nothing else; with
+        ``executor_failed`` (its block transfers may not have run) so do the sequences it swapped out,
+        whose K/V is lost (async: even if a later step swapped them back in). The failed seq ids."""
+        seqs = scheduled.seqs + scheduled.swapped_out if executor_failed else scheduled.seqs
+        log.error("executor.failed", num_seqs=len(seqs), error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        for seq in seqs:
             if not seq.status.is_done:
                 self._finish(seq, error=f"the executor failed on this request's batch: {type(exc).__name__}: {exc}")
+        return {seq.seq_id for seq in seqs}
 
     def _constrained(self, scheduled: ScheduledStep):
         """The step's batch, with the token bitmask of its structured-output rows (if it has any)."""
@@ -474,6 +475,8 @@ class Engine:
     def _postprocess(self, scheduled: ScheduledStep, sampled: Sampled) -> None:
         """The step completed: confirm its tokens, append the sampled ones and check stops. A
         sequence that ended meanwhile (aborted, or stopped by the step before) is skipped."""
+        if scheduled.swapped_in_tokens:
+            confirm_swap_ins(scheduled)
         tokens = iter(sampled)
         now = time.time()
         eos_token_id = self.tokenizer.eos_token_id
