@@ -182,8 +182,13 @@ class EngineMachine(RuleBasedStateMachine):
                 self.engine.generate(prompts, params)
             return
         outputs = self.engine.generate(prompts, params)
-        assert len(outputs) == len(as_prompt_list(prompts)) and all(o.finished for o in outputs)
+        prompt_list = as_prompt_list(prompts)
+        assert len(outputs) == len(prompt_list) and all(o.finished for o in outputs)
         self.record_own(outputs)
+        if self.compare_solo:  # as in the threaded rule: what found the failed swap-ins (issue 25)
+            params_list = params if isinstance(params, list) else [params] * len(prompt_list)
+            for prompt, p, out in zip(prompt_list, params_list, outputs):
+                self.assert_as_solo(prompt, p, out)
 
     @rule(scripts=THREAD_SCRIPTS, direct=st.sampled_from(["step", "add", "abort", None]))
     def generate_in_threads(self, scripts, direct):
