@@ -345,10 +345,9 @@ class AsyncFailingTransfersMachine(AsyncMockEngineMachine):
         self.executor.__class__ = NoTransfersExecutor
 
 
-def test_engine_on_the_mock_with_async_scheduling_and_failing_transfers():
-    run = AsyncFailingTransfersMachine.TestCase
-    run.settings = fuzz_settings(30, stateful_step_count=30)
-    run().runTest()
+TestEngineOnTheMockWithAsyncSchedulingAndFailingTransfers = AsyncFailingTransfersMachine.TestCase
+# module level: HETERO_FUZZ_EXAMPLES is read at import (the fixtures clear it before a test body runs)
+TestEngineOnTheMockWithAsyncSchedulingAndFailingTransfers.settings = fuzz_settings(30, stateful_step_count=30)
 
 
 class FailingTransferExecutor(FaultyExecutor):
