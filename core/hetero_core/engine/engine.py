@@ -8,7 +8,7 @@ Bookkeeping guarantees (tested by a hypothesis state machine, tests/test_engine_
   ``generate`` / ``add_requests`` check every request before queueing any, so an error leaves no
   orphan behind;
 - a request that fails (non-finite logits, an executor error) fails alone, or with the batch it ran
-  in; the next step runs normally;
+  in (or, swapped out by that step, whose K/V it lost); the next step runs normally;
 - no exception from the executor, the sampler or the tokenizer escapes ``step()``, except
   ``ExecutorDeadError``: an executor that can no longer run anything (a tensor-parallel worker died);
 - a finished request leaves nothing behind: request table, detokenizer and KV blocks are freed.

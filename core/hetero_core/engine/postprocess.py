@@ -18,7 +18,7 @@ import time
 from hetero_core.engine.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.prompt_logprobs import add_prompt_logprobs
-from hetero_core.engine.scheduled_step import ScheduledStep
+from hetero_core.engine.scheduled_step import ScheduledStep, confirm_swap_ins
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
 from hetero_core.engine.stop_checker import check_stop_string, check_stop_token
 from hetero_core.errors import ExecutorDeadError
@@ -63,6 +63,8 @@ class Postprocess:
     def _postprocess(self, scheduled: ScheduledStep, sampled: Sampled) -> None:
         """The step completed: confirm its tokens, append the sampled ones and check stops. A
         sequence that ended meanwhile (aborted, or stopped by the step before) is skipped."""
+        if scheduled.swapped_in_tokens:
+            confirm_swap_ins(scheduled)
         tokens = iter(sampled)
         now = time.time()
         eos_token_id = self.tokenizer.eos_token_id
@@ -145,13 +147,16 @@ class Postprocess:
             log.info("request.finished", request_id=seq.request_id, finish_reason=reason.value,
                      num_output_tokens=seq.num_output_tokens, num_preemptions=seq.num_preemptions)
 
-    def _fail_step(self, scheduled: ScheduledStep, exc: Exception) -> None:
-        """The executor (or the sampler) failed on this step: its requests fail, nothing else."""
-        log.error("executor.failed", num_seqs=len(scheduled.seqs), error=f"{type(exc).__name__}: {exc}",
-                  exc_info=exc)
-        for seq in scheduled.seqs:
+    def _fail_step(self, scheduled: ScheduledStep, exc: Exception, executor_failed: bool = False) -> set[int]:
+        """The executor (or the sampler) failed on this step: its requests fail, nothing else; with
+        ``executor_failed`` (its block transfers may not have run) so do the sequences it swapped out,
+        whose K/V is lost (async: even if a later step swapped them back in). The failed seq ids."""
+        seqs = scheduled.seqs + scheduled.swapped_out if executor_failed else scheduled.seqs
+        log.error("executor.failed", num_seqs=len(seqs), error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        for seq in seqs:
             if not seq.status.is_done:
                 self._finish(seq, error=f"the executor failed on this request's batch: {type(exc).__name__}: {exc}")
+        return {seq.seq_id for seq in seqs}
 
 
 def queued_tokens(seq: Sequence) -> int:

@@ -9,7 +9,9 @@ preemptions made room for the next step): the engine applies them at once, so no
 Scheduling a sequence advances its ``num_computed_tokens`` at once (as vLLM v1 does): the next step
 is planned from there, whether or not this one has run yet (async scheduling). The tokens stay
 ``num_inflight_tokens`` until the step completes, and a step that samples the sequence's next token
-leaves it ``num_pending_tokens`` until the engine knows it.
+leaves it ``num_pending_tokens`` until the engine knows it. A sequence swapped in by a step has its
+swapped K/V in flight too (``swapped_in_tokens``): the copy is the step's, and it may fail; until the
+step completes none of its blocks is named in the prefix cache.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from hetero_core.engine.batch import Batch
 from hetero_core.engine.kv_allocator import SlotAllocation
 from hetero_core.engine.sequence import Sequence, SequenceStatus
 
-__all__ = ["ScheduledStep", "StepBuilder", "unschedule", "without_seqs"]
+__all__ = ["ScheduledStep", "StepBuilder", "confirm_swap_ins", "unschedule", "without_seqs"]
 PREFILL, DECODE = SequenceStatus.PREFILL, SequenceStatus.DECODE
 
 
@@ -38,6 +40,10 @@ class ScheduledStep:
     # rows whose input token was not known when the batch was built: the token that the step
     # before samples for that sequence (async scheduling); the engine writes it in before the step runs
     placeholder_rows: list[int] = field(default_factory=list)
+    # seq_id -> the confirmed tokens whose K/V this step's swap_in copies back (in flight until it completes)
+    swapped_in_tokens: dict[int, int] = field(default_factory=dict)
+    # sequences this step swaps out: if its transfers fail their K/V is lost, and they fail with it
+    swapped_out: list[Sequence] = field(default_factory=list)
 
     @property
     def has_transfers(self) -> bool:
@@ -60,6 +66,8 @@ class StepBuilder:
         self.swap_out: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
         self.block_copies: list[tuple[int, int]] = []
+        self.swapped_in_tokens: dict[int, int] = {}
+        self.swapped_out: list[Sequence] = []
 
     @property
     def chosen(self) -> bool:
@@ -90,12 +98,21 @@ class StepBuilder:
             seq.num_pending_tokens += 1
             seq.status = DECODE
 
+    def add_swap_in(self, seq: Sequence, pairs: list[tuple[int, int]]) -> None:
+        """``seq``'s K/V comes back through ``pairs`` (before the batch): its confirmed tokens are in
+        flight again until the step completes (a swap-in that fails must leave no named block)."""
+        self.swap_in += pairs
+        num_confirmed = seq.num_confirmed_tokens
+        seq.num_inflight_tokens += num_confirmed
+        self.swapped_in_tokens[seq.seq_id] = num_confirmed
+
     def build(self, batches, earlier: StepBuilder | None = None, is_stalled: bool = False) -> ScheduledStep:
         """The step, its batch from ``batches`` (a ``BatchBuilder``); ``earlier``: a pass of the same
         step that scheduled nothing (its preemptions and swap-outs come first)."""
-        preempted, swap_out = self.preempted, self.swap_out
+        preempted, swap_out, swapped_out = self.preempted, self.swap_out, self.swapped_out
         if earlier is not None:
             preempted, swap_out = earlier.preempted + preempted, earlier.swap_out + swap_out
+            swapped_out = earlier.swapped_out + swapped_out
         batch, placeholder_rows = batches.build(self) if self.seqs else (None, [])
         return ScheduledStep(
             seqs=self.seqs,
@@ -108,6 +125,8 @@ class StepBuilder:
             is_stalled=is_stalled,
             kv_epochs=self.kv_epochs,
             placeholder_rows=placeholder_rows,
+            swapped_in_tokens=self.swapped_in_tokens,
+            swapped_out=swapped_out,
         )
 
 
@@ -134,6 +153,15 @@ def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledSt
     batch, placeholder_rows = batches.build(rows) if keep else (None, [])
     return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
                    kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows)
+
+
+def confirm_swap_ins(step: ScheduledStep) -> None:
+    """``step`` completed: the K/V its swap-ins copied back is confirmed again."""
+    swapped_in = step.swapped_in_tokens
+    for seq, epoch in zip(step.seqs, step.kv_epochs):
+        num_tokens = swapped_in.get(seq.seq_id)
+        if num_tokens and not seq.status.is_done and seq.kv_epoch == epoch:
+            seq.num_inflight_tokens -= num_tokens
 
 
 def unschedule(step: ScheduledStep) -> None:

@@ -240,6 +240,7 @@ class Scheduler:
             seq.num_preemptions += 1
             self.swapped.append(seq)
             step.swap_out += preemption.swap_out
+            step.swapped_out.append(seq)
             self.num_swap_preemptions += 1
         else:
             seq.reset_for_recompute()
@@ -260,7 +261,7 @@ class Scheduler:
             slots = self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)
             if slots is None:  # the pool has no room now
                 return
-            step.swap_in += self.preemptor.swap_in(seq)
+            step.add_swap_in(seq, self.preemptor.swap_in(seq))
             is_decode = seq.num_uncomputed_tokens == 1 and seq.output_token_ids
             seq.status = DECODE if is_decode else PREFILL
             self.num_swap_ins += 1

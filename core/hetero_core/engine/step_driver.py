@@ -42,7 +42,7 @@ class StepDriver:
             raise
         except Exception as exc:  # a failing executor fails this batch's requests, not the engine
             self.timings.execute_s += perf_counter() - started
-            self._fail_step(scheduled, exc)
+            self._fail_step(scheduled, exc, executor_failed=True)
             return []
         except BaseException:  # KeyboardInterrupt: the step did not happen; stepping again redoes it
             unschedule(scheduled)
@@ -65,15 +65,13 @@ class StepDriver:
             except Exception as exc:  # fails this step's requests below, not the engine
                 output = exc
             self.timings.execute_s += perf_counter() - started
-            if step.batch is None:  # block transfers only
-                if isinstance(output, Exception):
-                    log.error("executor.failed", num_seqs=0, error=f"{type(output).__name__}: {output}")
+            if step.batch is None and not isinstance(output, Exception):  # block transfers only, done
                 previous = None
             else:
                 sampled = output if isinstance(output, Exception) else self._sample(step, output, bitmask)
-                if isinstance(sampled, Exception):
-                    self._fail_step(step, sampled)  # and this step runs without its sequences
-                    scheduled = without_seqs(scheduled, {s.seq_id for s in step.seqs}, self.scheduler.batches)
+                if isinstance(sampled, Exception):  # this step's requests fail; the next runs without them
+                    failed = self._fail_step(step, sampled, executor_failed=sampled is output)
+                    scheduled = without_seqs(scheduled, failed, self.scheduler.batches)
                     previous = None
                 elif scheduled.placeholder_rows:
                     _write_sampled_tokens(step, sampled, scheduled)

@@ -32,10 +32,13 @@ class ReplicaLostError(EngineDeadError):
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """What the app reads of an engine: its length limit and default sampling parameters."""
+    """What the app reads of an engine: its length limit and default sampling parameters. The
+    frontend holds no tokenizer (the replicas do): chat-template options, /tokenize and /detokenize
+    answer with an error naming that."""
 
     max_model_len: int
     default_params: SamplingParams
+    tokenizer: None = None
 
 
 class ReplicaClient:

@@ -44,7 +44,7 @@ async def create_chat_completion(request: Request):
     state.check_model(body.model)
     request_id = state.new_request_id("chatcmpl")
     mode = tool_mode(body)
-    prompt = await asyncio.to_thread(chat_prompt, body, mode, state.llm.engine.tokenizer)
+    prompt = await asyncio.to_thread(chat_prompt, body, mode, getattr(state.llm.engine, "tokenizer", None))
     body = with_tool_grammar(body, mode)
     max_tokens = body.max_completion_tokens or body.max_tokens
     generation, _, results = await run_choices(request, state, body, request_id, [prompt], max_tokens,

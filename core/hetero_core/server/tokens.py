@@ -7,6 +7,7 @@ import asyncio
 from fastapi import APIRouter, Request
 
 from hetero_core.engine.prompts import tokenize_prompt
+from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.token_protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -34,7 +35,7 @@ async def tokenize(request: Request) -> TokenizeResponse:
     state = get_state(request)
     state.check_model(body.model)
     prompt = body.prompt if body.prompt is not None else [m.as_dict() for m in body.messages]
-    tokens = await asyncio.to_thread(tokenize_prompt, state.llm.engine.tokenizer, prompt)
+    tokens = await asyncio.to_thread(tokenize_prompt, _tokenizer(state, "/tokenize"), prompt)
     return TokenizeResponse(count=len(tokens), max_model_len=state.max_model_len, tokens=tokens)
 
 
@@ -44,6 +45,14 @@ async def detokenize(request: Request) -> DetokenizeResponse:
     body = await parse_body(request, DetokenizeRequest)
     state = get_state(request)
     state.check_model(body.model)
-    tokenizer = state.llm.engine.tokenizer
+    tokenizer = _tokenizer(state, "/detokenize")
     ids = tokenize_prompt(tokenizer, body.tokens)  # checks every id against the vocabulary
     return DetokenizeResponse(prompt=await asyncio.to_thread(tokenizer.decode, ids))
+
+
+def _tokenizer(state, path: str):
+    """The engine's tokenizer; a server whose frontend holds none (replicas) refuses by name."""
+    tokenizer = getattr(state.llm.engine, "tokenizer", None)
+    if tokenizer is None:
+        raise InvalidRequestError(f"{path} is not available here: the replicas' frontend holds no tokenizer")
+    return tokenizer
