@@ -114,34 +114,13 @@ def test_ids_of_a_request_and_its_completions_are_taken(make_mock_engine):
             engine.add_request(PROMPT, greedy(), request_id=taken)
 
 
-class LogitsExecutor:
-    """The mock's token as the best of random logits (seeded by that token): a logits executor."""
-
-    def __init__(self, inner, vocab_size):
-        self.inner, self.vocab_size = inner, vocab_size
-
-    def execute(self, batch):
-        import torch
-
-        from hetero_core.executor import ExecutorOutput
-
-        rows = []
-        for token in self.inner.execute(batch).token_ids:
-            row = torch.randn(self.vocab_size, generator=torch.Generator().manual_seed(token))
-            row[token] += 2.0
-            rows.append(row)
-        return ExecutorOutput(logits=torch.stack(rows))
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-
 def test_best_of_returns_the_completions_of_best_cumulative_logprob(make_mock_engine):
     pytest.importorskip("torch")
+    from logits_executor import LogitsExecutor
 
     def engine():
         e = make_mock_engine()
-        e.executor = LogitsExecutor(e.executor, e.tokenizer.vocab_size)
+        e.executor = LogitsExecutor(e.executor, e.tokenizer.vocab_size, margin=2.0)
         return e
 
     params = dict(temperature=1.0, max_tokens=5, seed=3)

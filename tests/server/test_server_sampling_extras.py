@@ -13,27 +13,8 @@ from hetero_core.engine.params import SamplingParams
 from live_server import LiveServer
 
 torch = pytest.importorskip("torch")
+from logits_executor import LogitsExecutor  # noqa: E402  (after the torch check)
 PROMPT = "x" * 40  # byte tokenizer: one token per byte
-
-
-class LogitsExecutor:
-    """The mock's token as the clear best of random logits (seeded by that token): a logits executor."""
-
-    def __init__(self, inner, vocab_size):
-        self.inner, self.vocab_size = inner, vocab_size
-
-    def execute(self, batch):
-        from hetero_core.executor import ExecutorOutput
-
-        rows = []
-        for token in self.inner.execute(batch).token_ids:
-            row = torch.randn(self.vocab_size, generator=torch.Generator().manual_seed(token))
-            row[token] += 10.0  # the mock's token always wins unless a constraint says otherwise
-            rows.append(row)
-        return ExecutorOutput(logits=torch.stack(rows))
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
 
 @pytest.fixture
