@@ -28,7 +28,7 @@ import torch
 from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphInputs
-from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, fill_block_tables
+from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, check_block_tables, fill_block_tables
 from hetero_plugins_cuda.kernels import FlashAttnKernels
 
 
@@ -143,13 +143,3 @@ def _block_tables(tables: list[list[int]], upload: StepUpload) -> Staged:
     staged = upload.zeros((len(tables), max(map(len, tables))), torch.int32)
     fill_block_tables(staged.host, tables)
     return staged
-
-
-def check_block_tables(batch: Batch) -> None:
-    for i in range(batch.num_seqs):
-        capacity = len(batch.block_tables[i]) * batch.block_size
-        if capacity < batch.context_lens[i]:
-            raise ValueError(
-                f"sequence {batch.seq_ids[i]}: block table holds {capacity} slots but context_len is "
-                f"{batch.context_lens[i]}; the allocator must assign enough blocks before execute()"
-            )

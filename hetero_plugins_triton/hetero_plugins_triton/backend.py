@@ -24,7 +24,7 @@ import torch
 from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphInputs
-from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, fill_block_tables
+from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, check_block_tables, fill_block_tables
 from hetero_plugins_triton.kernels.decode_attention import decode_attention
 from hetero_plugins_triton.kernels.kv_store import store_kv
 from hetero_plugins_triton.kernels.prefill_attention import prefill_attention
@@ -83,7 +83,7 @@ class TritonPagedAttention:
     def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> TritonMetadata:
         """The step's index arrays, added to ``upload`` (the runner's, or a fresh one) and uploaded
         with it: one host-to-device copy for the step."""
-        _check_block_tables(batch)
+        check_block_tables(batch)
         upload = upload if upload is not None else StepInputs(device).begin()
         starts = np.asarray(batch.query_start_loc, dtype=np.int32)
         query_lens = np.diff(starts)
@@ -144,13 +144,3 @@ def _block_tables(batch: Batch, seqs: np.ndarray, upload: StepUpload) -> Staged:
     staged = upload.zeros((len(tables), max(map(len, tables))), torch.int32)
     fill_block_tables(staged.host, tables)
     return staged
-
-
-def _check_block_tables(batch: Batch) -> None:
-    for i in range(batch.num_seqs):
-        capacity = len(batch.block_tables[i]) * batch.block_size
-        if capacity < batch.context_lens[i]:
-            raise ValueError(
-                f"sequence {batch.seq_ids[i]}: block table holds {capacity} slots but context_len is "
-                f"{batch.context_lens[i]}; the allocator must assign enough blocks before execute()"
-            )

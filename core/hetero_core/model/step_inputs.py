@@ -165,6 +165,18 @@ class StepUpload:
         return staged
 
 
+def check_block_tables(batch) -> None:
+    """Every sequence's block table holds its context (an allocator bug otherwise, named here rather
+    than as an out-of-range read in a kernel)."""
+    for i in range(batch.num_seqs):
+        capacity = len(batch.block_tables[i]) * batch.block_size
+        if capacity < batch.context_lens[i]:
+            raise ValueError(
+                f"sequence {batch.seq_ids[i]}: block table holds {capacity} slots but context_len is "
+                f"{batch.context_lens[i]}; the allocator must assign enough blocks before execute()"
+            )
+
+
 def fill_block_tables(out: np.ndarray, tables: Sequence[Sequence[int]]) -> np.ndarray:
     """Write ``tables`` (one list of block numbers per row) into the rows of ``out`` (``[len(tables),
     width]``, already zeroed: shorter tables stay padded with block 0). All rows in one numpy

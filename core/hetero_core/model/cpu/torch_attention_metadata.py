@@ -17,7 +17,7 @@ import torch
 
 from hetero_core.engine.batch import Batch, slot_of
 from hetero_core.model.cpu.kernel_attention import PrefillSequences
-from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, fill_block_tables
+from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, check_block_tables, fill_block_tables
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def build_metadata(batch: Batch, device: torch.device, *, for_cpu_kernels: bool,
 
     Every array goes into ``upload`` (the runner's, holding its own arrays too; a fresh one if None),
     which this uploads: one host-to-device copy for the whole step. Masks are derived on the device."""
-    _check_block_tables(batch)
+    check_block_tables(batch)
     upload = upload if upload is not None else StepInputs(device).begin()
     query_lens = np.diff(np.asarray(batch.query_start_loc, dtype=np.int64))
     single = np.flatnonzero(query_lens == 1)
@@ -168,13 +168,3 @@ def _tables_of(batch: Batch, seqs: np.ndarray) -> list:
     if len(seqs) == batch.num_seqs:
         return batch.block_tables
     return [batch.block_tables[i] for i in seqs.tolist()]
-
-
-def _check_block_tables(batch: Batch) -> None:
-    for i in range(batch.num_seqs):
-        capacity = len(batch.block_tables[i]) * batch.block_size
-        if capacity < batch.context_lens[i]:
-            raise ValueError(
-                f"sequence {batch.seq_ids[i]}: block table holds {capacity} slots but context_len is "
-                f"{batch.context_lens[i]}; the allocator must assign enough blocks before execute()"
-            )
