@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from hetero_bench.random_models import MARKER, default_cache_dir, random_tensor
+from hetero_bench.random_models import MARKER, copy_tokenizer, default_cache_dir, random_tensor
 
 
 FORMAT = 1
