@@ -35,7 +35,8 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         self.gate = TopKRouter(moe.num_experts, hidden_size, moe.num_experts_per_tok, moe.norm_topk_prob,
                                moe.router_weights_fp32)
-        self.experts = Experts(moe.num_experts, hidden_size, moe.moe_intermediate_size)
+        local = moe.local_experts
+        self.experts = Experts(len(local), hidden_size, moe.moe_intermediate_size, local.start, moe.num_experts)
         if moe.shared_expert_intermediate_size:
             self.shared_expert = SwiGLU(hidden_size, moe.shared_expert_intermediate_size, bias=False)
             self.shared_expert_gate = SharedExpertGate(hidden_size)
