@@ -9,6 +9,10 @@ token chose, over all of that expert's tokens; experts no token chose cost nothi
 linears give a row the same result whatever its batch-mates, so an expert's output for a token never
 depends on which other tokens chose it.
 
+The router and Qwen2-MoE's shared-expert gate (a few output rows each) run in the same kernels, their
+weights padded with zero rows to whole panels (``NarrowLinear``): with the compiled kernels a
+token's routing, and so its output, does not depend on its batch-mates either (batch invariance).
+
 Where the kernels' layout does not take the weights (intermediate sizes not a multiple of 16, bf16
 with an odd hidden size, another dtype) the experts stay as they are (torch matmuls per expert).
 """
@@ -19,7 +23,10 @@ import torch
 from torch import nn
 
 from hetero_core.model.cpu.linear import kernel_layout
+from hetero_core.model.cpu.kernel_linears import PANEL
+from hetero_core.model.moe.block import SharedExpertGate
 from hetero_core.model.moe.experts import Experts, combine, group_by_expert
+from hetero_core.model.moe.router import TopKRouter
 
 
 class PackedExperts(nn.Module):
@@ -62,6 +69,49 @@ class PackedExperts(nn.Module):
         return combine(out, groups, weights, hidden)
 
 
+class NarrowLinear:
+    """``x @ weight.T`` for a weight of a few rows ([N, K], N under a panel or not a whole number of
+    them) in the kernels' linear: padded with zero rows to whole panels, the padding's columns cut
+    off the fp32 result. ``NarrowLinear.pack`` returns None where the kernels' layout does not apply."""
+
+    def __init__(self, kernels, packed: torch.Tensor, layout: str, rows: int):
+        self.kernels, self.packed, self.layout, self.rows = kernels, packed, layout, rows
+
+    @classmethod
+    def pack(cls, weight: torch.Tensor, kernels) -> NarrowLinear | None:
+        layout = kernel_layout(kernels, weight.dtype)
+        if layout not in ("bf16", "f32") or weight.device.type != "cpu":
+            return None
+        rows = weight.shape[0]
+        padded = torch.zeros((-(-rows // PANEL) * PANEL, weight.shape[1]), dtype=weight.dtype)
+        padded[:rows] = weight.detach()
+        packed = kernels.pack_bf16_linear(padded) if layout == "bf16" else kernels.pack_f32_linear(padded)
+        return None if packed is None else cls(kernels, packed, layout, rows)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.layout == "bf16":
+            out = self.kernels.bf16_linear(x.to(torch.bfloat16), self.packed, None, torch.float32)
+        else:
+            out = self.kernels.f32_linear(x, self.packed, None)
+        return out[:, : self.rows]
+
+
+def pack_router(router: TopKRouter, kernels) -> bool:
+    """The router's logits through the kernels' linear (fp32 sums); False where it cannot."""
+    linear = NarrowLinear.pack(router.weight, kernels)
+    if linear is not None:
+        router.router_logits = linear
+    return linear is not None
+
+
+def pack_shared_expert_gate(gate: SharedExpertGate, kernels) -> bool:
+    """The shared expert's gate through the kernels' linear; False where it cannot."""
+    linear = NarrowLinear.pack(gate.weight, kernels)
+    if linear is not None:
+        gate.forward = lambda hidden: linear(hidden).to(hidden.dtype)
+    return linear is not None
+
+
 def has_experts(model: nn.Module) -> bool:
     """True for a model with MoE experts (packed or not)."""
     return any(isinstance(m, (Experts, PackedExperts)) for m in model.modules())
@@ -69,10 +119,16 @@ def has_experts(model: nn.Module) -> bool:
 
 def pack_experts(model: nn.Module, kernels) -> int:
     """Replace every ``Experts`` inside ``model`` whose weights the kernels' layout takes by
-    ``PackedExperts``; return how many."""
+    ``PackedExperts``, and run the routers and shared-expert gates in the kernels' linear; return how
+    many experts modules were replaced."""
     if kernels is None:
         return 0
     replaced = 0
+    for module in list(model.modules()):
+        if isinstance(module, TopKRouter):
+            pack_router(module, kernels)
+        elif isinstance(module, SharedExpertGate):
+            pack_shared_expert_gate(module, kernels)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, Experts):

@@ -15,7 +15,7 @@ from hetero_core.model.moe.router import TopKRouter
 
 class SharedExpertGate(nn.Module):
     """``weight`` [1, hidden]: the shared expert's scalar gate logit per token (not a ``nn.Linear``:
-    weight packing leaves it as it is)."""
+    ``pack_linears`` leaves it as it is; the CPU runtime packs it its own way, ``packed_experts``)."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
