@@ -73,10 +73,6 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> ModelConfig:
-        if (raw.get("architectures") or [""])[0] in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM"):
-            from hetero_core.model.moe.config import moe_model_config  # TEMP until the architecture seam
-
-            return moe_model_config(raw, source)
         architecture = _architecture(raw)
         variant = SUPPORTED_ARCHITECTURES[architecture]
         try:

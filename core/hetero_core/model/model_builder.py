@@ -27,16 +27,10 @@ def build_model(
     """Instantiate the model without initialising it and assign ``state``'s tensors to it (``backend``
     None: weights only, see ``NoAttention``)."""
     backend = backend if backend is not None else NoAttention()
-    from hetero_core.model.moe import weights as moe_weights  # TEMP until the architecture seam
-    from hetero_core.model.moe.model import MoeForCausalLM
-
-    is_moe = hasattr(config, "moe")
     with torch.device("meta"):
-        model = MoeForCausalLM(config, backend) if is_moe else LlamaForCausalLM(config, backend)
+        model = LlamaForCausalLM(config, backend)
     names = list(model.state_dict().keys())
-    checkpoint_names_ = moe_weights.checkpoint_names if is_moe else checkpoint_names
-    fuse_checkpoint_ = moe_weights.from_checkpoint if is_moe else fuse_checkpoint
-    expected = set(checkpoint_names_(names, config))
+    expected = set(checkpoint_names(names, config))
     missing = sorted(expected - state.keys())
     unexpected = sorted(k for k in state.keys() - expected if not _is_ignorable(k, config))
     if missing or unexpected:
@@ -45,7 +39,7 @@ def build_model(
             f" ({len(missing)} missing, {len(unexpected)} unexpected); is config.json from the same model?"
         )
     tensors = {
-        name: tensor.to(device=device, dtype=dtype) for name, tensor in fuse_checkpoint_(state, names, config).items()
+        name: tensor.to(device=device, dtype=dtype) for name, tensor in fuse_checkpoint(state, names, config).items()
     }
     try:
         model.load_state_dict(tensors, strict=True, assign=True)
