@@ -23,7 +23,6 @@ import torch
 
 from hetero_core.model.cpu.kernel_linears import code_bits
 from hetero_core.model.cpu.kernel_attention import DECODE_ATTENTION_REFUSED
-from hetero_core.model.layers import SwiGLU
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -104,8 +103,6 @@ class FusedDecode:
         keep: list[Any] = []
         for index, (layer, cache) in enumerate(zip(model.model.layers, kv_caches, strict=True)):
             attention, mlp = layer.self_attn, layer.mlp
-            if not isinstance(mlp, SwiGLU):  # a mixture-of-experts layer: the model code runs it
-                return None
             linears = [_linear(m, dtype) for m in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
                                                    mlp.down_proj)]
             norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)

@@ -112,11 +112,6 @@ def pack_shared_expert_gate(gate: SharedExpertGate, kernels) -> bool:
     return linear is not None
 
 
-def has_experts(model: nn.Module) -> bool:
-    """True for a model with MoE experts (packed or not)."""
-    return any(isinstance(m, (Experts, PackedExperts)) for m in model.modules())
-
-
 def pack_experts(model: nn.Module, kernels) -> int:
     """Replace every ``Experts`` inside ``model`` whose weights the kernels' layout takes by
     ``PackedExperts``, and run the routers and shared-expert gates in the kernels' linear; return how

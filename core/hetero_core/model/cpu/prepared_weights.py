@@ -33,7 +33,7 @@ from hetero_core.cache import cache_file
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
-from hetero_core.model.cpu.packed_experts import has_experts, pack_experts
+from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
@@ -87,11 +87,9 @@ def load_packed_model(
         log.info("executor.prepared_weights", path=str(path), hit=True)
         return model
     model = load_model(source, backend=backend, dtype=dtype)
-    if has_experts(model):  # prepared files hold no expert weights (yet): packed at every start
-        pack_model(model, kernels)
-        return model
     model.untie_lm_head()
     unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
+    pack_experts(model, kernels)  # a MoE model is not saved (save_prepared: built-in Llama models only)
     pack_linears(model, kernels)
     if save_prepared(path, model, unpacked):
         _prune(path.parent, keep=path)

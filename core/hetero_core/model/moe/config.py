@@ -8,11 +8,11 @@ Field names differ by family: Qwen2-MoE and Qwen3-MoE give ``num_experts``, ``mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from hetero_core.errors import ConfigError, ModelLoadError
-from hetero_core.model.config import ModelConfig
+from hetero_core.model.config import ModelConfig, parse_config
 
 # Architecture name -> the dense family its attention follows (``ModelConfig.variant``).
 MOE_ARCHITECTURES = {
@@ -87,13 +87,15 @@ class MoeModelConfig(ModelConfig):
 
 
 def moe_model_config(raw: dict[str, Any], source: str = "config") -> MoeModelConfig:
-    """The ``config.json`` of a Qwen3-MoE, Qwen2-MoE or Mixtral model (its first ``architectures`` name)."""
+    """The ``config.json`` of a Qwen3-MoE, Qwen2-MoE or Mixtral model (its first ``architectures``
+    name); sliding-window attention and activations other than SiLU are refused."""
     architecture = (raw.get("architectures") or ["<none given>"])[0]
     moe = MoeConfig.from_dict(raw, architecture, source)
-    dense = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
-    base = ModelConfig.from_dict({**raw, "architectures": [dense[MOE_ARCHITECTURES[architecture]]]}, source)
-    values = {f.name: getattr(base, f.name) for f in fields(ModelConfig)}
-    return MoeModelConfig(**{**values, "architecture": architecture, "moe": moe})
+    if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
+        raise ModelLoadError(f"{source}: sliding-window attention is not supported; set use_sliding_window=false")
+    if raw.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise ModelLoadError(f"{source}: hidden_act {raw['hidden_act']!r} is not supported; supported: silu")
+    return parse_config(raw, source, MoeModelConfig, qk_norm=MOE_ARCHITECTURES[architecture] == "qwen3", moe=moe)
 
 
 def check_expert_parallel(config: ModelConfig, size: int) -> None:
