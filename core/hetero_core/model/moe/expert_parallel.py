@@ -29,6 +29,7 @@ from torch import nn
 
 from hetero_core.model.moe.block import SparseMoeBlock
 from hetero_core.model.moe.config import MoeModelConfig, check_expert_parallel
+from hetero_core.model.moe.experts import weighted_sum
 
 
 def shard_config(config: MoeModelConfig, rank: int, size: int) -> MoeModelConfig:
@@ -86,11 +87,10 @@ class ExpertParallelExperts(nn.Module):
         send_sizes, recv_sizes = send_counts.tolist(), recv_counts.tolist()
         received = self._exchange(hidden[token_rows], recv_sizes, send_sizes)
         received_ids = self._exchange(flat[order].unsqueeze(1), recv_sizes, send_sizes)
-        ones = torch.ones(received_ids.shape, dtype=weights.dtype)
+        ones = torch.ones(received_ids.shape, dtype=weights.dtype, device=hidden.device)
         results = self.local(received, ones, received_ids)  # each row once: its expert's output, unweighted
         returned = self._exchange(results, send_sizes, recv_sizes)
-        scaled = returned * weights.reshape(-1)[order].unsqueeze(1)
-        return torch.zeros_like(hidden).index_add_(0, token_rows, scaled.to(hidden.dtype))
+        return weighted_sum(returned, weights.reshape(-1)[order], token_rows, hidden)
 
     def _exchange(self, rows: torch.Tensor, recv_sizes: list[int], send_sizes: list[int]) -> torch.Tensor:
         out = rows.new_empty((sum(recv_sizes), *rows.shape[1:]))
