@@ -96,3 +96,12 @@ def test_hundreds_of_greedy_tokens_match_hf_with_chunked_prefill_and_preemption(
     assert stats.num_preemptions > 0  # 4 x ~250 tokens in 160 blocks of 4
     for prompt, output in zip(PROMPTS, outputs, strict=True):
         assert list(output.output_token_ids) == hf_greedy(hf_model, prompt, num_tokens)
+
+
+def test_decode_graphs_leave_a_moe_model_eager(tiny_moe_dirs):
+    """Each MoE layer reads its experts' token counts on the host: no CUDA graph can hold that."""
+    from hetero_core.model.decode_graphs import build_decode_graphs
+
+    executor = make_executor(tiny_moe_dirs["mixtral"][0], "torch")
+    assert build_decode_graphs(executor.runner, scratch_block=63, max_num_seqs=4, max_model_len=64) is None
+    executor.shutdown()
