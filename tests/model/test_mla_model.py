@@ -1,0 +1,122 @@
+"""MLA (DeepSeek-V2/V3) model code against Hugging Face transformers on tiny random models: the
+logits of every position through the paged latent cache, under chunked prefill, mixed prefill and
+decode batches (decodes run the absorbed form) and shuffled block tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hetero_core.errors import ModelLoadError
+from hetero_core.model.attention import KVCache
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
+from hetero_core.model.mla.config import MLAConfig
+from hetero_core.model.mla.model import DeepseekForCausalLM
+from paged_batches import BlockPool, PagedSequence, step
+from tiny_mla_models import TINY_MLA_MODELS, VOCAB, build_tiny_mla_model
+
+BLOCK_SIZE = 4
+
+
+def raw_config(hf_model) -> dict:
+    """The model's config.json as a saved checkpoint has it (with ``architectures``)."""
+    return {**hf_model.config.to_dict(), "architectures": [type(hf_model).__name__]}
+
+
+def load(hf_model) -> DeepseekForCausalLM:
+    raw = raw_config(hf_model)
+    config = MLAConfig.from_dict(raw)
+    with torch.device("meta"):
+        model = DeepseekForCausalLM(config, TorchPagedAttention())
+    model.load_state_dict(hf_model.state_dict(), strict=True, assign=True)
+    return model.eval()
+
+
+def latent_caches(config: MLAConfig, num_blocks: int = 64) -> list[KVCache]:
+    return [KVCache(torch.zeros(1, num_blocks, BLOCK_SIZE, config.latent_dim), torch.zeros(1, num_blocks, BLOCK_SIZE, 0))
+            for _ in range(config.num_hidden_layers)]
+
+
+def run(model, caches, batch) -> torch.Tensor:
+    """Logits of every row of ``batch``."""
+    with torch.inference_mode():
+        metadata = model.backend.build_metadata(batch, torch.device("cpu"))
+        hidden = model(torch.tensor(batch.token_ids), torch.tensor(batch.positions), metadata, caches)
+        return model.compute_logits(hidden)
+
+
+def hf_logits(hf_model, tokens) -> torch.Tensor:
+    with torch.no_grad():
+        return hf_model(torch.tensor([tokens])).logits[0]
+
+
+@pytest.mark.parametrize("name", list(TINY_MLA_MODELS))
+def test_one_prefill_matches_hf_at_every_position(name):
+    hf_model = build_tiny_mla_model(name)
+    model = load(hf_model)
+    tokens = torch.randint(0, VOCAB, (45,), generator=torch.Generator().manual_seed(1)).tolist()
+    seq = PagedSequence(0, tokens, len(tokens))
+    got = run(model, latent_caches(model.config), step([(seq, len(tokens))], BlockPool(64, shuffle=True), BLOCK_SIZE))
+    torch.testing.assert_close(got, hf_logits(hf_model, tokens), atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["deepseek_v2", "deepseek_v2_yarn", "deepseek_v3"])
+def test_chunked_prefill_and_absorbed_decodes_in_mixed_batches_match_hf(name):
+    """Two sequences: one prefilled in chunks (continuing its cached latent) while the other decodes;
+    every sampled row equals HF's logits at that position."""
+    hf_model = build_tiny_mla_model(name)
+    model = load(hf_model)
+    generator = torch.Generator().manual_seed(2)
+    a_tokens = torch.randint(0, VOCAB, (30,), generator=generator).tolist()
+    b_tokens = torch.randint(0, VOCAB, (40,), generator=generator).tolist()
+    a, b = PagedSequence(0, a_tokens, 10), PagedSequence(1, b_tokens, 23)
+    pool, caches = BlockPool(64, shuffle=True), latent_caches(model.config)
+    schedule = [[(a, 10)], [(a, 1), (b, 7)], [(a, 1), (b, 9)], [(b, 7), (a, 1)]] + [[(a, 1), (b, 1)]] * 12
+    expected_a, expected_b = hf_logits(hf_model, a_tokens), hf_logits(hf_model, b_tokens)
+    for segments in schedule:
+        batch = step(segments, pool, BLOCK_SIZE)
+        logits = run(model, caches, batch)
+        for (seq, _), end in zip(segments, batch.query_start_loc[1:]):
+            expected = expected_a if seq is a else expected_b
+            if seq.num_computed >= seq.num_prompt_tokens:  # a sampled row: the segment's last token
+                torch.testing.assert_close(logits[end - 1], expected[seq.num_computed - 1], atol=2e-4, rtol=1e-4)
+
+
+def test_a_decode_attends_only_its_own_context():
+    """Pure decode steps over sequences of different lengths (key masks past each context)."""
+    hf_model = build_tiny_mla_model("deepseek_v2_q_lora")
+    model = load(hf_model)
+    generator = torch.Generator().manual_seed(3)
+    seqs = [PagedSequence(i, torch.randint(0, VOCAB, (n + 6,), generator=generator).tolist(), n)
+            for i, n in enumerate([3, 17, 9])]
+    pool, caches = BlockPool(64, shuffle=True), latent_caches(model.config)
+    run(model, caches, step([(s, s.num_prompt_tokens) for s in seqs], pool, BLOCK_SIZE))
+    for _ in range(6):
+        logits = run(model, caches, step([(s, 1) for s in seqs], pool, BLOCK_SIZE))
+        for row, s in enumerate(seqs):
+            torch.testing.assert_close(logits[row], hf_logits(hf_model, s.token_ids[: s.num_computed])[-1],
+                                       atol=2e-4, rtol=1e-4)
+
+
+def test_moe_layers_are_refused_by_name():
+    raw = raw_config(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1))
+    with pytest.raises(ModelLoadError, match="layer 1 is a mixture of experts"):
+        with torch.device("meta"):
+            DeepseekForCausalLM(MLAConfig.from_dict(raw), TorchPagedAttention())
+
+
+def test_a_rope_type_mla_does_not_run_is_refused():
+    raw = {**raw_config(build_tiny_mla_model("deepseek_v2")),
+           "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0}}
+    with pytest.raises(ModelLoadError, match="rope type 'longrope' is not supported for MLA; supported: default, yarn"):
+        MLAConfig.from_dict(raw)
+
+
+def test_a_backend_without_a_latent_path_is_refused():
+    raw = raw_config(build_tiny_mla_model("deepseek_v2"))
+
+    class MhaOnly:
+        name = "mha_only"
+
+    with pytest.raises(ModelLoadError, match="'mha_only' has no latent-attention path"):
+        DeepseekForCausalLM(MLAConfig.from_dict(raw), MhaOnly())
