@@ -11,36 +11,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetero_core.errors import ModelLoadError
+from hetero_core.model.config import ModelConfig
 
 MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 MLA_ROPE_TYPES = ("default", "yarn")
 
 
 @dataclass(frozen=True)
-class MLAConfig:
-    architecture: str
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    q_lora_rank: int | None  # None: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj
-    kv_lora_rank: int  # the latent's width (what the cache stores per token, with the RoPE key)
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_scaling: dict[str, Any] | None = None  # yarn parameters ("rope_type": "yarn") or None
+class MLAConfig(ModelConfig):
+    """``ModelConfig``'s fields (``num_key_value_heads`` = heads and ``head_dim`` = the RoPE width, as
+    transformers sets them; the MLA code reads neither) and MLA's own."""
+
+    q_lora_rank: int | None = None  # None: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj
+    kv_lora_rank: int = 512  # the latent's width (what the cache stores per token, with the RoPE key)
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
     rope_interleave: bool = True  # RoPE over adjacent pairs (DeepSeek's layout); False: rotate-half
-    max_position_embeddings: int = 2048
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
-    mlp_bias: bool = False
     first_k_dense_replace: int = 0  # layers before this index are dense MLPs, the rest MoE
     moe: dict[str, Any] = field(default_factory=dict)  # the MoE fields as the config gives them
-    bos_token_id: int | None = None
-    eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
 
     @property
     def qk_head_dim(self) -> int:
@@ -55,10 +44,6 @@ class MLAConfig:
     def mha_kv_dim(self) -> int:
         """Values the same model with plain MHA would cache per token per layer (K and V of every head)."""
         return self.num_attention_heads * (self.qk_head_dim + self.v_head_dim)
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.eos_token_ids[0] if self.eos_token_ids else None
 
     def is_moe_layer(self, index: int) -> bool:
         return bool(self.moe.get("n_routed_experts")) and index >= self.first_k_dense_replace
@@ -83,6 +68,8 @@ class MLAConfig:
                 hidden_size=int(raw["hidden_size"]),
                 num_hidden_layers=int(raw["num_hidden_layers"]),
                 num_attention_heads=num_heads,
+                num_key_value_heads=num_heads,
+                head_dim=int(raw["qk_rope_head_dim"]),
                 q_lora_rank=None if q_lora_rank is None else int(q_lora_rank),
                 kv_lora_rank=int(raw["kv_lora_rank"]),
                 qk_nope_head_dim=int(raw["qk_nope_head_dim"]),
