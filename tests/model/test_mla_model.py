@@ -98,11 +98,51 @@ def test_a_decode_attends_only_its_own_context():
                                        atol=2e-4, rtol=1e-4)
 
 
-def test_moe_layers_are_refused_by_name():
-    raw = raw_config(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1))
-    with pytest.raises(ModelLoadError, match="layer 1 is a mixture of experts"):
+MOE_VARIANTS = {
+    "v2 greedy": ("deepseek_v2", dict(topk_method="greedy", routed_scaling_factor=1.5)),
+    "v2 group-limited": ("deepseek_v2_q_lora", dict(topk_method="group_limited_greedy", n_group=2, topk_group=1,
+                                                    n_shared_experts=2)),
+    "v3 noaux_tc": ("deepseek_v3", dict(routed_scaling_factor=2.5)),
+}
+
+
+@pytest.mark.parametrize("variant", list(MOE_VARIANTS))
+def test_moe_layers_match_hf(variant):
+    """Layer 0 dense, layer 1 routed + shared experts: every position of a prefill, then decodes."""
+    name, overrides = MOE_VARIANTS[variant]
+    hf_model = build_tiny_mla_model(name, first_k_dense_replace=1, **overrides)
+    if name == "deepseek_v3":  # a correction bias that changes which experts win
+        with torch.no_grad():
+            hf_model.model.layers[1].mlp.gate.e_score_correction_bias.normal_(0.0, 0.3)
+    model = load(hf_model)
+    tokens = torch.randint(0, VOCAB, (36,), generator=torch.Generator().manual_seed(4)).tolist()
+    seq, pool, caches = PagedSequence(0, tokens, 30), BlockPool(64, shuffle=True), latent_caches(model.config)
+    expected = hf_logits(hf_model, tokens)
+    torch.testing.assert_close(run(model, caches, step([(seq, 30)], pool, BLOCK_SIZE)), expected[:30],
+                               atol=2e-4, rtol=1e-4)
+    for position in range(30, 36):
+        torch.testing.assert_close(run(model, caches, step([(seq, 1)], pool, BLOCK_SIZE))[0], expected[position],
+                                   atol=2e-4, rtol=1e-4)
+
+
+def test_stacked_experts_map_to_and_from_per_expert_checkpoint_names():
+    from hetero_core.model.mla.weights import checkpoint_names, from_checkpoint, to_checkpoint
+
+    model = load(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1))
+    state = model.state_dict()
+    checkpoint = to_checkpoint(state, model.config)
+    assert "model.layers.1.mlp.experts.3.up_proj.weight" in checkpoint
+    assert "model.layers.1.mlp.experts.gate_up_proj" not in checkpoint
+    assert sorted(checkpoint_names(state, model.config)) == sorted(checkpoint)
+    back = from_checkpoint(checkpoint, state, model.config)
+    assert all(torch.equal(back[name], state[name]) for name in state)
+
+
+def test_an_unknown_topk_method_is_refused_by_name():
+    raw = raw_config(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1, topk_method="greedy"))
+    with pytest.raises(ModelLoadError, match="topk_method 'sometimes' is not supported; supported: greedy"):
         with torch.device("meta"):
-            DeepseekForCausalLM(MLAConfig.from_dict(raw), TorchPagedAttention())
+            DeepseekForCausalLM(MLAConfig.from_dict({**raw, "topk_method": "sometimes"}), TorchPagedAttention())
 
 
 def test_a_rope_type_mla_does_not_run_is_refused():

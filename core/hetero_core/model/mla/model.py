@@ -17,8 +17,10 @@ from torch.nn import functional as F
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import KVCache
 from hetero_core.model.layers import RMSNorm
+from hetero_core.model.moe.experts import Experts
 from hetero_core.model.mla.attention import MLAAttention
 from hetero_core.model.mla.config import MLAConfig
+from hetero_core.model.mla.moe import DeepseekMoE
 from hetero_core.model.mla.rope import DeepseekRotary
 
 
@@ -42,10 +44,13 @@ class DeepseekDecoderLayer(nn.Module):
         self.self_attn = MLAAttention(config, backend)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         if config.is_moe_layer(index):
-            raise ModelLoadError(f"{config.architecture}: layer {index} is a mixture of experts, which this MLA model "
-                                 "does not run yet; only configs whose layers are all dense "
-                                 "(first_k_dense_replace >= num_hidden_layers) load")
-        self.mlp = DeepseekMLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
+            moe = config.moe
+            width = int(moe["moe_intermediate_size"])
+            shared = DeepseekMLP(config.hidden_size, width * int(moe.get("n_shared_experts") or 0), config.mlp_bias)
+            experts = Experts(int(moe["n_routed_experts"]), config.hidden_size, width)
+            self.mlp = DeepseekMoE(config, shared, experts)
+        else:
+            self.mlp = DeepseekMLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
 
     def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any,
                 output_rows: torch.Tensor | None = None):
