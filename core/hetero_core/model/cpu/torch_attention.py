@@ -99,9 +99,9 @@ class TorchPagedAttention:
         return out
 
     def forward_latent(self, q_nope, q_pe, latent, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float,
-                       kv_b_weight: torch.Tensor, qk_nope_head_dim: int) -> torch.Tensor:
+                       weights) -> torch.Tensor:
         """Multi-head latent attention (MLA) over a latent cache (``kv_cache.key``); see ``torch_mla_attention``."""
-        return forward_latent(q_nope, q_pe, latent, kv_cache.key, metadata, scale, kv_b_weight, qk_nope_head_dim)
+        return forward_latent(q_nope, q_pe, latent, kv_cache.key, metadata, scale, weights)
 
     def _kernels_for(self, query: torch.Tensor, kv_cache: KVCache):
         """The CPU kernels where they handle this query and cache, else None."""

@@ -9,7 +9,7 @@ value halves, W_UK and W_UV, for the absorbed decode), so linear packing leaves 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -20,12 +20,34 @@ from hetero_core.model.mla.config import MLAConfig
 from hetero_core.model.mla.rope import apply_rotary, softmax_scale
 
 
-class LatentProjection(nn.Module):
-    """``kv_b_proj``: weight ``[heads * (qk_nope + v), kv_lora_rank]``, read by the attention backend."""
+class LatentWeights(NamedTuple):
+    """``kv_b_proj`` as the backend reads it: ``weight`` [heads * (nope + v), rank] (decompression),
+    ``w_uk`` [heads, nope, rank] (absorbed into the query) and ``w_uv_t`` [heads, rank, v] (applied to
+    the attended latent), both contiguous."""
 
-    def __init__(self, rank: int, out_features: int):
+    weight: torch.Tensor
+    w_uk: torch.Tensor
+    w_uv_t: torch.Tensor
+
+
+class LatentProjection(nn.Module):
+    """``kv_b_proj``: weight ``[heads * (qk_nope + v), kv_lora_rank]``, read by the attention backend;
+    ``split()``: its absorbed halves, made once per weight tensor (not per step)."""
+
+    def __init__(self, rank: int, out_features: int, num_heads: int, nope_dim: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, rank))
+        self.num_heads, self.nope_dim = num_heads, nope_dim
+        self._split: tuple[torch.Tensor, LatentWeights] | None = None
+
+    def split(self) -> LatentWeights:
+        weight = self.weight
+        if self._split is None or self._split[0] is not weight:  # built, or reassigned since (loading, .to)
+            per_head = weight.detach().view(self.num_heads, -1, weight.shape[-1])
+            halves = LatentWeights(weight, per_head[:, : self.nope_dim].contiguous(),
+                                   per_head[:, self.nope_dim:].transpose(1, 2).contiguous())
+            self._split = (weight, halves)
+        return self._split[1]
 
 
 class MLAAttention(nn.Module):
@@ -47,7 +69,8 @@ class MLAAttention(nn.Module):
             self.q_b_proj = nn.Linear(config.q_lora_rank, q_size, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(hidden, self.rank + self.rope_dim, bias=bias)
         self.kv_a_layernorm = RMSNorm(self.rank, 1e-6)
-        self.kv_b_proj = LatentProjection(self.rank, self.num_heads * (self.nope_dim + self.v_dim))
+        self.kv_b_proj = LatentProjection(self.rank, self.num_heads * (self.nope_dim + self.v_dim), self.num_heads,
+                                          self.nope_dim)
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, hidden, bias=bias)
 
     def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any,
@@ -64,6 +87,6 @@ class MLAAttention(nn.Module):
         k_pe = apply_rotary(compressed[:, None, self.rank:], cos, sin, self.interleave)[:, 0]
         latent = torch.cat([c_kv, k_pe], dim=-1)  # what the cache stores for this token
         out = self.backend.forward_latent(q[..., : self.nope_dim], q_pe, latent, kv_cache, attn_metadata, self.scale,
-                                          self.kv_b_proj.weight, self.nope_dim)
+                                          self.kv_b_proj.split())
         out = out.reshape(num_tokens, self.num_heads * self.v_dim)
         return self.o_proj(out if output_rows is None else out[output_rows])
