@@ -26,6 +26,7 @@ from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.plugin_system.checks import check_components
 from hetero_core.plugin_system.discovery import AUTOLOAD_ENV, PluginSet, load_plugins
+from hetero_core.plugin_system.installed import install_architectures
 from hetero_core.plugin_system.registry import Component, Registry
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
@@ -39,6 +40,7 @@ log = get_logger("hetero.builder")
 def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | None = None) -> Engine:
     settings = settings or load_settings()
     plugins = plugins or load_plugins(allow=settings.plugins)
+    install_architectures(plugins.registry.architectures)  # what model loading looks config.json up in
     check_allow_list(settings.plugins, plugins)
     check_sections(settings, plugins.registry)
 

@@ -58,6 +58,7 @@ def test_unsupported_architecture_lists_supported_ones():
         ModelConfig.from_dict({**BASE, "architectures": ["GPT2LMHeadModel"]})
     assert str(info.value) == (
         "unsupported architecture 'GPT2LMHeadModel'; supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+        " (registered by plugins: core; a plugin adds one through register_model_architectures, see docs/models.md)"
     )
 
 

@@ -37,4 +37,6 @@ def plugins_command(args: argparse.Namespace) -> int:
             print(f"    error: {info.error}")
     for (seam, name), owners in plugin_set.registry.conflicts.items():
         print(f"conflict: {seam} '{name}' registered by {', '.join(owners)}")
+    for name, owners in plugin_set.registry.architectures.conflicts.items():
+        print(f"conflict: architecture '{name}' registered by {', '.join(owners)}")
     return 0

@@ -38,6 +38,14 @@ def register_executors(register):
 
 
 @hookimpl
+def register_model_architectures(register):
+    from hetero_core.model.llama_architecture import llama_architectures
+
+    for name, architecture in llama_architectures().items():
+        register(name, architecture)
+
+
+@hookimpl
 def register_structured_output_backends(register):
     from hetero_core.default_plugins.xgrammar_options import XGrammarOptions
 

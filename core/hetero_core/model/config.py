@@ -13,8 +13,8 @@ from typing import Any
 
 from hetero_core.errors import ModelLoadError
 
-# Architecture name -> the model-code variant it needs.
-SUPPORTED_ARCHITECTURES = {
+# The built-in Llama family (``llama_architecture``): architecture name -> the model-code variant.
+LLAMA_FAMILY = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
@@ -25,6 +25,9 @@ _ROPE_REQUIRED_KEYS = {"linear": ("factor",), "llama3": ("factor", "low_freq_fac
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The fields every architecture fills (the Llama family's set); an architecture with more
+    subclasses it (frozen, with defaults) and its ``ModelArchitecture.config`` returns the subclass."""
+
     architecture: str
     hidden_size: int
     num_hidden_layers: int
@@ -46,7 +49,7 @@ class ModelConfig:
 
     @property
     def variant(self) -> str:
-        return SUPPORTED_ARCHITECTURES[self.architecture]
+        return LLAMA_FAMILY.get(self.architecture, self.architecture)
 
     @property
     def qkv_bias(self) -> bool:
@@ -73,57 +76,50 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> ModelConfig:
-        architecture = _architecture(raw)
-        variant = SUPPORTED_ARCHITECTURES[architecture]
-        try:
-            hidden_size = int(raw["hidden_size"])
-            num_heads = int(raw["num_attention_heads"])
-            rope_theta, rope_scaling = _rope(raw)
-            if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
-                raise ModelLoadError(
-                    f"{source}: sliding-window attention is not supported; set use_sliding_window=false"
-                )
-            if raw.get("hidden_act", "silu") not in ("silu", "swish"):
-                raise ModelLoadError(f"{source}: hidden_act {raw['hidden_act']!r} is not supported; supported: silu")
-            return cls(
-                architecture=architecture,
-                hidden_size=hidden_size,
-                num_hidden_layers=int(raw["num_hidden_layers"]),
-                num_attention_heads=num_heads,
-                num_key_value_heads=int(raw.get("num_key_value_heads") or num_heads),
-                head_dim=int(raw.get("head_dim") or hidden_size // num_heads),
-                intermediate_size=int(raw["intermediate_size"]),
-                vocab_size=int(raw["vocab_size"]),
-                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-                rope_theta=rope_theta,
-                rope_scaling=rope_scaling,
-                max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
-                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                attention_bias=bool(raw.get("attention_bias", False)),
-                mlp_bias=bool(raw.get("mlp_bias", False)),
-                qk_norm=variant == "qwen3",
-                bos_token_id=raw.get("bos_token_id"),
-                eos_token_ids=_as_tuple(raw.get("eos_token_id")),
-            )
-        except KeyError as exc:
-            raise ModelLoadError(f"{source}: missing required field {exc.args[0]!r}") from exc
-        except (TypeError, ValueError) as exc:
-            raise ModelLoadError(
-                f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?"
-            ) from exc
+        """Parse ``raw`` with the adapter of its architecture (``raw["architectures"]``), looked up
+        in the process's registered architectures (``plugin_system.installed``)."""
+        from hetero_core.plugin_system.installed import installed_architectures
+
+        name, architecture = installed_architectures().for_config(raw)
+        return architecture.config({**raw, "architectures": [name]}, source)
 
 
-def _architecture(raw: dict[str, Any]) -> str:
-    names = raw.get("architectures") or []
-    supported = ", ".join(SUPPORTED_ARCHITECTURES)
-    for name in names:
-        if name in SUPPORTED_ARCHITECTURES:
-            return name
-    shown = names[0] if names else "<none given>"
-    raise ModelLoadError(f"unsupported architecture '{shown}'; supported: {supported}")
+def parse_config(raw: dict[str, Any], source: str = "config", config_class: type = ModelConfig,
+                 **fields: Any) -> ModelConfig:
+    """The fields of ``ModelConfig`` read from ``raw`` the Llama way (an adapter's building block):
+    ``fields`` override or add to them (a subclass's extra fields). A missing or malformed field is
+    a ``ModelLoadError`` naming it; RoPE settings in either spelling (``rope_settings``)."""
+    try:
+        hidden_size = int(raw["hidden_size"])
+        num_heads = int(raw["num_attention_heads"])
+        rope_theta, rope_scaling = rope_settings(raw)
+        values = dict(
+            architecture=raw["architectures"][0],
+            hidden_size=hidden_size,
+            num_hidden_layers=int(raw["num_hidden_layers"]),
+            num_attention_heads=num_heads,
+            num_key_value_heads=int(raw.get("num_key_value_heads") or num_heads),
+            head_dim=int(raw.get("head_dim") or hidden_size // num_heads),
+            intermediate_size=int(raw["intermediate_size"]),
+            vocab_size=int(raw["vocab_size"]),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            attention_bias=bool(raw.get("attention_bias", False)),
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            bos_token_id=raw.get("bos_token_id"),
+            eos_token_ids=token_ids(raw.get("eos_token_id")),
+        )
+        return config_class(**{**values, **fields})
+    except KeyError as exc:
+        raise ModelLoadError(f"{source}: missing required field {exc.args[0]!r}") from exc
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?") from exc
 
 
-def _rope(raw: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+def rope_settings(raw: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     """Return (rope_theta, scaling dict with "rope_type" or None for plain RoPE)."""
     params = dict(raw.get("rope_parameters") or {})
     legacy = dict(raw.get("rope_scaling") or {})
@@ -145,7 +141,7 @@ def _rope(raw: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
     return theta, scaling
 
 
-def _as_tuple(value: Any) -> tuple[int, ...]:
+def token_ids(value: Any) -> tuple[int, ...]:
     if value is None:
         return ()
     if isinstance(value, (list, tuple)):

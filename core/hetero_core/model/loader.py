@@ -1,4 +1,4 @@
-"""Load a Llama-family model from a local HF directory, a GGUF file, or a hub id.
+"""Load a model (any registered architecture) from a local HF directory, a GGUF file, or a hub id.
 
 The module is built on the meta device (no random init) and the checkpoint tensors are assigned
 in place, so a 135M model loads in about a second from safetensors. Checkpoint names are Hugging
@@ -15,7 +15,7 @@ from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.gguf_cache import check_converted_weights
-from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.model_builder import build_model
 from hetero_core.model.source import resolve_model_source
 from hetero_core.model.tensor_parallel import build_shard
@@ -28,7 +28,7 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     tensor_parallel=None,
-) -> LlamaForCausalLM:
+) -> CausalLM:
     """Load ``source`` (HF directory, ``.gguf`` file or hub id) ready for inference.
 
     ``backend``: the attention backend the model runs with (None: a model for its weights only, whose

@@ -1,6 +1,7 @@
-"""Build a model from a config and a checkpoint's tensors: on the meta device (no random init), the
-tensors assigned in place after fusing q/k/v and gate/up (``fusion``). The loader and the
-tensor-parallel sharding both build through here."""
+"""Build a model from a config and a checkpoint's tensors: its architecture's module (registered
+through ``register_model_architectures``) on the meta device (no random init), the tensors assigned
+in place after the architecture's weight mapping (the Llama family's fuses q/k/v and gate/up,
+``fusion``). The loader and the tensor-parallel sharding both build through here."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import torch
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend, NoAttention
 from hetero_core.model.config import ModelConfig
-from hetero_core.model.fusion import checkpoint_names, fuse_checkpoint
-from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.plugin_system.installed import architecture_of
 
 # Checkpoint keys that carry no weights we need (buffers some exporters save).
 _IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -23,14 +23,16 @@ def build_model(
     backend: AttentionBackend | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
-) -> LlamaForCausalLM:
+) -> torch.nn.Module:
     """Instantiate the model without initialising it and assign ``state``'s tensors to it (``backend``
     None: weights only, see ``NoAttention``)."""
     backend = backend if backend is not None else NoAttention()
+    architecture = architecture_of(config)
     with torch.device("meta"):
-        model = LlamaForCausalLM(config, backend)
+        model = architecture.build(config, backend)
     names = list(model.state_dict().keys())
-    expected = set(checkpoint_names(names, config))
+    weights = architecture.weights
+    expected = set(weights.checkpoint_names(names, config))
     missing = sorted(expected - state.keys())
     unexpected = sorted(k for k in state.keys() - expected if not _is_ignorable(k, config))
     if missing or unexpected:
@@ -39,7 +41,7 @@ def build_model(
             f" ({len(missing)} missing, {len(unexpected)} unexpected); is config.json from the same model?"
         )
     tensors = {
-        name: tensor.to(device=device, dtype=dtype) for name, tensor in fuse_checkpoint(state, names, config).items()
+        name: tensor.to(device=device, dtype=dtype) for name, tensor in weights.from_checkpoint(state, names, config).items()
     }
     try:
         model.load_state_dict(tensors, strict=True, assign=True)

@@ -25,7 +25,7 @@ import torch
 
 from hetero_core.engine.batch import Batch, ExecutorOutput
 from hetero_core.model.attention import KVCache
-from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.paged_kv_cache import PagedKVCache
 from hetero_core.model.step_inputs import StepInputs
 
@@ -38,7 +38,7 @@ class ModelRunner:
 
     supports_prompt_logits = True  # returns ExecutorOutput.prompt_logits for batch.prompt_logits
 
-    def __init__(self, model: LlamaForCausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
+    def __init__(self, model: CausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
                  device: torch.device, num_swap_blocks: int = 0):
         self.model = model
         self.backend = model.backend
@@ -48,8 +48,9 @@ class ModelRunner:
         self.kv_cache = PagedKVCache(self.backend, model.config, num_blocks=num_blocks, block_size=block_size,
                                      dtype=dtype, device=device, num_swap_blocks=num_swap_blocks)
         self.inputs = StepInputs(device)
-        rotary = model.rotary
-        rotary.inv_freq = rotary.inv_freq.to(device)  # no host copy per step (nor inside a CUDA graph)
+        rotary = getattr(model, "rotary", None)
+        if rotary is not None:
+            rotary.inv_freq = rotary.inv_freq.to(device)  # no host copy per step (nor inside a CUDA graph)
 
     @property
     def kv_caches(self) -> list[KVCache]:

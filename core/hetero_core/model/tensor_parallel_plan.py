@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from hetero_core.errors import ConfigError
 from hetero_core.model.config import ModelConfig
+from hetero_core.plugin_system.installed import architecture_of, installed_architectures
 
 # The config fields each rank takes an equal share of, in the order problems are reported.
 SHARDED_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
@@ -28,6 +29,12 @@ def working_sizes(config: ModelConfig, limit: int = 64) -> list[int]:
 
 def check_tensor_parallel_size(config: ModelConfig, size: int) -> None:
     """Raise a one-line ConfigError (with both numbers, and the sizes that work) unless ``size`` fits."""
+    if size > 1 and not architecture_of(config).tensor_parallel:
+        registry = installed_architectures()
+        able = [name for name in registry.names() if name in registry.entries and registry.get(name).tensor_parallel]
+        raise ConfigError(f"tensor_parallel_size {size}: architecture {config.architecture} (plugin "
+                          f"'{registry.plugin_of(config.architecture)}') does not declare tensor_parallel; "
+                          f"set tensor_parallel_size = 1 (architectures that shard: {', '.join(able)})")
     problems = tensor_parallel_problems(config, size)
     if problems:
         sizes = ", ".join(map(str, working_sizes(config)))

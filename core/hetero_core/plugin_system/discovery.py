@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pluggy
 
 from hetero_core.plugin_system import hookspecs
+from hetero_core.plugin_system.architectures import ModelArchitecture
 from hetero_core.plugin_system.checks import check_registration
 from hetero_core.plugin_system.registry import SEAMS, Component, PluginFailure, Registry, distribution_label
 from hetero_core.plugin_system.seams import SEAM_TABLE
@@ -29,6 +30,7 @@ AUTOLOAD_ENV = "HETERO_DISABLE_PLUGIN_AUTOLOAD"
 BUILTIN_PLUGINS = {"core": "hetero_core.default_plugins"}
 HOOK_FOR_SEAM = {seam.name: seam.hook for seam in SEAM_TABLE}
 COMMANDS = "command"  # PluginInfo.components key for the subcommands a plugin adds (register_commands)
+ARCHITECTURES = "architecture"  # PluginInfo.components key for its model architectures
 
 
 @dataclass
@@ -105,6 +107,7 @@ def load_plugins(
             _check_hook_names(manager, plugin)
             components = _collect(manager, info)
             commands = _collect_commands(manager, info)
+            architectures = _collect_architectures(manager, info)
         except Exception as exc:
             manager.unregister(name=info.name)
             _fail(info, registry, str(exc))
@@ -112,7 +115,11 @@ def load_plugins(
         for component in components:
             registry.add(component)
             info.components.setdefault(component.seam, []).append(component.name)
-        idle = None if components or commands else _idle_reason(manager, plugin)
+        for name, architecture in architectures:
+            registry.architectures.add(name, architecture, info.name)
+        if architectures:
+            info.components[ARCHITECTURES] = [name for name, _ in architectures]
+        idle = None if components or commands or architectures else _idle_reason(manager, plugin)
         if idle:
             registry.idle.append(f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}")
         if commands:
@@ -164,6 +171,30 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
                 impl.function(register=register)
             except Exception as exc:
                 raise RuntimeError(f"{HOOK_FOR_SEAM[seam]} raised {type(exc).__name__}: {exc}") from exc
+    return collected
+
+
+def _collect_architectures(manager: pluggy.PluginManager, info: PluginInfo) -> list[tuple[str, ModelArchitecture]]:
+    """The model architectures this plugin registers (``register_model_architectures``); a name that
+    is not an identifier or a value that is not a ``ModelArchitecture`` fails the plugin."""
+    collected: list[tuple[str, ModelArchitecture]] = []
+
+    def register(name, architecture):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"architecture name {name!r} must be the config.json 'architectures' entry, "
+                             "e.g. 'Phi3ForCausalLM'")
+        if not isinstance(architecture, ModelArchitecture):
+            raise ValueError(f"architecture '{name}': register a hetero_core.models.ModelArchitecture, "
+                             f"got {type(architecture).__name__}")
+        collected.append((name, architecture))
+
+    for impl in manager.hook.register_model_architectures.get_hookimpls():
+        if impl.plugin_name != info.name:
+            continue
+        try:
+            impl.function(register=register)
+        except Exception as exc:
+            raise RuntimeError(f"register_model_architectures raised {type(exc).__name__}: {exc}") from exc
     return collected
 
 

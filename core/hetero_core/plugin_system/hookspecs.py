@@ -5,6 +5,8 @@ from settings, so registration order never matters. Core's own defaults use thes
 authors import ``hookimpl`` from their seam's facade (``hetero_core.executor``, ``hetero_core.policy``,
 ...), not from here. A hook implementation whose name is not one of these fails its plugin.
 ``register_commands`` adds subcommands to ``hetero`` (simonw/llm's hook of the same name).
+``register_model_architectures`` adds model architectures, chosen by a checkpoint's ``config.json``
+rather than by settings (``hetero_core.models``).
 """
 
 import pluggy
@@ -38,6 +40,11 @@ def register_executors(register):
 @hookspec
 def register_structured_output_backends(register):
     """Call register(name, factory, options=Model) per structured-output backend; factory(StructuredOutputContext)."""
+
+
+@hookspec
+def register_model_architectures(register):
+    """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture (hetero_core.models)."""
 
 
 @hookspec

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hetero_core.errors import ConfigError, PluginError, UnknownComponentError
+from hetero_core.plugin_system.architectures import ArchitectureRegistry
 from hetero_core.plugin_system.seams import SEAM_BY_NAME, SEAMS
 from hetero_core.suggest import did_you_mean
 from hetero_core.validation import describe_validation_error
@@ -64,6 +65,7 @@ class Registry:
         self.conflicts: dict[tuple[str, str], list[str]] = {}
         self.failures: list[PluginFailure] = []
         self.idle: list[str] = []  # plugins that loaded but registered no component, and why
+        self.architectures = ArchitectureRegistry()  # model architectures (register_model_architectures)
 
     def add(self, component: Component) -> None:
         seam_components = self._components[component.seam]

@@ -82,11 +82,12 @@ class FusedDecode:
 
     @classmethod
     def for_model(cls, model, kernels, kv_caches) -> FusedDecode | None:
-        """The fused path for ``model`` (a ``LlamaForCausalLM`` after packing and ``use_cpu_kernels``)
+        """The fused path for ``model`` (a ``LlamaForCausalLM`` after packing and ``use_cpu_kernels``;
+        not a subclass, whose forward may differ: other architectures run their own forward)
         over ``kv_caches``, or None where a piece of it is not one of the kernels."""
         from hetero_core.model.llama import LlamaForCausalLM
 
-        if kernels is None or not isinstance(model, LlamaForCausalLM) or not hasattr(kernels.library, "decode_layers"):
+        if kernels is None or type(model) is not LlamaForCausalLM or not hasattr(kernels.library, "decode_layers"):
             return None
         dtype = model.model.embed_tokens.weight.dtype
         if dtype not in _LAYOUTS:

@@ -35,7 +35,11 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch
 
 def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> bool:
     """Write ``model``'s tensors (packed ones in their layout, ``unpacked``'s for oneDNN's linears)
-    to ``path`` atomically; return whether it was written (a failure is logged, never raised)."""
+    to ``path`` atomically; return whether it was written (a failure is logged, never raised). Only a
+    built-in ``LlamaForCausalLM`` is saved (``_assemble`` rebuilds that class): other architectures
+    are packed on every load."""
+    if type(model) is not LlamaForCausalLM or type(model.config) is not ModelConfig:
+        return False
     from safetensors.torch import save_file
 
     tensors = {}

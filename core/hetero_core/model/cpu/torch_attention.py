@@ -32,6 +32,7 @@ from hetero_core.model.cpu.torch_mla_attention import forward_latent
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
 from hetero_core.model.decode_graphs import DecodeGraphInputs
 from hetero_core.model.step_inputs import StepUpload
+from hetero_core.plugin_system.architectures import KVLayerSpec
 
 
 class TorchPagedAttention:
@@ -48,14 +49,25 @@ class TorchPagedAttention:
         self.cpu_kernels = cpu_kernels
 
     def allocate_kv_cache(self, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device):
-        shape = (num_kv_heads, num_blocks, block_size, head_dim)
+        spec = KVLayerSpec(num_kv_heads, head_dim, head_dim)
+        return self.allocate_kv_layers((spec,) * num_layers, num_blocks, block_size, dtype, device)
 
-        def zeros() -> torch.Tensor:
+    def allocate_kv_layers(self, layout, num_blocks, block_size, dtype, device):
+        """One ``KVCache`` per ``KVLayerSpec``: key ``[heads, blocks, block_size, key_dim]``, value the
+        same with ``value_dim`` (a view of the key's first channels for ``value_in_key``)."""
+
+        def zeros(num_heads: int, width: int) -> torch.Tensor:
+            shape = (num_heads, num_blocks, block_size, width)
             if torch.device(device).type == "cpu":
                 return lazy_zeros(shape, dtype)  # pages cost only once written (warm start)
             return torch.zeros(shape, dtype=dtype, device=device)
 
-        return [KVCache(zeros(), zeros()) for _ in range(num_layers)]
+        caches = []
+        for spec in layout:
+            key = zeros(spec.num_kv_heads, spec.key_dim)
+            value = key[..., :spec.value_dim] if spec.value_in_key else zeros(spec.num_kv_heads, spec.value_dim)
+            caches.append(KVCache(key, value))
+        return caches
 
     def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> TorchPagedMetadata:
         """The step's index tensors, added to ``upload`` (the runner's) and uploaded with it in one copy."""
