@@ -57,7 +57,8 @@ def test_unsupported_architecture_lists_supported_ones():
     with pytest.raises(ModelLoadError) as info:
         ModelConfig.from_dict({**BASE, "architectures": ["GPT2LMHeadModel"]})
     assert str(info.value) == (
-        "unsupported architecture 'GPT2LMHeadModel'; supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+        "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
+        "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
         " (registered by plugins: core; a plugin adds one through register_model_architectures, see docs/models.md)"
     )
 
