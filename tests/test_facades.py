@@ -29,7 +29,7 @@ FACADES = {
     "hetero_core.models": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
                            "WeightMapping", "hookimpl", "installed_architectures", "kv_bytes_per_token",
                            "parse_config", "rope_settings", "same_kv_layout"],
-    "hetero_core.testing": ["ExecutorContract", "SchedulerPolicyContract", "KVAllocatorContract",
+    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract", "KVAllocatorContract",
                             "StructuredOutputContract", "ContractFailure", "BlockPool", "ContractSequence",
                             "build_batch"],
 }  # fmt: skip

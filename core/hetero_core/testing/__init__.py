@@ -3,6 +3,8 @@
 ``ExecutorContract``: what every executor must do with a paged batch (``executor_contract``).
 ``SchedulerPolicyContract``: what every scheduler policy must do in a real engine (``policy_contract``;
 needs hypothesis: ``pip install 'hetero-core[testing]'``).
+``ArchitectureContract``: what every model architecture must do against HF transformers
+(``architecture_contract``; needs transformers).
 ``KVAllocatorContract``: what every KV allocator must do (``kv_allocator_contract``).
 ``StructuredOutputContract``: what every structured-output backend must do (``structured_output_contract``).
 A broken rule raises ``ContractFailure`` naming the rule and the offending value.
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 # public name -> the module that defines it
 _EXPORTS = {
     "ExecutorContract": "hetero_core.testing.executor_contract",
+    "ArchitectureContract": "hetero_core.testing.architecture_contract",
     "SchedulerPolicyContract": "hetero_core.testing.policy_contract",
     "KVAllocatorContract": "hetero_core.testing.kv_allocator_contract",
     "StructuredOutputContract": "hetero_core.testing.structured_output_contract",
