@@ -1,7 +1,7 @@
 """MLA (DeepSeek-V2/V3) through the engine and the torch executor: the paged cache holds one latent
 vector + RoPE key per token and layer (its bytes match the formula), greedy tokens equal Hugging
 Face's over hundreds of tokens with the prefix cache, chunked prefill and preemption by recompute
-and by swap, and the executor passes core's contract."""
+and by swap, and both architectures pass core's architecture kit (logits, greedy, executor contract)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import pytest
 import torch
 
 from hetero_core.builder import build_engine
-from hetero_core.default_plugins.torch_executor import TorchExecutor
 from hetero_core.engine.params import SamplingParams
 from hetero_core.model.mla.architecture import mha_kv_layout, mla_kv_layout
 from hetero_core.models import kv_bytes_per_token
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from hetero_core.testing import ExecutorContract
-from tiny_mla_models import VOCAB, save_tiny_mla_model
+from hetero_core.testing import ArchitectureContract
+from tiny_mla_models import YARN, build_tiny_mla_model, save_tiny_mla_model
 
 SYSTEM = [5, 17, 33, 2, 48, 71, 9, 64, 12, 88, 40, 3, 27, 55, 61, 19, 7, 90, 14, 36]  # 20 tokens
 PROMPTS = [SYSTEM + [10 + i, 20 + i, 30 + i] * (1 + i % 3) for i in range(4)]
@@ -53,9 +52,10 @@ def make_engine(model_dir, **overrides):
 GREEDY = SamplingParams(temperature=0, max_tokens=NUM_TOKENS, ignore_eos=True)
 
 
-@pytest.mark.parametrize("name", ["v2_moe", "v2"])
-def test_greedy_equals_hf_with_prefix_hits_chunks_and_preemption(tiny_mla, name):
-    model_dir, hf_model = tiny_mla[name]
+def test_greedy_equals_hf_with_prefix_hits_chunks_and_preemption(tiny_mla):
+    """The architecture kit below covers chunks and preemption without the prefix cache; here the
+    prefix cache is on in every variant (hits continue a cached latent prefix)."""
+    model_dir, hf_model = tiny_mla["v2_moe"]
     reference = [hf_greedy(hf_model, p, NUM_TOKENS) for p in PROMPTS]
     variants = {
         "prefix hits, one by one": None,
@@ -116,19 +116,31 @@ def test_copy_and_swap_move_whole_latent_blocks(tiny_mla):
     engine.shutdown()
 
 
-class TestTorchExecutorContractMLA(ExecutorContract):
-    """Core's executor contract on DeepSeek-V2 MLA with a MoE layer, 4-token blocks."""
+class RecomputedReference(ArchitectureContract):
+    """HF's greedy reference recomputed over the whole sequence for each token: HF's own KV-cached
+    ``generate`` sums in another order, and with experts a router near-tie (not visible in the final
+    logits) then flips which experts run (on the V3 model below, at token 3 of one prompt)."""
 
-    vocab_size = VOCAB
-    block_size = 4
-    num_blocks = 128
+    def hf_greedy(self, prompt, num_tokens):
+        result, tokens = [], list(prompt)
+        for _ in range(num_tokens):
+            logits = self.hf_logits(tokens)[-1]
+            top = logits.topk(2)
+            result.append((int(top.indices[0]), bool(top.values[0] - top.values[1] < self.logits_atol)))
+            tokens.append(result[-1][0])
+        return result
 
-    @pytest.fixture(autouse=True)
-    def _tiny_mla(self, tiny_mla):
-        self.model_dir, self.hf_model = tiny_mla["v2_moe"]
 
-    def make_executor(self, ctx):
-        return TorchExecutor(ctx)
+class TestDeepseekV2Architecture(RecomputedReference):
+    """Core's architecture kit on DeepSeek-V2: no q compression, layer 1 routed (group-limited) + shared experts."""
 
-    def reference_greedy(self, prompt_token_ids, num_tokens):
-        return hf_greedy(self.hf_model, prompt_token_ids, num_tokens)
+    def make_hf_model(self):
+        return build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1, topk_method="group_limited_greedy",
+                                    n_group=2, topk_group=1)
+
+
+class TestDeepseekV3Architecture(RecomputedReference):
+    """DeepSeek-V3: q compression, YaRN RoPE, layer 1 sigmoid-routed (noaux_tc) experts."""
+
+    def make_hf_model(self):
+        return build_tiny_mla_model("deepseek_v3", first_k_dense_replace=1, rope_parameters=YARN)

@@ -30,7 +30,7 @@ _COMMON = dict(
     moe_intermediate_size=32,
     n_shared_experts=1,
 )
-YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128,
         "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}
 
 # name -> (config class name, extra config fields)
