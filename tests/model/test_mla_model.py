@@ -160,3 +160,26 @@ def test_a_backend_without_a_latent_path_is_refused():
 
     with pytest.raises(ModelLoadError, match="'mha_only' has no latent-attention path"):
         DeepseekForCausalLM(MLAConfig.from_dict(raw), MhaOnly())
+
+
+def test_kv_bytes_per_token_of_deepseek_v2_against_plain_mha():
+    """DeepSeek-V2's shape: 60 layers of 128 heads, latent 512 + RoPE key 64, bf16."""
+    from hetero_core.model.mla.architecture import mha_kv_layout, mla_kv_layout
+    from hetero_core.models import kv_bytes_per_token
+
+    raw = {"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 5120, "num_hidden_layers": 60,
+           "num_attention_heads": 128, "intermediate_size": 12288, "vocab_size": 102400, "kv_lora_rank": 512,
+           "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+    config = MLAConfig.from_dict(raw)
+    assert kv_bytes_per_token(mla_kv_layout(config), 2) == 60 * (512 + 64) * 2  # 69,120
+    assert kv_bytes_per_token(mha_kv_layout(config), 2) == 60 * 128 * ((128 + 64) + 128) * 2  # 4,915,200
+
+
+def test_the_bench_config_builds_for_its_weights_alone():
+    """``hetero bench models`` builds each architecture's bench config on the meta device, no backend."""
+    from hetero_core.model.mla.architecture import bench_config, build_mla, mla_config
+
+    for name in ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"):
+        with torch.device("meta"):
+            model = build_mla(mla_config(bench_config(name)), None)
+        assert 100e6 < sum(p.numel() for p in model.parameters()) < 200e6

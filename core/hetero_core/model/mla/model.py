@@ -80,7 +80,7 @@ class DeepseekForCausalLM(nn.Module):
 
     def __init__(self, config: MLAConfig, backend: Any):
         super().__init__()
-        if not hasattr(backend, "forward_latent"):
+        if backend is not None and not hasattr(backend, "forward_latent"):  # None: weights only
             raise ModelLoadError(f"attention backend {getattr(backend, 'name', type(backend).__name__)!r} has no "
                                  "latent-attention path (forward_latent) for MLA; use the torch executor")
         self.config = config
