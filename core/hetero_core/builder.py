@@ -24,9 +24,10 @@ from hetero_core.errors import (
 )
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
+from hetero_core.model.config import ModelConfig
 from hetero_core.plugin_system.checks import check_components
 from hetero_core.plugin_system.discovery import AUTOLOAD_ENV, PluginSet, load_plugins
-from hetero_core.plugin_system.installed import install_architectures
+from hetero_core.plugin_system.installed import install_architectures, installed_architectures
 from hetero_core.plugin_system.registry import Component, Registry
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
@@ -253,11 +254,18 @@ def fit_max_model_len(settings: HeteroSettings, model_dir: Path) -> HeteroSettin
 
 
 def model_position_limit(model_dir: Path) -> int | None:
-    """``max_position_embeddings`` from the model's config.json, or None if it has none."""
+    """``max_position_embeddings`` from the model's config.json (the lower of the file's and its
+    registered architecture's parsed one), or None if it has none."""
     path = Path(model_dir) / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot read {path}: {exc}") from None
     limit = config.get("max_position_embeddings") if isinstance(config, dict) else None
-    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    registered = installed_architectures().names()
+    if isinstance(config, dict) and any(name in registered for name in config.get("architectures") or []):
+        # as its architecture runs it (e.g. capped at a sliding window it does not implement)
+        parsed = ModelConfig.from_dict(config, source=str(path)).max_position_embeddings
+        limit = parsed if limit is None else min(limit, parsed)
+    return limit

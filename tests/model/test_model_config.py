@@ -54,8 +54,15 @@ def test_qwen_variants():
 
 
 def test_unsupported_architecture_lists_supported_ones():
-    with pytest.raises(ModelLoadError) as info:
-        ModelConfig.from_dict({**BASE, "architectures": ["GPT2LMHeadModel"]})
+    from hetero_core.plugin_system.discovery import load_plugins
+    from hetero_core.plugin_system.installed import install_architectures
+
+    install_architectures(load_plugins(entry_points=[]).registry.architectures)  # core's alone
+    try:
+        with pytest.raises(ModelLoadError) as info:
+            ModelConfig.from_dict({**BASE, "architectures": ["GPT2LMHeadModel"]})
+    finally:
+        install_architectures(None)
     assert str(info.value) == (
         "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
         "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"

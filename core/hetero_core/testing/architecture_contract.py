@@ -122,7 +122,8 @@ class ArchitectureContract:
         raw = json.loads((self.model_dir() / "config.json").read_text())
         config = ModelConfig.from_dir(self.model_dir())
         if config.architecture not in raw["architectures"]:
-            raise ContractFailure(f"config.json names {raw['architectures']}, parsed as {config.architecture}")
+            raise ContractFailure("config.json's architecture is the one parsed",
+                                  f"config.json names {raw['architectures']}, parsed as {config.architecture}")
 
     def test_logits_match_hf_prefill_then_decode_over_shuffled_blocks(self):
         tokens = self.tokens(self.prompt_length + self.num_decode_tokens, seed=1)
@@ -174,7 +175,8 @@ class ArchitectureContract:
             finally:
                 engine.shutdown()
             if sum(out.num_preemptions for out in outputs) == 0:
-                raise ContractFailure(f"{mode}: no sequence was preempted; the check needs a smaller pool")
+                raise ContractFailure("the greedy check preempts sequences",
+                                      f"{mode}: no sequence was preempted; the check needs a smaller pool")
             for prompt, out, want in zip(prompts, outputs, expected, strict=True):
                 self._check_greedy(prompt, list(out.output_token_ids), want, mode)
 
@@ -209,17 +211,19 @@ class ArchitectureContract:
 
     # -- helpers --------------------------------------------------------------------------------------
     def hf_greedy(self, prompt: list[int], num_tokens: int) -> list[tuple[int, bool]]:
-        """HF's greedy tokens after ``prompt``, each with whether it won by less than ``logits_atol``."""
+        """HF's greedy tokens after ``prompt`` (argmax of its logits, no logits processors: EOS is a token
+        like any other), each with whether it won by less than ``logits_atol``."""
         import torch
 
+        model, result = self.hf_model(), []
         with torch.no_grad():
-            generated = self.hf_model().generate(torch.tensor([prompt]), max_new_tokens=num_tokens, do_sample=False,
-                                                 min_new_tokens=num_tokens, output_logits=True,
-                                                 return_dict_in_generate=True, pad_token_id=0)
-        result = []
-        for token, logits in zip(generated.sequences[0, len(prompt):].tolist(), generated.logits, strict=True):
-            top = logits[0].float().topk(2).values
-            result.append((token, bool(top[0] - top[1] < self.logits_atol)))
+            out = model(torch.tensor([prompt]), use_cache=True)
+            for _ in range(num_tokens):
+                logits = out.logits[0, -1].float()
+                top = logits.topk(2).values
+                token = int(logits.argmax())
+                result.append((token, bool(top[0] - top[1] < self.logits_atol)))
+                out = model(torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
         return result
 
     def _check_greedy(self, prompt, got: list[int], expected: list[tuple[int, bool]], label: str) -> None:
@@ -227,12 +231,14 @@ class ArchitectureContract:
             if token != want:
                 if near_tie:
                     return  # either of two tied tokens is right; the sequences part here
-                raise ContractFailure(f"{label}: greedy token {position} after a {len(prompt)}-token prompt is "
+                raise ContractFailure("greedy tokens through the engine equal HF's",
+                                      f"{label}: greedy token {position} after a {len(prompt)}-token prompt is "
                                       f"{token}, HF's is {want} (first {position} tokens equal)")
 
     def _check_rows(self, rows, expected, first: int, label: str) -> None:
         for offset, row in enumerate(rows):
             error = float((row.float() - expected[first + offset]).abs().max())
             if error > self.logits_atol:
-                raise ContractFailure(f"{label}: logits at position {first + offset} differ from HF's by {error:.2e} "
+                raise ContractFailure("logits equal HF's within logits_atol",
+                                      f"{label}: at position {first + offset} they differ by {error:.2e} "
                                       f"(> logits_atol {self.logits_atol})")
