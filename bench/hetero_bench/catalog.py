@@ -32,6 +32,7 @@ BENCHMARKS = {
     "triton-decode": "hetero_bench.benchmarks.triton_decode",
     "structured-output": "hetero_bench.benchmarks.structured_output",
     "models": "hetero_bench.benchmarks.models",
+    "moe": "hetero_bench.benchmarks.moe",
 }
 
 

@@ -54,7 +54,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None
     if model_dir is not None:
         settings = fit_max_model_len(settings, model_dir)
-        tensor_parallel.check_model(model_dir, settings.tensor_parallel_size)
+        tensor_parallel.check_model(model_dir, settings.tensor_parallel_size, settings.enable_expert_parallel)
 
     tokenizer_name = settings.tokenizer.name
     if tokenizer_name == "auto":
@@ -83,6 +83,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             vocab_size=tokenizer.vocab_size,
             num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
             tensor_parallel_size=settings.tensor_parallel_size,
+            enable_expert_parallel=settings.enable_expert_parallel,
         ),
     )
     try:  # whatever fails from here on, the executor (its memory, its workers) is released

@@ -74,3 +74,4 @@ class ExecutorContext:
     # and of the KV heads; the default process group of ``torch.distributed`` is already up.
     tensor_parallel_size: int = 1
     tensor_parallel_rank: int = 0
+    enable_expert_parallel: bool = False  # a MoE model's experts split across those ranks (settings)

@@ -30,14 +30,24 @@ def check_executor(component, registry, size: int) -> None:
                       f"(tensor_parallel_size {size}); {hint} tensor_parallel_size 1")
 
 
-def check_model(model_dir: Path, size: int) -> None:
-    """Refuse a size that does not divide the model's heads, KV heads, MLP or vocabulary (config.json)."""
-    if size == 1:
+def check_model(model_dir: Path, size: int, expert_parallel: bool = False) -> None:
+    """Refuse a size that does not divide the model's heads, KV heads, MLP or vocabulary (config.json),
+    and expert parallelism on one rank, on a model without experts or over a size that does not
+    divide its experts."""
+    if size == 1 and not expert_parallel:
         return
+    if size == 1:
+        raise ConfigError("enable_expert_parallel splits a model's experts across the tensor_parallel_size ranks; "
+                          "set tensor_parallel_size > 1 or turn enable_expert_parallel off")
     from hetero_core.model.config import ModelConfig
     from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size
 
-    check_tensor_parallel_size(ModelConfig.from_dir(model_dir), size)
+    config = ModelConfig.from_dir(model_dir)
+    check_tensor_parallel_size(config, size)
+    if expert_parallel:
+        from hetero_core.model.moe.config import check_expert_parallel
+
+        check_expert_parallel(config, size)
 
 
 def create_executor(component, ctx):

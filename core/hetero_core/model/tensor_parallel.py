@@ -32,7 +32,9 @@ from torch.nn import functional as F
 
 from hetero_core.errors import ConfigError
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.layers import SwiGLU
 from hetero_core.model.model_builder import build_model
+from hetero_core.model.moe import expert_parallel
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config
 
 # Checkpoint (Hugging Face) tensors, by name suffix, and the dimension each rank takes a slice of.
@@ -43,11 +45,14 @@ _COLUMN_SHARDED = ("self_attn.o_proj", "mlp.down_proj")  # input columns (weight
 
 @dataclass(frozen=True)
 class TensorParallelShard:
-    """Rank ``rank`` of ``size``; ``group``: the process group (None: the default one)."""
+    """Rank ``rank`` of ``size``; ``group``: the process group (None: the default one);
+    ``expert_parallel``: a MoE model's experts split across the ranks, whole (``moe.expert_parallel``),
+    instead of every rank holding them all."""
 
     rank: int
     size: int
     group: Any = None
+    expert_parallel: bool = False
 
 
 def placement(ctx, device: torch.device) -> tuple[TensorParallelShard | None, torch.device]:
@@ -67,7 +72,7 @@ def placement(ctx, device: torch.device) -> tuple[TensorParallelShard | None, to
         torch.cuda.set_device(device)
     elif device.type != "cpu":
         raise ConfigError(f"tensor parallelism runs on CPU (gloo) or CUDA (NCCL) devices, not {device.type!r}")
-    return TensorParallelShard(rank, size), device
+    return TensorParallelShard(rank, size, expert_parallel=getattr(ctx, "enable_expert_parallel", False)), device
 
 
 def shard_checkpoint(state: dict[str, torch.Tensor], config: ModelConfig,
@@ -91,19 +96,26 @@ def build_shard(config: ModelConfig, state: dict[str, torch.Tensor], shard: Tens
     """Rank ``shard.rank``'s model: built from its checkpoint slice, then parallelized.
     ``build_options``: ``model_builder.build_model``'s keywords (backend, device, dtype)."""
     local = shard_config(config, shard.size)
-    model = build_model(replace(local, vocab_size=config.vocab_size // shard.size),
-                        shard_checkpoint(state, config, shard), **build_options)
+    state = shard_checkpoint(state, config, shard)
+    if shard.expert_parallel:
+        local = expert_parallel.shard_config(local, shard.rank, shard.size)
+        state = {name: tensor for name, tensor in state.items() if expert_parallel.is_local_tensor(name, local)}
+    model = build_model(replace(local, vocab_size=config.vocab_size // shard.size), state, **build_options)
     parallelize(model, shard)
     model.config = local  # the shard's heads and MLP; the full vocabulary (the logits are gathered)
     return model
 
 
 def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
-    """Swap a loaded shard's output projections, embedding and LM head for the parallel modules."""
+    """Swap a loaded shard's output projections, embedding and LM head for the parallel modules (a
+    MoE layer's experts: whole on every rank, or split across them with ``shard.expert_parallel``)."""
     model.untie_lm_head()
     for layer in model.model.layers:
         layer.self_attn.o_proj = RowParallelLinear(layer.self_attn.o_proj, shard.group)
-        layer.mlp.down_proj = RowParallelLinear(layer.mlp.down_proj, shard.group)
+        if isinstance(layer.mlp, SwiGLU):
+            layer.mlp.down_proj = RowParallelLinear(layer.mlp.down_proj, shard.group)
+    if shard.expert_parallel:
+        expert_parallel.parallelize_experts(model, shard.group)
     embed = model.model.embed_tokens
     model.model.embed_tokens = VocabParallelEmbedding(embed.weight, shard.rank * embed.weight.shape[0], shard.group)
     model.lm_head = VocabParallelLMHead(model.lm_head, shard.size, shard.group)

@@ -33,6 +33,7 @@ from hetero_core.cache import cache_file
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
+from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
@@ -51,8 +52,10 @@ _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels tha
 
 
 def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
-    """Pack ``model``'s linears for the CPU (the LM head too, untied from tied embeddings)."""
+    """Pack ``model``'s linears for the CPU (the LM head too, untied from tied embeddings), and its
+    MoE experts for the kernels' linear (``packed_experts``)."""
     model.untie_lm_head()
+    pack_experts(model, kernels)
     pack_linears(model, kernels)
 
 
@@ -86,6 +89,7 @@ def load_packed_model(
     model = load_model(source, backend=backend, dtype=dtype)
     model.untie_lm_head()
     unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
+    pack_experts(model, kernels)  # a MoE model is not saved (save_prepared: built-in Llama models only)
     pack_linears(model, kernels)
     if save_prepared(path, model, unpacked):
         _prune(path.parent, keep=path)

@@ -15,7 +15,7 @@ from hetero_core.model.moe.router import TopKRouter
 
 class SharedExpertGate(nn.Module):
     """``weight`` [1, hidden]: the shared expert's scalar gate logit per token (not a ``nn.Linear``:
-    weight packing leaves it as it is)."""
+    ``pack_linears`` leaves it as it is; the CPU runtime packs it its own way, ``packed_experts``)."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
@@ -35,7 +35,8 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         self.gate = TopKRouter(moe.num_experts, hidden_size, moe.num_experts_per_tok, moe.norm_topk_prob,
                                moe.router_weights_fp32)
-        self.experts = Experts(moe.num_experts, hidden_size, moe.moe_intermediate_size)
+        local = moe.local_experts
+        self.experts = Experts(len(local), hidden_size, moe.moe_intermediate_size, local.start, moe.num_experts)
         if moe.shared_expert_intermediate_size:
             self.shared_expert = SwiGLU(hidden_size, moe.shared_expert_intermediate_size, bias=False)
             self.shared_expert_gate = SharedExpertGate(hidden_size)

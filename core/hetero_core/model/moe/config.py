@@ -8,11 +8,11 @@ Field names differ by family: Qwen2-MoE and Qwen3-MoE give ``num_experts``, ``mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from hetero_core.errors import ModelLoadError
-from hetero_core.model.config import ModelConfig
+from hetero_core.errors import ConfigError, ModelLoadError
+from hetero_core.model.config import ModelConfig, parse_config
 
 # Architecture name -> the dense family its attention follows (``ModelConfig.variant``).
 MOE_ARCHITECTURES = {
@@ -31,6 +31,13 @@ class MoeConfig:
     sparse_layers: tuple[int, ...]  # the decoder layers whose MLP is the experts (the others are dense)
     shared_expert_intermediate_size: int = 0  # 0: no shared expert (Qwen2-MoE has one, gated by a sigmoid)
     router_weights_fp32: bool = False  # the top-k weights stay fp32 when applied (Mixtral); else the model's dtype
+    # Expert parallelism: this rank holds experts first_expert .. first_expert + num_local_experts - 1
+    first_expert: int = 0
+    num_local_experts: int | None = None  # None: every expert
+
+    @property
+    def local_experts(self) -> range:
+        return range(self.first_expert, self.first_expert + (self.num_local_experts or self.num_experts))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], architecture: str, source: str = "config") -> MoeConfig:
@@ -80,10 +87,24 @@ class MoeModelConfig(ModelConfig):
 
 
 def moe_model_config(raw: dict[str, Any], source: str = "config") -> MoeModelConfig:
-    """The ``config.json`` of a Qwen3-MoE, Qwen2-MoE or Mixtral model (its first ``architectures`` name)."""
+    """The ``config.json`` of a Qwen3-MoE, Qwen2-MoE or Mixtral model (its first ``architectures``
+    name); sliding-window attention and activations other than SiLU are refused."""
     architecture = (raw.get("architectures") or ["<none given>"])[0]
     moe = MoeConfig.from_dict(raw, architecture, source)
-    dense = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
-    base = ModelConfig.from_dict({**raw, "architectures": [dense[MOE_ARCHITECTURES[architecture]]]}, source)
-    values = {f.name: getattr(base, f.name) for f in fields(ModelConfig)}
-    return MoeModelConfig(**{**values, "architecture": architecture, "moe": moe})
+    if raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or []):
+        raise ModelLoadError(f"{source}: sliding-window attention is not supported; set use_sliding_window=false")
+    if raw.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise ModelLoadError(f"{source}: hidden_act {raw['hidden_act']!r} is not supported; supported: silu")
+    return parse_config(raw, source, MoeModelConfig, qk_norm=MOE_ARCHITECTURES[architecture] == "qwen3", moe=moe)
+
+
+def check_expert_parallel(config: ModelConfig, size: int) -> None:
+    """Refuse, in one line, a model without experts or a size that does not divide their number."""
+    moe = getattr(config, "moe", None)
+    if moe is None or not moe.sparse_layers:
+        raise ConfigError(f"enable_expert_parallel needs a mixture-of-experts model; {config.architecture} has no "
+                          "experts (turn enable_expert_parallel off)")
+    if moe.num_experts % size:
+        sizes = ", ".join(str(s) for s in range(1, moe.num_experts + 1) if moe.num_experts % s == 0)
+        raise ConfigError(f"tensor_parallel_size {size} does not divide the model's {moe.num_experts} experts "
+                          f"(enable_expert_parallel; sizes that do: {sizes})")

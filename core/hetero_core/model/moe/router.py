@@ -22,8 +22,12 @@ class TopKRouter(nn.Module):
         self.fp32_weights = fp32_weights
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        probs = F.linear(hidden, self.weight).float().softmax(dim=-1)
+        probs = self.router_logits(hidden).float().softmax(dim=-1)
         weights, ids = torch.topk(probs, self.top_k, dim=-1)
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return (weights if self.fp32_weights else weights.to(hidden.dtype)), ids
+
+    def router_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[tokens, num_experts]`` (the CPU runtime's packed router replaces this)."""
+        return F.linear(hidden, self.weight)

@@ -63,12 +63,11 @@ def to_checkpoint(state: dict[str, torch.Tensor], config: MoeModelConfig) -> dic
             out.update(fusion.split_state({name: tensor}, config))
         elif name.endswith(".experts.gate_up_proj"):
             gate, up = tensor.chunk(2, dim=1)
-            for (part, role) in parts:
-                expert = int(part.split(".experts.")[1].split(".")[0])
-                out[part] = (gate if role == "gate_proj" else up)[expert]
+            for index, (part, role) in enumerate(parts):
+                out[part] = (gate if role == "gate_proj" else up)[index % len(gate)]
         elif name.endswith(".experts.down_proj"):
-            for expert, (part, _) in enumerate(parts):
-                out[part] = tensor[expert]
+            for index, (part, _) in enumerate(parts):
+                out[part] = tensor[index]
         elif name.endswith(".shared_expert.gate_up_proj.weight"):
             for (part, _), piece in zip(parts, tensor.chunk(2, dim=0), strict=True):
                 out[part] = piece
@@ -88,7 +87,7 @@ def _parts(name: str, config: MoeModelConfig) -> list[tuple[str, str]] | None:
     if rest.startswith("experts."):
         roles = _EXPERT_PARTS[rest.removeprefix("experts.")]
         return [(f"{block}.experts.{e}.{_MIXTRAL_NAMES[r] if mixtral else r}.weight", r)
-                for r in roles for e in range(moe.num_experts)]
+                for r in roles for e in moe.local_experts]
     if rest == "shared_expert.gate_up_proj.weight":
         return [(f"{block}.shared_expert.gate_proj.weight", "gate_proj"),
                 (f"{block}.shared_expert.up_proj.weight", "up_proj")]
