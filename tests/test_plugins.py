@@ -46,7 +46,8 @@ def test_installed_plugins_are_discovered_through_entry_points():
         "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged", "contiguous"], "executor": ["torch"],
         "structured_output": ["xgrammar"], "architecture": ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                                  "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
-                                                                 "MixtralForCausalLM"],
+                                                                 "MixtralForCausalLM", "DeepseekV2ForCausalLM",
+                                                                 "DeepseekV3ForCausalLM"],
     }
     for name in ("mock", "cuda", "triton"):
         assert by_name[name].distribution == f"hetero-plugins-{name}"

@@ -47,7 +47,8 @@ def test_core_registers_the_llama_family_through_the_hook():
     plugin_set = load_plugins(entry_points=[])
     core = next(p for p in plugin_set.plugins if p.name == "core")
     assert core.components["architecture"] == ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM"]
+                                              "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM",
+                                              "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"]
     assert plugin_set.registry.architectures.plugin_of("Qwen3ForCausalLM") == "core"
 
 
@@ -58,9 +59,9 @@ def test_a_plugin_architecture_parses_its_config_and_names_itself_in_the_unknown
     with pytest.raises(ModelLoadError) as info:
         ModelConfig.from_dict({**RAW, "architectures": ["GPT2LMHeadModel"]})
     assert str(info.value) == (
-        "unsupported architecture 'GPT2LMHeadModel'; supported: LlamaForCausalLM, MixtralForCausalLM, "
-        "Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, TinyForCausalLM "
-        "(registered by plugins: core, tiny; a plugin adds one through "
+        "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
+        "LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
+        "Qwen3MoeForCausalLM, TinyForCausalLM (registered by plugins: core, tiny; a plugin adds one through "
         "register_model_architectures, see docs/models.md)")
 
 

@@ -40,9 +40,10 @@ def register_executors(register):
 @hookimpl
 def register_model_architectures(register):
     from hetero_core.model.llama_architecture import llama_architectures
+    from hetero_core.model.mla.architecture import mla_architectures
     from hetero_core.model.moe.architecture import moe_architectures
 
-    for name, architecture in {**llama_architectures(), **moe_architectures()}.items():
+    for name, architecture in {**llama_architectures(), **moe_architectures(), **mla_architectures()}.items():
         register(name, architecture)
 
 

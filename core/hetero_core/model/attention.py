@@ -86,6 +86,8 @@ class NoAttention:
     def forward(self, *args, **kwargs):
         raise RuntimeError(self._message())
 
+    forward_latent = forward  # multi-head latent attention (model/mla) says the same
+
     @staticmethod
     def _message() -> str:
         return ("this model was loaded without an attention backend (weights only); pass backend= to "

@@ -28,6 +28,7 @@ from hetero_core.engine.batch import Batch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.torch_attention_metadata import (DecodeGroup, PrefillSegment, TorchPagedMetadata,
                                                             build_metadata)
+from hetero_core.model.cpu.torch_mla_attention import forward_latent
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
 from hetero_core.model.decode_graphs import DecodeGraphInputs
 from hetero_core.model.step_inputs import StepUpload
@@ -108,6 +109,11 @@ class TorchPagedAttention:
             rows = slice(segment.start, segment.end)
             out[rows] = _attend_prefill(query[rows], key[rows], value[rows], kv_cache, segment, scale)
         return out
+
+    def forward_latent(self, q_nope, q_pe, latent, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float,
+                       weights) -> torch.Tensor:
+        """Multi-head latent attention (MLA) over a latent cache (``kv_cache.key``); see ``torch_mla_attention``."""
+        return forward_latent(q_nope, q_pe, latent, kv_cache.key, metadata, scale, weights)
 
     def _kernels_for(self, query: torch.Tensor, kv_cache: KVCache):
         """The CPU kernels where they handle this query and cache, else None."""

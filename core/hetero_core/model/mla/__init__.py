@@ -1,0 +1,1 @@
+"""Multi-head latent attention (DeepSeek-V2/V3): config, RoPE, attention, model."""
