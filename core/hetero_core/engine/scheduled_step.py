@@ -44,10 +44,12 @@ class ScheduledStep:
     swapped_in_tokens: dict[int, int] = field(default_factory=dict)
     # sequences this step swaps out: if its transfers fail their K/V is lost, and they fail with it
     swapped_out: list[Sequence] = field(default_factory=list)
+    # (blocks, layers): K/V from another engine written into these blocks after swap-in (kv_transfer.py)
+    kv_imports: list[tuple[list[int], object]] = field(default_factory=list)
 
     @property
     def has_transfers(self) -> bool:
-        return bool(self.swap_out or self.swap_in or self.block_copies)
+        return bool(self.swap_out or self.swap_in or self.block_copies or self.kv_imports)
 
 
 class StepBuilder:
@@ -68,6 +70,7 @@ class StepBuilder:
         self.block_copies: list[tuple[int, int]] = []
         self.swapped_in_tokens: dict[int, int] = {}
         self.swapped_out: list[Sequence] = []
+        self.kv_imports: list[tuple[list[int], object]] = []
 
     @property
     def chosen(self) -> bool:
@@ -106,6 +109,23 @@ class StepBuilder:
         seq.num_inflight_tokens += num_confirmed
         self.swapped_in_tokens[seq.seq_id] = num_confirmed
 
+    def add_kv_import(self, seq: Sequence, first_block: int) -> None:
+        """``seq`` arrived with its prompt's K/V (``seq.kv_import``): blocks from ``first_block`` on (those
+        before are prefix-cache hits) are written before the batch; the prompt counts as computed, in
+        flight until the step completes (as a swap-in's tokens), and the first token runs as a decode."""
+        handoff, seq.kv_import = seq.kv_import, None
+        num_prompt = len(seq.prompt_token_ids)
+        blocks = seq.block_table[first_block:-(-num_prompt // handoff.blocks.block_size)]
+        if blocks:
+            layers = [tuple(_blocks_from(t, first_block, handoff.blocks) for t in layer)
+                      for layer in handoff.blocks.layers]
+            self.kv_imports.append((blocks, layers))
+        num_imported = num_prompt - seq.num_computed_tokens
+        seq.num_computed_tokens = num_prompt
+        seq.num_inflight_tokens += num_imported
+        self.swapped_in_tokens[seq.seq_id] = num_imported
+        seq.status = DECODE
+
     def build(self, batches, earlier: StepBuilder | None = None, is_stalled: bool = False) -> ScheduledStep:
         """The step, its batch from ``batches`` (a ``BatchBuilder``); ``earlier``: a pass of the same
         step that scheduled nothing (its preemptions and swap-outs come first)."""
@@ -127,6 +147,7 @@ class StepBuilder:
             placeholder_rows=placeholder_rows,
             swapped_in_tokens=self.swapped_in_tokens,
             swapped_out=swapped_out,
+            kv_imports=self.kv_imports,
         )
 
 
@@ -153,6 +174,24 @@ def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledSt
     batch, placeholder_rows = batches.build(rows) if keep else (None, [])
     return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
                    kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows)
+
+
+def _blocks_from(tensor, first_block: int, blocks):
+    """``tensor`` (a ``KVTensor`` of ``blocks``) without its first ``first_block`` blocks."""
+    if first_block == 0:
+        return tensor
+    from hetero_core.engine.kv_transfer import KVTensor
+
+    shape, dim = list(tensor.shape), blocks.block_dim
+    outer = 1
+    for n in shape[:dim]:
+        outer *= n
+    stride = len(tensor.data) // (outer * shape[dim])  # bytes per block within one outer row
+    view = memoryview(tensor.data).cast("B")
+    data = b"".join(view[o * shape[dim] * stride + first_block * stride:(o + 1) * shape[dim] * stride]
+                    for o in range(outer))
+    shape[dim] -= first_block
+    return KVTensor(tensor.dtype, tuple(shape), data)
 
 
 def confirm_swap_ins(step: ScheduledStep) -> None:

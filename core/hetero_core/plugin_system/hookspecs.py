@@ -41,5 +41,10 @@ def register_structured_output_backends(register):
 
 
 @hookspec
+def register_kv_connectors(register):
+    """Call register(name, factory, options=Model) per KV connector; factory(KVConnectorContext)."""
+
+
+@hookspec
 def register_commands(commands):
     """Call commands.add_parser(name, ...) per ``hetero`` subcommand; set_defaults(handler=fn), fn(args) -> status."""
