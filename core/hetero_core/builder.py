@@ -12,6 +12,7 @@ from pathlib import Path
 from hetero_core.distributed import engine_setup as tensor_parallel
 from hetero_core.engine.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
+from hetero_core.engine.kv_transfer import KVConnectorContext
 from hetero_core.engine.structured_output import StructuredOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
@@ -259,3 +260,13 @@ def model_position_limit(model_dir: Path) -> int | None:
         raise ModelLoadError(f"cannot read {path}: {exc}") from None
     limit = config.get("max_position_embeddings") if isinstance(config, dict) else None
     return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
+def build_kv_connector(settings: HeteroSettings | None = None, plugins: PluginSet | None = None):
+    """The KV connector ``settings.kv_connector`` names (prefill/decode disaggregation), built and checked."""
+    settings = settings or load_settings()
+    plugins = plugins or load_plugins(allow=settings.plugins)
+    component, options = select(settings, plugins, "kv_connector")
+    connector = component.factory(KVConnectorContext(settings, options))
+    check_components(plugins, {"kv_connector": (component, connector)})
+    return connector
