@@ -13,8 +13,7 @@ import time
 import httpx
 
 from hetero_core.disagg.client import DisaggregatedClient
-from hetero_core.disagg.metrics import DisaggregatedMetrics
-from hetero_core.server.app import create_app
+from hetero_core.disagg.frontend import create_frontend_app
 from hetero_core.server.runner import make_uvicorn_server
 
 START_TIMEOUT_S = 300
@@ -59,7 +58,7 @@ class FrontEnd:
 
     def __init__(self, prefill_url: str, decode_url: str, timeout_s: float = 10.0) -> None:
         self.client = DisaggregatedClient(prefill_url, decode_url, timeout_s=timeout_s)
-        self.app = create_app(self.client, model_name="m", engine_metrics=DisaggregatedMetrics(), shutdown_llm=True)
+        self.app = create_frontend_app(self.client, model_name="m")
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"

@@ -49,6 +49,9 @@ def test_the_pair_answers_as_one_engine(roles, mock_server):
         chat = dict(messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0)
         assert pair_client.chat.completions.create(model="m", **chat).choices[0].message.content == \
             one_client.chat.completions.create(model="test-model", **chat).choices[0].message.content
+        raw = httpx.post(front.base_url + "/v1/completions", json=dict(model="m", prompt="hi", max_tokens=2))
+        prefill_s, transfer_s = (float(p.split("=")[1]) for p in raw.headers["x-hetero-kv-transfer"].split(";"))
+        assert prefill_s >= 0 and transfer_s >= 0
         assert httpx.get(front.base_url + "/health").status_code == 200
         assert "hetero_role_requests_total" in httpx.get(front.base_url + "/metrics").text
 

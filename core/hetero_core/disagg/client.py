@@ -11,6 +11,7 @@ nothing waits longer than ``timeout_s`` for a role that went silent. A thread po
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections import Counter
@@ -25,6 +26,9 @@ from hetero_core.logging import get_logger
 
 log = get_logger("hetero.disagg")
 HEALTH_INTERVAL_S = 0.5
+# The KV transfer timings of the HTTP request being handled, one dict per choice (``frontend.py`` sends them
+# as the ``x-hetero-kv-transfer`` header).
+request_timings: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("hetero_kv_timings", default=None)
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,9 @@ class DisaggregatedClient:
                             raise item.exception("decode")
                         if isinstance(item, dict):  # the transfer's timings, before the first delta
                             self.timings = [*self.timings[-999:], item]
+                            timings = request_timings.get()
+                            if timings is not None:
+                                timings.append(item)
                             continue
                         finished = item.finished
                         yield item

@@ -18,11 +18,10 @@ import uvicorn
 from hetero_core.async_llm import AsyncLLM
 from hetero_core.builder import build_kv_connector
 from hetero_core.disagg.client import DisaggregatedClient
-from hetero_core.disagg.metrics import DisaggregatedMetrics
+from hetero_core.disagg.frontend import create_frontend_app
 from hetero_core.disagg.role_apps import create_role_app
 from hetero_core.errors import ConfigError
 from hetero_core.logging import get_logger
-from hetero_core.server.app import create_app
 from hetero_core.server.runner import listen, run_server
 
 log = get_logger("hetero.disagg")
@@ -64,9 +63,9 @@ def serve_disaggregated(settings, server, argv: list[str], log_level: str = "inf
             _wait_ready(role, url, children[role])
         with listen(server.host, server.port) as listening:
             client = DisaggregatedClient(urls["prefill"], urls["decode"], timeout_s=server.kv_transfer_timeout_s)
-            app = create_app(client, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                             max_body_bytes=server.max_body_bytes, engine_metrics=DisaggregatedMetrics(),
-                             shutdown_llm=True, max_pending_choices=server.max_pending_requests)
+            app = create_frontend_app(client, model_name=server.served_model_name or settings.model,
+                                      api_key=server.key(), max_body_bytes=server.max_body_bytes,
+                                      max_pending_choices=server.max_pending_requests)
             return run_server(app, server, listening, log_level=log_level)
     finally:
         for child in children.values():
