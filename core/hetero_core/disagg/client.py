@@ -11,6 +11,7 @@ nothing waits longer than ``timeout_s`` for a role that went silent. A thread po
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 import time
@@ -56,6 +57,7 @@ class DisaggregatedClient:
         self.num_lost: Counter[str] = Counter()
         self.timings: list[dict] = []  # per finished request: prefill_s, transfer_s (the last 1000)
         self._pending = 0
+        self._http: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         self._down: dict[str, str] = {}
         self._closed = False
         self._watcher = threading.Thread(target=self._watch, name="hetero-disagg-health", daemon=True)
@@ -82,15 +84,23 @@ class DisaggregatedClient:
         params = params or self.engine.default_params
         self._pending += 1
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=5.0)) as http:
-                handoff = await self._prefill(http, dict(prompt=prompt, params=params, request_id=request_id,
-                                                         priority=priority, tenant=tenant))
-                body = dict(handoff=handoff, params=params, request_id=request_id, fit_max_tokens=fit_max_tokens,
-                            priority=priority, tenant=tenant)
-                async for delta in self._decode(http, body):
-                    yield delta
+            http = self._http_client()
+            handoff = await self._prefill(http, dict(prompt=prompt, params=params, request_id=request_id,
+                                                     priority=priority, tenant=tenant))
+            body = dict(handoff=handoff, params=params, request_id=request_id, fit_max_tokens=fit_max_tokens,
+                        priority=priority, tenant=tenant)
+            async for delta in self._decode(http, body):
+                yield delta
         finally:
             self._pending -= 1
+
+    def _http_client(self) -> httpx.AsyncClient:
+        """One pooled client per event loop (a connection per request would cost more than the transfer)."""
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http[0] is not loop:
+            self._http = (loop, httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=5.0),
+                                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)))
+        return self._http[1]
 
     def shutdown(self, timeout: float = 30.0) -> None:
         self._closed = True
