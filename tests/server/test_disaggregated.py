@@ -114,3 +114,21 @@ def test_a_killed_prefill_role_fails_new_requests_and_spares_running_decodes(rol
         assert failed.value.status_code == 503 and "prefill engine" in str(failed.value)
         thread.join(30)
         assert results["running"][0] == "ok" and results["running"][1]  # its decode went on to the end
+
+
+def test_flags_that_do_not_combine_are_refused_by_name():
+    from hetero_core.errors import ConfigError
+    from hetero_core.server.settings import load_server_settings
+
+    with pytest.raises(ConfigError, match="leave out --role"):
+        load_server_settings(role="decode", disaggregated=True)
+    with pytest.raises(ConfigError, match="do not combine yet"):
+        load_server_settings(disaggregated=True, replicas=2)
+    assert load_server_settings(role="prefill").role == "prefill"
+
+
+def test_the_launcher_hands_its_children_the_engine_flags_only():
+    from hetero_core.disagg.launcher import _engine_argv
+
+    assert _engine_argv(["--disaggregated", "--port", "8000", "--host=0.0.0.0", "--executor", "mock",
+                         "--max-model-len", "256"]) == ["--executor", "mock", "--max-model-len", "256"]
