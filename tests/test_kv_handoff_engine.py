@@ -46,6 +46,8 @@ def test_the_pair_gives_one_engines_tokens(make_mock_engine, prefix_caching):
         assert got.output_token_ids == want.output_token_ids
         assert got.text == want.text
     assert d_engine.scheduler.allocator.num_free_blocks == d_engine.scheduler.allocator.num_blocks
+    if prefix_caching:  # the prompts share prefixes: the prefill side skipped cached blocks and still exported them
+        assert p_engine.stats().prefix_cache_hit_tokens > 0
 
 
 def test_decode_side_prefix_cache_skips_blocks_it_holds_and_registers_imported_ones(make_mock_engine):
