@@ -132,3 +132,32 @@ def test_the_launcher_hands_its_children_the_engine_flags_only():
 
     assert _engine_argv(["--disaggregated", "--port", "8000", "--host=0.0.0.0", "--executor", "mock",
                          "--max-model-len", "256"]) == ["--executor", "mock", "--max-model-len", "256"]
+
+
+def test_the_front_end_alone_serves_over_roles_started_elsewhere(roles):
+    import signal
+    import subprocess
+    import sys
+
+    from disagg_roles import free_port
+
+    prefill, decode = roles()
+    port = free_port()
+    front = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--prefill-url", prefill.url,
+                              "--decode-url", decode.url, "--port", str(port), "--served-model-name", "m",
+                              "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and front.poll() is None:
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=30)
+        assert client.completions.create(model="m", prompt="hi", max_tokens=4).usage.completion_tokens == 4
+    finally:
+        front.send_signal(signal.SIGINT)
+        output, _ = front.communicate(timeout=60)
+    assert front.returncode == 130 and "Traceback" not in output, output

@@ -33,6 +33,8 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     disagg = serve.add_argument_group("prefill/decode disaggregation (docs/disaggregation.md; override HETERO_ROLE, ...)")
     disagg.add_argument("--role", choices=("both", "prefill", "decode"), help=fields["role"].description + " [both]")
     disagg.add_argument("--disaggregated", action="store_true", default=None, help=fields["disaggregated"].description)
+    disagg.add_argument("--prefill-url", metavar="URL", help=fields["prefill_url"].description)
+    disagg.add_argument("--decode-url", metavar="URL", help=fields["decode_url"].description)
     disagg.add_argument("--kv-transfer-timeout", type=float, metavar="S", dest="kv_transfer_timeout_s",
                         help=fields["kv_transfer_timeout_s"].description + " [30]")
     ray = serve.add_argument_group("replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)")
@@ -62,12 +64,16 @@ def _serve(args: argparse.Namespace) -> int:
         graceful_shutdown_seconds=args.graceful_shutdown_seconds, replicas=args.replicas,
         ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
         role=args.role, disaggregated=args.disaggregated, kv_transfer_timeout_s=args.kv_transfer_timeout_s,
+        prefill_url=args.prefill_url, decode_url=args.decode_url,
     )
     configure_logging(settings.log_format, settings.log_level)
     with sigterm_interrupts():  # SIGTERM stops every mode as Ctrl-C does: cleanly, then exit 130
-        if server.role != "both" or server.disaggregated:
-            from hetero_core.disagg.launcher import serve_disaggregated, serve_role
+        if server.role != "both" or server.disaggregated or server.prefill_url:
+            from hetero_core.disagg.launcher import serve_disaggregated, serve_frontend, serve_role
 
+            if server.prefill_url:
+                return 130 if serve_frontend(settings, server, server.prefill_url, server.decode_url,
+                                             settings.log_level) else 0
             if server.role != "both":
                 return 130 if serve_role(settings, server, settings.log_level) else 0
             return 130 if serve_disaggregated(settings, server, _serve_argv(), settings.log_level) else 0

@@ -27,6 +27,8 @@ class SocketConnectorOptions(BaseModel):
 
     host: str = Field("127.0.0.1", description="address the publishing engine serves its KV blocks on")
     port: int = Field(0, ge=0, le=65535, description="port for them (0: pick a free one)")
+    advertise_host: str | None = Field(None, min_length=1, description="the host decode engines fetch from (default: "
+                                       "host; this machine's name when host is 0.0.0.0 or ::)")
     ttl_s: float = Field(120.0, gt=0, description="drop a published transfer nobody fetched after this long")
 
 
@@ -99,6 +101,7 @@ class SocketConnector:
             if self._listener is None:
                 listener = socket.create_server((self.options.host, self.options.port))
                 host, port = listener.getsockname()[:2]
+                host = self.options.advertise_host or (socket.getfqdn() if host in ("0.0.0.0", "::") else host)
                 self._listener, self._address = listener, f"{host}:{port}"
                 threading.Thread(target=self._accept, args=(listener,), name="hetero-kv-connector",
                                  daemon=True).start()

@@ -1,4 +1,5 @@
-"""``hetero serve --role prefill|decode`` (one role's server) and ``hetero serve --disaggregated``: a
+"""``hetero serve --role prefill|decode`` (one role's server), ``hetero serve --prefill-url URL --decode-url
+URL`` (the front end alone, over roles that may run on other machines) and ``hetero serve --disaggregated``: a
 prefill and a decode engine as child processes (``hetero serve --role ...`` with the same engine flags,
 on free loopback ports) and the OpenAI front end in this process. Children are stopped with it; a child
 that dies is reported by the front end's /health and fails only the requests it was serving."""
@@ -27,7 +28,7 @@ from hetero_core.server.runner import listen, run_server
 log = get_logger("hetero.disagg")
 START_TIMEOUT_S = 600.0  # a role loads its model (and may convert or time it) before it answers /health
 # flags of ``hetero serve`` that the launcher sets itself for its children (with a value, or without)
-_OWN_FLAGS_WITH_VALUE = ("--port", "--host", "--role")
+_OWN_FLAGS_WITH_VALUE = ("--port", "--host", "--role", "--prefill-url", "--decode-url")
 _OWN_FLAGS = ("--disaggregated",)
 
 
@@ -61,15 +62,25 @@ def serve_disaggregated(settings, server, argv: list[str], log_level: str = "inf
             urls[role] = f"http://127.0.0.1:{port}"
         for role, url in urls.items():
             _wait_ready(role, url, children[role])
-        with listen(server.host, server.port) as listening:
-            client = DisaggregatedClient(urls["prefill"], urls["decode"], timeout_s=server.kv_transfer_timeout_s)
-            app = create_frontend_app(client, model_name=server.served_model_name or settings.model,
-                                      api_key=server.key(), max_body_bytes=server.max_body_bytes,
-                                      max_pending_choices=server.max_pending_requests)
-            return run_server(app, server, listening, log_level=log_level)
+        return serve_frontend(settings, server, urls["prefill"], urls["decode"], log_level)
     finally:
         for child in children.values():
             _stop(child)
+
+
+def serve_frontend(settings, server, prefill_url: str, decode_url: str, log_level: str = "info") -> bool:
+    """The OpenAI front end over running roles (here or on other machines) until stopped; True if a
+    signal stopped it."""
+    with listen(server.host, server.port) as listening:
+        try:
+            client = DisaggregatedClient(prefill_url, decode_url, timeout_s=server.kv_transfer_timeout_s)
+        except httpx.HTTPError as exc:
+            raise ConfigError(f"the decode role at {decode_url} did not answer /disagg/info ({exc}); start it "
+                              "first, or check --decode-url") from None
+        app = create_frontend_app(client, model_name=server.served_model_name or settings.model,
+                                  api_key=server.key(), max_body_bytes=server.max_body_bytes,
+                                  max_pending_choices=server.max_pending_requests)
+        return run_server(app, server, listening, log_level=log_level)
 
 
 def _engine_argv(argv: list[str]) -> list[str]:
