@@ -58,6 +58,11 @@ def test_the_disaggregated_pair_gives_one_engines_greedy_tokens(launcher, smollm
             want = one.completions.create(model="test-model", **kwargs).choices[0].text
             assert pair.completions.create(model="m", **kwargs).choices[0].text == want
             assert "".join(c.choices[0].text for c in pair.completions.create(model="m", stream=True, **kwargs)) == want
+        kwargs = dict(prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=2)  # the first token's come from prefill
+        want = one.completions.create(model="test-model", **kwargs).choices[0].logprobs
+        got = pair.completions.create(model="m", **kwargs).choices[0].logprobs
+        assert got.tokens == want.tokens and got.token_logprobs == pytest.approx(want.token_logprobs, abs=1e-4)
+        assert [sorted(t) for t in got.top_logprobs] == [sorted(t) for t in want.top_logprobs]
         chat = dict(messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, temperature=0)
         assert pair.chat.completions.create(model="m", **chat).choices[0].message.content == \
             one.chat.completions.create(model="test-model", **chat).choices[0].message.content
