@@ -186,7 +186,7 @@ def _blocks_from(tensor, first_block: int, blocks):
     outer = 1
     for n in shape[:dim]:
         outer *= n
-    stride = len(tensor.data) // (outer * shape[dim])  # bytes per block within one outer row
+    stride = tensor.num_bytes // (outer * shape[dim])  # bytes per block within one outer row
     view = memoryview(tensor.data).cast("B")
     data = b"".join(view[o * shape[dim] * stride + first_block * stride:(o + 1) * shape[dim] * stride]
                     for o in range(outer))
