@@ -104,3 +104,34 @@ def test_an_import_that_fails_fails_its_request_alone(make_mock_engine):
     assert "import" in outputs["bad"].error or "shape" in outputs["bad"].error
     good = decode(d_engine, PROMPTS[4], {"max_tokens": 5}, first)
     assert good.error is None and len(good.output_token_ids) >= 1
+
+
+@pytest.mark.parametrize("decode_settings", [
+    {},
+    {"max_num_blocks": 14, "memory_threshold": 1.0, "preemption_mode": "recompute"},
+    {"max_num_blocks": 14, "memory_threshold": 1.0, "preemption_mode": "swap", "num_swap_blocks": 64},
+    {"async_scheduling": True, "enable_prefix_caching": True},
+], ids=["batched", "recompute", "swap", "async+prefix"])
+def test_imports_arriving_among_running_requests_keep_every_output(make_mock_engine, decode_settings):
+    """Handoffs added while other requests (plain and imported) decode, with preemption on the decode side."""
+    params = {"max_tokens": 10, "ignore_eos": True}
+    prompts = [list(range(40 + i, 40 + i + n)) for i, n in enumerate((6, 13, 2, 9, 17, 5, 11))]
+    expected = {tuple(p): o.output_token_ids for p, o in zip(prompts, make_mock_engine(**SETTINGS).generate(prompts, params))}
+    p_engine = make_mock_engine(**SETTINGS)
+    d_engine = make_mock_engine(**{**SETTINGS, **decode_settings})
+    firsts = [prefill(p_engine, prompt, params) for prompt in prompts]
+    ids, outputs = {}, {}
+    for i, (prompt, first) in enumerate(zip(prompts, firsts)):
+        if i % 3 == 2:  # every third runs on the decode engine as a plain request
+            ids[d_engine.add_request(prompt, params, stream=False)] = prompt
+        else:
+            ids[d_engine.add_request(prompt, params, stream=False,
+                                     kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks))] = prompt
+        for _ in range(2):  # the others decode a little before the next one arrives
+            outputs.update((o.request_id, o) for o in d_engine.step() if o.finished)
+    while d_engine.has_unfinished_requests():
+        outputs.update((o.request_id, o) for o in d_engine.step() if o.finished)
+    assert {rid: outputs[rid].error for rid in ids} == {rid: None for rid in ids}
+    assert {rid: outputs[rid].output_token_ids for rid in ids} == {rid: expected[tuple(p)] for rid, p in ids.items()}
+    if "preemption_mode" in decode_settings:
+        assert d_engine.stats().num_preemptions > 0
