@@ -135,3 +135,25 @@ def test_imports_arriving_among_running_requests_keep_every_output(make_mock_eng
     assert {rid: outputs[rid].output_token_ids for rid in ids} == {rid: expected[tuple(p)] for rid, p in ids.items()}
     if "preemption_mode" in decode_settings:
         assert d_engine.stats().num_preemptions > 0
+
+
+def test_a_step_interrupted_before_its_import_prefills_the_prompt_instead(make_mock_engine):
+    p_engine, d_engine = make_mock_engine(**SETTINGS), make_mock_engine(**SETTINGS)
+    params = {"max_tokens": 6, "ignore_eos": True}
+    expected = make_mock_engine(**SETTINGS).generate([PROMPTS[5]], params)[0].output_token_ids
+    first = prefill(p_engine, PROMPTS[5], params)
+    inner = d_engine.executor.import_blocks
+
+    def interrupted(blocks, layers):
+        d_engine.executor.import_blocks = inner
+        raise KeyboardInterrupt
+
+    d_engine.executor.import_blocks = interrupted
+    rid = d_engine.add_request(PROMPTS[5], params, stream=False,
+                               kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks))
+    with pytest.raises(KeyboardInterrupt):
+        d_engine.step()
+    outputs = {}
+    while d_engine.has_unfinished_requests():
+        outputs.update((o.request_id, o) for o in d_engine.step() if o.finished)
+    assert outputs[rid].error is None and outputs[rid].output_token_ids == expected

@@ -46,6 +46,7 @@ class ScheduledStep:
     swapped_out: list[Sequence] = field(default_factory=list)
     # (blocks, layers): K/V from another engine written into these blocks after swap-in (kv_transfer.py)
     kv_imports: list[tuple[list[int], object]] = field(default_factory=list)
+    kv_imported_tokens: dict[int, int] = field(default_factory=dict)  # seq_id -> prompt tokens its import counts
 
     @property
     def has_transfers(self) -> bool:
@@ -71,6 +72,7 @@ class StepBuilder:
         self.swapped_in_tokens: dict[int, int] = {}
         self.swapped_out: list[Sequence] = []
         self.kv_imports: list[tuple[list[int], object]] = []
+        self.kv_imported_tokens: dict[int, int] = {}
 
     @property
     def chosen(self) -> bool:
@@ -123,7 +125,7 @@ class StepBuilder:
         num_imported = num_prompt - seq.num_computed_tokens
         seq.num_computed_tokens = num_prompt
         seq.num_inflight_tokens += num_imported
-        self.swapped_in_tokens[seq.seq_id] = num_imported
+        self.swapped_in_tokens[seq.seq_id] = self.kv_imported_tokens[seq.seq_id] = num_imported
         seq.status = DECODE
 
     def build(self, batches, earlier: StepBuilder | None = None, is_stalled: bool = False) -> ScheduledStep:
@@ -148,6 +150,7 @@ class StepBuilder:
             swapped_in_tokens=self.swapped_in_tokens,
             swapped_out=swapped_out,
             kv_imports=self.kv_imports,
+            kv_imported_tokens=self.kv_imported_tokens,
         )
 
 
@@ -205,7 +208,8 @@ def confirm_swap_ins(step: ScheduledStep) -> None:
 
 def unschedule(step: ScheduledStep) -> None:
     """Undo what scheduling ``step`` advanced, for a step that was interrupted before it ran (its
-    blocks stay allocated and are used when the tokens are scheduled again)."""
+    blocks stay allocated and are used when the tokens are scheduled again; a prompt whose K/V this
+    step was to import is prefilled instead)."""
     if step.batch is None:
         return
     for seq, num_new, epoch, was_prefill, sample in zip(step.seqs, step.num_new_tokens, step.kv_epochs,
@@ -218,3 +222,8 @@ def unschedule(step: ScheduledStep) -> None:
             seq.num_pending_tokens -= 1
             if was_prefill:
                 seq.status = PREFILL
+        num_imported = step.kv_imported_tokens.get(seq.seq_id)
+        if num_imported is not None:  # the import may not have run: the rest of the prompt is prefilled here
+            seq.num_computed_tokens -= num_imported
+            seq.num_inflight_tokens -= num_imported
+            seq.status = PREFILL
