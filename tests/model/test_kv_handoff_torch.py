@@ -71,3 +71,18 @@ def test_blocks_of_another_dtype_fail_the_request_by_name(tiny_llama):
     assert out.error is not None and "same model, dtype and block size" in out.error
     again = pair(make_engine(tiny_llama, dtype="bfloat16"), decode, PROMPTS[3], GREEDY)
     assert again.error is None  # the failed import left the decode engine working
+
+
+@pytest.mark.parametrize("block_dim", [0, 1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropping_leading_blocks_keeps_the_rest_byte_for_byte(block_dim, dtype):
+    import torch
+
+    from hetero_core.engine.kv_transfer import without_first_blocks
+    from hetero_core.kv_transfer import kv_tensor_from_torch, kv_tensor_to_torch
+
+    shape = [3, 4, 5, 2]
+    shape[block_dim] = 6  # six blocks along block_dim
+    tensor = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
+    kept = kv_tensor_to_torch(without_first_blocks(kv_tensor_from_torch(tensor), 2, block_dim))
+    assert torch.equal(kept, tensor.narrow(block_dim, 2, 4))

@@ -23,7 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 from hetero_core.errors import HeteroError
 
 __all__ = ["KVBlocks", "KVConnector", "KVConnectorContext", "KVHandoff", "KVTensor", "KVTransferError",
-           "export_prompt_blocks", "kv_import_error", "kv_tensor_from_torch", "kv_tensor_to_torch"]
+           "export_prompt_blocks", "kv_import_error", "kv_tensor_from_torch", "kv_tensor_to_torch",
+           "without_first_blocks"]
 
 
 class KVTransferError(HeteroError):
@@ -144,6 +145,21 @@ def export_prompt_blocks(executor, seq, block_size: int) -> tuple[KVBlocks | Non
         return None, f"the executor failed to export the prompt's KV blocks: {type(exc).__name__}: {exc}"
     block_dim = getattr(executor, "kv_block_dim", 0)
     return KVBlocks(block_size, block_dim, tuple(tuple(layer) for layer in layers), tuple(seq.prompt_token_ids)), None
+
+
+def without_first_blocks(tensor: KVTensor, num_blocks: int, block_dim: int) -> KVTensor:
+    """``tensor`` without its first ``num_blocks`` blocks along ``block_dim`` (those a prefix cache holds)."""
+    if num_blocks == 0:
+        return tensor
+    shape = list(tensor.shape)
+    outer = 1
+    for n in shape[:block_dim]:
+        outer *= n
+    stride = tensor.num_bytes // (outer * shape[block_dim])  # bytes per block within one outer row
+    view, row = memoryview(tensor.data).cast("B"), shape[block_dim] * stride
+    data = b"".join(view[o * row + num_blocks * stride:(o + 1) * row] for o in range(outer))
+    shape[block_dim] -= num_blocks
+    return KVTensor(tensor.dtype, tuple(shape), data)
 
 
 def kv_tensor_from_torch(tensor) -> KVTensor:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from hetero_core.engine.batch import Batch
 from hetero_core.engine.kv_allocator import SlotAllocation
+from hetero_core.engine.kv_transfer import without_first_blocks
 from hetero_core.engine.sequence import Sequence, SequenceStatus
 
 __all__ = ["ScheduledStep", "StepBuilder", "confirm_swap_ins", "unschedule", "without_seqs"]
@@ -119,7 +120,7 @@ class StepBuilder:
         num_prompt = len(seq.prompt_token_ids)
         blocks = seq.block_table[first_block:-(-num_prompt // handoff.blocks.block_size)]
         if blocks:
-            layers = [tuple(_blocks_from(t, first_block, handoff.blocks) for t in layer)
+            layers = [tuple(without_first_blocks(t, first_block, handoff.blocks.block_dim) for t in layer)
                       for layer in handoff.blocks.layers]
             self.kv_imports.append((blocks, layers))
         num_imported = num_prompt - seq.num_computed_tokens
@@ -177,24 +178,6 @@ def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledSt
     batch, placeholder_rows = batches.build(rows) if keep else (None, [])
     return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
                    kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows)
-
-
-def _blocks_from(tensor, first_block: int, blocks):
-    """``tensor`` (a ``KVTensor`` of ``blocks``) without its first ``first_block`` blocks."""
-    if first_block == 0:
-        return tensor
-    from hetero_core.engine.kv_transfer import KVTensor
-
-    shape, dim = list(tensor.shape), blocks.block_dim
-    outer = 1
-    for n in shape[:dim]:
-        outer *= n
-    stride = tensor.num_bytes // (outer * shape[dim])  # bytes per block within one outer row
-    view = memoryview(tensor.data).cast("B")
-    data = b"".join(view[o * shape[dim] * stride + first_block * stride:(o + 1) * shape[dim] * stride]
-                    for o in range(outer))
-    shape[dim] -= first_block
-    return KVTensor(tensor.dtype, tuple(shape), data)
 
 
 def confirm_swap_ins(step: ScheduledStep) -> None:
