@@ -401,3 +401,18 @@ def test_structured_output_benchmark_runs_small_on_the_mock_executor(tmp_path, c
     rows = json.loads(path.read_text())["rows"]
     assert [r["num_requests"] for r in rows] == [1, 2] and all(r["guided_us"] > 0 and r["free_us"] > 0 for r in rows)
     assert "µs of CPU per token" in out
+
+
+def test_disaggregated_against_one_engine_on_the_mock_executor(tmp_path):
+    pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    path = tmp_path / "disaggregated.json"
+    proc = hetero("bench", "disaggregated", "--executor", "mock", "--long-tokens", "40", "--num-long", "2",
+                  "--num-decodes", "2", "--decode-tokens", "6", "--interval", "0.1", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(path.read_text())
+    one, pair = report["rows"]
+    assert (one["mode"], pair["mode"]) == ("one engine", "disaggregated")
+    assert "prefill_s" not in one and pair["prefill_s"] >= 0 and pair["transfer_s"] >= 0
+    assert all(row["itl_p99_ms"] >= row["itl_p50_ms"] >= 0 for row in (one, pair))
+    assert len(report["ratios"]) == 1 and "ITL p99 one/pair" in proc.stdout

@@ -26,10 +26,12 @@ FACADES = {
     "hetero_core.structured_output": ["GrammarState", "GuidedDecodingParams", "StructuredOutputBackend",
                                       "StructuredOutputContext", "allocate_token_bitmask", "allowed_token_ids",
                                       "hookimpl", "num_words"],
+    "hetero_core.kv_transfer": ["KVBlocks", "KVConnector", "KVConnectorContext", "KVHandoff", "KVTensor",
+                                "KVTransferError", "hookimpl", "kv_tensor_from_torch", "kv_tensor_to_torch"],
     "hetero_core.models": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
                            "WeightMapping", "hookimpl", "installed_architectures", "kv_bytes_per_token",
                            "parse_config", "rope_settings", "same_kv_layout"],
-    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract", "KVAllocatorContract",
+    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "KVConnectorContract", "SchedulerPolicyContract", "KVAllocatorContract",
                             "StructuredOutputContract", "ContractFailure", "BlockPool", "ContractSequence",
                             "build_batch"],
 }  # fmt: skip
@@ -48,7 +50,7 @@ def test_each_facade_pins_its_public_names(module):
 
 def test_facades_import_light():
     code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
-            "hetero_core.structured_output, hetero_core.testing, hetero_core.models; "
+            "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.testing, hetero_core.models; "
             "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
             " 'hetero_core.engine.engine') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -18,7 +18,7 @@ PLUGIN_SOURCES = sorted(
 PUBLIC_MODULES = {
     "hetero_core",  # its __all__ (errors, SamplingParams, hookimpl, ...)
     "hetero_core.executor", "hetero_core.policy", "hetero_core.kv", "hetero_core.tokenizer",  # one facade per seam
-    "hetero_core.structured_output",
+    "hetero_core.structured_output", "hetero_core.kv_transfer",
     "hetero_core.models",  # model architectures (register_model_architectures)
     "hetero_core.testing",  # the contract kits
     "hetero_core.logging",  # get_logger

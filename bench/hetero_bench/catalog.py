@@ -33,6 +33,7 @@ BENCHMARKS = {
     "structured-output": "hetero_bench.benchmarks.structured_output",
     "models": "hetero_bench.benchmarks.models",
     "moe": "hetero_bench.benchmarks.moe",
+    "disaggregated": "hetero_bench.benchmarks.disaggregated",
 }
 
 

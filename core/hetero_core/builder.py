@@ -12,6 +12,7 @@ from pathlib import Path
 from hetero_core.distributed import engine_setup as tensor_parallel
 from hetero_core.engine.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
+from hetero_core.engine.kv_transfer import KVConnectorContext
 from hetero_core.engine.structured_output import StructuredOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
@@ -270,3 +271,13 @@ def model_position_limit(model_dir: Path) -> int | None:
         parsed = ModelConfig.from_dict(config, source=str(path)).max_position_embeddings
         limit = parsed if limit is None else min(limit, parsed)
     return limit
+
+
+def build_kv_connector(settings: HeteroSettings | None = None, plugins: PluginSet | None = None):
+    """The KV connector ``settings.kv_connector`` names (prefill/decode disaggregation), built and checked."""
+    settings = settings or load_settings()
+    plugins = plugins or load_plugins(allow=settings.plugins)
+    component, options = select(settings, plugins, "kv_connector")
+    connector = component.factory(KVConnectorContext(settings, options))
+    check_components(plugins, {"kv_connector": (component, connector)})
+    return connector

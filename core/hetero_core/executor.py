@@ -50,6 +50,11 @@ class Executor(Protocol):
     # Optional block transfers (``hetero_core.engine.block_transfer``): ``copy_blocks(pairs)`` copies
     # device blocks (copy-on-write for the prefix cache), ``swap_out(pairs)`` device -> CPU swap
     # blocks and ``swap_in(pairs)`` back, for swap preemption. Each pair is ``(source, destination)``.
+    # Optional KV transfer (prefill/decode disaggregation, docs/disaggregation.md):
+    # ``export_blocks(block_ids) -> list[tuple[KVTensor, ...]]`` returns whole blocks, per layer its
+    # tensors (CPU bytes in the executor's own layout, blocks along ``kv_block_dim``, default 0) and
+    # ``import_blocks(block_ids, layers)`` writes such blocks (from an executor of the same model,
+    # dtype and block size) into ``block_ids``, raising ValueError before writing if they do not fit.
     # Optional ``async_scheduling`` (bool): the executor's preference for async scheduling
     # (``execute`` then runs on the engine's executor thread while the next step is planned).
 

@@ -16,6 +16,7 @@ from array import array
 
 from hetero_core import ConfigError
 from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, slot_of
+from hetero_core.kv_transfer import KVTensor
 from hetero_core.structured_output import allowed_token_ids
 
 from hetero_plugins_mock.options import MockExecutorOptions
@@ -64,6 +65,30 @@ class MockExecutor:
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         """Copy swap blocks back to device blocks: ``(swap block, device block)`` pairs."""
         self._copy(self.swap_slots, self.slots, pairs, "swap_in", self._num_swap_blocks, self.num_blocks)
+
+    def export_blocks(self, block_ids: list[int]) -> list[tuple[KVTensor, ...]]:
+        """Whole blocks for a KV transfer: one "layer" of one int64 tensor (blocks x block_size) of
+        the token ids the slots hold."""
+        bs, data = self.block_size, array("q")
+        for block in block_ids:
+            if not 0 <= block < self.num_blocks:
+                raise BatchInconsistency(f"export_blocks: block {block} outside the pool")
+            data.extend(self.slots[block * bs : (block + 1) * bs])
+        return [(KVTensor("int64", (len(block_ids), bs), data.tobytes()),)]
+
+    def import_blocks(self, block_ids: list[int], layers: list[tuple[KVTensor, ...]]) -> None:
+        """Write blocks ``export_blocks`` produced (of a mock of the same block size) into ``block_ids``."""
+        bs = self.block_size
+        if len(layers) != 1 or len(layers[0]) != 1 or layers[0][0].dtype != "int64" \
+                or tuple(layers[0][0].shape) != (len(block_ids), bs):
+            raise ValueError(f"the mock executor imports one int64 tensor of shape ({len(block_ids)}, {bs}), got "
+                             f"{[[(t.dtype, tuple(t.shape)) for t in layer] for layer in layers]}")
+        data = array("q")
+        data.frombytes(bytes(layers[0][0].data))
+        for i, block in enumerate(block_ids):
+            if not 0 <= block < self.num_blocks:
+                raise BatchInconsistency(f"import_blocks: block {block} outside the pool")
+            self.slots[block * bs : (block + 1) * bs] = data[i * bs : (i + 1) * bs]
 
     def shutdown(self) -> None:
         self.slots = array("q")

@@ -59,7 +59,8 @@ class AsyncLLM:
     # -- callers (any thread / task) -------------------------------------------------------------
     async def generate(self, prompt, params: SamplingParams | dict | None = None, request_id: str | None = None,
                        *, fit_max_tokens: bool = False, priority: int | None = None,
-                       tenant: str | None = None) -> AsyncIterator[RequestDelta]:
+                       tenant: str | None = None, kv_transfer=None,
+                       export_kv: bool = False) -> AsyncIterator[RequestDelta]:
         """Submit a request and yield its deltas until it finishes; the last has ``finished``.
 
         ``params``: SamplingParams, a dict of their fields over the engine's defaults, or None.
@@ -68,12 +69,15 @@ class AsyncLLM:
         engine refuses, ``RequestFailedError`` if the engine fails the request, ``EngineOverloadedError``
         beyond ``max_pending_requests``, ``EngineDeadError`` once stopped. Closing the iterator early
         (a client that went away) or cancelling the task aborts the request and frees its blocks.
+        ``kv_transfer`` / ``export_kv``: prefill/decode disaggregation, as for ``Engine.add_request``.
         """
         checked = self._check(prompt, params, request_id, priority, tenant)
         stream = self._open(request_id)
         submitted = finished = False
         try:
             request = await asyncio.to_thread(self.engine.processor.tokenize, checked)
+            if kv_transfer is not None or export_kv:
+                request = replace(request, kv_transfer=kv_transfer, export_kv=export_kv)
             stream.start(_fit(request, self.engine.max_model_len) if fit_max_tokens else request)
             self._loop.add(stream)
             submitted = True

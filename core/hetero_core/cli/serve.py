@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from hetero_core.errors import HeteroError
 from hetero_core.cli.settings_args import add_settings_arguments, load_cli_settings
@@ -29,6 +30,13 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     group.add_argument("--max-body-bytes", type=int, metavar="N", help=fields["max_body_bytes"].description)
     group.add_argument("--graceful-shutdown-seconds", type=float, metavar="S",
                        help=fields["graceful_shutdown_seconds"].description)
+    disagg = serve.add_argument_group("prefill/decode disaggregation (docs/disaggregation.md; override HETERO_ROLE, ...)")
+    disagg.add_argument("--role", choices=("both", "prefill", "decode"), help=fields["role"].description + " [both]")
+    disagg.add_argument("--disaggregated", action="store_true", default=None, help=fields["disaggregated"].description)
+    disagg.add_argument("--prefill-url", metavar="URL", help=fields["prefill_url"].description)
+    disagg.add_argument("--decode-url", metavar="URL", help=fields["decode_url"].description)
+    disagg.add_argument("--kv-transfer-timeout", type=float, metavar="S", dest="kv_transfer_timeout_s",
+                        help=fields["kv_transfer_timeout_s"].description + " [30]")
     ray = serve.add_argument_group("replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)")
     ray.add_argument("--replicas", type=int, metavar="N", help=fields["replicas"].description + " [1]")
     ray.add_argument("--ray-address", metavar="ADDR", help=fields["ray_address"].description)
@@ -55,9 +63,20 @@ def _serve(args: argparse.Namespace) -> int:
         max_pending_requests=args.max_pending_requests, max_body_bytes=args.max_body_bytes,
         graceful_shutdown_seconds=args.graceful_shutdown_seconds, replicas=args.replicas,
         ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
+        role=args.role, disaggregated=args.disaggregated, kv_transfer_timeout_s=args.kv_transfer_timeout_s,
+        prefill_url=args.prefill_url, decode_url=args.decode_url,
     )
     configure_logging(settings.log_format, settings.log_level)
     with sigterm_interrupts():  # SIGTERM stops every mode as Ctrl-C does: cleanly, then exit 130
+        if server.role != "both" or server.disaggregated or server.prefill_url:
+            from hetero_core.disagg.launcher import serve_disaggregated, serve_frontend, serve_role
+
+            if server.prefill_url:
+                return 130 if serve_frontend(settings, server, server.prefill_url, server.decode_url,
+                                             settings.log_level) else 0
+            if server.role != "both":
+                return 130 if serve_role(settings, server, settings.log_level) else 0
+            return 130 if serve_disaggregated(settings, server, _serve_argv(), settings.log_level) else 0
         if server.uses_ray:
             _serve_replicas(settings, server)  # until Ctrl-C or SIGTERM, which raise KeyboardInterrupt
             return 130
@@ -65,6 +84,13 @@ def _serve(args: argparse.Namespace) -> int:
             app = create_server_app(settings, server)
             interrupted = run_server(app, server, listening, log_level=settings.log_level)
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
+
+
+def _serve_argv() -> list[str]:
+    """The flags after ``serve`` on this process's command line (what the disaggregated launcher hands
+    its role processes, less the flags it sets itself)."""
+    argv = sys.argv[1:]
+    return argv[argv.index("serve") + 1:] if "serve" in argv else argv
 
 
 def _serve_replicas(settings, server) -> None:

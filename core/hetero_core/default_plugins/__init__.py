@@ -54,6 +54,19 @@ def register_structured_output_backends(register):
     register("xgrammar", _create_xgrammar_backend, options=XGrammarOptions)
 
 
+@hookimpl
+def register_kv_connectors(register):
+    from hetero_core.default_plugins.socket_connector import SocketConnectorOptions
+
+    register("socket", _create_socket_connector, options=SocketConnectorOptions)
+
+
+def _create_socket_connector(ctx):
+    from hetero_core.default_plugins.socket_connector import create_socket_connector
+
+    return create_socket_connector(ctx)
+
+
 def _create_xgrammar_backend(ctx):
     from hetero_core.default_plugins.xgrammar_backend import create_xgrammar_backend
 

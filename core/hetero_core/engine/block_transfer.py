@@ -38,10 +38,13 @@ def block_transfer_options(executor, executor_name: str, settings) -> dict:
 
 
 def apply_block_transfers(executor, step) -> None:
-    """Run ``step``'s swap-outs, swap-ins and copies on ``executor``, in that order."""
+    """Run ``step``'s swap-outs, swap-ins, KV imports (another engine's blocks, ``kv_transfer.py``)
+    and copies on ``executor``, in that order."""
     if step.swap_out:
         executor.swap_out(step.swap_out)
     if step.swap_in:
         executor.swap_in(step.swap_in)
+    for blocks, layers in step.kv_imports:
+        executor.import_blocks(blocks, layers)
     if step.block_copies:
         executor.copy_blocks(step.block_copies)

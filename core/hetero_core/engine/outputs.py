@@ -12,6 +12,7 @@ objects), so code written for one completion per request keeps working.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hetero_core.engine.metrics import RequestMetrics
 from hetero_core.engine.sequence import Sequence
@@ -51,6 +52,7 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)  # one per completion (n)
     prompt_logprobs: list | None = None  # SamplingParams.prompt_logprobs: None, then a dict per prompt token
     num_cached_tokens: int = 0  # prompt tokens the prefix cache served (summed over completions)
+    kv_blocks: Any = None  # the prompt's KVBlocks, for a request added with export_kv (kv_transfer.py)
 
     @property
     def failed(self) -> bool:
@@ -93,6 +95,7 @@ class RequestOutput:
             outputs=[completion],
             num_cached_tokens=seq.num_cached_tokens,
             prompt_logprobs=(seq.prompt_logprobs or [None]) if seq.params.prompt_logprobs is not None else None,
+            kv_blocks=seq.kv_export,
         )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from hetero_core.engine.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.kv_transfer import export_prompt_blocks
 from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.prompt_logprobs import add_prompt_logprobs
 from hetero_core.engine.scheduled_step import ScheduledStep, confirm_swap_ins
@@ -132,6 +133,8 @@ class Postprocess:
                 keep_held_text: bool = True) -> None:
         detokenizer = self._detokenizers.pop(seq.seq_id, None)
         if detokenizer is not None:  # the request was queued: release its place and blocks
+            if seq.export_kv and error is None and reason is not FinishReason.ABORT:
+                seq.kv_export, error = export_prompt_blocks(self.executor, seq, self.scheduler.allocator.block_size)
             self.scheduler.remove(seq)
             self._num_queued_tokens -= queued_tokens(seq)
             self._num_constrained -= seq.grammar is not None

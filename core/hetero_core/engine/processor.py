@@ -46,6 +46,8 @@ class EngineRequest:
     priority: int = 0
     tenant: str | None = None
     grammar: Any = None  # the compiled grammar of params.guided_decoding (engine.structured_output)
+    kv_transfer: Any = None  # a KVHandoff: the prompt's K/V and first token from a prefill engine (kv_transfer.py)
+    export_kv: bool = False  # the final output carries the prompt's KV blocks (RequestOutput.kv_blocks)
 
 
 class RequestProcessor:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from hetero_core.engine.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.kv_transfer import KVHandoff, kv_import_error
 from hetero_core.engine.parallel_sampling import ParallelRequest, child_params, child_request_id
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.postprocess import queued_tokens as _queued_tokens
@@ -32,7 +33,8 @@ class RequestIntake:
     """Add, check, queue and abort requests (a part of ``Engine``: see the module docstring)."""
 
     def add_request(self, prompt: Prompt | EngineRequest, params: Params = None, request_id: str | None = None, *,
-                    priority: int = 0, tenant: str | None = None, stream: bool = True) -> str:
+                    priority: int = 0, tenant: str | None = None, stream: bool = True,
+                    kv_transfer: KVHandoff | None = None, export_kv: bool = False) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
         (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
         keeps nothing, for a request that is invalid or can never run within the engine's limits.
@@ -40,7 +42,12 @@ class RequestIntake:
         be an ``EngineRequest`` from ``engine.processor`` (tokenized already, with its own params,
         priority and tenant): then adding it does no work that grows with the prompt. ``stream``:
         step() returns the request's output after every step that advances it (False: only its
-        final output)."""
+        final output).
+
+        Prefill/decode disaggregation (``kv_transfer.py``): ``export_kv`` makes the final output carry
+        the prompt's KV blocks (``RequestOutput.kv_blocks``); ``kv_transfer`` (a ``KVHandoff``: the
+        prompt's blocks and first token from a prefill engine) continues a request another engine
+        prefilled: the prompt is not computed again."""
         with self.guard:
             if request_id is not None and not isinstance(request_id, str):
                 raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
@@ -50,6 +57,8 @@ class RequestIntake:
                 request = prompt
             else:
                 request = self.processor.process(prompt, params, priority=priority, tenant=tenant)
+            if kv_transfer is not None or export_kv:
+                request = replace(request, kv_transfer=kv_transfer, export_kv=export_kv)
             return self._queue_entry(self._new_entry(request, request_id), stream)
 
     def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
@@ -93,6 +102,9 @@ class RequestIntake:
         """The request's sequence, or for n > 1 completions its ``ParallelRequest``; nothing is queued."""
         if request.params.num_samples == 1:
             return self._new_sequence(request, request_id)
+        if request.kv_transfer is not None or request.export_kv:
+            raise InvalidRequestError("KV transfer (prefill/decode disaggregation) takes one completion per "
+                                      "request (n = 1); send n requests instead")
         if request_id is None:
             request_id = self._auto_request_id(next(self._seq_counter))
         elif self._id_in_use(request_id):
@@ -136,6 +148,12 @@ class RequestIntake:
                        time.time(), priority=request.priority, tenant=request.tenant)
         if request.grammar is not None:
             seq.grammar = self.structured_output.new_state(request.grammar)
+        seq.export_kv = request.export_kv
+        if request.kv_transfer is not None:
+            seq.kv_import = request.kv_transfer
+            reason = kv_import_error(seq, self.scheduler, self.executor)
+            if reason is not None:
+                raise InvalidRequestError(reason)
         reason = self.scheduler.admission_error(seq)
         if reason is not None:
             raise InvalidRequestError(reason)
@@ -161,6 +179,22 @@ class RequestIntake:
         self._num_queued_tokens += _queued_tokens(seq)
         self._num_constrained += seq.grammar is not None
         log.info("request.admitted", request_id=seq.request_id, num_prompt_tokens=seq.num_prompt_tokens)
+        if seq.kv_import is not None:
+            self._add_first_token(seq, seq.kv_import)
+
+    def _add_first_token(self, seq: Sequence, handoff: KVHandoff) -> None:
+        """The token the prefill engine sampled, appended and checked as if this engine had sampled it."""
+        token_id = handoff.first_token_id
+        seq.first_token_time = time.time()
+        seq.output_token_ids.append(token_id)
+        self._num_queued_tokens -= 1
+        if seq.params.logprobs is not None:
+            seq.output_logprobs.append(handoff.first_logprobs)
+        if seq.grammar is not None and not seq.grammar.accept_token(token_id):
+            self._finish(seq, error=f"the prefill engine's first token {token_id} is not allowed by the request's "
+                                    "guided decoding")
+            return
+        self._check_stop(seq, token_id, self.tokenizer.eos_token_id)
 
     def _reject(self, prompt, error: str) -> str:
         """A failed output for a prompt that ``add_requests()`` could not queue."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from hetero_core.engine.batch import Batch
 from hetero_core.engine.kv_allocator import SlotAllocation
+from hetero_core.engine.kv_transfer import without_first_blocks
 from hetero_core.engine.sequence import Sequence, SequenceStatus
 
 __all__ = ["ScheduledStep", "StepBuilder", "confirm_swap_ins", "unschedule", "without_seqs"]
@@ -44,10 +45,13 @@ class ScheduledStep:
     swapped_in_tokens: dict[int, int] = field(default_factory=dict)
     # sequences this step swaps out: if its transfers fail their K/V is lost, and they fail with it
     swapped_out: list[Sequence] = field(default_factory=list)
+    # (blocks, layers): K/V from another engine written into these blocks after swap-in (kv_transfer.py)
+    kv_imports: list[tuple[list[int], object]] = field(default_factory=list)
+    kv_imported_tokens: dict[int, int] = field(default_factory=dict)  # seq_id -> prompt tokens its import counts
 
     @property
     def has_transfers(self) -> bool:
-        return bool(self.swap_out or self.swap_in or self.block_copies)
+        return bool(self.swap_out or self.swap_in or self.block_copies or self.kv_imports)
 
 
 class StepBuilder:
@@ -68,6 +72,8 @@ class StepBuilder:
         self.block_copies: list[tuple[int, int]] = []
         self.swapped_in_tokens: dict[int, int] = {}
         self.swapped_out: list[Sequence] = []
+        self.kv_imports: list[tuple[list[int], object]] = []
+        self.kv_imported_tokens: dict[int, int] = {}
 
     @property
     def chosen(self) -> bool:
@@ -106,6 +112,23 @@ class StepBuilder:
         seq.num_inflight_tokens += num_confirmed
         self.swapped_in_tokens[seq.seq_id] = num_confirmed
 
+    def add_kv_import(self, seq: Sequence, first_block: int) -> None:
+        """``seq`` arrived with its prompt's K/V (``seq.kv_import``): blocks from ``first_block`` on (those
+        before are prefix-cache hits) are written before the batch; the prompt counts as computed, in
+        flight until the step completes (as a swap-in's tokens), and the first token runs as a decode."""
+        handoff, seq.kv_import = seq.kv_import, None
+        num_prompt = len(seq.prompt_token_ids)
+        blocks = seq.block_table[first_block:-(-num_prompt // handoff.blocks.block_size)]
+        if blocks:
+            layers = [tuple(without_first_blocks(t, first_block, handoff.blocks.block_dim) for t in layer)
+                      for layer in handoff.blocks.layers]
+            self.kv_imports.append((blocks, layers))
+        num_imported = num_prompt - seq.num_computed_tokens
+        seq.num_computed_tokens = num_prompt
+        seq.num_inflight_tokens += num_imported
+        self.swapped_in_tokens[seq.seq_id] = self.kv_imported_tokens[seq.seq_id] = num_imported
+        seq.status = DECODE
+
     def build(self, batches, earlier: StepBuilder | None = None, is_stalled: bool = False) -> ScheduledStep:
         """The step, its batch from ``batches`` (a ``BatchBuilder``); ``earlier``: a pass of the same
         step that scheduled nothing (its preemptions and swap-outs come first)."""
@@ -127,6 +150,8 @@ class StepBuilder:
             placeholder_rows=placeholder_rows,
             swapped_in_tokens=self.swapped_in_tokens,
             swapped_out=swapped_out,
+            kv_imports=self.kv_imports,
+            kv_imported_tokens=self.kv_imported_tokens,
         )
 
 
@@ -166,7 +191,8 @@ def confirm_swap_ins(step: ScheduledStep) -> None:
 
 def unschedule(step: ScheduledStep) -> None:
     """Undo what scheduling ``step`` advanced, for a step that was interrupted before it ran (its
-    blocks stay allocated and are used when the tokens are scheduled again)."""
+    blocks stay allocated and are used when the tokens are scheduled again; a prompt whose K/V this
+    step was to import is prefilled instead)."""
     if step.batch is None:
         return
     for seq, num_new, epoch, was_prefill, sample in zip(step.seqs, step.num_new_tokens, step.kv_epochs,
@@ -179,3 +205,8 @@ def unschedule(step: ScheduledStep) -> None:
             seq.num_pending_tokens -= 1
             if was_prefill:
                 seq.status = PREFILL
+        num_imported = step.kv_imported_tokens.get(seq.seq_id)
+        if num_imported is not None:  # the import may not have run: the rest of the prompt is prefilled here
+            seq.num_computed_tokens -= num_imported
+            seq.num_inflight_tokens -= num_imported
+            seq.status = PREFILL

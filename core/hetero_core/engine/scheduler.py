@@ -278,7 +278,10 @@ class Scheduler:
                 return
             computed = self._computed_blocks(seq)
             start = min(computed.num_tokens, seq.num_tokens - 1)  # at least one token runs, to sample from
-            num_new = self._num_new_tokens(seq, start, step.token_budget)
+            # A request with its prompt's K/V from another engine (kv_transfer.py): room for the rest of
+            # the prompt and the first token; the prompt is imported, the first token runs.
+            num_new = (seq.num_tokens - start if seq.kv_import is not None
+                       else self._num_new_tokens(seq, start, step.token_budget))
             # Keep headroom for running sequences to grow; with nothing running, anything that fits goes.
             slots = self.allocator.allocate_slots(seq.block_table, start, num_new, computed,
                                                   max_used_blocks=max_used_blocks if self.running else None)
@@ -291,6 +294,9 @@ class Scheduler:
             seq.status = PREFILL
             self.waiting.remove(seq)
             self.running.append(seq)
+            if seq.kv_import is not None:
+                step.add_kv_import(seq, computed.num_tokens // self.allocator.block_size)
+                num_new = 1
             step.add(seq, num_new, slots)
 
     def _computed_blocks(self, seq: Sequence) -> ComputedBlocks:

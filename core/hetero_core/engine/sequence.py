@@ -64,6 +64,9 @@ class Sequence:
     first_token_time: float | None = None
     finish_time: float | None = None
     grammar: object | None = None  # its structured-output GrammarState (engine.structured_output), or None
+    kv_import: object | None = None  # a KVHandoff whose blocks are written when it is admitted (kv_transfer.py)
+    export_kv: bool = False  # export the prompt's KV blocks when it finishes (into kv_export)
+    kv_export: object | None = None  # the exported KVBlocks
     stream: bool = True  # step() returns its output after every step that advanced it (else only the final one)
     # Scheduler-owned, per step: the policy's order (lower first); a cached sort key; a copy of the
     # block table that batches share until the table changes; the KV epoch (bumped when a

@@ -2,7 +2,8 @@
 
 The engine's allocator hands out block numbers; this class moves whole blocks: within the cache
 (``copy_blocks``, copy-on-write for the prefix cache) and to and from a CPU swap space
-(``swap_out`` / ``swap_in``, swap preemption). Blocks lie along the backend's ``kv_block_dim``
+(``swap_out`` / ``swap_in``, swap preemption) and out of and into the cache of another engine
+(``export_blocks`` / ``import_blocks``, prefill/decode disaggregation). Blocks lie along the backend's ``kv_block_dim``
 (0 unless the backend says otherwise).
 
 What each layer holds per token comes from the model's architecture (``KVLayerSpec``: KV heads, key
@@ -65,6 +66,33 @@ class PagedKVCache:
                 for tensor, swapped in zip(stored(cache), swap):
                     blocks = swapped.index_select(self.block_dim, source).to(self.device)
                     tensor.index_copy_(self.block_dim, destination, blocks)
+
+    def export_blocks(self, block_ids: list[int]) -> list[tuple[torch.Tensor, ...]]:
+        """CPU copies of whole blocks, per layer its tensors with the blocks along ``block_dim`` in
+        ``block_ids`` order (for a KV transfer to another engine)."""
+        index = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            return [tuple(t.index_select(self.block_dim, index).cpu() for t in cache) for cache in self.layers]
+
+    def import_blocks(self, block_ids: list[int], layers: list[tuple[torch.Tensor, ...]]) -> None:
+        """Write whole blocks exported by ``export_blocks`` (of a cache of the same model, dtype and
+        block size) into ``block_ids``; ValueError, before writing anything, if they do not fit."""
+        if len(layers) != len(self.layers):
+            raise ValueError(f"KV blocks of {len(layers)} layers for a cache of {len(self.layers)}; "
+                             "both engines must run the same model")
+        for cache, tensors in zip(self.layers, layers):
+            for tensor, blocks in zip(cache, tensors, strict=True):
+                expected = list(tensor.shape)
+                expected[self.block_dim] = len(block_ids)
+                if list(blocks.shape) != expected or blocks.dtype != tensor.dtype:
+                    raise ValueError(f"KV blocks {blocks.dtype} {list(blocks.shape)} do not fit this cache "
+                                     f"({tensor.dtype} {expected}); both engines must run the same model, "
+                                     "dtype and block size")
+        index = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            for cache, tensors in zip(self.layers, layers):
+                for tensor, blocks in zip(cache, tensors):
+                    tensor.index_copy_(self.block_dim, index, blocks.to(self.device))
 
     def free(self) -> None:
         """Drop every tensor (the cache is unusable afterwards)."""

@@ -34,7 +34,7 @@ class ModelRunner:
     """``model`` (built with its attention backend, e.g. by ``loader.load_model``) over a paged KV
     cache of ``num_blocks`` blocks of ``block_size`` tokens in ``dtype`` on ``device``, with
     ``num_swap_blocks`` CPU blocks of swap space. Implements the executor protocol's steps:
-    ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
+    ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``export_blocks``, ``import_blocks``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
 
     supports_prompt_logits = True  # returns ExecutorOutput.prompt_logits for batch.prompt_logits
 
@@ -112,6 +112,14 @@ class ModelRunner:
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
         self.kv_cache.swap_in(pairs)
+
+    def export_blocks(self, block_ids: list[int]) -> list[tuple[torch.Tensor, ...]]:
+        """CPU copies of whole KV blocks, per layer (``PagedKVCache.export_blocks``)."""
+        return self.kv_cache.export_blocks(block_ids)
+
+    def import_blocks(self, block_ids: list[int], layers: list[tuple[torch.Tensor, ...]]) -> None:
+        """Write exported KV blocks into ``block_ids`` (``PagedKVCache.import_blocks``)."""
+        self.kv_cache.import_blocks(block_ids, layers)
 
     def shutdown(self) -> None:
         """Free the cache and the model (and the CUDA allocator's cached blocks)."""

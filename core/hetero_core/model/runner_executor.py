@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.kv_transfer import KVTensor, kv_tensor_from_torch, kv_tensor_to_torch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphs
 from hetero_core.model.runner import ModelRunner
@@ -54,6 +55,18 @@ class RunnerExecutor:
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
         self.runner.swap_in(pairs)
+
+    @property
+    def kv_block_dim(self) -> int:
+        return self.runner.kv_cache.block_dim
+
+    def export_blocks(self, block_ids: list[int]) -> list[tuple[KVTensor, ...]]:
+        """Whole KV blocks, per layer its K and V (CPU bytes in the cache's layout), for a KV transfer."""
+        return [tuple(kv_tensor_from_torch(t) for t in layer) for layer in self.runner.export_blocks(block_ids)]
+
+    def import_blocks(self, block_ids: list[int], layers: list[tuple[KVTensor, ...]]) -> None:
+        """Write blocks another engine's ``export_blocks`` produced into ``block_ids``."""
+        self.runner.import_blocks(block_ids, [tuple(kv_tensor_to_torch(t) for t in layer) for layer in layers])
 
     def shutdown(self) -> None:
         self.graph_runner = None  # the graphs hold memory of their own

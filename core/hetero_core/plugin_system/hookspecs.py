@@ -1,4 +1,4 @@
-"""The five seams of Hetero, and the command line, as pluggy hook specifications.
+"""The seams of Hetero, and the command line, as pluggy hook specifications.
 
 Every seam hook receives ``register``; call it once per component. Components are selected by name
 from settings, so registration order never matters. Core's own defaults use these same hooks. Plugin
@@ -45,6 +45,8 @@ def register_structured_output_backends(register):
 @hookspec
 def register_model_architectures(register):
     """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture (hetero_core.models)."""
+def register_kv_connectors(register):
+    """Call register(name, factory, options=Model) per KV connector; factory(KVConnectorContext)."""
 
 
 @hookspec

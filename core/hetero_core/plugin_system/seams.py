@@ -54,6 +54,7 @@ SEAM_TABLE: tuple[Seam, ...] = (
     Seam("executor", "executor", "torch", "register_executors", "factory(ExecutorContext)", EXECUTOR_TRAITS),
     Seam("structured_output", "structured-output backend", "xgrammar", "register_structured_output_backends",
          "factory(StructuredOutputContext)"),
+    Seam("kv_connector", "KV connector", "socket", "register_kv_connectors", "factory(KVConnectorContext)"),
 )
 
 SEAMS: tuple[str, ...] = tuple(seam.name for seam in SEAM_TABLE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -31,6 +33,17 @@ class ServerSettings(BaseSettings):
     replica_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves for each replica (CUDA executors: 1, or "
                                 "the tensor-parallel size)")
 
+    role: Literal["both", "prefill", "decode"] = Field(
+        "both", description="prefill/decode disaggregation: this process serves one role to a front end "
+        "(prefill: prompts and first tokens, KV blocks published; decode: continues them); both: the OpenAI server")
+    disaggregated: bool = Field(False, description="start a prefill and a decode engine process behind one "
+                                "OpenAI front end (docs/disaggregation.md)")
+    prefill_url: str | None = Field(None, min_length=1, description="disaggregation: serve only the OpenAI front end, "
+                                    "over the prefill role at this URL (with decode_url; roles may run on other machines)")
+    decode_url: str | None = Field(None, min_length=1, description="disaggregation: the decode role's URL (with prefill_url)")
+    kv_transfer_timeout_s: float = Field(30.0, gt=0, description="disaggregation: how long a decode engine waits "
+                                         "for a prompt's KV blocks, and the front end for a role to answer")
+
     @property
     def uses_ray(self) -> bool:
         """Replicas on Ray Serve: several of them, or a cluster to run on."""
@@ -49,6 +62,16 @@ def load_server_settings(**overrides) -> ServerSettings:
         settings = ServerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, "server settings")) from None
+    if (settings.prefill_url is None) != (settings.decode_url is None):
+        raise ConfigError("--prefill-url and --decode-url go together: the front end needs both roles")
+    if settings.prefill_url and (settings.disaggregated or settings.role != "both"):
+        raise ConfigError("--prefill-url/--decode-url serve the front end alone; leave out --role and --disaggregated")
+    if settings.disaggregated and settings.role != "both":
+        raise ConfigError("--disaggregated starts both roles itself; leave out --role (or run one role with "
+                          "--role and no --disaggregated)")
+    if (settings.disaggregated or settings.role != "both" or settings.prefill_url) and settings.uses_ray:
+        raise ConfigError("disaggregation (--role, --disaggregated) and replicas on Ray (--replicas, "
+                          "--ray-address) do not combine yet; choose one")
     unused = [name for name in ("replica_cpus", "replica_gpus") if name in settings.model_fields_set]
     if unused and not settings.uses_ray:
         flags = " and ".join("--" + name.replace("_", "-") for name in unused)

@@ -7,6 +7,7 @@ needs hypothesis: ``pip install 'hetero-core[testing]'``).
 (``architecture_contract``; needs transformers).
 ``KVAllocatorContract``: what every KV allocator must do (``kv_allocator_contract``).
 ``StructuredOutputContract``: what every structured-output backend must do (``structured_output_contract``).
+``KVConnectorContract``: what every KV connector must do (``kv_connector_contract``).
 A broken rule raises ``ContractFailure`` naming the rule and the offending value.
 
 The names load on first use, so importing this package imports neither torch, pytest nor hypothesis,
@@ -25,6 +26,7 @@ _EXPORTS = {
     "SchedulerPolicyContract": "hetero_core.testing.policy_contract",
     "KVAllocatorContract": "hetero_core.testing.kv_allocator_contract",
     "StructuredOutputContract": "hetero_core.testing.structured_output_contract",
+    "KVConnectorContract": "hetero_core.testing.kv_connector_contract",
     "ContractFailure": "hetero_core.testing.contract_failure",
     "BlockPool": "hetero_core.testing.paged",
     "ContractSequence": "hetero_core.testing.paged",
@@ -51,6 +53,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from hetero_core.testing.contract_failure import ContractFailure
     from hetero_core.testing.executor_contract import ExecutorContract
     from hetero_core.testing.kv_allocator_contract import KVAllocatorContract
+    from hetero_core.testing.kv_connector_contract import KVConnectorContract
     from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
     from hetero_core.testing.policy_contract import SchedulerPolicyContract
     from hetero_core.testing.structured_output_contract import StructuredOutputContract

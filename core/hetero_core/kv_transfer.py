@@ -1,0 +1,43 @@
+"""What a KV connector author imports: the blocks that move, the connector protocol, the context a
+factory receives, the error to raise and the hook marker. See docs/disaggregation.md (the contract)
+and docs/hooks.md (``register_kv_connectors``).
+
+    from hetero_core.kv_transfer import KVBlocks, KVConnectorContext, KVTransferError, hookimpl
+
+    class MyConnector:  # e.g. RDMA / NIXL / Mooncake-style
+        def publish(self, transfer_id, blocks): ...   # -> address a fetcher passes back
+        def fetch(self, address, transfer_id, timeout): ...  # -> KVBlocks, or KVTransferError
+        def discard(self, transfer_id): ...
+        def close(self): ...
+
+    @hookimpl
+    def register_kv_connectors(register):
+        register("my-rdma", lambda ctx: MyConnector(ctx.options))
+
+Core's own connector is ``socket`` (length-prefixed frames over a local TCP socket). Test a connector
+with ``hetero_core.testing.KVConnectorContract``. Importing this module imports no torch.
+"""
+
+from hetero_core.engine.kv_transfer import (
+    KVBlocks,
+    KVConnector,
+    KVConnectorContext,
+    KVHandoff,
+    KVTensor,
+    KVTransferError,
+    kv_tensor_from_torch,
+    kv_tensor_to_torch,
+)
+from hetero_core.plugin_system.hookspecs import hookimpl
+
+__all__ = [
+    "KVBlocks",
+    "KVConnector",
+    "KVConnectorContext",
+    "KVHandoff",
+    "KVTensor",
+    "KVTransferError",
+    "hookimpl",
+    "kv_tensor_from_torch",
+    "kv_tensor_to_torch",
+]
