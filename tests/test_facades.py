@@ -31,8 +31,8 @@ FACADES = {
     "hetero_core.models": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
                            "WeightMapping", "hookimpl", "installed_architectures", "kv_bytes_per_token",
                            "parse_config", "rope_settings", "same_kv_layout"],
-    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "KVConnectorContract", "SchedulerPolicyContract", "KVAllocatorContract",
-                            "StructuredOutputContract", "ContractFailure", "BlockPool", "ContractSequence",
+    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract", "KVAllocatorContract",
+                            "StructuredOutputContract", "KVConnectorContract", "ContractFailure", "BlockPool", "ContractSequence",
                             "build_batch"],
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -45,6 +45,9 @@ def register_structured_output_backends(register):
 @hookspec
 def register_model_architectures(register):
     """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture (hetero_core.models)."""
+
+
+@hookspec
 def register_kv_connectors(register):
     """Call register(name, factory, options=Model) per KV connector; factory(KVConnectorContext)."""
 
