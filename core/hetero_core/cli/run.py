@@ -66,7 +66,7 @@ def run_command(args: argparse.Namespace) -> int:
     finally:
         llm.shutdown()
     print_stats(outputs, loaded - started, time.perf_counter() - loaded, sys.stderr)
-    print_scheduler_stats(stats, sys.stderr)
+    print_scheduler_stats(stats, sys.stderr, speculating=settings.num_speculative_tokens > 0)
     args.skip_teardown = True  # all written to stdout/stderr, the engine shut down: cli.main may exit at once
     return EXIT_REQUEST_FAILED if any(o.failed for o in outputs) else 0
 
@@ -166,10 +166,20 @@ def print_stats(outputs, load_seconds: float, run_seconds: float, err: TextIO) -
     print(line, file=err)
 
 
-def print_scheduler_stats(stats, err: TextIO) -> None:
+def print_scheduler_stats(stats, err: TextIO, speculating: bool = False) -> None:
     print(f"--- prefix cache {stats.prefix_cache_hit_tokens}/{stats.prefix_cache_queried_tokens} tokens hit "
           f"({stats.prefix_cache_hit_rate:.0%}), {stats.num_preemptions} preemption(s) "
           f"({stats.num_swap_preemptions} swapped)", file=err)
+    if speculating:
+        print(speculation_line(stats), file=err)
+
+
+def speculation_line(stats) -> str:
+    """``hetero run``'s speculative-decoding summary (proposed, accepted, acceptance rate, mean accepted length)."""
+    rate, length = stats.spec_acceptance_rate, stats.spec_mean_accepted_length
+    return (f"--- speculative decoding: {stats.spec_num_draft_tokens} proposed, {stats.spec_num_accepted_tokens} "
+            f"accepted ({'-' if rate is None else f'{rate:.0%}'}), mean accepted length "
+            f"{'-' if length is None else f'{length:.2f}'} tokens per verifying step")
 
 
 class _Rejected:
