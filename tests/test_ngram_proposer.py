@@ -66,7 +66,7 @@ def test_proposer_reads_its_options_and_caps_each_input():
 def test_options_follow_vllm_min_max_rules():
     assert NgramOptions(prompt_lookup_max=3).prompt_lookup_min == 3  # only the max given: min follows it
     assert NgramOptions(prompt_lookup_min=2).prompt_lookup_max == 2
-    assert (NgramOptions().prompt_lookup_min, NgramOptions().prompt_lookup_max) == (1, 4)
+    assert (NgramOptions().prompt_lookup_min, NgramOptions().prompt_lookup_max) == (2, 4)
     with pytest.raises(ValueError, match="prompt_lookup_min"):
         NgramOptions(prompt_lookup_min=5, prompt_lookup_max=3)
 

@@ -27,7 +27,9 @@ def test_speculative_config_maps_to_settings():
 def test_llm_takes_settings_or_speculative_config_and_outputs_stay_the_same():
     params = SamplingParams(temperature=0, max_tokens=16)
     expected = LLM(executor="mock").generate([REPEATS], params)[0].output_token_ids
-    by_settings = LLM(executor="mock", num_speculative_tokens=3, speculative_proposer="ngram")
+    # the mock's tokens are random: 1-grams are what recurs (the default looks for 2 or more)
+    by_settings = LLM(executor="mock", num_speculative_tokens=3,
+                      speculative_proposer={"name": "ngram", "ngram": {"prompt_lookup_min": 1, "prompt_lookup_max": 4}})
     by_config = LLM(executor="mock", speculative_config={"method": "ngram", "num_speculative_tokens": 2,
                                                          "prompt_lookup_max": 3, "prompt_lookup_min": 1})
     for llm in (by_settings, by_config):

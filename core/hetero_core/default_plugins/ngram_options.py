@@ -1,5 +1,5 @@
 """Options of the built-in n-gram proposer (section ``[speculative_proposer.ngram]``; vLLM's names and
-its rule that one given sets the other; the defaults, 1 and 4, are Hetero's: vLLM's are 5 and 5)."""
+its rule that one given sets the other; the defaults, 2 and 4, are Hetero's: vLLM's are 5 and 5)."""
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -9,8 +9,8 @@ class NgramOptions(BaseModel):
 
     prompt_lookup_max: int = Field(4, ge=1, le=64, description="longest n-gram (the sequence's last n tokens) "
                                    "looked up earlier in the sequence; the longest that matches wins")
-    prompt_lookup_min: int = Field(1, ge=1, le=64, description="shortest n-gram looked up (a shorter match "
-                                   "proposes nothing)")
+    prompt_lookup_min: int = Field(2, ge=1, le=64, description="shortest n-gram looked up (a shorter match "
+                                   "proposes nothing; 1 proposes after any repeated token, mostly wrongly)")
 
     @model_validator(mode="after")
     def _one_given_sets_both(self) -> "NgramOptions":
