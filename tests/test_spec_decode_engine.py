@@ -225,3 +225,31 @@ def test_ngram_options_reach_the_proposer():
                                                                                 "prompt_lookup_min": 2}})
     proposer = engine.speculation.proposer
     assert (proposer.min_n, proposer.max_n) == (2, 3)
+
+
+def test_the_executor_kit_checks_the_rows_of_speculating_sequences():
+    import dataclasses
+
+    from hetero_core.testing import ContractFailure, ExecutorContract
+    from hetero_plugins_mock.executor import MockExecutor
+
+    class OneRowOnly(MockExecutor):  # declares verification but ignores num_spec_tokens
+        def execute(self, batch):
+            return super().execute(dataclasses.replace(batch, num_spec_tokens=None))
+
+    class Shifted(MockExecutor):  # the rows of the wrong positions (one too early)
+        def _next_token(self, batch, i, position=None):
+            shift = 0 if position is None or batch.num_spec_tokens is None else 1
+            return super()._next_token(batch, i, None if position is None else position - shift)
+
+    for executor, message in ((OneRowOnly, "3 token ids for 6"), (Shifted, "1 \\+ n rows per sequence")):
+        class Kit(ExecutorContract):
+            vocab_size = 258
+
+            def make_executor(self, ctx, executor=executor):
+                return executor(ctx)
+
+        kit = Kit()
+        with pytest.raises(ContractFailure, match=message):
+            kit.test_speculative_rows_match_one_token_steps()
+        kit.teardown_method(None)
