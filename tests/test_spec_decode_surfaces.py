@@ -65,3 +65,16 @@ def test_hetero_run_prints_the_speculation_summary_and_the_same_text():
     line = next(line for line in result.stderr.splitlines() if line.startswith("--- speculative decoding"))
     assert "proposed" in line and "accepted" in line and "mean accepted length" in line
     assert "speculative decoding" not in plain.stderr
+
+
+def test_batch_files_run_with_speculation_and_print_its_summary(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": '
+                      '{"model": "m", "prompt": "abc abc abc abc abc", "max_tokens": 16, "temperature": 0}}\n')
+    texts = []
+    for flags in ((), ("--num-speculative-tokens", "3")):
+        result = hetero("run", "--executor", "mock", *flags, "--input-file", str(source), "--output", "-")
+        assert result.returncode == 0, result.stderr
+        texts.append(result.stdout.split('"text": ')[1].split('"')[1])
+        assert ("--- speculative decoding" in result.stderr) == bool(flags)
+    assert texts[0] == texts[1]

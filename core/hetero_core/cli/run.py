@@ -12,6 +12,7 @@ from typing import TextIO
 from hetero_core.cli.batch import add_batch_arguments, batch_command, check_batch_arguments
 from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.cli.settings_args import load_cli_settings
+from hetero_core.cli.speculation_line import speculation_line
 
 EXIT_REQUEST_FAILED = 1
 LABEL_WIDTH = 60
@@ -173,13 +174,6 @@ def print_scheduler_stats(stats, err: TextIO, speculating: bool = False) -> None
     if speculating:
         print(speculation_line(stats), file=err)
 
-
-def speculation_line(stats) -> str:
-    """``hetero run``'s speculative-decoding summary (proposed, accepted, acceptance rate, mean accepted length)."""
-    rate, length = stats.spec_acceptance_rate, stats.spec_mean_accepted_length
-    return (f"--- speculative decoding: {stats.spec_num_draft_tokens} proposed, {stats.spec_num_accepted_tokens} "
-            f"accepted ({'-' if rate is None else f'{rate:.0%}'}), mean accepted length "
-            f"{'-' if length is None else f'{length:.2f}'} tokens per verifying step")
 
 
 class _Rejected:
