@@ -57,7 +57,8 @@ def test_token_ids_above_the_byte_range():
 
 
 def test_proposer_reads_its_options_and_caps_each_input():
-    ctx = ProposerContext(None, NgramOptions(prompt_lookup_min=1, prompt_lookup_max=2), 4, 100, None, "mock", 16, 512, 8)
+    options = NgramOptions(prompt_lookup_min=1, prompt_lookup_max=2)
+    ctx = ProposerContext(None, options, 4, 100, None, "mock", 16, 512, 8)
     proposer = NgramProposer(ctx)
     inputs = [ProposalInput(0, (1, 2, 3, 1, 2), 2), ProposalInput(1, (5, 6), 3)]
     assert proposer.propose(inputs) == [[3, 1], []]
