@@ -31,8 +31,9 @@ FACADES = {
     "hetero_core.models": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
                            "WeightMapping", "hookimpl", "installed_architectures", "kv_bytes_per_token",
                            "parse_config", "rope_settings", "same_kv_layout"],
+    "hetero_core.speculative": ["ProposalInput", "Proposer", "ProposerContext", "hookimpl"],
     "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract", "KVAllocatorContract",
-                            "StructuredOutputContract", "KVConnectorContract", "ContractFailure", "BlockPool", "ContractSequence",
+                            "StructuredOutputContract", "KVConnectorContract", "ProposerContract", "ContractFailure", "BlockPool", "ContractSequence",
                             "build_batch"],
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -50,7 +51,7 @@ def test_each_facade_pins_its_public_names(module):
 
 def test_facades_import_light():
     code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
-            "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.testing, hetero_core.models; "
+            "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, hetero_core.testing, hetero_core.models; "
             "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
             " 'hetero_core.engine.engine') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

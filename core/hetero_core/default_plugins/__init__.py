@@ -67,6 +67,19 @@ def _create_socket_connector(ctx):
     return create_socket_connector(ctx)
 
 
+@hookimpl
+def register_speculative_proposers(register):
+    from hetero_core.default_plugins.ngram_options import NgramOptions
+
+    register("ngram", _create_ngram_proposer, options=NgramOptions)
+
+
+def _create_ngram_proposer(ctx):
+    from hetero_core.default_plugins.ngram_proposer import NgramProposer
+
+    return NgramProposer(ctx)
+
+
 def _create_xgrammar_backend(ctx):
     from hetero_core.default_plugins.xgrammar_backend import create_xgrammar_backend
 

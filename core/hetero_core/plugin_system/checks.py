@@ -33,6 +33,7 @@ FACTORY_ARGUMENTS = {
     "executor": ("ctx",),
     "structured_output": ("ctx",),
     "kv_connector": ("ctx",),
+    "speculative_proposer": ("ctx",),
 }
 
 # seam -> (methods core calls, attributes core reads) on the object a factory returns
@@ -46,6 +47,7 @@ REQUIRED = {
     "executor": (("execute", "shutdown"), ()),
     "structured_output": (("compile", "new_state"), ()),
     "kv_connector": (("publish", "fetch", "discard", "close"), ()),
+    "speculative_proposer": (("propose", "release", "shutdown"), ()),
 }
 
 SIGNATURES = {
@@ -57,6 +59,8 @@ SIGNATURES = {
     "structured_output": "compile(GuidedDecodingParams) -> grammar, new_state(grammar) -> GrammarState",
     "kv_connector": "publish(transfer_id, KVBlocks) -> address, fetch(address, transfer_id, timeout) -> KVBlocks, "
     "discard(transfer_id), close()",
+    "speculative_proposer": "hetero_core.speculative.Proposer: propose(inputs) -> token ids per input, "
+    "release(seq_id), shutdown()",
 }
 
 

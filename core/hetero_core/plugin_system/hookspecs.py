@@ -53,5 +53,10 @@ def register_kv_connectors(register):
 
 
 @hookspec
+def register_speculative_proposers(register):
+    """Call register(name, factory, options=Model) per speculative-decoding proposer; factory(ProposerContext)."""
+
+
+@hookspec
 def register_commands(commands):
     """Call commands.add_parser(name, ...) per ``hetero`` subcommand; set_defaults(handler=fn), fn(args) -> status."""

@@ -55,6 +55,8 @@ SEAM_TABLE: tuple[Seam, ...] = (
     Seam("structured_output", "structured-output backend", "xgrammar", "register_structured_output_backends",
          "factory(StructuredOutputContext)"),
     Seam("kv_connector", "KV connector", "socket", "register_kv_connectors", "factory(KVConnectorContext)"),
+    Seam("speculative_proposer", "speculative proposer", "ngram", "register_speculative_proposers",
+         "factory(ProposerContext)"),
 )
 
 SEAMS: tuple[str, ...] = tuple(seam.name for seam in SEAM_TABLE)
