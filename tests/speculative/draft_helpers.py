@@ -15,7 +15,7 @@ class Item:  # the fields of hetero_core.speculative.ProposalInput the proposer 
 
 def proposer_context(model_dir, k: int = 4, block_size: int = 16, **settings):
     from hetero_core.settings import load_settings
-    from hetero_core.speculative.draft_options import DraftProposerOptions
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
 
     options = settings.pop("options", None) or DraftProposerOptions(dtype="float32")
     return SimpleNamespace(settings=load_settings(executor="torch", **settings), options=options,
@@ -24,6 +24,6 @@ def proposer_context(model_dir, k: int = 4, block_size: int = 16, **settings):
 
 
 def make_draft_proposer(model_dir, **kw):
-    from hetero_core.speculative.draft import DraftProposer
+    from hetero_core.default_plugins.draft import DraftProposer
 
     return DraftProposer(proposer_context(model_dir, **kw))

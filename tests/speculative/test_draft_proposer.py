@@ -90,7 +90,7 @@ def test_a_draft_model_of_another_tokenizer_is_refused_at_startup(smollm2_dir, t
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 49152, "architectures": ["LlamaForCausalLM"]}))
     vocab = {f"t{i}": i for i in range(49152)}
     (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": []}))
-    from hetero_core.speculative.draft_options import DraftProposerOptions
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
 
     with pytest.raises(ConfigError, match="another tokenizer than the target"):
         make_draft_proposer(smollm2_dir, options=DraftProposerOptions(model=str(tmp_path)))

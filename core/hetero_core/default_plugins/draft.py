@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from hetero_core.logging import get_logger
-from hetero_core.speculative.draft_batch import Segment, draft_batch
-from hetero_core.speculative.draft_blocks import DraftBlockPool, common_prefix
-from hetero_core.speculative.draft_options import EMBEDDED_DRAFT, DraftProposerOptions
-from hetero_core.speculative.draft_vocab import check_same_vocabulary
+from hetero_core.default_plugins.draft_batch import Segment, draft_batch
+from hetero_core.default_plugins.draft_blocks import DraftBlockPool, common_prefix
+from hetero_core.default_plugins.draft_options import EMBEDDED_DRAFT, DraftProposerOptions
+from hetero_core.default_plugins.draft_vocab import check_same_vocabulary
 
 log = get_logger("hetero.speculative")
 GPU_EXECUTORS = ("cuda", "triton")
