@@ -26,8 +26,9 @@ FACADES = {
     "hetero_core.structured_output": ["GrammarState", "GuidedDecodingParams", "StructuredOutputBackend",
                                       "StructuredOutputContext", "allocate_token_bitmask", "allowed_token_ids",
                                       "hookimpl", "num_words"],
+    "hetero_core.speculative": ["ProposalInput", "Proposer", "ProposerContext", "hookimpl"],
     "hetero_core.testing": ["ExecutorContract", "SchedulerPolicyContract", "KVAllocatorContract",
-                            "StructuredOutputContract", "ContractFailure", "BlockPool", "ContractSequence",
+                            "StructuredOutputContract", "ProposerContract", "ContractFailure", "BlockPool", "ContractSequence",
                             "build_batch"],
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -45,7 +46,7 @@ def test_each_facade_pins_its_public_names(module):
 
 def test_facades_import_light():
     code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
-            "hetero_core.structured_output, hetero_core.testing; "
+            "hetero_core.structured_output, hetero_core.speculative, hetero_core.testing; "
             "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
             " 'hetero_core.engine.engine') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -14,6 +14,7 @@ from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
 from hetero_core.plugin_system import hookspecs
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.policy import RequestView, SchedulerSnapshot, SchedulingDecision
+from hetero_core.speculative import ProposalInput, ProposerContext
 from hetero_core.structured_output import StructuredOutputContext
 from hetero_core.testing import ExecutorContract
 from hetero_core.tokenizer import TokenizerContext
@@ -38,7 +39,8 @@ def documented_names(text: str) -> set[str]:
 
 
 @pytest.mark.parametrize("cls", [TokenizerContext, ExecutorContext, Batch, ExecutorOutput, SchedulerSnapshot,
-                                 RequestView, SchedulingDecision, StructuredOutputContext], ids=lambda cls: cls.__name__)
+                                 RequestView, SchedulingDecision, StructuredOutputContext,
+                                 ProposerContext, ProposalInput], ids=lambda cls: cls.__name__)
 def test_every_field_handed_to_plugins_is_documented(cls):
     names = documented_names(paragraph(f"`{cls.__name__}`"))
     missing = [f.name for f in dataclasses.fields(cls) if f.name not in names]

@@ -58,7 +58,8 @@ def test_a_misspelt_hook_fails_its_plugin_in_one_line_naming_the_closest_hook(in
     assert info["typo"].error == (
         "implements register_scheduler_policy, which is not a hetero hook; did you mean "
         "'register_scheduler_policies'? (hooks: register_commands, register_executors, register_kv_allocators, "
-        "register_scheduler_policies, register_structured_output_backends, register_tokenizers)")
+        "register_scheduler_policies, register_speculative_proposers, register_structured_output_backends, "
+        "register_tokenizers)")
     assert info["reverse"].status == "loaded"  # the others keep working
     with pytest.raises(PluginError, match=r"plugin 'typo' \(hetero-typo 0.3\) failed to load: implements "
                                           r"register_scheduler_policy, which is not a hetero hook"):

@@ -44,7 +44,7 @@ def test_installed_plugins_are_discovered_through_entry_points():
     by_name = {p.name: p for p in plugin_set.plugins}
     assert by_name["core"].components == {
         "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged", "contiguous"], "executor": ["torch"],
-        "structured_output": ["xgrammar"],
+        "structured_output": ["xgrammar"], "speculative_proposer": ["ngram"],
     }
     for name in ("mock", "cuda", "triton"):
         assert by_name[name].distribution == f"hetero-plugins-{name}"
@@ -161,12 +161,12 @@ def test_unknown_component_lists_the_available_names():
 
 def test_every_hook_is_documented_and_registered_by_core():
     specs = [name for name in dir(hookspecs) if name.startswith("register_")]
-    assert len(specs) == 6
+    assert len(specs) == 7
     docs = open(__file__.replace("tests/test_plugins.py", "docs/hooks.md"), encoding="utf-8").read()
     for name in specs:
         assert getattr(hookspecs, name).__doc__.strip()
         argument = "commands" if name == "register_commands" else "register"
         assert f"`{name}({argument})`" in docs
     core = {p.name: p for p in load_plugins(entry_points=[]).plugins}["core"]
-    assert len(core.components) == 5  # core uses every seam hook itself (its commands are built in; see
+    assert len(core.components) == 6  # core uses every seam hook itself (its commands are built in; see
     # tests/test_plugin_commands.py for register_commands)

@@ -106,6 +106,9 @@ class HeteroSettings(BaseSettings, _SeamFields):
         None, description="schedule the next step while the executor runs this one, on its own thread "
         "(None: the executor's preference, its async_scheduling attribute)"
     )
+    # Speculative decoding (the proposer is the speculative_proposer component)
+    num_speculative_tokens: int = Field(0, ge=0, le=64, description="tokens the speculative proposer guesses "
+                                        "per decoding sequence per step, verified in one target pass (0: off)")
     # Scaling out
     tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across "
                                       "(heads, MLP, vocabulary); needs an executor that supports it")

@@ -44,6 +44,19 @@ def register_structured_output_backends(register):
     register("xgrammar", _create_xgrammar_backend, options=XGrammarOptions)
 
 
+@hookimpl
+def register_speculative_proposers(register):
+    from hetero_core.default_plugins.ngram_options import NgramOptions
+
+    register("ngram", _create_ngram_proposer, options=NgramOptions)
+
+
+def _create_ngram_proposer(ctx):
+    from hetero_core.default_plugins.ngram_proposer import NgramProposer
+
+    return NgramProposer(ctx)
+
+
 def _create_xgrammar_backend(ctx):
     from hetero_core.default_plugins.xgrammar_backend import create_xgrammar_backend
 

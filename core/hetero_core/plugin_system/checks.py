@@ -32,6 +32,7 @@ FACTORY_ARGUMENTS = {
     "kv_allocator": ("num_blocks", "block_size", "options"),
     "executor": ("ctx",),
     "structured_output": ("ctx",),
+    "speculative_proposer": ("ctx",),
 }
 
 # seam -> (methods core calls, attributes core reads) on the object a factory returns
@@ -44,6 +45,7 @@ REQUIRED = {
     ),
     "executor": (("execute", "shutdown"), ()),
     "structured_output": (("compile", "new_state"), ()),
+    "speculative_proposer": (("propose", "release", "shutdown"), ()),
 }
 
 SIGNATURES = {
@@ -53,6 +55,8 @@ SIGNATURES = {
     "free; num_blocks, block_size, has_prefix_cache, has_copy_on_write, num_free_blocks, num_cached_blocks",
     "executor": "execute(batch) -> ExecutorOutput, shutdown()",
     "structured_output": "compile(GuidedDecodingParams) -> grammar, new_state(grammar) -> GrammarState",
+    "speculative_proposer": "hetero_core.speculative.Proposer: propose(inputs) -> token ids per input, "
+    "release(seq_id), shutdown()",
 }
 
 

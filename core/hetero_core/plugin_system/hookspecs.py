@@ -1,4 +1,4 @@
-"""The five seams of Hetero, and the command line, as pluggy hook specifications.
+"""The six seams of Hetero, and the command line, as pluggy hook specifications.
 
 Every seam hook receives ``register``; call it once per component. Components are selected by name
 from settings, so registration order never matters. Core's own defaults use these same hooks. Plugin
@@ -38,6 +38,11 @@ def register_executors(register):
 @hookspec
 def register_structured_output_backends(register):
     """Call register(name, factory, options=Model) per structured-output backend; factory(StructuredOutputContext)."""
+
+
+@hookspec
+def register_speculative_proposers(register):
+    """Call register(name, factory, options=Model) per speculative-decoding proposer; factory(ProposerContext)."""
 
 
 @hookspec

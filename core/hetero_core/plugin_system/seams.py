@@ -54,6 +54,8 @@ SEAM_TABLE: tuple[Seam, ...] = (
     Seam("executor", "executor", "torch", "register_executors", "factory(ExecutorContext)", EXECUTOR_TRAITS),
     Seam("structured_output", "structured-output backend", "xgrammar", "register_structured_output_backends",
          "factory(StructuredOutputContext)"),
+    Seam("speculative_proposer", "speculative proposer", "ngram", "register_speculative_proposers",
+         "factory(ProposerContext)"),
 )
 
 SEAMS: tuple[str, ...] = tuple(seam.name for seam in SEAM_TABLE)

@@ -5,6 +5,7 @@
 needs hypothesis: ``pip install 'hetero-core[testing]'``).
 ``KVAllocatorContract``: what every KV allocator must do (``kv_allocator_contract``).
 ``StructuredOutputContract``: what every structured-output backend must do (``structured_output_contract``).
+``ProposerContract``: what every speculative-decoding proposer must do (``proposer_contract``).
 A broken rule raises ``ContractFailure`` naming the rule and the offending value.
 
 The names load on first use, so importing this package imports neither torch, pytest nor hypothesis,
@@ -22,6 +23,7 @@ _EXPORTS = {
     "SchedulerPolicyContract": "hetero_core.testing.policy_contract",
     "KVAllocatorContract": "hetero_core.testing.kv_allocator_contract",
     "StructuredOutputContract": "hetero_core.testing.structured_output_contract",
+    "ProposerContract": "hetero_core.testing.proposer_contract",
     "ContractFailure": "hetero_core.testing.contract_failure",
     "BlockPool": "hetero_core.testing.paged",
     "ContractSequence": "hetero_core.testing.paged",
@@ -50,4 +52,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from hetero_core.testing.kv_allocator_contract import KVAllocatorContract
     from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
     from hetero_core.testing.policy_contract import SchedulerPolicyContract
+    from hetero_core.testing.proposer_contract import ProposerContract
     from hetero_core.testing.structured_output_contract import StructuredOutputContract

@@ -1,0 +1,30 @@
+"""What a speculative-decoding proposer author imports: the protocol, what ``propose`` gets, the
+context a factory receives and the hook marker. See docs/hooks.md (``register_speculative_proposers``).
+
+    from hetero_core.speculative import ProposalInput, ProposerContext, hookimpl
+
+    class RepeatLast:
+        def __init__(self, ctx: ProposerContext):
+            pass
+
+        def propose(self, inputs: list[ProposalInput]) -> list[list[int]]:
+            return [[i.token_ids[-1]] * i.num_tokens for i in inputs]
+
+        def release(self, seq_id: int) -> None:
+            pass
+
+        def shutdown(self) -> None:
+            pass
+
+    @hookimpl
+    def register_speculative_proposers(register):
+        register("repeat-last", RepeatLast)
+
+Select it with ``speculative_proposer = "repeat-last"`` and ``num_speculative_tokens = 3``. Core's own
+is ``ngram`` (prompt lookup). Test a proposer with ``hetero_core.testing.ProposerContract``.
+"""
+
+from hetero_core.engine.proposer import ProposalInput, Proposer, ProposerContext
+from hetero_core.plugin_system.hookspecs import hookimpl
+
+__all__ = ["ProposalInput", "Proposer", "ProposerContext", "hookimpl"]
