@@ -44,7 +44,7 @@ def test_installed_plugins_are_discovered_through_entry_points():
     by_name = {p.name: p for p in plugin_set.plugins}
     assert by_name["core"].components == {
         "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged", "contiguous"], "executor": ["torch"],
-        "structured_output": ["xgrammar"], "speculative_proposer": ["ngram"],
+        "structured_output": ["xgrammar"], "speculative_proposer": ["ngram", "draft"],
     }
     for name in ("mock", "cuda", "triton"):
         assert by_name[name].distribution == f"hetero-plugins-{name}"

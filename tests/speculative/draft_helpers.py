@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import SimpleNamespace
-
-
-@dataclass(frozen=True)
-class Item:  # the fields of hetero_core.speculative.ProposalInput the proposer reads
-    seq_id: int
-    token_ids: tuple[int, ...]
-    num_tokens: int
+from hetero_core.speculative import ProposalInput as Item, ProposerContext
 
 
 def proposer_context(model_dir, k: int = 4, block_size: int = 16, **settings):
@@ -18,7 +10,7 @@ def proposer_context(model_dir, k: int = 4, block_size: int = 16, **settings):
     from hetero_core.default_plugins.draft_options import DraftProposerOptions
 
     options = settings.pop("options", None) or DraftProposerOptions(dtype="float32")
-    return SimpleNamespace(settings=load_settings(executor="torch", **settings), options=options,
+    return ProposerContext(settings=load_settings(executor="torch", **settings), options=options,
                            num_speculative_tokens=k, vocab_size=49152, model_dir=model_dir, executor="torch",
                            block_size=block_size, max_model_len=2048, max_num_seqs=8)
 

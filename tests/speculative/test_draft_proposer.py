@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hetero_core.errors import ConfigError  # noqa: E402
+from hetero_core.testing import ProposerContract  # noqa: E402
 
 from draft_helpers import Item, make_draft_proposer  # noqa: E402
 
@@ -94,3 +95,19 @@ def test_a_draft_model_of_another_tokenizer_is_refused_at_startup(smollm2_dir, t
 
     with pytest.raises(ConfigError, match="another tokenizer than the target"):
         make_draft_proposer(smollm2_dir, options=DraftProposerOptions(model=str(tmp_path)))
+
+
+class TestDraftProposerContract(ProposerContract):
+    vocab_size = 49152
+    executor = "torch"
+    seeds = (0, 1)
+
+    @pytest.fixture(autouse=True)
+    def _embedded_target(self, smollm2_dir):
+        self.model_dir = smollm2_dir  # the target's tokenizer: the draft's own
+
+    def make_proposer(self, ctx):
+        from hetero_core.default_plugins.draft import DraftProposer
+        from hetero_core.default_plugins.draft_options import DraftProposerOptions
+
+        return DraftProposer(ctx, DraftProposerOptions(dtype="float32", num_blocks=256))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hetero_core.engine.proposer import ProposalInput, ProposerContext
 from hetero_core.logging import get_logger
 from hetero_core.default_plugins.draft_batch import Segment, draft_batch
 from hetero_core.default_plugins.draft_blocks import DraftBlockPool, common_prefix
@@ -28,8 +29,8 @@ GPU_EXECUTORS = ("cuda", "triton")
 class DraftProposer:
     """Proposes with the model of ``[speculative_proposer.draft] model`` (``DraftProposerOptions``)."""
 
-    def __init__(self, ctx, options: DraftProposerOptions | None = None):
-        options = options or getattr(ctx, "options", None) or DraftProposerOptions()
+    def __init__(self, ctx: ProposerContext, options: DraftProposerOptions | None = None):
+        options = options or ctx.options or DraftProposerOptions()
         settings = ctx.settings
         cache_dir = getattr(settings, "cache_dir", None)
         self.model_dir = resolve_draft_model(options.model, cache_dir)
@@ -44,7 +45,7 @@ class DraftProposer:
         log.info("proposer.draft", model=str(self.model_dir), num_blocks=num_blocks,
                  dtype=str(self.executor.dtype).removeprefix("torch."), device=str(self.executor.device))
 
-    def propose(self, inputs) -> list[list[int]]:
+    def propose(self, inputs: list[ProposalInput]) -> list[list[int]]:
         """Up to ``item.num_tokens`` greedy draft tokens after each ``item.token_ids``, in order."""
         proposals: list[list[int]] = [[] for _ in inputs]
         plans, segments = [], []
@@ -106,14 +107,14 @@ def resolve_draft_model(model: str, cache_dir: Path | None) -> Path:
     return path
 
 
-def build_draft_executor(ctx, options: DraftProposerOptions, model_dir: Path, num_blocks: int, config: dict):
+def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, model_dir: Path, num_blocks: int, config: dict):
     """Core's torch executor over the draft model: the target's ``[executor.torch]`` options when the target
     runs on it, with the draft's ``dtype`` and ``device``."""
     from hetero_core.default_plugins.torch_executor import TorchExecutor
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
     from hetero_core.executor import ExecutorContext
 
-    executor_name = getattr(ctx, "executor", None) or getattr(ctx, "executor_name", None)
+    executor_name = ctx.executor
     sections = getattr(getattr(ctx.settings, "executor", None), "section", None)
     target_torch = dict(sections("torch")) if executor_name == "torch" and sections is not None else {}
     device = options.device or target_torch.get("device") or ("cuda" if executor_name in GPU_EXECUTORS else "cpu")
@@ -125,14 +126,6 @@ def build_draft_executor(ctx, options: DraftProposerOptions, model_dir: Path, nu
         max_num_batched_tokens=getattr(ctx.settings, "max_total_tokens", ctx.max_model_len),
         max_num_seqs=ctx.max_num_seqs, eos_token_id=config.get("eos_token_id"), vocab_size=config.get("vocab_size"))
     return TorchExecutor(executor_ctx)
-
-
-def create_draft_proposer(ctx) -> DraftProposer:
-    """The ``draft`` proposer's factory: ``factory(ProposerContext)``."""
-    from hetero_core.default_plugins.torch_requirements import require_real_model_packages
-
-    require_real_model_packages("the draft proposer")
-    return DraftProposer(ctx)
 
 
 def _read_config(model_dir: Path) -> dict:
