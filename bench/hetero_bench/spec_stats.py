@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+FIELDS = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens")
 
-def speculation_counters(llm) -> tuple[int, int, int]:
+
+def speculation_counters(llm) -> tuple[int, ...]:
     """(sequence-steps that verified proposals, proposed tokens verified, accepted tokens) since the
-    engine started; zeros without speculation."""
-    speculation = getattr(llm.engine, "speculation", None)
-    if speculation is None:
-        return (0, 0, 0)
-    stats = speculation.stats()
-    return (stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens)
+    engine started (``engine.stats()``); zeros without speculation."""
+    stats = llm.engine.stats()
+    return tuple(getattr(stats, name, 0) or 0 for name in FIELDS)
