@@ -15,6 +15,7 @@ from hetero_core.engine.engine import Engine
 from hetero_core.engine.structured_output import StructuredOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
+from hetero_core.engine.speculation import Speculation
 from hetero_core.errors import (
     ConfigError,
     InvalidRequestError,
@@ -29,6 +30,7 @@ from hetero_core.plugin_system.discovery import AUTOLOAD_ENV, PluginSet, load_pl
 from hetero_core.plugin_system.registry import Component, Registry
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
+from hetero_core.speculative import ProposerContext
 from hetero_core.structured_output import StructuredOutputContext
 from hetero_core.suggest import did_you_mean
 from hetero_core.tokenizer import TokenizerContext
@@ -99,16 +101,23 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         scheduler = Scheduler(policy, allocator, limits, policy_name=policy_c.name,
                               prefix_caching=settings.enable_prefix_caching,
                               **block_transfer_options(executor, executor_c.name, settings))
-        return Engine(
-            tokenizer=tokenizer,
-            executor=executor,
-            scheduler=scheduler,
-            max_model_len=settings.max_model_len,
-            default_params=default_sampling_params(settings),
-            sampler_seed=settings.seed,
-            structured_output=structured_output(settings, plugins, tokenizer, executor),
-            async_scheduling=use_async_scheduling(settings, executor, executor_c.name),
-        )
+        speculation = speculative_decoding(settings, plugins, executor, executor_c.name, tokenizer, model_dir)
+        try:
+            return Engine(
+                tokenizer=tokenizer,
+                executor=executor,
+                scheduler=scheduler,
+                max_model_len=settings.max_model_len,
+                default_params=default_sampling_params(settings),
+                sampler_seed=settings.seed,
+                structured_output=structured_output(settings, plugins, tokenizer, executor),
+                async_scheduling=use_async_scheduling(settings, executor, executor_c.name, speculation is not None),
+                speculation=speculation,
+            )
+        except BaseException:
+            if speculation is not None:
+                speculation.shutdown()
+            raise
     except BaseException:
         if callable(getattr(executor, "shutdown", None)):  # one without it is what check_components refuses
             executor.shutdown()
@@ -129,10 +138,38 @@ def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, e
     return StructuredOutput(create, vocab_size, component.name)
 
 
-def use_async_scheduling(settings: HeteroSettings, executor, executor_name: str) -> bool:
-    """The setting, or the executor's preference (its ``async_scheduling`` attribute; False without one)."""
+def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor, executor_name: str, tokenizer,
+                         model_dir: Path | None) -> Speculation | None:
+    """The engine's speculation (its proposer built), or None when ``num_speculative_tokens`` is 0."""
+    k = settings.num_speculative_tokens
+    if k == 0:
+        return None
+    if getattr(executor, "supports_speculative_decoding", False) is not True:
+        raise PluginError(
+            f"executor '{executor_name}' cannot verify speculative tokens (it does not declare "
+            "supports_speculative_decoding = True: one output row per proposed token, docs/hooks.md); "
+            "set num_speculative_tokens = 0 or pick an executor that can (torch, triton, cuda, mock)")
+    component, options = select(settings, plugins, "speculative_proposer")
+    vocab_size = max(tokenizer.vocab_size, getattr(executor, "vocab_size", 0) or 0)
+    context = ProposerContext(settings=settings, options=options, num_speculative_tokens=k, vocab_size=vocab_size,
+                              model_dir=model_dir, executor=executor_name, block_size=settings.block_size,
+                              max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
+                              eos_token_id=tokenizer.eos_token_id)
+    proposer = component.factory(context)
+    check_components(plugins, {"speculative_proposer": (component, proposer)})
+    log.info("engine.speculative_decoding", proposer=component.name, num_speculative_tokens=k)
+    return Speculation(proposer, k, settings.max_model_len, vocab_size, name=component.name)
+
+
+def use_async_scheduling(settings: HeteroSettings, executor, executor_name: str, speculating: bool = False) -> bool:
+    """The setting, or the executor's preference (its ``async_scheduling`` attribute; False without one).
+    Off while speculating (a verifying step's tokens decide the next step's inputs)."""
     preferred = getattr(executor, "async_scheduling", False) is True
     chosen = preferred if settings.async_scheduling is None else settings.async_scheduling
+    if speculating and chosen:
+        log.info("engine.async_scheduling", enabled=False, executor=executor_name,
+                 reason="speculative decoding (num_speculative_tokens > 0) runs steps in sync")
+        return False
     log.info("engine.async_scheduling", enabled=chosen, executor=executor_name, executor_prefers=preferred,
              source="executor" if settings.async_scheduling is None else "settings")
     return chosen

@@ -28,6 +28,8 @@ class BatchInconsistency(RuntimeError):
 
 
 class MockExecutor:
+    supports_speculative_decoding = True  # 1 + n token ids per sampled sequence with batch.num_spec_tokens
+
     def __init__(self, ctx: ExecutorContext) -> None:
         self.options: MockExecutorOptions = ctx.options or MockExecutorOptions()
         if self.options.vocab_size > ctx.vocab_size:
@@ -50,8 +52,19 @@ class MockExecutor:
         if batch.token_bitmask is not None:  # structured output: only tokens the mask allows
             token_ids = [self._allowed_token(batch.token_bitmask[row], token, batch.context_lens[i])
                          for row, (i, token) in enumerate(zip(batch.sample_indices, token_ids))]
+        if batch.num_spec_tokens is not None:  # verify proposals: its token at each of the last 1 + n positions
+            token_ids = self._with_proposal_rows(batch, token_ids)
         self._simulate_latency(batch)
         return ExecutorOutput(token_ids=token_ids)
+
+    def _with_proposal_rows(self, batch: Batch, token_ids: list[int]) -> list[int]:
+        """The rows of a batch with proposals: a speculating sequence's token after each of its last
+        ``1 + n`` positions (it never has a grammar), the others' one token as computed."""
+        rows = []
+        for token, i in zip(token_ids, batch.sample_indices):
+            n, end = batch.num_spec_tokens[i], batch.context_lens[i]
+            rows += [self._next_token(batch, i, position) for position in range(end - n, end + 1)] if n else [token]
+        return rows
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy device blocks (copy-on-write): ``(source, destination)`` pairs."""
@@ -80,10 +93,11 @@ class MockExecutor:
                 raise BatchInconsistency(f"{what}: block pair ({src}, {dst}) outside the pools")
             destination[dst * bs : (dst + 1) * bs] = source[src * bs : (src + 1) * bs]
 
-    def _next_token(self, batch: Batch, i: int) -> int:
+    def _next_token(self, batch: Batch, i: int, position: int | None = None) -> int:
+        """Sequence ``i``'s token at ``position`` (default: the one being produced, ``context_lens[i]``)."""
         opts = self.options
         prompt = self._read_context(batch.block_tables[i], batch.num_prompt_tokens[i])
-        position = batch.context_lens[i]  # the position of the token being produced
+        position = batch.context_lens[i] if position is None else position
         output_index = position - batch.num_prompt_tokens[i]  # 0 for the first output token
         seed = batch.seeds[i] if batch.seeds[i] is not None else 0
         digest = hashlib.blake2b(

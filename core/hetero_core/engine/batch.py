@@ -64,6 +64,7 @@ class Batch:
     block_size: int
     token_bitmask: Any = None  # structured output: int32 [sampled rows, words] (engine.token_bitmask), or None
     prompt_logits: list[bool] | None = None  # prompt logprobs: sequences whose every row's logits come back
+    num_spec_tokens: list[int] | None = None  # speculative decoding: proposed tokens at the end of each segment
 
     @property
     def prompt_logits_indices(self) -> list[int]:
@@ -89,13 +90,22 @@ class Batch:
         """Indices (into the sequences) that need a next token, in output-row order."""
         return [i for i, flag in enumerate(self.sample) if flag]
 
+    @property
+    def num_sampled_rows(self) -> int:
+        """Rows of the output: one per sampled sequence, plus its proposals (``num_spec_tokens``)."""
+        if self.num_spec_tokens is None:
+            return sum(self.sample)
+        return sum(1 + n for flag, n in zip(self.sample, self.num_spec_tokens) if flag)
+
 
 @dataclass(frozen=True)
 class ExecutorOutput:
     """What an executor returns for a batch: next tokens, or logits for core's sampler.
 
     Exactly one of the two is set. Either has one row per sequence with ``batch.sample`` set, in
-    batch order: ``token_ids`` a list of ints, ``logits`` a ``[num_rows, vocab_size]`` tensor.
+    batch order: ``token_ids`` a list of ints, ``logits`` a ``[num_rows, vocab_size]`` tensor. With
+    ``batch.num_spec_tokens`` set, a sampled sequence with ``n`` proposals has ``1 + n`` consecutive
+    rows (the prediction after each of its last ``1 + n`` tokens): ``batch.num_sampled_rows`` in all.
 
     ``prompt_logits`` (executors with ``supports_prompt_logits = True``, when ``batch.prompt_logits``
     is set): one fp32 tensor per sequence flagged there, in batch order, ``[query_len(i),

@@ -52,11 +52,12 @@ class BatchBuilder:
             self._seeds = [s.params.seed for s in seqs]
             self._any_prompt_logprobs = any(s.params.prompt_logprobs is not None for s in seqs)
         tables = [_table_copy(s) for s in seqs]
+        spec = step.spec if step.num_spec_tokens else None
         if len(seqs) == step.num_tokens:
             token_ids, positions, slots, context_lens, placeholders = self._decode_columns(seqs, tables)
             starts = self._starts(len(seqs))
         else:
-            token_ids, positions, slots, context_lens, placeholders, starts = self._columns(seqs, num_new, tables)
+            token_ids, positions, slots, context_lens, placeholders, starts = self._columns(seqs, num_new, tables, spec)
         batch = Batch(
             seq_ids=self._seq_ids,
             token_ids=token_ids,
@@ -71,6 +72,7 @@ class BatchBuilder:
             seeds=self._seeds,
             block_size=self.block_size,
             prompt_logits=prompt_logits_column(seqs, step.is_prefill) if self._any_prompt_logprobs else None,
+            num_spec_tokens=None if spec is None else [len(s) for s in spec],
         )
         self._seconds += perf_counter() - started
         return batch, placeholders
@@ -94,8 +96,9 @@ class BatchBuilder:
                 placeholders.append(row)
         return token_ids, positions, slots, context_lens, placeholders
 
-    def _columns(self, seqs: list[Sequence], num_new: list[int], tables: list[list[int]]):
-        """Columns of any step (prefill chunks among the sequences)."""
+    def _columns(self, seqs: list[Sequence], num_new: list[int], tables: list[list[int]], spec=None):
+        """Columns of any step (prefill chunks among the sequences; ``spec``: each one's proposals,
+        which follow its known tokens)."""
         bs = self.block_size
         token_ids, positions, slots, starts, context_lens, placeholders = [], [], [], [0], [], []
         for row, (seq, n, table) in enumerate(zip(seqs, num_new, tables)):
@@ -103,7 +106,9 @@ class BatchBuilder:
             first = end - n
             known = min(end, seq.num_tokens)
             token_ids += seq.token_ids(first, known)
-            if known < end:  # the step before samples it (a decode's one token)
+            if spec is not None and spec[row]:  # proposals to verify, after the last known token
+                token_ids += spec[row]
+            elif known < end:  # the step before samples it (a decode's one token)
                 token_ids += [PLACEHOLDER] * (end - known)
                 placeholders.append(row)
             for position in range(first, end):

@@ -39,6 +39,7 @@ checks, finishing requests). Those three are mixins of ``Engine`` over the one s
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable
 from time import perf_counter
@@ -69,9 +70,12 @@ class Engine(RequestIntake, StepDriver, Postprocess):
 
     def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
                  default_params: SamplingParams | None = None, sampler_seed: int | None = None,
-                 structured_output=None, async_scheduling: bool = False) -> None:
+                 structured_output=None, async_scheduling: bool = False, speculation=None) -> None:
         """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or
-        None; ``async_scheduling``: plan the next step while the executor runs this one."""
+        None; ``async_scheduling``: plan the next step while the executor runs this one;
+        ``speculation``: an ``engine.speculation.Speculation`` (speculative decoding, sync steps only), or None."""
+        if speculation is not None and async_scheduling:
+            raise ValueError("speculative decoding runs without async scheduling; pass async_scheduling=False")
         self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
                                           structured_output)
         self.processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
@@ -91,6 +95,7 @@ class Engine(RequestIntake, StepDriver, Postprocess):
         self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
         self._num_constrained = 0  # queued requests with a structured-output grammar
         self.async_scheduling = async_scheduling
+        self.speculation = speculation
         self._executor_thread: ExecutorThread | None = None  # started at the first async step
         self._running: tuple[ScheduledStep, object, object] | None = None  # async: the step on the thread, its future, its bitmask
         self.timings = StepTimings()
@@ -136,7 +141,12 @@ class Engine(RequestIntake, StepDriver, Postprocess):
                 self._queue(seq, detokenizer)
             timings, was_running = self.timings, self._running is not None
             started = perf_counter()
+            if self.speculation is not None:
+                self.speculation.propose(self.scheduler.running)
             scheduled = self.scheduler.schedule()
+            if self.speculation is not None:
+                for seq in scheduled.preempted:
+                    self.speculation.release(seq)
             build_seconds = self.scheduler.batches.take_seconds()
             timings.build_batch_s += build_seconds
             timings.schedule_s += perf_counter() - started - build_seconds
@@ -185,7 +195,12 @@ class Engine(RequestIntake, StepDriver, Postprocess):
         """Counters since the start (steps, preemptions by mode, prefix-cache hit / queried tokens) and
         the state after the last step (queues, free blocks, its batch, queued tokens). Cheap: every
         field is a counter kept up to date."""
-        return self.scheduler.stats(num_queued_tokens=self._num_queued_tokens)
+        stats = self.scheduler.stats(num_queued_tokens=self._num_queued_tokens)
+        if self.speculation is None:
+            return stats
+        spec = self.speculation
+        return dataclasses.replace(stats, spec_num_drafts=spec.num_drafts, spec_num_draft_tokens=spec.num_draft_tokens,
+                                   spec_num_accepted_tokens=spec.num_accepted_tokens)
 
     def running_request_ids(self) -> list[str]:
         """The requests that are running (holding KV blocks) now."""
@@ -197,5 +212,7 @@ class Engine(RequestIntake, StepDriver, Postprocess):
             if self._executor_thread is not None:
                 self._executor_thread.shutdown()
                 self._executor_thread = self._running = None
+            if self.speculation is not None:
+                self.speculation.shutdown()
             self.executor.shutdown()
 

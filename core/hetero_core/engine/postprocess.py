@@ -20,15 +20,18 @@ from hetero_core.engine.outputs import RequestOutput
 from hetero_core.engine.prompt_logprobs import add_prompt_logprobs
 from hetero_core.engine.scheduled_step import ScheduledStep, confirm_swap_ins
 from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
+from hetero_core.engine.spec_postprocess import SpeculativePostprocess
 from hetero_core.engine.stop_checker import check_stop_string, check_stop_token
 from hetero_core.errors import ExecutorDeadError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.engine")
-Sampled = list[tuple[int, object, str | None]]  # (token id, logprobs, error) per sampled row
+# (token id, logprobs, error) per sampled row; a step that verified proposals has a list of token ids
+# per row instead (the kept proposals and the target's own token: ``spec_verify``)
+Sampled = list[tuple[int | list[int], object, str | None]]
 
 
-class Postprocess:
+class Postprocess(SpeculativePostprocess):
     """Sample a step's tokens, check stops, finish requests (a part of ``Engine``)."""
 
     def _sample(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled | Exception:
@@ -42,12 +45,19 @@ class Postprocess:
 
     def _next_tokens(self, scheduled: ScheduledStep, output, bitmask=None) -> Sampled:
         """(token id, logprobs, error) for each sampled row."""
-        num_rows = sum(scheduled.batch.sample)
+        batch = scheduled.batch
+        num_rows = batch.num_sampled_rows
         add_prompt_logprobs(scheduled, output.prompt_logits, self._token_text)
+        specs = None if scheduled.spec_token_ids is None else [
+            spec for spec, flag in zip(scheduled.spec_token_ids, batch.sample) if flag]
         if output.token_ids is not None:
             if len(output.token_ids) != num_rows:
                 raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")
             vocab_size = max(self.tokenizer.vocab_size, getattr(self.executor, "vocab_size", 0) or 0)
+            if specs is not None:
+                from hetero_core.engine.spec_verify import verify_token_ids
+
+                return verify_token_ids(output.token_ids, specs, vocab_size)
             return [(t, None, _token_error(t, vocab_size)) for t in output.token_ids]
         from hetero_core.engine.sampler import Sampler, SamplingRow
 
@@ -55,14 +65,22 @@ class Postprocess:
             self._sampler = Sampler(seed=self._sampler_seed, eos_token_id=self.tokenizer.eos_token_id)
         rows = [
             SamplingRow(s.params, s.prompt_token_ids, s.output_token_ids)
-            for s, flag in zip(scheduled.seqs, scheduled.batch.sample) if flag
+            for s, flag in zip(scheduled.seqs, batch.sample) if flag
         ]
+        if specs is not None:
+            from hetero_core.engine.spec_verify import verify_logits
+
+            return verify_logits(self._sampler, output.logits, rows, specs, token_bitmask=bitmask)
         result = self._sampler.sample(output.logits, rows, token_bitmask=bitmask)
         return [(t, lp, result.error(i)) for i, (t, lp) in enumerate(zip(result.token_ids, result.logprobs))]
 
     def _postprocess(self, scheduled: ScheduledStep, sampled: Sampled) -> None:
         """The step completed: confirm its tokens, append the sampled ones and check stops. A
         sequence that ended meanwhile (aborted, or stopped by the step before) is skipped."""
+        if scheduled.spec_token_ids is not None:  # a step that verified proposals: several tokens a row
+            self._postprocess_speculative(scheduled, sampled)
+            self._count_step(scheduled)
+            return
         if scheduled.swapped_in_tokens:
             confirm_swap_ins(scheduled)
         tokens = iter(sampled)
@@ -95,6 +113,9 @@ class Postprocess:
             self._check_stop(seq, token_id, eos_token_id)
             if seq.grammar is not None and not seq.status.is_done and seq.grammar.is_terminated():
                 self._finish(seq, reason=FinishReason.STOP)
+        self._count_step(scheduled)
+
+    def _count_step(self, scheduled: ScheduledStep) -> None:
         self.num_steps += 1
         self.timings.num_steps += 1
         log.debug("engine.step", step=self.num_steps, num_seqs=scheduled.batch.num_seqs,
@@ -133,6 +154,8 @@ class Postprocess:
         detokenizer = self._detokenizers.pop(seq.seq_id, None)
         if detokenizer is not None:  # the request was queued: release its place and blocks
             self.scheduler.remove(seq)
+            if self.speculation is not None:
+                self.speculation.release(seq)
             self._num_queued_tokens -= queued_tokens(seq)
             self._num_constrained -= seq.grammar is not None
             tail = _safe_flush(detokenizer)

@@ -76,6 +76,11 @@ class Sampler:
         self._rng = random.Random(seed)
         self._eos_token_id = eos_token_id
 
+    @property
+    def rng(self) -> random.Random:
+        """The generator unseeded rows draw from (speculative verification draws from it too)."""
+        return self._rng
+
     def sample(self, logits: torch.Tensor, rows: list[SamplingRow], token_bitmask=None) -> SamplerOutput:
         """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
 

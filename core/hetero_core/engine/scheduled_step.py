@@ -44,6 +44,8 @@ class ScheduledStep:
     swapped_in_tokens: dict[int, int] = field(default_factory=dict)
     # sequences this step swaps out: if its transfers fail their K/V is lost, and they fail with it
     swapped_out: list[Sequence] = field(default_factory=list)
+    # speculative decoding: each sequence's proposed tokens, run after its last token (None: no proposals)
+    spec_token_ids: list[tuple[int, ...]] | None = None
 
     @property
     def has_transfers(self) -> bool:
@@ -68,6 +70,8 @@ class StepBuilder:
         self.block_copies: list[tuple[int, int]] = []
         self.swapped_in_tokens: dict[int, int] = {}
         self.swapped_out: list[Sequence] = []
+        self.spec: list[tuple[int, ...]] = []  # per sequence: its proposals this step (speculative decoding)
+        self.num_spec_tokens = 0
 
     @property
     def chosen(self) -> bool:
@@ -76,9 +80,10 @@ class StepBuilder:
     def is_full(self, max_batch_size: int) -> bool:
         return len(self.seqs) == max_batch_size or self.token_budget == 0
 
-    def add(self, seq: Sequence, num_new: int, slots: SlotAllocation) -> None:
+    def add(self, seq: Sequence, num_new: int, slots: SlotAllocation, spec: tuple[int, ...] = ()) -> None:
         """Schedule ``num_new`` tokens of ``seq``: its computed (and in-flight) tokens advance now;
-        a segment that reaches its last token samples the next one (pending until known)."""
+        a segment that reaches its last token samples the next one (pending until known). ``spec``:
+        proposed tokens, the last ``len(spec)`` of the ``num_new`` (verified by the sampler)."""
         self.seqs.append(seq)
         self.num_new.append(num_new)
         self.kv_epochs.append(seq.kv_epoch)
@@ -89,10 +94,12 @@ class StepBuilder:
             self.block_copies += slots.block_copies
             seq.block_table_copy = None  # a block was replaced in place
         self.is_prefill.append(seq.status is PREFILL)
+        self.spec.append(spec)
+        self.num_spec_tokens += len(spec)
         end = seq.num_computed_tokens + num_new
         seq.num_computed_tokens = end
         seq.num_inflight_tokens += num_new
-        sample = end == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens  # num_scheduled_tokens
+        sample = end - len(spec) == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens  # num_scheduled_tokens
         self.sample.append(sample)
         if sample:
             seq.num_pending_tokens += 1
@@ -127,6 +134,7 @@ class StepBuilder:
             placeholder_rows=placeholder_rows,
             swapped_in_tokens=self.swapped_in_tokens,
             swapped_out=swapped_out,
+            spec_token_ids=self.spec if self.num_spec_tokens else None,
         )
 
 
@@ -139,6 +147,8 @@ class _Rows:
     is_prefill: list[bool]
     sample: list[bool]
     num_tokens: int
+    spec: list[tuple[int, ...]] | None = None
+    num_spec_tokens: int = 0
 
 
 def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledStep:
@@ -147,12 +157,14 @@ def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledSt
     keep = [i for i, seq in enumerate(step.seqs) if seq.seq_id not in seq_ids]
     if len(keep) == len(step.seqs):
         return step
+    spec = None if step.spec_token_ids is None else [step.spec_token_ids[i] for i in keep]
     rows = _Rows([step.seqs[i] for i in keep], [step.num_new_tokens[i] for i in keep],
                  [step.batch.is_prefill[i] for i in keep], [step.batch.sample[i] for i in keep],
-                 sum(step.num_new_tokens[i] for i in keep))
+                 sum(step.num_new_tokens[i] for i in keep), spec, sum(map(len, spec or ())))
     batch, placeholder_rows = batches.build(rows) if keep else (None, [])
     return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
-                   kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows)
+                   kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows,
+                   spec_token_ids=spec if rows.num_spec_tokens else None)
 
 
 def confirm_swap_ins(step: ScheduledStep) -> None:

@@ -4,7 +4,8 @@ Each step the policy orders the requests (``policy_runner``); then, within the b
 (``max_batch_size`` sequences and ``max_total_tokens`` tokens per step, ``max_num_seqs`` running at
 once, ``memory_threshold`` of the pool for new admissions):
 
-1. running decodes (one token each), then running prefills (their next chunk of at most
+1. running decodes (one token each, plus the proposals to verify of a speculating one where the
+   budget and the pool have room: ``_room_for_proposals``), then running prefills (their next chunk of at most
    ``max_prefill_chunk`` tokens), each group in policy order: several prefills may be in flight and
    a long prompt never delays a decode by more than one chunk;
 2. swapped sequences come back (their blocks copied in from the CPU swap space);
@@ -204,9 +205,14 @@ class Scheduler:
             if seq.num_pending_tokens and _ends_with_pending(seq, max_model_len):
                 continue
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, step.token_budget)
-            slots = self._make_room(seq, num_new, step)
+            spec, slots = seq.spec_token_ids, None
+            if spec:  # proposals to verify (speculative decoding): only where they fit, never by preempting
+                seq.spec_token_ids = ()
+                spec, slots = self._room_for_proposals(seq, spec, step.token_budget - num_new)
+            if slots is None:
+                slots = self._make_room(seq, num_new, step)
             if slots is not None:
-                step.add(seq, num_new, slots)
+                step.add(seq, num_new + len(spec), slots, spec)
         if not step.preempted:
             self._swap_in(step, plan)
             if not any(s.request_id not in plan.hold_back for s in self.swapped):
@@ -218,6 +224,19 @@ class Scheduler:
                       token_budget)  # seq.num_scheduled_tokens, inline: it runs per sequence per step
         cap = self.limits.max_prefill_chunk
         return min(num_new, cap) if cap is not None and num_new > 1 else num_new
+
+    def _room_for_proposals(self, seq: Sequence, spec: tuple[int, ...],
+                            token_budget: int) -> tuple[tuple[int, ...], SlotAllocation | None]:
+        """Room for a decode's token and as many of its proposals as the token budget and the free
+        blocks allow: all of them, else those that fit the blocks its table holds, else none ((), None)."""
+        num_spec = min(len(spec), token_budget)
+        while num_spec > 0:
+            slots = self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, 1 + num_spec)
+            if slots is not None:
+                return spec[:num_spec], slots
+            spare = len(seq.block_table) * self.allocator.block_size - seq.num_computed_tokens - 1
+            num_spec = min(num_spec - 1, spare)
+        return (), None
 
     def _make_room(self, seq: Sequence, num_new: int, step: StepBuilder) -> SlotAllocation | None:
         """Room for ``seq``'s next ``num_new`` tokens, preempting the lowest-ranked unscheduled running

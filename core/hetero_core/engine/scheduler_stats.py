@@ -35,6 +35,20 @@ class SchedulerStats:
     last_step_num_seqs: int  # sequences in the last step's batch (0: it ran nothing)
     last_step_num_tokens: int  # tokens in the last step's batch
     num_queued_tokens: int  # prompt + output tokens still to come, over the unfinished requests
+    # speculative decoding (counters since the start; 0 while it is off): ``engine/speculation.py``
+    spec_num_drafts: int = 0  # sequence-steps that verified proposals
+    spec_num_draft_tokens: int = 0  # proposed tokens verified
+    spec_num_accepted_tokens: int = 0  # of which the target kept
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        """Kept / verified proposals (None before any was verified)."""
+        return self.spec_num_accepted_tokens / self.spec_num_draft_tokens if self.spec_num_draft_tokens else None
+
+    @property
+    def spec_mean_accepted_length(self) -> float | None:
+        """Tokens per verifying sequence-step: the kept proposals plus the target's own token."""
+        return 1 + self.spec_num_accepted_tokens / self.spec_num_drafts if self.spec_num_drafts else None
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -65,6 +65,8 @@ class Sequence:
     finish_time: float | None = None
     grammar: object | None = None  # its structured-output GrammarState (engine.structured_output), or None
     stream: bool = True  # step() returns its output after every step that advanced it (else only the final one)
+    # Speculative decoding: the proposer's tokens for this step (set before scheduling, taken by the scheduler)
+    spec_token_ids: tuple[int, ...] = ()
     # Scheduler-owned, per step: the policy's order (lower first); a cached sort key; a copy of the
     # block table that batches share until the table changes; the KV epoch (bumped when a
     # preemption drops the cache, so that a step scheduled before it does not confirm its tokens).

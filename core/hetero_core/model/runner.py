@@ -13,6 +13,9 @@ positions and sampled rows, the backend adds its metadata's arrays and uploads t
 a step waits for the device: no pageable copies, no ``.item()``; the rotary frequencies live on the
 model's device.
 
+Speculative decoding (``batch.num_spec_tokens``): a sampled sequence's last ``1 + n`` rows all go
+through the head (the same extra-rows path), so verification gets every proposal's logits.
+
 Prompt logprobs (``batch.prompt_logits``): the rows of the flagged sequences' segments go through
 the last layer and the head with the sampled rows, in one pass; ``ExecutorOutput.prompt_logits``
 gets them, one fp32 ``[query_len, vocab]`` tensor per flagged sequence.
@@ -37,6 +40,7 @@ class ModelRunner:
     ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
 
     supports_prompt_logits = True  # returns ExecutorOutput.prompt_logits for batch.prompt_logits
+    supports_speculative_decoding = True  # returns 1 + n rows per sampled sequence with batch.num_spec_tokens
 
     def __init__(self, model: LlamaForCausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
                  device: torch.device, num_swap_blocks: int = 0):
@@ -73,7 +77,7 @@ class ModelRunner:
                 return ExecutorOutput(logits=self.sampled_logits(batch).float())
             prompt_rows = batch_prompt_rows(batch)
             logits = self.sampled_logits(batch, prompt_rows).float()
-            num_sampled = sum(batch.sample)
+            num_sampled = batch.num_sampled_rows
             sizes = [batch.query_len(i) for i in batch.prompt_logits_indices]
             return ExecutorOutput(logits=logits[:num_sampled],
                                   prompt_logits=list(torch.split(logits[num_sampled:], sizes)))
@@ -128,9 +132,14 @@ def batch_prompt_rows(batch: Batch) -> np.ndarray:
 
 
 def sampled_rows(batch: Batch) -> np.ndarray | None:
-    """The flat rows whose logits are sampled (each sampled sequence's last token), in order; None
-    when that is every row in order (a decode step)."""
+    """The flat rows whose logits are sampled (each sampled sequence's last token, or with
+    ``batch.num_spec_tokens`` its last ``1 + n``), in order; None when that is every row in order
+    (a decode step)."""
     if batch.num_tokens == batch.num_seqs and all(batch.sample):
         return None
     ends = np.asarray(batch.query_start_loc[1:], dtype=np.int64)
-    return ends[np.asarray(batch.sample, dtype=bool)] - 1
+    if batch.num_spec_tokens is None:
+        return ends[np.asarray(batch.sample, dtype=bool)] - 1
+    spans = [np.arange(end - 1 - n, end, dtype=np.int64)
+             for end, flag, n in zip(ends.tolist(), batch.sample, batch.num_spec_tokens) if flag]
+    return np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)

@@ -22,6 +22,7 @@ class RunnerExecutor:
     runner: ModelRunner
     graph_runner: DecodeGraphs | None = None
     supports_prompt_logits = True  # the runner returns ExecutorOutput.prompt_logits (never a decode graph)
+    supports_speculative_decoding = True  # the runner returns 1 + n rows per speculating sequence (never a graph)
 
     @property
     def vocab_size(self) -> int:
