@@ -407,3 +407,11 @@ def test_engine_on_the_real_model(smollm2_dir):
     run.settings = settings(max_examples=4, stateful_step_count=10, deadline=None,
                             suppress_health_check=list(HealthCheck))
     run().runTest()
+
+
+class SpeculativeMockEngineMachine(EngineMachine):  # speculative decoding: ngram proposals verified by the mock
+    make_engine = staticmethod(lambda: build_mock_engine(num_speculative_tokens=3, preemption_mode="swap"))
+
+
+TestEngineOnTheMockWithSpeculativeDecoding = SpeculativeMockEngineMachine.TestCase
+TestEngineOnTheMockWithSpeculativeDecoding.settings = fuzz_settings(30, stateful_step_count=30)

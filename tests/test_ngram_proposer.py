@@ -57,14 +57,16 @@ def test_token_ids_above_the_byte_range():
 
 
 def test_proposer_reads_its_options_and_caps_each_input():
-    ctx = ProposerContext(None, NgramOptions(prompt_lookup_max=2), 4, 100, None, "mock", 16, 512, 8)
+    ctx = ProposerContext(None, NgramOptions(prompt_lookup_min=1, prompt_lookup_max=2), 4, 100, None, "mock", 16, 512, 8)
     proposer = NgramProposer(ctx)
     inputs = [ProposalInput(0, (1, 2, 3, 1, 2), 2), ProposalInput(1, (5, 6), 3)]
     assert proposer.propose(inputs) == [[3, 1], []]
 
 
 def test_options_follow_vllm_min_max_rules():
-    assert NgramOptions(prompt_lookup_max=1).prompt_lookup_min == 1  # only the max given: min follows it
+    assert NgramOptions(prompt_lookup_max=3).prompt_lookup_min == 3  # only the max given: min follows it
+    assert NgramOptions(prompt_lookup_min=2).prompt_lookup_max == 2
+    assert (NgramOptions().prompt_lookup_min, NgramOptions().prompt_lookup_max) == (2, 4)
     with pytest.raises(ValueError, match="prompt_lookup_min"):
         NgramOptions(prompt_lookup_min=5, prompt_lookup_max=3)
 

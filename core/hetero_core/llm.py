@@ -28,6 +28,7 @@ from hetero_core.engine.prompts import as_prompt_list
 from hetero_core.errors import InvalidRequestError
 from hetero_core.plugin_system.discovery import PluginSet, load_plugins
 from hetero_core.settings import HeteroSettings, load_settings
+from hetero_core.speculative_config import speculative_settings
 from hetero_core.engine.shared_engine import SharedEngine
 from hetero_core.engine.chat_options import chat_options, encode_chat
 from hetero_core.llm_progress import GenerateProgress
@@ -47,11 +48,16 @@ class LLM:
     ``**settings``: any setting of ``HeteroSettings`` (``max_num_blocks=256``, ``temperature=0.7``);
     an unknown keyword is a ConfigError naming the closest setting. ``config_file``: a TOML/JSON
     settings file. ``plugin_set``: a ``load_plugins(...)`` result to use instead of discovery.
+    ``speculative_config``: vLLM's dict (``{"method": "ngram", "num_speculative_tokens": 3,
+    "prompt_lookup_max": 4}``), the same as the settings ``num_speculative_tokens`` and
+    ``speculative_proposer`` (``speculative_config.py``).
     """
 
     def __init__(self, model: str | None = None, executor: str | dict | None = None, *,
                  config_file: str | Path | None = None, plugin_set: PluginSet | None = None,
-                 **settings: Any) -> None:
+                 speculative_config: dict[str, Any] | None = None, **settings: Any) -> None:
+        if speculative_config is not None:
+            settings.update(speculative_settings(speculative_config))
         if model is not None:
             settings["model"] = model
         if executor is not None:

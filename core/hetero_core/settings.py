@@ -108,7 +108,8 @@ class HeteroSettings(BaseSettings, _SeamFields):
     )
     # Speculative decoding (the proposer is the speculative_proposer component)
     num_speculative_tokens: int = Field(0, ge=0, le=64, description="tokens the speculative proposer guesses "
-                                        "per decoding sequence per step, verified in one target pass (0: off)")
+                                        "per decoding sequence per step, verified in one target pass (0: off; "
+                                        "on, steps run without async scheduling)")
     # Scaling out
     tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across "
                                       "(heads, MLP, vocabulary); needs an executor that supports it")

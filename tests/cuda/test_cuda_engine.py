@@ -35,9 +35,9 @@ class DoubleCudaPlugin:
                  options=CudaExecutorOptions, needs_model=True)
 
 
-def greedy_tokens(model_dir, executor: dict, plugins) -> list[list[int]]:
+def greedy_tokens(model_dir, executor: dict, plugins, **extra) -> list[list[int]]:
     settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_num_blocks=40, max_batch_size=4, max_model_len=160, max_total_tokens=48)
+                             max_num_blocks=40, max_batch_size=4, max_model_len=160, max_total_tokens=48, **extra)
     engine = build_engine(settings, plugins)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (12, 20, 9, 16, 14)]
     outputs = engine.generate(PROMPTS, params)
@@ -56,6 +56,18 @@ def test_greedy_tokens_equal_the_torch_executors(cuda_graphs, tiny_dirs):
     assert got == expected
     assert [len(t) for t in got] == [12, 20, 9, 16, 14]
     assert plugin.double.calls["with_kvcache"] > 0 and plugin.double.calls["varlen_paged"] > 0
+
+
+def test_speculative_decoding_keeps_the_torch_executors_greedy_tokens(tiny_dirs):
+    """Verification rows (1 + n per speculating sequence) on the cuda executor: never a decode graph."""
+    model_dir, _ = tiny_dirs["llama"]
+    expected = greedy_tokens(model_dir, {"name": "torch", "torch": {"dtype": "float32"}}, load_plugins(entry_points=[]))
+    plugin = DoubleCudaPlugin()
+    cuda = {"name": "cuda", "cuda": {"device": "cpu", "dtype": "float32", "cuda_graphs": True}}
+    ngram = {"name": "ngram", "ngram": {"prompt_lookup_min": 1}}  # a random model repeats little
+    plugins = load_plugins(entry_points=[], extra_plugins=[("cuda", plugin)])
+    engine_kw = dict(num_speculative_tokens=3, speculative_proposer=ngram)
+    assert greedy_tokens(model_dir, cuda, plugins, **engine_kw) == expected
 
 
 def test_the_package_imports_without_torch_and_registers_cuda_with_its_options():

@@ -61,6 +61,17 @@ def test_engine_greedy_tokens_equal_the_torch_executors(tiny_llama, mode, limits
     assert got == expected
 
 
+def test_speculative_decoding_keeps_the_torch_executors_greedy_tokens(tiny_llama, mode):
+    """Verification rows (1 + n per speculating sequence, through the prefill kernel) on triton."""
+    torch_fp32 = {"name": "torch", "torch": {"device": str(mode.device), "dtype": "float32"}}
+    limits = dict(max_num_blocks=40, max_batch_size=4, max_total_tokens=40)
+    expected = greedy_tokens(tiny_llama, torch_fp32, **limits)
+    triton = {"name": "triton", "triton": {"interpreter": mode.interpret, "dtype": "float32",
+                                           "device": str(mode.device), "num_splits": 2}}
+    ngram = {"name": "ngram", "ngram": {"prompt_lookup_min": 1}}  # a random model repeats little
+    assert greedy_tokens(tiny_llama, triton, num_speculative_tokens=3, speculative_proposer=ngram, **limits) == expected
+
+
 @pytest.mark.slow
 def test_cli_on_the_embedded_model_matches_the_torch_executor(smollm2_dir, mode):
     """`hetero run --executor triton` in interpreter mode answers like the torch executor (greedy)."""

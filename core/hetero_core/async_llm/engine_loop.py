@@ -49,6 +49,10 @@ class EngineStats:
     # tokens it may still generate (up to max_tokens). Replicas report it so that routing prefers the
     # least loaded engine.
     num_queued_tokens: int = 0
+    # speculative decoding, counters since the start (engine.stats(); 0 while it is off)
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
 
 
 class EngineLoop:
@@ -233,4 +237,7 @@ class EngineLoop:
             max_step_batch_size=self._max_batch_size,
             prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
             num_queued_tokens=counters.num_queued_tokens,
+            spec_num_drafts=counters.spec_num_drafts,
+            spec_num_draft_tokens=counters.spec_num_draft_tokens,
+            spec_num_accepted_tokens=counters.spec_num_accepted_tokens,
         )

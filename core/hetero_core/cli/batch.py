@@ -21,6 +21,7 @@ from typing import TextIO
 
 from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.cli.settings_args import load_cli_settings
+from hetero_core.cli.speculation_line import speculation_line
 
 EXIT_SOME_FAILED = 1
 
@@ -144,6 +145,8 @@ class BatchRunner:
         elapsed = time.perf_counter() - started
         print(f"--- {len(requests)} request(s), {progress.num_tokens} tokens in {elapsed:.2f}s "
               f"({progress.tokens_per_second:.1f} tokens/s), {num_failed} failed", file=self.err)
+        if getattr(self.engine, "speculation", None) is not None:
+            print(speculation_line(self.engine.stats()), file=self.err)
         return num_failed
 
     def _write(self, request, outputs: list, out, progress) -> int:

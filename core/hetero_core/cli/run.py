@@ -12,6 +12,7 @@ from typing import TextIO
 from hetero_core.cli.batch import add_batch_arguments, batch_command, check_batch_arguments
 from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.cli.settings_args import load_cli_settings
+from hetero_core.cli.speculation_line import speculation_line
 
 EXIT_REQUEST_FAILED = 1
 LABEL_WIDTH = 60
@@ -66,7 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
     finally:
         llm.shutdown()
     print_stats(outputs, loaded - started, time.perf_counter() - loaded, sys.stderr)
-    print_scheduler_stats(stats, sys.stderr)
+    print_scheduler_stats(stats, sys.stderr, speculating=settings.num_speculative_tokens > 0)
     args.skip_teardown = True  # all written to stdout/stderr, the engine shut down: cli.main may exit at once
     return EXIT_REQUEST_FAILED if any(o.failed for o in outputs) else 0
 
@@ -166,10 +167,13 @@ def print_stats(outputs, load_seconds: float, run_seconds: float, err: TextIO) -
     print(line, file=err)
 
 
-def print_scheduler_stats(stats, err: TextIO) -> None:
+def print_scheduler_stats(stats, err: TextIO, speculating: bool = False) -> None:
     print(f"--- prefix cache {stats.prefix_cache_hit_tokens}/{stats.prefix_cache_queried_tokens} tokens hit "
           f"({stats.prefix_cache_hit_rate:.0%}), {stats.num_preemptions} preemption(s) "
           f"({stats.num_swap_preemptions} swapped)", file=err)
+    if speculating:
+        print(speculation_line(stats), file=err)
+
 
 
 class _Rejected:

@@ -1,4 +1,4 @@
-"""The six seams of Hetero, and the command line, as pluggy hook specifications.
+"""The seams of Hetero, and the command line, as pluggy hook specifications.
 
 Every seam hook receives ``register``; call it once per component. Components are selected by name
 from settings, so registration order never matters. Core's own defaults use these same hooks. Plugin

@@ -14,7 +14,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from hetero_core.async_llm import AsyncLLM
 
@@ -93,6 +93,14 @@ class _StatsCollector:
             gauges["hetero_prefix_cache_hit_rate"] = ("Prefix cache hits / lookups", s.prefix_cache_hit_rate)
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)
+        counters = {  # speculative decoding (vLLM's names): acceptance rate = accepted / draft tokens,
+            # mean accepted length = 1 + accepted / drafts
+            "hetero_spec_decode_num_drafts": ("Sequence-steps that verified proposed tokens", s.spec_num_drafts),
+            "hetero_spec_decode_num_draft_tokens": ("Proposed tokens verified by the target", s.spec_num_draft_tokens),
+            "hetero_spec_decode_num_accepted_tokens": ("Proposed tokens the target kept", s.spec_num_accepted_tokens),
+        }
+        for name, (doc, value) in counters.items():
+            yield CounterMetricFamily(name, doc, value=value)
 
 
 @router.get("/metrics", response_class=Response, responses={200: {

@@ -45,6 +45,9 @@ The checks (each failure is a ``ContractFailure`` naming the rule and the offend
   the sampled row (when sampled) and whose rows are the same chunked or not and beside other
   sequences; one that does not declare it gets a one-line refusal of ``prompt_logprobs`` from the
   engine (``engine.prompt_logprobs.prompt_logprobs_refusal``) naming it;
+- speculative decoding: an executor that declares ``supports_speculative_decoding = True`` returns,
+  for a sampled sequence with ``n`` of ``batch.num_spec_tokens``, ``1 + n`` rows equal to those
+  one-token steps give at the same positions;
 - greedy decoding equals ``reference_greedy`` (where two candidates' logits are within
   ``logits_atol``, either is accepted); without a reference, two fresh executors agree.
 
@@ -53,6 +56,7 @@ Nothing here imports torch unless an executor returns logits, nor pytest or hypo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -152,6 +156,32 @@ class ExecutorContract:
         mixed = self._prompt_rows(self._mixed_schedule())
         check_same_rows(mixed, whole, "prompt logits are the same chunked, beside other sequences or not",
                         "mixed prefill + decode batches with prompt_logits", self.logits_atol)
+
+    def test_speculative_rows_match_one_token_steps(self):
+        """An executor that declares ``supports_speculative_decoding = True`` returns, for a sampled
+        sequence with ``n`` of ``batch.num_spec_tokens``, ``1 + n`` rows: those that one-token steps
+        give at the same positions (the engine refuses speculation for any other executor)."""
+        executor = self._executor()
+        if getattr(executor, "supports_speculative_decoding", False) is not True:
+            return
+        alone = self._run(self._alone_schedule(chunk=None))
+        seqs, pool, rows = self._sequences(), BlockPool(self.num_blocks, shuffle=True, seed=5), {}
+        # after the prompts, one step: the first sequence verifies all its fed tokens but the first
+        # as proposals, the second none, the third one (each sequence's first fed token is its "last")
+        spec = [[self.num_fed_tokens - 1, 0, min(1, self.num_fed_tokens - 1)][i % 3] for i in range(len(seqs))]
+        steps = [([(s, s.num_prompt_tokens) for s in seqs], [0] * len(seqs)),
+                 ([(s, 1 + n) for s, n in zip(seqs, spec)], spec)]
+        for segments, proposals in steps:
+            batch = build_batch(segments, pool, self.block_size)
+            batch = dataclasses.replace(batch, num_spec_tokens=list(proposals))
+            output = executor.execute(batch)
+            check_output(output, batch.num_sampled_rows, self.vocab_size, getattr(executor, "vocab_size", None))
+            values = iter(output.token_ids if output.token_ids is not None else list(output.logits))
+            for i in batch.sample_indices:
+                for position in range(batch.context_lens[i] - proposals[i], batch.context_lens[i] + 1):
+                    rows[(batch.seq_ids[i], position)] = next(values)
+        check_same_rows(rows, {key: alone[key] for key in rows}, "1 + n rows per sequence with n proposals",
+                        "a batch with num_spec_tokens", self.logits_atol)
 
     def test_greedy_matches_the_reference(self):
         prompt = self._sequences()[0].token_ids[: self.prompt_lengths[0]]
