@@ -111,3 +111,14 @@ class TestDraftProposerContract(ProposerContract):
         from hetero_core.default_plugins.draft_options import DraftProposerOptions
 
         return DraftProposer(ctx, DraftProposerOptions(dtype="float32", num_blocks=256))
+
+
+def test_the_draft_runs_on_the_targets_device_unless_told():
+    from hetero_core.default_plugins.draft import draft_device
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
+
+    default = DraftProposerOptions()
+    assert draft_device("torch", default, {}) == "cpu"
+    assert draft_device("torch", default, {"device": "cuda:1"}) == "cuda:1"
+    assert draft_device("cuda", default, {}) == "cuda" and draft_device("triton", default, {}) == "cuda"
+    assert draft_device("cuda", DraftProposerOptions(device="cpu"), {}) == "cpu"

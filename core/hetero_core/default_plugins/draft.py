@@ -114,11 +114,9 @@ def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, mo
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
     from hetero_core.executor import ExecutorContext
 
-    executor_name = ctx.executor
-    sections = getattr(getattr(ctx.settings, "executor", None), "section", None)
-    target_torch = dict(sections("torch")) if executor_name == "torch" and sections is not None else {}
-    device = options.device or target_torch.get("device") or ("cuda" if executor_name in GPU_EXECUTORS else "cpu")
-    torch_options = TorchExecutorOptions(**{**target_torch, "dtype": options.dtype, "device": device})
+    target_torch = target_torch_options(ctx)
+    torch_options = TorchExecutorOptions(**{**target_torch, "dtype": options.dtype,
+                                            "device": draft_device(ctx.executor, options, target_torch)})
     k = ctx.num_speculative_tokens
     executor_ctx = ExecutorContext(
         settings=ctx.settings, options=torch_options, model_dir=model_dir, num_blocks=num_blocks,
@@ -126,6 +124,18 @@ def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, mo
         max_num_batched_tokens=getattr(ctx.settings, "max_total_tokens", ctx.max_model_len),
         max_num_seqs=ctx.max_num_seqs, eos_token_id=config.get("eos_token_id"), vocab_size=config.get("vocab_size"))
     return TorchExecutor(executor_ctx)
+
+
+def target_torch_options(ctx: ProposerContext) -> dict:
+    """The target's ``[executor.torch]`` section when the target runs on the torch executor, else {}."""
+    section = getattr(getattr(ctx.settings, "executor", None), "section", None)
+    return dict(section("torch")) if ctx.executor == "torch" and section is not None else {}
+
+
+def draft_device(executor: str, options: DraftProposerOptions, target_torch: dict) -> str:
+    """The draft's device: its ``device`` option, else the target torch executor's, else ``cuda`` under a
+    GPU executor (cuda, triton), else ``cpu``."""
+    return options.device or target_torch.get("device") or ("cuda" if executor in GPU_EXECUTORS else "cpu")
 
 
 def _read_config(model_dir: Path) -> dict:
