@@ -28,7 +28,8 @@ FACADES = {
                                       "hookimpl", "num_words"],
     "hetero_core.speculative": ["ProposalInput", "Proposer", "ProposerContext", "hookimpl"],
     "hetero_core.testing": ["ExecutorContract", "SchedulerPolicyContract", "KVAllocatorContract",
-                            "StructuredOutputContract", "ProposerContract", "ContractFailure", "BlockPool", "ContractSequence",
+                            "StructuredOutputContract", "ProposerContract", "ContractFailure", "BlockPool",
+                            "ContractSequence",
                             "build_batch"],
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parent.parent / "docs"

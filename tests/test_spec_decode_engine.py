@@ -39,8 +39,9 @@ class OracleProposer:
             self.asked.append(given)
             self.live.add(given.seq_id)
             tokens = list(given.token_ids)
-            continuation = next((c for p, c in self.reference.items() if tuple(tokens[:len(p)]) == p), [])
-            done = len(tokens) - len(next(p for p in self.reference if tuple(tokens[:len(p)]) == p)) if continuation else 0
+            prompt = next((p for p in self.reference if tuple(tokens[:len(p)]) == p), None)
+            continuation = [] if prompt is None else self.reference[prompt]
+            done = 0 if prompt is None else len(tokens) - len(prompt)
             guess = continuation[done:done + given.num_tokens]
             out.append([t if (done + j) % 3 != 2 else (t + 1) % 100 for j, t in enumerate(guess)])
         return out
@@ -145,10 +146,11 @@ def test_stop_strings_and_eos_inside_a_kept_run_end_the_request_there():
     outputs = mock_engine(OraclePlugin(continuations), 4).generate(PROMPTS, stop_params)
     assert same(outputs, reference) and any(o.finish_reason == "stop" for o in outputs)
 
-    eos_reference = mock_engine(mock_options={"eos_after": 6}).generate(PROMPTS, SamplingParams(temperature=0, max_tokens=24))
+    eos_params = SamplingParams(temperature=0, max_tokens=24)
+    eos_reference = mock_engine(mock_options={"eos_after": 6}).generate(PROMPTS, eos_params)
     _, past_eos = reference_run(params=greedy(), mock_options={"eos_after": 6})
     engine = mock_engine(OraclePlugin(past_eos), 4, mock_options={"eos_after": 6})
-    outputs = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=24))
+    outputs = engine.generate(PROMPTS, eos_params)
     assert same(outputs, eos_reference) and all(o.finish_reason == "eos" for o in outputs)
 
 
@@ -211,7 +213,8 @@ def test_a_broken_proposer_costs_its_proposals_not_the_requests(mode, caplog):
 
 def test_an_executor_that_cannot_verify_is_refused_by_name():
     settings = load_settings(executor="null", num_speculative_tokens=2)
-    with pytest.raises(PluginError, match="executor 'null' cannot verify speculative tokens.*num_speculative_tokens = 0"):
+    refusal = "executor 'null' cannot verify speculative tokens.*num_speculative_tokens = 0"
+    with pytest.raises(PluginError, match=refusal):
         build_engine(settings, load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)]))
 
 

@@ -19,7 +19,8 @@ def test_speculative_config_maps_to_settings():
         "num_speculative_tokens": 3, "speculative_proposer": {"name": "ngram", "ngram": {"prompt_lookup_max": 4}}}
     assert speculative_settings({"model": "draft-dir", "num_speculative_tokens": 2})["speculative_proposer"] == {
         "name": "draft", "draft": {"model": "draft-dir"}}
-    assert speculative_settings({"method": "draft_model", "num_speculative_tokens": 2})["speculative_proposer"]["name"] == "draft"
+    draft_model = speculative_settings({"method": "draft_model", "num_speculative_tokens": 2})
+    assert draft_model["speculative_proposer"]["name"] == "draft"
     with pytest.raises(ConfigError, match="needs num_speculative_tokens"):
         speculative_settings({"method": "ngram"})
 

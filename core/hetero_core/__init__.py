@@ -53,6 +53,9 @@ _FACADE_NAMES = {
     "KVAllocatorContract": "hetero_core.testing",
     "GuidedDecodingParams": "hetero_core.structured_output",
     "StructuredOutputContract": "hetero_core.testing",
+    "ProposerContext": "hetero_core.speculative",
+    "ProposalInput": "hetero_core.speculative",
+    "ProposerContract": "hetero_core.testing",
 }
 
 

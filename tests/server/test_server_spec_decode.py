@@ -9,8 +9,8 @@ from hetero_core.engine.params import SamplingParams
 
 
 def scrape(base_url: str) -> dict[str, float]:
-    return {sample.name: sample.value for family in text_string_to_metric_families(httpx.get(base_url + "/metrics").text)
-            for sample in family.samples}
+    text = httpx.get(base_url + "/metrics").text
+    return {sample.name: sample.value for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def test_completions_with_speculation_and_its_metrics(mock_server, make_mock_engine):

@@ -1,7 +1,8 @@
 """The GPU executors give the same greedy tokens through the whole engine, in float32: torch (eager,
 and on a GPU from decode CUDA graphs), triton (decode graphs) and cuda (decode graphs, on the flash-attn
 test double). On a GPU everything runs there; on a CPU machine triton runs in its interpreter, cuda's
-double and torch on the CPU (graphs emulated), so the wiring is checked everywhere."""
+double and torch on the CPU (graphs emulated), so the wiring is checked everywhere. Each also with
+speculative decoding (ngram proposals verified in the same pass), which must not change a token."""
 
 from __future__ import annotations
 
@@ -47,9 +48,9 @@ def tiny_qwen3(tmp_path_factory):
     return directory
 
 
-def greedy_tokens(model_dir, executor: dict) -> list[list[int]]:
+def greedy_tokens(model_dir, executor: dict, **extra) -> list[list[int]]:
     settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_model_len=128, max_num_blocks=48, max_batch_size=4, max_total_tokens=64)
+                             max_model_len=128, max_num_blocks=48, max_batch_size=4, max_total_tokens=64, **extra)
     plugins = load_plugins(entry_points=[], extra_plugins=[("triton", hetero_plugins_triton),
                                                            ("cuda", DoubleCudaPlugin())])
     engine = build_engine(settings, plugins)
@@ -73,3 +74,9 @@ def test_torch_triton_and_cuda_executors_agree(tiny_qwen3, mode):
                                        "torch": {"device": device, "dtype": "float32", "cuda_graphs": True}}
     for name, executor in runs.items():
         assert greedy_tokens(tiny_qwen3, executor) == expected, name
+    # speculative decoding: verification rows (1 + n per speculating sequence) on every executor
+    ngram = {"name": "ngram", "ngram": {"prompt_lookup_min": 1}}  # 1-grams: a random model repeats little
+    speculating = dict(num_speculative_tokens=3, speculative_proposer=ngram)
+    runs["torch"] = {"name": "torch", "torch": {"device": device, "dtype": "float32"}}
+    for name, executor in runs.items():
+        assert greedy_tokens(tiny_qwen3, executor, **speculating) == expected, f"{name}, speculating"

@@ -99,7 +99,8 @@ class StepBuilder:
         end = seq.num_computed_tokens + num_new
         seq.num_computed_tokens = end
         seq.num_inflight_tokens += num_new
-        sample = end - len(spec) == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens  # num_scheduled_tokens
+        # num_scheduled_tokens, inline; the proposals follow the last token, whose next one is sampled
+        sample = end - len(spec) == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens
         self.sample.append(sample)
         if sample:
             seq.num_pending_tokens += 1

@@ -68,15 +68,22 @@ def verify_logits(sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow
         result = sampler.sample(logits.index_select(0, index), [rows[i] for i in plain], token_bitmask=mask)
         for j, i in enumerate(plain):
             out[i] = ([result.token_ids[j]], result.logprobs[j], result.error(j))
-    for i in (i for i, spec in enumerate(specs) if spec):
+    greedy = [i for i, spec in enumerate(specs) if spec and rows[i].params.is_greedy]
+    if greedy:  # every greedy row at once: one max and one copy to the host (one sync on a GPU)
+        index = torch.tensor([r for i in greedy for r in range(starts[i], starts[i + 1])], device=logits.device)
+        best, argmax = logits.index_select(0, index).max(dim=-1)  # the first maximal index, as the sampler's
+        argmax = argmax.masked_fill(~torch.isfinite(best), -1).tolist()
+        offset = 0
+        for i in greedy:
+            ids = argmax[offset:offset + 1 + len(specs[i])]
+            offset += len(ids)
+            out[i] = ([0], None, NON_FINITE_LOGITS) if -1 in ids else (_greedy(ids, specs[i]), None, None)
+    for i in (i for i, spec in enumerate(specs) if spec and not rows[i].params.is_greedy):
         block = logits[starts[i]:starts[i + 1]].float()
         if not bool(torch.isfinite(block.amax(dim=-1)).all()):
             out[i] = ([0], None, NON_FINITE_LOGITS)
             continue
         params = rows[i].params
-        if params.is_greedy:
-            out[i] = (_greedy(block.argmax(dim=-1).tolist(), specs[i]), None, None)
-            continue
         draw = _uniforms(params.seed, len(rows[i].output_token_ids), sampler.rng)
         out[i] = (rejection_sample(target_probs(block.clone(), params), specs[i], draw), None, None)
     return out
