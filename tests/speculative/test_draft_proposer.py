@@ -122,3 +122,11 @@ def test_the_draft_runs_on_the_targets_device_unless_told():
     assert draft_device("torch", default, {"device": "cuda:1"}) == "cuda:1"
     assert draft_device("cuda", default, {}) == "cuda" and draft_device("triton", default, {}) == "cuda"
     assert draft_device("cuda", DraftProposerOptions(device="cpu"), {}) == "cpu"
+
+
+def test_a_draft_model_without_a_tokenizer_must_match_the_targets_vocab_size(smollm2_dir, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 32000, "architectures": ["LlamaForCausalLM"]}))
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
+
+    with pytest.raises(ConfigError, match="has vocab_size 32000, the target 49152"):
+        make_draft_proposer(smollm2_dir, options=DraftProposerOptions(model=str(tmp_path)))

@@ -2,7 +2,7 @@
 
 Proposals are token ids, so what must agree is the id -> token mapping: the ``vocab`` of each model's
 ``tokenizer.json`` plus its added tokens. Where either directory has no ``tokenizer.json`` the models'
-``vocab_size`` must agree instead.
+``vocab_size`` (their ``config.json``'s; without the target's, the engine's vocabulary) must agree instead.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def check_same_vocabulary(target_dir: Path | None, draft_dir: Path, target_vocab
                 f"{target_dir} ({len(draft)} vs {len(target)} tokens; first difference {diff[0] if diff else '?'}); "
                 "give [speculative_proposer.draft] model a model of the target's tokenizer")
         return
+    target_vocab_size = _config_vocab_size(target_dir) or target_vocab_size
     if draft_vocab_size != target_vocab_size:
         raise ConfigError(
             f"speculative_proposer draft: the draft model {draft_dir} has vocab_size {draft_vocab_size}, the target "
@@ -47,3 +48,15 @@ def _token_ids(model_dir: Path) -> dict[str, int] | None:
     ids = dict(vocab)
     ids.update({t["content"]: t["id"] for t in data.get("added_tokens", []) if "content" in t and "id" in t})
     return ids
+
+
+def _config_vocab_size(model_dir: Path | None) -> int | None:
+    """``vocab_size`` of ``model_dir/config.json``, or None without one."""
+    path = None if model_dir is None else Path(model_dir) / "config.json"
+    if path is None or not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
