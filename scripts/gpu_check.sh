@@ -104,6 +104,7 @@ EOF
 # 2. The GPU tests (on a CPU machine: the same files, GPU-only tests skip themselves).
 TESTS=(tests/triton/test_gpu_executors_agree.py tests/cuda/test_cuda_gpu.py tests/model/test_torch_executor_cuda.py
        tests/triton/test_triton_engine.py tests/model/test_step_inputs.py tests/model/test_decode_graphs.py
+       tests/speculative/test_draft_device.py
        tests/cuda tests/triton)  # the GPU-only files first: a cut-off budget loses the rest
 [[ $DRY -eq 1 ]] && TESTS=(tests/model/test_step_inputs.py tests/model/test_decode_graphs.py
                            tests/triton/test_gpu_executors_agree.py)  # the interpreter is slow: a few

@@ -44,7 +44,7 @@ def test_installed_plugins_are_discovered_through_entry_points():
     by_name = {p.name: p for p in plugin_set.plugins}
     assert by_name["core"].components == {
         "tokenizer": ["byte", "hf"], "scheduler_policy": ["fcfs", "priority"], "kv_allocator": ["paged", "contiguous"], "executor": ["torch"],
-        "structured_output": ["xgrammar"], "kv_connector": ["socket"], "speculative_proposer": ["ngram"], "architecture": ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+        "structured_output": ["xgrammar"], "kv_connector": ["socket"], "speculative_proposer": ["ngram", "draft"], "architecture": ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                                  "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
                                                                  "MixtralForCausalLM", "DeepseekV2ForCausalLM",
                                                                  "DeepseekV3ForCausalLM"],

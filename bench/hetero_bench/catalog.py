@@ -34,6 +34,7 @@ BENCHMARKS = {
     "models": "hetero_bench.benchmarks.models",
     "moe": "hetero_bench.benchmarks.moe",
     "disaggregated": "hetero_bench.benchmarks.disaggregated",
+    "spec-decode": "hetero_bench.benchmarks.spec_decode",
 }
 
 

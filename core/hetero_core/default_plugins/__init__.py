@@ -69,15 +69,26 @@ def _create_socket_connector(ctx):
 
 @hookimpl
 def register_speculative_proposers(register):
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
     from hetero_core.default_plugins.ngram_options import NgramOptions
 
     register("ngram", _create_ngram_proposer, options=NgramOptions)
+    register("draft", _create_draft_proposer, options=DraftProposerOptions)
 
 
 def _create_ngram_proposer(ctx):
     from hetero_core.default_plugins.ngram_proposer import NgramProposer
 
     return NgramProposer(ctx)
+
+
+def _create_draft_proposer(ctx):
+    from hetero_core.default_plugins.torch_requirements import require_real_model_packages
+
+    require_real_model_packages("the draft proposer")
+    from hetero_core.default_plugins.draft import DraftProposer
+
+    return DraftProposer(ctx)
 
 
 def _create_xgrammar_backend(ctx):

@@ -1,0 +1,8 @@
+"""Helper modules of this folder (draft_helpers) and of tests/model (tiny_models) import by name under
+any import mode."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "model"))

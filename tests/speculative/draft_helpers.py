@@ -1,0 +1,21 @@
+"""A draft proposer over the embedded SmolLM2 for the tests, and the inputs it takes."""
+
+from __future__ import annotations
+
+from hetero_core.speculative import ProposalInput as Item, ProposerContext
+
+
+def proposer_context(model_dir, k: int = 4, block_size: int = 16, **settings):
+    from hetero_core.settings import load_settings
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
+
+    options = settings.pop("options", None) or DraftProposerOptions(dtype="float32")
+    return ProposerContext(settings=load_settings(executor="torch", **settings), options=options,
+                           num_speculative_tokens=k, vocab_size=49152, model_dir=model_dir, executor="torch",
+                           block_size=block_size, max_model_len=2048, max_num_seqs=8)
+
+
+def make_draft_proposer(model_dir, **kw):
+    from hetero_core.default_plugins.draft import DraftProposer
+
+    return DraftProposer(proposer_context(model_dir, **kw))
