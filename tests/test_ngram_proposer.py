@@ -41,8 +41,9 @@ def test_no_match_or_too_short_proposes_nothing():
     assert propose_ngram([1, 2, 9, 1, 2], 3, 3, 4) == []  # only a 2-gram recurs, min is 3
 
 
-def test_a_match_near_the_end_proposes_fewer_tokens():
-    assert propose_ngram([4, 4, 4], 5, 1, 2) == [4]  # "4 4" at 0..1, followed by the last 4 only
+def test_a_match_near_the_end_continues_the_repeat():
+    assert propose_ngram([4, 4, 4], 5, 1, 2) == [4] * 5  # "4 4" at 0..1, followed by the last 4, and so on
+    assert propose_ngram([5, 1, 2, 3, 1, 2, 3, 1, 2], 4, 2, 4) == [3, 1, 2, 3]  # period 3
 
 
 def test_unaligned_byte_matches_are_not_token_matches():
@@ -140,4 +141,4 @@ def test_the_packed_tokens_kept_between_steps_follow_the_sequence():
     assert proposer.propose([ProposalInput(0, tuple(other), 3)]) == [[6, 7, 5]]
     proposer.release(0)
     proposer.release(0)
-    assert proposer.propose([ProposalInput(0, (8, 8), 3)]) == [[8]]
+    assert proposer.propose([ProposalInput(0, (8, 8), 3)]) == [[8, 8, 8]]  # a run of one token continues

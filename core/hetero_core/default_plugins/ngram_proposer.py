@@ -3,9 +3,9 @@ the last time they occurred in it.
 
 For n from ``prompt_lookup_max`` down to ``prompt_lookup_min``, it looks for the latest earlier
 occurrence of the sequence's last n tokens; the first n that matches proposes the tokens that
-followed that occurrence (up to ``num_tokens``; fewer when the occurrence is near the end). No match:
-no proposal. Pays when the output repeats its input (editing, summarising, code, extraction) and
-costs a lookup per decoding sequence per step otherwise.
+followed that occurrence, ``num_tokens`` of them (an occurrence near the end is a short-period
+repeat: the proposal continues it). No match: no proposal. Pays when the output repeats its input
+(editing, summarising, code, extraction) and costs a lookup per decoding sequence per step otherwise.
 
 The lookup is ``bytes.rfind`` over the tokens packed as 32-bit words (C speed, no Python loop per
 token); a hit that does not start on a word boundary is skipped. The packed tokens of each sequence
@@ -55,8 +55,10 @@ class NgramProposer:
 def propose_ngram(token_ids: Sequence[int], num_tokens: int, min_n: int, max_n: int,
                   packed: bytes | None = None) -> list[int]:
     """What followed the latest earlier occurrence of the longest suffix of ``token_ids`` of length
-    ``min_n..max_n``: at most ``num_tokens`` ids, [] if no suffix recurs. ``packed``: the same tokens
-    as 32-bit words, if the caller has them."""
+    ``min_n..max_n``: ``num_tokens`` ids, [] if no suffix recurs. An occurrence that ends within
+    ``num_tokens`` of the end is a repeat with a short period (``a b a b a b``, ``x x x x``): what
+    followed it runs into the suffix, and the proposal continues the repeat (LZ77's overlapping copy).
+    ``packed``: the same tokens as 32-bit words, if the caller has them."""
     length = len(token_ids)
     if num_tokens < 1 or length < min_n + 1:
         return []
@@ -70,6 +72,10 @@ def propose_ngram(token_ids: Sequence[int], num_tokens: int, min_n: int, max_n: 
                 break
             if index % WORD == 0:
                 start = index // WORD + n
-                return list(token_ids[start:start + num_tokens])
+                proposal = list(token_ids[start:start + num_tokens])
+                period = length - start  # the match repeats with this period: continue the repeat
+                while len(proposal) < num_tokens:
+                    proposal.append(proposal[len(proposal) - period])
+                return proposal
             end = index + len(needle) - 1  # an unaligned hit: look further left
     return []
