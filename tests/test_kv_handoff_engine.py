@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core import SamplingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.kv_transfer import KVBlocks, KVHandoff
 
