@@ -368,7 +368,7 @@ def _imports(folder: Path) -> dict[str, set[str]]:
 # What the benchmarks may import of Hetero: the package's public names, and core's model code for the
 # shapes of gpu-offline's synthetic model, and the embedded model (random models take its tokenizer).
 PUBLIC = {"hetero_core", "hetero_core.model.config", "hetero_core.model.fusion", "hetero_core.model.llama",
-          "hetero_core.model.embedded",
+          "hetero_core.model.embedded", "hetero_core.models",  # the architecture facade (hetero bench models)
           "hetero_plugins_triton"}
 
 
@@ -416,3 +416,19 @@ def test_disaggregated_against_one_engine_on_the_mock_executor(tmp_path):
     assert "prefill_s" not in one and pair["prefill_s"] >= 0 and pair["transfer_s"] >= 0
     assert all(row["itl_p99_ms"] >= row["itl_p50_ms"] >= 0 for row in (one, pair))
     assert len(report["ratios"]) == 1 and "ITL p99 one/pair" in proc.stdout
+
+
+def test_moe_runs_both_models_small_in_alternating_rounds(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "moe.json"
+    code, out, err = bench(capsys, "moe", "--hidden", "64", "--layers", "1", "--experts", "4", "--expert-size", "32",
+                           "--rounds", "2", "--tokens", "3", "--batch", "2", "--dtype", "float32", "--json", str(path))
+    assert code == 0, err
+    report = json.loads(path.read_text())
+    assert [row["workload"] for row in report["rows"]] == ["batch 1", "batch 2"]
+    assert len(report["rounds"]) == 2 and set(report["rounds"][0]) == {"moe", "dense"}
+    configs = {d.name.split("-")[2]: json.loads((d / "config.json").read_text())
+               for d in (tmp_path / "cache" / "random-models").iterdir()}
+    assert configs["moe"]["architectures"] == ["Qwen3MoeForCausalLM"] and configs["moe"]["num_experts"] == 4
+    assert configs["dense"]["intermediate_size"] == 2 * configs["moe"]["moe_intermediate_size"]  # active params
