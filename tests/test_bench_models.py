@@ -19,7 +19,7 @@ def test_models_writes_a_row_per_architecture(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "models.json"
     code = main(["bench", "models", "--architectures", "LlamaForCausalLM", "Qwen3ForCausalLM", "--num-hidden-layers",
-                 "1", "--vocab-size", "512", "--max-tokens", "4", "--prompt-tokens", "4", "--rounds", "2",
+                 "1", "--vocab-size", "256", "--max-tokens", "4", "--prompt-tokens", "4", "--rounds", "2",
                  "--dtype", "float32", "--json", str(path)])
     out, err = capsys.readouterr()
     assert code == 0, err

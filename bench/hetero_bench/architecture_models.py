@@ -17,7 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from hetero_bench.random_models import MARKER, default_cache_dir, random_tensor
+from hetero_bench.random_models import MARKER, copy_tokenizer, default_cache_dir, random_tensor
+
 
 FORMAT = 1
 
@@ -43,10 +44,12 @@ def checkpoint_shapes(name: str, architecture, raw: dict) -> tuple[object, dict[
     return config, {tensor_name: tuple(tensor.shape) for tensor_name, tensor in state.items()}
 
 
-def architecture_checkpoint(name: str, architecture, raw: dict, dtype: str, cache_dir: Path | None = None) -> Path:
-    """The directory of ``name``'s random checkpoint for config ``raw`` in ``dtype``, made on first use."""
+def architecture_checkpoint(name: str, architecture, raw: dict, dtype: str, cache_dir: Path | None = None,
+                            tokenizer: bool = False) -> Path:
+    """The directory of ``name``'s random checkpoint for config ``raw`` in ``dtype``, made on first use;
+    ``tokenizer``: with the embedded SmolLM2's tokenizer files (49,152 tokens)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    digest = hashlib.sha256(json.dumps([FORMAT, raw, dtype], sort_keys=True).encode()).hexdigest()[:10]
+    digest = hashlib.sha256(json.dumps([FORMAT, raw, dtype, tokenizer], sort_keys=True).encode()).hexdigest()[:10]
     target = root / "random-models" / f"arch-{name}-{dtype}-{digest}"
     if (target / MARKER).is_file():
         return target
@@ -59,6 +62,8 @@ def architecture_checkpoint(name: str, architecture, raw: dict, dtype: str, cach
     tmp.mkdir(parents=True)
     try:
         (tmp / "config.json").write_text(json.dumps({**raw, "torch_dtype": dtype}, indent=1))
+        if tokenizer:
+            copy_tokenizer(tmp, root)
         tensors = {n: random_tensor(n, shape).to(getattr(torch, dtype)) for n, shape in shapes.items()}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / MARKER).write_text(json.dumps({"format": FORMAT, "dtype": dtype}))

@@ -108,7 +108,7 @@ def write_random_model(target: Path, config: dict, dtype: str) -> None:
     tmp.mkdir(parents=True)
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
-        _copy_tokenizer(tmp, target.parent.parent)
+        copy_tokenizer(tmp, target.parent.parent)
         files, shard, size, weight_map, total = [], {}, 0, {}, 0
         for tensor_name, shape in tensor_shapes(config):
             tensor = random_tensor(tensor_name, shape).to(getattr(torch, dtype))
@@ -178,7 +178,7 @@ def tokenizer_source(cache_dir: Path) -> Path:
     return ensure_embedded_model(cache_dir)
 
 
-def _copy_tokenizer(folder: Path, cache_dir: Path) -> None:
+def copy_tokenizer(folder: Path, cache_dir: Path) -> None:
     source = tokenizer_source(cache_dir)
     for name in TOKENIZER_FILES:
         if (source / name).is_file():

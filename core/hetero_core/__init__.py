@@ -3,7 +3,8 @@
 The public names are listed in ``__all__`` and loaded on first use, so ``import hetero_core`` (which
 every plugin does through its seam's facade) stays light and never imports torch. A plugin author
 imports from one facade per seam, each with its own ``__all__``: ``hetero_core.executor``,
-``hetero_core.policy``, ``hetero_core.kv``, ``hetero_core.tokenizer``; the contract kits are in
+``hetero_core.policy``, ``hetero_core.kv``, ``hetero_core.tokenizer`` (and ``hetero_core.models`` for model
+architectures); the contract kits are in
 ``hetero_core.testing``.
 """
 
@@ -53,6 +54,8 @@ _FACADE_NAMES = {
     "KVAllocatorContract": "hetero_core.testing",
     "GuidedDecodingParams": "hetero_core.structured_output",
     "StructuredOutputContract": "hetero_core.testing",
+    "ModelArchitecture": "hetero_core.models",
+    "ArchitectureContract": "hetero_core.testing",
 }
 
 

@@ -135,3 +135,13 @@ def test_a_backend_without_allocate_kv_layers_holds_plain_layouts_and_refuses_ot
     with pytest.raises(ModelLoadError, match="attention backend 'plain_only' holds only K and V of one width"):
         PagedKVCache(PlainOnlyBackend(), None, num_blocks=2, block_size=2, dtype=torch.float32, device=cpu,
                      layout=(KVLayerSpec(1, 24, 8),))
+
+
+def test_a_module_without_the_causal_lm_methods_is_refused_naming_the_architecture(installed):
+    from hetero_core.model.model_builder import build_model
+
+    installed(("tiny", plugin("TinyForCausalLM", ModelArchitecture(config=parse_config,
+                                                                   build=lambda config, backend: torch.nn.Linear(2, 2)))))
+    with pytest.raises(ModelLoadError, match="architecture TinyForCausalLM: its build\\(\\) returned a Linear without "
+                                             "sampled_logits, compute_logits, untie_lm_head, config, backend"):
+        build_model(ModelConfig.from_dict(RAW), {})

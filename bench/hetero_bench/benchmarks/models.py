@@ -24,6 +24,7 @@ SUMMARY = "each registered architecture at ~150M params: decode tok/s (batch 1, 
 NEEDS = "torch and safetensors (random weights, made once in the cache)"
 BATCHES = (1, 8)
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+VOCAB_SIZE = 49152  # the embedded SmolLM2 tokenizer's: one vocabulary for every architecture
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", default="torch", metavar="NAME", help="executor (default: torch)")
     parser.add_argument("--num-hidden-layers", type=positive_int, metavar="N", help="override every bench "
                         "config's layer count (smaller, faster runs)")
-    parser.add_argument("--vocab-size", type=positive_int, metavar="N", help="override every vocabulary size")
+    parser.add_argument("--vocab-size", type=positive_int, default=VOCAB_SIZE, metavar="N",
+                        help=f"every architecture's vocabulary (default: {VOCAB_SIZE}, the embedded SmolLM2 tokenizer's, "
+                             "whose files are copied in; 256 or less: the byte tokenizer)")
     parser.add_argument("--config", metavar="FILE", help="settings file (TOML or JSON) for the engines")
 
 
@@ -63,6 +66,11 @@ def decode_tokens_per_second(llm, num_prompts: int, prompt_tokens: int, max_toke
     prompts = [[(7 * i + 3 * p) % 200 + 20 for i in range(prompt_tokens)] for p in range(num_prompts)]
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     outputs = llm.generate(prompts, params, use_tqdm=False)
+    failed = [out.error for out in outputs if out.error]
+    if failed:
+        from hetero_core import HeteroError
+
+        raise HeteroError(f"a benchmark request failed: {failed[0]}")
     metrics = [out.metrics for out in outputs]
     seconds = max(m.finished_time for m in metrics) - max(m.first_token_time for m in metrics)
     return sum(m.num_output_tokens - 1 for m in metrics) / seconds
@@ -81,12 +89,12 @@ def run(args: argparse.Namespace) -> Report:
         for name, architecture in selected(args):
             raw = bench_config(name, architecture, overrides)
             config, shapes = checkpoint_shapes(name, architecture, raw)
-            directory = architecture_checkpoint(name, architecture, raw, args.dtype)
+            directory = architecture_checkpoint(name, architecture, raw, args.dtype, tokenizer=args.vocab_size > 256)
             facts[name] = {"parameters": num_parameters(shapes), "num_layers": config.num_hidden_layers,
                            "kv_bytes_per_token": kv_bytes_per_token(architecture.kv_layout(config),
                                                                     ELEMENT_BYTES[args.dtype])}
             settings = load_settings(args.config, model=str(directory), executor=args.executor, dtype=args.dtype,
-                                     tokenizer="byte", max_num_blocks=8 * (-(-(args.prompt_tokens + args.max_tokens)
+                                     tokenizer="byte" if args.vocab_size <= 256 else "hf", max_num_blocks=8 * (-(-(args.prompt_tokens + args.max_tokens)
                                                                              // 16) + 1))
             engines[name] = LLM.from_settings(settings)
             decode_tokens_per_second(engines[name], 1, 8, 4)  # warm-up

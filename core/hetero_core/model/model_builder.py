@@ -12,6 +12,7 @@ from hetero_core.model.attention import AttentionBackend, NoAttention
 from hetero_core.model.config import ModelConfig
 from hetero_core.plugin_system.installed import architecture_of
 
+CAUSAL_LM_METHODS = ("forward", "sampled_logits", "compute_logits", "untie_lm_head")
 # Checkpoint keys that carry no weights we need (buffers some exporters save).
 _IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -30,6 +31,7 @@ def build_model(
     architecture = architecture_of(config)
     with torch.device("meta"):
         model = architecture.build(config, backend)
+    check_causal_lm(model, config)
     names = list(model.state_dict().keys())
     weights = architecture.weights
     expected = set(weights.checkpoint_names(names, config))
@@ -49,6 +51,15 @@ def build_model(
         raise ModelLoadError(f"checkpoint does not match its config.json: {exc}") from exc
     model.requires_grad_(False)
     return model.eval()
+
+
+def check_causal_lm(model, config: ModelConfig) -> None:
+    """Refuse, naming the architecture, a built module that lacks what ``CausalLM`` promises."""
+    missing = [name for name in CAUSAL_LM_METHODS if not callable(getattr(model, name, None))]
+    missing += [name for name in ("config", "backend") if not hasattr(model, name)]
+    if missing:
+        raise ModelLoadError(f"architecture {config.architecture}: its build() returned a {type(model).__name__} "
+                             f"without {', '.join(missing)}; it must implement hetero_core.models.CausalLM")
 
 
 def _is_ignorable(name: str, config: ModelConfig) -> bool:
