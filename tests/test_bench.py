@@ -401,3 +401,19 @@ def test_structured_output_benchmark_runs_small_on_the_mock_executor(tmp_path, c
     rows = json.loads(path.read_text())["rows"]
     assert [r["num_requests"] for r in rows] == [1, 2] and all(r["guided_us"] > 0 and r["free_us"] > 0 for r in rows)
     assert "µs of CPU per token" in out
+
+
+def test_moe_runs_both_models_small_in_alternating_rounds(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "moe.json"
+    code, out, err = bench(capsys, "moe", "--hidden", "64", "--layers", "1", "--experts", "4", "--expert-size", "32",
+                           "--rounds", "2", "--tokens", "3", "--batch", "2", "--dtype", "float32", "--json", str(path))
+    assert code == 0, err
+    report = json.loads(path.read_text())
+    assert [row["workload"] for row in report["rows"]] == ["batch 1", "batch 2"]
+    assert len(report["rounds"]) == 2 and set(report["rounds"][0]) == {"moe", "dense"}
+    configs = {d.name.split("-")[2]: json.loads((d / "config.json").read_text())
+               for d in (tmp_path / "cache" / "random-models").iterdir()}
+    assert configs["moe"]["architectures"] == ["Qwen3MoeForCausalLM"] and configs["moe"]["num_experts"] == 4
+    assert configs["dense"]["intermediate_size"] == 2 * configs["moe"]["moe_intermediate_size"]  # active params

@@ -75,7 +75,7 @@ class CudaExecutor(RunnerExecutor):
         self.runner = ModelRunner(self.model, num_blocks=self.num_kv_blocks + 1,  # + the scratch block
                                   block_size=self.block_size, dtype=self.dtype, device=self.device)
         self.graph_runner = None
-        if options.cuda_graphs:
+        if options.cuda_graphs and getattr(self.model, "captures_in_cuda_graphs", True):  # not a MoE model
             sizes = options.cuda_graph_batch_sizes or default_batch_sizes(ctx.max_num_seqs)
             self.graph_runner = DecodeGraphs(
                 self.model, self.kv_caches, batch_sizes=sizes, max_blocks_per_seq=self.max_blocks_per_seq,

@@ -1,9 +1,10 @@
 """Qwen3-MoE, Qwen2-MoE and Mixtral through the torch executor give transformers' logits and greedy
 tokens: prefill and decode over shuffled paged blocks, in the model code's torch path and with the
 CPU kernels (packed experts); a few hundred greedy tokens through the engine with chunked prefill and
-preemption; the executor contract kit. All in fp32: routing picks the top-k of probabilities, so
-differently rounded logits (bf16) can pick another expert near a tie and the tokens then part ways
-(bf16 is checked for what it promises: the kernels' batch invariance, ``test_moe_batch_invariance``)."""
+preemption (the architecture kit, ``test_moe_architecture_contract``, adds the executor contract).
+All in fp32: routing picks the top-k of probabilities, so differently rounded logits (bf16) can pick
+another expert near a tie and the tokens then part ways (bf16 is checked for what it promises: the
+kernels' batch invariance, ``test_moe_batch_invariance``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from hetero_core.engine.params import SamplingParams
 from hetero_core.executor import ExecutorContext
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from hetero_core.testing import ExecutorContract
 from paged_batches import BlockPool, PagedSequence, step
 from tiny_moe_models import TINY_MOE_MODELS, VOCAB
 
@@ -98,33 +98,10 @@ def test_hundreds_of_greedy_tokens_match_hf_with_chunked_prefill_and_preemption(
         assert list(output.output_token_ids) == hf_greedy(hf_model, prompt, num_tokens)
 
 
-class _MoeContract(ExecutorContract):
-    vocab_size = VOCAB
-    name = "qwen3_moe"
+def test_decode_graphs_leave_a_moe_model_eager(tiny_moe_dirs):
+    """Each MoE layer reads its experts' token counts on the host: no CUDA graph can hold that."""
+    from hetero_core.model.decode_graphs import build_decode_graphs
 
-    @pytest.fixture(autouse=True)
-    def _tiny_moe(self, tiny_moe_dirs):
-        self.model_dir, self.hf_model = tiny_moe_dirs[self.name]
-
-    def executor_options(self):
-        return TorchExecutorOptions(dtype="float32", prepared_weights_cache=False)
-
-    def make_executor(self, ctx):
-        return TorchExecutor(ctx)
-
-    def reference_greedy(self, prompt_token_ids, num_tokens):
-        return hf_greedy(self.hf_model, list(prompt_token_ids), num_tokens)
-
-
-class TestQwen3MoeContract(_MoeContract):
-    name = "qwen3_moe"
-
-
-class TestQwen2MoeContract(_MoeContract):
-    name = "qwen2_moe"
-    block_size = 4
-    num_blocks = 128
-
-
-class TestMixtralContract(_MoeContract):
-    name = "mixtral"
+    executor = make_executor(tiny_moe_dirs["mixtral"][0], "torch")
+    assert build_decode_graphs(executor.runner, scratch_block=63, max_num_seqs=4, max_model_len=64) is None
+    executor.shutdown()

@@ -58,9 +58,13 @@ LAYOUT = (("input_ids", torch.long, None), ("positions", torch.long, None), ("sl
 
 
 def build_decode_graphs(runner, *, scratch_block: int, max_num_seqs: int, max_model_len: int,
-                       batch_sizes: list[int] | None = None) -> DecodeGraphs:
+                       batch_sizes: list[int] | None = None) -> DecodeGraphs | None:
     """Decode graphs over ``runner``'s model and cache (``runner.kv_cache`` holds ``scratch_block``,
-    a block the pool never hands out), captured on a CUDA device (emulated elsewhere)."""
+    a block the pool never hands out), captured on a CUDA device (emulated elsewhere); None for a
+    model whose forward waits on the device (``captures_in_cuda_graphs = False``: a mixture of
+    experts reads its experts' token counts each layer), which then runs every step eagerly."""
+    if not getattr(runner.model, "captures_in_cuda_graphs", True):
+        return None
     graphs = DecodeGraphs(
         runner.model, runner.kv_caches, batch_sizes=batch_sizes or default_batch_sizes(max_num_seqs),
         max_blocks_per_seq=-(-max_model_len // runner.block_size), scratch_block=scratch_block,

@@ -25,7 +25,7 @@ from torch import nn
 from hetero_core.model.cpu.linear import kernel_layout
 from hetero_core.model.cpu.kernel_linears import PANEL
 from hetero_core.model.moe.block import SharedExpertGate
-from hetero_core.model.moe.experts import Experts, combine, group_by_expert
+from hetero_core.model.moe.experts import Experts, run_grouped
 from hetero_core.model.moe.router import TopKRouter
 
 
@@ -58,15 +58,11 @@ class PackedExperts(nn.Module):
         return cls(experts, kernels, torch.stack(gate_up), torch.stack(down), layout)
 
     def forward(self, hidden: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        is_all = self.num_local_experts == self.num_global_experts
-        groups = group_by_expert(ids, self.first_expert, None if is_all else self.num_local_experts)
-        rows = hidden[groups.token_rows]
-        out = torch.empty_like(rows)
+        return run_grouped(self, hidden, weights, ids)
+
+    def run_expert(self, expert: int, rows: torch.Tensor) -> torch.Tensor:
         linear = self.kernels.bf16_linear if self.layout == "bf16" else self.kernels.f32_linear
-        for expert, start, end in groups.spans:
-            activation = linear(rows[start:end], self.gate_up[expert], None, swiglu=True)
-            out[start:end] = linear(activation, self.down[expert], None)
-        return combine(out, groups, weights, hidden)
+        return linear(linear(rows, self.gate_up[expert], None, swiglu=True), self.down[expert], None)
 
 
 class NarrowLinear:

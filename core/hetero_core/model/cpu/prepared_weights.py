@@ -88,8 +88,8 @@ def load_packed_model(
         return model
     model = load_model(source, backend=backend, dtype=dtype)
     model.untie_lm_head()
+    pack_experts(model, kernels)  # first: the plain expert weights go (a MoE model is not saved: save_prepared)
     unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
-    pack_experts(model, kernels)  # a MoE model is not saved (save_prepared: built-in Llama models only)
     pack_linears(model, kernels)
     if save_prepared(path, model, unpacked):
         _prune(path.parent, keep=path)

@@ -66,17 +66,32 @@ class Experts(nn.Module):
         self.num_global_experts = num_global_experts or num_experts
 
     def forward(self, hidden: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        is_all = self.num_local_experts == self.num_global_experts
-        groups = group_by_expert(ids, self.first_expert, None if is_all else self.num_local_experts)
-        rows = hidden[groups.token_rows]
-        out = torch.empty_like(rows)
-        for expert, start, end in groups.spans:
-            out[start:end] = self.run_expert(expert, rows[start:end])
-        return combine(out, groups, weights, hidden)
+        return run_grouped(self, hidden, weights, ids)
 
     def run_expert(self, expert: int, rows: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(rows, self.gate_up_proj[expert]).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, self.down_proj[expert])
+
+
+def run_grouped(experts, hidden: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``experts``' forward (an ``Experts`` or the CPU runtime's packed ones: ``run_expert``,
+    ``first_expert``, ``num_local_experts``, ``num_global_experts``). One token with every expert
+    local (a decode step of one sequence) skips the grouping: its experts in expert order, the same
+    arithmetic as the grouped path, so the same bits."""
+    is_all = experts.num_local_experts == experts.num_global_experts
+    if hidden.shape[0] == 1 and is_all:
+        chosen = ids[0].tolist()
+        total = None
+        for slot in sorted(range(len(chosen)), key=chosen.__getitem__):
+            scaled = (experts.run_expert(chosen[slot], hidden) * weights[0, slot]).to(hidden.dtype).float()
+            total = scaled if total is None else total + scaled
+        return total.to(hidden.dtype)
+    groups = group_by_expert(ids, experts.first_expert, None if is_all else experts.num_local_experts)
+    rows = hidden[groups.token_rows]
+    out = torch.empty_like(rows)
+    for expert, start, end in groups.spans:
+        out[start:end] = experts.run_expert(expert, rows[start:end])
+    return combine(out, groups, weights, hidden)
 
 
 def combine(out: torch.Tensor, groups: ExpertGroups, weights: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,8 @@ class MoeForCausalLM(LlamaForCausalLM):
     """As ``LlamaForCausalLM`` (the same forward, ``sampled_logits``, ``compute_logits``); the
     experts' settings are ``config.moe``."""
 
+    captures_in_cuda_graphs = False  # each MoE layer reads its experts' token counts on the host
+
     def __init__(self, config: MoeModelConfig, backend: AttentionBackend):
         super().__init__(config, backend)
         for index in config.moe.sparse_layers:
