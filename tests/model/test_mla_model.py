@@ -189,3 +189,9 @@ def test_the_bench_config_builds_for_its_weights_alone():
         with torch.device("meta"):
             model = build_mla(mla_config(bench_config(name)), None)
         assert 100e6 < sum(p.numel() for p in model.parameters()) < 200e6
+
+
+def test_moe_layers_without_their_sizes_are_refused_by_name():
+    raw = raw_config(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1))
+    with pytest.raises(ModelLoadError, match="mixtures of experts .* but moe_intermediate_size is not set"):
+        MLAConfig.from_dict({**raw, "moe_intermediate_size": None})
