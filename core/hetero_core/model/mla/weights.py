@@ -5,7 +5,8 @@ Checkpoints keep one tensor per routed expert and projection
 (``mlp.experts.gate_up_proj`` [experts, 2 * intermediate, hidden], gate rows first, and
 ``mlp.experts.down_proj`` [experts, hidden, intermediate]), as transformers 5 does in memory. The
 dense MLPs' and shared experts' ``gate_proj`` and ``up_proj`` are one ``gate_up_proj`` (gate rows
-first). Every other name maps to itself.
+first); the query's first projection and ``kv_a_proj_with_mqa`` are one ``q_kv_a_proj``
+(``attention.fused_a_parts``). Every other name maps to itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 import torch
 
 from hetero_core.errors import ModelLoadError
+from hetero_core.model.mla.attention import fused_a_parts
 
 _STACKED = {".mlp.experts.gate_up_proj": ("gate_proj", "up_proj"), ".mlp.experts.down_proj": ("down_proj",)}
 
@@ -26,6 +28,9 @@ def _parts(name: str, config) -> list[list[str]] | None:
     if module.endswith(".gate_up_proj") and not module.endswith(".experts.gate_up_proj"):
         prefix = module[: -len("gate_up_proj")]
         return [[f"{prefix}gate_proj.{param}"], [f"{prefix}up_proj.{param}"]]
+    if module.endswith(".q_kv_a_proj"):
+        prefix = module[: -len("q_kv_a_proj")]
+        return [[f"{prefix}{part}.{param}"] for part, _ in fused_a_parts(config)]
     for suffix, projections in _STACKED.items():
         if name.endswith(suffix):
             prefix = name[: -len(suffix)]
@@ -67,7 +72,9 @@ def to_checkpoint(state: dict[str, torch.Tensor], config) -> dict[str, torch.Ten
             out[name] = tensor
             continue
         if not name.endswith((".experts.gate_up_proj", ".experts.down_proj")):
-            out.update({group[0]: piece for group, piece in zip(parts, tensor.chunk(2, dim=0), strict=True)})
+            rows = ([r for _, r in fused_a_parts(config)] if ".q_kv_a_proj." in name
+                    else [tensor.shape[0] // 2] * 2)
+            out.update({group[0]: piece for group, piece in zip(parts, tensor.split(rows), strict=True)})
             continue
         for group, piece in zip(parts, tensor.chunk(len(parts), dim=1), strict=True):
             out.update({n: piece[e] for e, n in enumerate(group)})
