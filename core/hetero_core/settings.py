@@ -111,7 +111,7 @@ class HeteroSettings(BaseSettings, _SeamFields):
                                       "(heads, MLP, vocabulary); needs an executor that supports it")
     enable_expert_parallel: bool = Field(False, description="split a mixture-of-experts model's experts across "
                                          "the tensor_parallel_size ranks (tokens dispatched to them all-to-all) "
-                                         "instead of every rank holding every expert")
+                                         "instead of every rank holding a slice of every expert")
     # Default sampling parameters (for requests that bring none)
     temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")

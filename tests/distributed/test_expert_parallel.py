@@ -31,6 +31,7 @@ def moe_dirs(tmp_path_factory):
     for name in ("qwen3_moe", "qwen2_moe", "mixtral"):
         save_tiny_moe_model(name, root / name)
     save_tiny_moe_model("qwen3_moe", root / "qwen3_moe_5", num_experts=5)
+    save_tiny_moe_model("qwen2_moe", root / "qwen2_moe_shared_5", shared_expert_intermediate_size=5)
     return root
 
 
@@ -53,9 +54,10 @@ def test_experts_split_over_two_ranks_give_the_greedy_tokens_of_one(moe_dirs, mo
     assert stats.num_preemptions > 0  # chunked prefills and preemptions too
 
 
-def test_without_expert_parallelism_every_rank_holds_every_expert(moe_dirs):
-    one, _ = greedy_tokens(moe_dirs / "mixtral")
-    assert greedy_tokens(moe_dirs / "mixtral", tensor_parallel_size=2)[0] == one
+@pytest.mark.parametrize("model", ["qwen2_moe", "mixtral"])  # qwen2_moe: its shared expert is split too
+def test_without_expert_parallelism_each_expert_is_split_as_the_mlp_is(moe_dirs, model):
+    one, _ = greedy_tokens(moe_dirs / model)
+    assert greedy_tokens(moe_dirs / model, tensor_parallel_size=2)[0] == one
 
 
 def test_expert_parallelism_is_refused_where_it_cannot_split(moe_dirs, tmp_path):
@@ -63,6 +65,9 @@ def test_expert_parallelism_is_refused_where_it_cannot_split(moe_dirs, tmp_path)
         greedy_tokens(moe_dirs / "qwen3_moe", enable_expert_parallel=True)
     with pytest.raises(ConfigError, match="tensor_parallel_size 2 does not divide the model.s 5 experts"):
         greedy_tokens(moe_dirs / "qwen3_moe_5", tensor_parallel_size=2, enable_expert_parallel=True)
+    with pytest.raises(ConfigError, match="tensor_parallel_size 2 does not divide the model.s "
+                                          "shared_expert_intermediate_size 5; set enable_expert_parallel"):
+        greedy_tokens(moe_dirs / "qwen2_moe_shared_5", tensor_parallel_size=2)
     from tiny_models import save_tiny_model
 
     save_tiny_model("llama", tmp_path / "llama")
@@ -110,3 +115,21 @@ def test_a_rank_holds_only_its_experts_and_dispatches_and_combines_all_to_all(mo
         whole = block(hidden)
     assert calls == ["all_to_all_single"] * 4 + ["all_gather"]  # counts, rows, ids; results back; the slices
     torch.testing.assert_close(split, whole)
+
+
+def test_without_expert_parallelism_a_rank_holds_half_of_each_experts_columns(moe_dirs):
+    import torch
+
+    from hetero_core.model.loader import read_checkpoint
+    from hetero_core.model.tensor_parallel import TensorParallelShard, shard_checkpoint
+
+    config, state = read_checkpoint(moe_dirs / "qwen2_moe")
+    second = shard_checkpoint(state, config, TensorParallelShard(1, 2))
+    layer = "model.layers.0.mlp."
+    for name, dim in (("experts.3.gate_proj.weight", 0), ("experts.3.down_proj.weight", 1),
+                      ("shared_expert.up_proj.weight", 0), ("shared_expert.down_proj.weight", 1)):
+        whole = state[layer + name]
+        half = whole.shape[dim] // 2
+        assert torch.equal(second[layer + name], whole.narrow(dim, half, half)), name
+    for name in ("gate.weight", "shared_expert_gate.weight"):  # every rank routes every token the same way
+        assert torch.equal(second[layer + name], state[layer + name])

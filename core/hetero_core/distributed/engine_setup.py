@@ -48,6 +48,10 @@ def check_model(model_dir: Path, size: int, expert_parallel: bool = False) -> No
         from hetero_core.model.moe.config import check_expert_parallel
 
         check_expert_parallel(config, size)
+    else:
+        from hetero_core.model.moe.sharded_experts import check_sharded_experts
+
+        check_sharded_experts(config, size)
 
 
 def create_executor(component, ctx):

@@ -13,7 +13,10 @@ four kinds of module swapped for parallel ones after loading:
 - the vocabulary-parallel embedding (``VocabParallelEmbedding``): the rank keeps its slice of the
   rows, looks up the ids inside it, zeroes the others and all-reduces;
 - the vocabulary-parallel LM head (``VocabParallelLMHead``): the rank computes the logits of its
-  vocabulary slice and an all-gather gives every rank the full-width rows.
+  vocabulary slice and an all-gather gives every rank the full-width rows;
+- a mixture-of-experts layer (``moe``): each expert split as the MLP is, one all-reduce per layer
+  (``moe.sharded_experts``), or with expert parallelism whole experts split across the ranks and
+  tokens dispatched all-to-all (``moe.expert_parallel``).
 
 Shards are cut before the model is built, so weight packing (``cpu_linear.pack_linears``) sees
 only the rank's shard; the parallel modules wrap plain ``nn.Linear`` children, which it packs.
@@ -34,7 +37,8 @@ from hetero_core.errors import ConfigError
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.layers import SwiGLU
 from hetero_core.model.model_builder import build_model
-from hetero_core.model.moe import expert_parallel
+from hetero_core.model.moe import expert_parallel, sharded_experts
+from hetero_core.model.moe.block import SparseMoeBlock
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config
 
 # Checkpoint (Hugging Face) tensors, by name suffix, and the dimension each rank takes a slice of.
@@ -83,7 +87,10 @@ def shard_checkpoint(state: dict[str, torch.Tensor], config: ModelConfig,
     sharded = {}
     for name, tensor in state.items():
         module, _, kind = name.rpartition(".")
-        if module.endswith(_ROW_SHARDED):
+        expert = None if shard.expert_parallel else sharded_experts.shard_tensor(name, tensor, shard.rank, shard.size)
+        if expert is not None:  # a MoE expert's slice of its intermediate columns
+            sharded[name] = expert
+        elif module.endswith(_ROW_SHARDED):
             sharded[name] = _slice(tensor, 0, shard)
         elif module.endswith(_COLUMN_SHARDED) and kind == "weight":
             sharded[name] = _slice(tensor, 1, shard)
@@ -100,6 +107,8 @@ def build_shard(config: ModelConfig, state: dict[str, torch.Tensor], shard: Tens
     if shard.expert_parallel:
         local = expert_parallel.shard_config(local, shard.rank, shard.size)
         state = {name: tensor for name, tensor in state.items() if expert_parallel.is_local_tensor(name, local)}
+    elif getattr(local, "moe", None) is not None:
+        local = sharded_experts.shard_config(local, shard.size)
     model = build_model(replace(local, vocab_size=config.vocab_size // shard.size), state, **build_options)
     parallelize(model, shard)
     model.config = local  # the shard's heads and MLP; the full vocabulary (the logits are gathered)
@@ -108,7 +117,8 @@ def build_shard(config: ModelConfig, state: dict[str, torch.Tensor], shard: Tens
 
 def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
     """Swap a loaded shard's output projections, embedding and LM head for the parallel modules (a
-    MoE layer's experts: whole on every rank, or split across them with ``shard.expert_parallel``)."""
+    MoE layer: its experts' intermediate columns split and one all-reduce per layer,
+    ``moe.sharded_experts``; or, with ``shard.expert_parallel``, whole experts split across the ranks)."""
     model.untie_lm_head()
     for layer in model.model.layers:
         layer.self_attn.o_proj = RowParallelLinear(layer.self_attn.o_proj, shard.group)
@@ -116,6 +126,9 @@ def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
             layer.mlp.down_proj = RowParallelLinear(layer.mlp.down_proj, shard.group)
     if shard.expert_parallel:
         expert_parallel.parallelize_experts(model, shard.group)
+    else:
+        for block in [m for m in model.modules() if isinstance(m, SparseMoeBlock)]:
+            block.reduce_output = AllReduce(shard.group)
     embed = model.model.embed_tokens
     model.model.embed_tokens = VocabParallelEmbedding(embed.weight, shard.rank * embed.weight.shape[0], shard.group)
     model.lm_head = VocabParallelLMHead(model.lm_head, shard.size, shard.group)
@@ -135,6 +148,17 @@ class RowParallelLinear(nn.Module):
         out = self.linear(x)
         dist.all_reduce(out, group=self.group)
         return out if self.bias is None else out.add_(self.bias)
+
+
+class AllReduce:
+    """``all_reduce(x)`` in place over ``group``: completes a MoE block's partial sums (``sharded_experts``)."""
+
+    def __init__(self, group: Any = None):
+        self.group = group
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x, group=self.group)
+        return x
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -53,8 +53,8 @@ def bench_config(architecture: str) -> dict[str, Any]:
 
 def moe_architectures() -> dict[str, ModelArchitecture]:
     """Core's MoE built-ins, by HF architecture name. ``tensor_parallel``: attention and dense layers
-    shard the Llama way; the experts are whole on every rank, or split across them with
-    ``enable_expert_parallel`` (``expert_parallel``)."""
+    shard the Llama way; each expert's columns are split across the ranks (``sharded_experts``), or
+    with ``enable_expert_parallel`` whole experts are (``expert_parallel``)."""
     return {
         name: ModelArchitecture(config=moe_model_config, build=build_moe, kv_layout=same_kv_layout,
                                 weights=STACKED_EXPERTS, tensor_parallel=True,

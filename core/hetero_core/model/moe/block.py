@@ -29,7 +29,9 @@ class SparseMoeBlock(nn.Module):
     """``forward(hidden [tokens, hidden]) -> [tokens, hidden]``. Parameter names follow HF's
     (``gate.weight``, ``experts.gate_up_proj``, ``experts.down_proj``, ``shared_expert.*``,
     ``shared_expert_gate.weight``); the shared expert's gate and up are fused as the dense MLP's are.
-    Expert parallelism swaps ``experts`` for a module with the same call (``expert_parallel``)."""
+    Expert parallelism swaps ``experts`` for a module with the same call (``expert_parallel``);
+    tensor parallelism without it sets ``reduce_output``, which adds the ranks' partial sums
+    (``sharded_experts``)."""
 
     def __init__(self, hidden_size: int, moe: MoeConfig):
         super().__init__()
@@ -42,10 +44,11 @@ class SparseMoeBlock(nn.Module):
             self.shared_expert_gate = SharedExpertGate(hidden_size)
         else:
             self.shared_expert = self.shared_expert_gate = None
+        self.reduce_output = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         weights, ids = self.gate(hidden)
         out = self.experts(hidden, weights, ids)
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
-        return out
+        return out if self.reduce_output is None else self.reduce_output(out)
