@@ -44,8 +44,9 @@ def test_an_architecture_a_plugin_registers_is_benchmarked_without_edits():
     plugin = types.SimpleNamespace(register_model_architectures=register_model_architectures)
     registry = load_plugins(entry_points=[], extra_plugins=[("new", plugin)]).registry.architectures
     names = [name for name, _ in bench_architectures(registry)]
-    assert names == ["LlamaForCausalLM", "MixtralForCausalLM", "NewForCausalLM", "Qwen2ForCausalLM",
-                     "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"]
+    assert names == ["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "LlamaForCausalLM", "MixtralForCausalLM",
+                     "NewForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",
+                     "Qwen3MoeForCausalLM"]
     raw = {**registry.get("NewForCausalLM").bench_config(), "architectures": ["NewForCausalLM"]}
     _, shapes = checkpoint_shapes("NewForCausalLM", registry.get("NewForCausalLM"), raw)
     assert shapes["model.embed_tokens.weight"] == (64, 768) and "model.layers.0.self_attn.q_proj.weight" in shapes

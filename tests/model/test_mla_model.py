@@ -4,12 +4,15 @@ decode batches (decodes run the absorbed form) and shuffled block tables."""
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 import torch
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
+from hetero_core.model.loader import load_model
 from hetero_core.model.mla.config import MLAConfig
 from hetero_core.model.mla.model import DeepseekForCausalLM
 from paged_batches import BlockPool, PagedSequence, step
@@ -24,12 +27,13 @@ def raw_config(hf_model) -> dict:
 
 
 def load(hf_model) -> DeepseekForCausalLM:
-    raw = raw_config(hf_model)
-    config = MLAConfig.from_dict(raw)
-    with torch.device("meta"):
-        model = DeepseekForCausalLM(config, TorchPagedAttention())
-    model.load_state_dict(hf_model.state_dict(), strict=True, assign=True)
-    return model.eval()
+    """The model as the loader builds it from the saved checkpoint (per-expert tensors stacked, gate
+    and up fused by the architecture's weight mapping)."""
+    with tempfile.TemporaryDirectory() as directory:
+        hf_model.save_pretrained(directory, safe_serialization=True)
+        model = load_model(directory, backend=TorchPagedAttention())
+    assert isinstance(model, DeepseekForCausalLM)
+    return model
 
 
 def latent_caches(config: MLAConfig, num_blocks: int = 64) -> list[KVCache]:
@@ -125,7 +129,7 @@ def test_moe_layers_match_hf(variant):
                                    atol=2e-4, rtol=1e-4)
 
 
-def test_stacked_experts_map_to_and_from_per_expert_checkpoint_names():
+def test_stacked_experts_and_fused_gate_up_map_to_and_from_checkpoint_names():
     from hetero_core.model.mla.weights import checkpoint_names, from_checkpoint, to_checkpoint
 
     model = load(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1))
@@ -133,6 +137,8 @@ def test_stacked_experts_map_to_and_from_per_expert_checkpoint_names():
     checkpoint = to_checkpoint(state, model.config)
     assert "model.layers.1.mlp.experts.3.up_proj.weight" in checkpoint
     assert "model.layers.1.mlp.experts.gate_up_proj" not in checkpoint
+    assert {"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.shared_experts.up_proj.weight"} <= set(checkpoint)
+    assert "model.layers.0.mlp.gate_up_proj.weight" not in checkpoint
     assert sorted(checkpoint_names(state, model.config)) == sorted(checkpoint)
     back = from_checkpoint(checkpoint, state, model.config)
     assert all(torch.equal(back[name], state[name]) for name in state)
@@ -183,3 +189,9 @@ def test_the_bench_config_builds_for_its_weights_alone():
         with torch.device("meta"):
             model = build_mla(mla_config(bench_config(name)), None)
         assert 100e6 < sum(p.numel() for p in model.parameters()) < 200e6
+
+
+def test_moe_layers_without_their_sizes_are_refused_by_name():
+    raw = raw_config(build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1))
+    with pytest.raises(ModelLoadError, match="mixtures of experts .* but moe_intermediate_size is not set"):
+        MLAConfig.from_dict({**raw, "moe_intermediate_size": None})

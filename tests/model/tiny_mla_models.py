@@ -37,6 +37,8 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max
 TINY_MLA_MODELS = {
     "deepseek_v2": ("DeepseekV2Config", {}),
     "deepseek_v2_q_lora": ("DeepseekV2Config", {"q_lora_rank": 24}),
+    "deepseek_v2_biases": ("DeepseekV2Config", {"attention_bias": True}),  # q_proj and kv_a_proj stay apart
+    "deepseek_v2_q_lora_biases": ("DeepseekV2Config", {"q_lora_rank": 24, "attention_bias": True}),
     "deepseek_v2_yarn": ("DeepseekV2Config", {"q_lora_rank": 24, "rope_parameters": YARN}),
     "deepseek_v3": ("DeepseekV3Config", {"q_lora_rank": 24, "n_group": 2, "topk_group": 1}),
     "deepseek_v3_rotate_half": ("DeepseekV3Config", {"rope_interleave": False, "n_group": 2, "topk_group": 1}),

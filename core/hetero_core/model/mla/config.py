@@ -63,7 +63,7 @@ class MLAConfig(ModelConfig):
             num_heads = int(raw["num_attention_heads"])
             rope_theta, rope_scaling = _rope(raw, source)
             q_lora_rank = raw.get("q_lora_rank")
-            return cls(
+            config = cls(
                 architecture=names[0],
                 hidden_size=int(raw["hidden_size"]),
                 num_hidden_layers=int(raw["num_hidden_layers"]),
@@ -95,6 +95,12 @@ class MLAConfig(ModelConfig):
             raise ModelLoadError(f"{source}: missing required field {exc.args[0]!r}") from exc
         except (TypeError, ValueError) as exc:
             raise ModelLoadError(f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?") from exc
+        missing = [key for key in ("num_experts_per_tok", "moe_intermediate_size") if config.moe.get(key) is None]
+        if config.has_moe_layers and missing:
+            raise ModelLoadError(f"{source}: layers from first_k_dense_replace = {config.first_k_dense_replace} on are "
+                                 f"mixtures of experts (n_routed_experts = {config.moe['n_routed_experts']}) but "
+                                 f"{', '.join(missing)} is not set")
+        return config
 
 
 _MOE_FIELDS = ("n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",

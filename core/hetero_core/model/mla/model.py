@@ -3,7 +3,8 @@
 The same contract as ``hetero_core.model.llama.LlamaForCausalLM``: ``forward(input_ids, positions,
 attn_metadata, kv_caches, output_rows)``, ``sampled_logits``, ``compute_logits``; parameter names are
 Hugging Face's. Attention is multi-head latent attention (``mla.attention``); the MLP of a layer is
-dense (``first_k_dense_replace``) or a mixture of experts.
+dense (``first_k_dense_replace``) or a mixture of experts. Dense MLPs and the shared experts run
+gate and up as one ``gate_up_proj`` matmul (``layers.SwiGLU``; the weight mapping concatenates them).
 """
 
 from __future__ import annotations
@@ -16,25 +17,12 @@ from torch.nn import functional as F
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import KVCache
-from hetero_core.model.layers import RMSNorm
+from hetero_core.model.layers import RMSNorm, SwiGLU
 from hetero_core.model.moe.experts import Experts
 from hetero_core.model.mla.attention import MLAAttention
 from hetero_core.model.mla.config import MLAConfig
 from hetero_core.model.mla.moe import DeepseekMoE
 from hetero_core.model.mla.rope import DeepseekRotary
-
-
-class DeepseekMLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))`` with Hugging Face's three projections."""
-
-    def __init__(self, hidden_size: int, intermediate_size: int, bias: bool):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)).mul_(self.up_proj(x)))
 
 
 class DeepseekDecoderLayer(nn.Module):
@@ -46,11 +34,11 @@ class DeepseekDecoderLayer(nn.Module):
         if config.is_moe_layer(index):
             moe = config.moe
             width = int(moe["moe_intermediate_size"])
-            shared = DeepseekMLP(config.hidden_size, width * int(moe.get("n_shared_experts") or 0), config.mlp_bias)
+            shared = SwiGLU(config.hidden_size, width * int(moe.get("n_shared_experts") or 0), config.mlp_bias)
             experts = Experts(int(moe["n_routed_experts"]), config.hidden_size, width)
             self.mlp = DeepseekMoE(config, shared, experts)
         else:
-            self.mlp = DeepseekMLP(config.hidden_size, config.intermediate_size, config.mlp_bias)
+            self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
 
     def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any,
                 output_rows: torch.Tensor | None = None):
