@@ -1,0 +1,237 @@
+/* int8 linears: y[M, N] = x[M, K] @ W[N, K]^T (+ bias) with W stored as per-output-channel symmetric
+ * int8 codes q[N, K] and fp32 scales s[N] (W ~ s[n] q[n, k]).
+ *
+ * ``int8_linear`` (weight-only int8): x in fp32 (or bf16, widened once per call), each weight code
+ * widened to fp32 in registers, one fp32 fused multiply-add chain per output over k in order, then
+ * y = acc * s[n] + bias[n]. Half the weight bytes of bf16, activations as precise as the model's.
+ *
+ * ``w8a8_linear`` (weights and activations in int8): each row of x is quantized on the fly,
+ * symmetric per token (a = x / sx, sx = max|x| / 127, rounded to nearest even, in [-127, 127]); the
+ * products are summed in int32, exactly: with AVX-512 VNNI, VPDPBUSD multiplies unsigned by signed
+ * bytes, so the activations go in as a + 128 and 128 * sum_k q[n, k] (``colsum``, computed at
+ * packing) is taken off afterwards; elsewhere plain int32 vector arithmetic does the same sums.
+ * y = float(acc) * (sx * s[n]) + bias[n].
+ *
+ * Packed by the caller (``pack_int8_linear``) as [N / 16][K / 4][16][4] int8: 16 output columns (one
+ * panel) by quads of the reduction dimension, the layout VPDPBUSD multiplies; both kernels read it
+ * (weight-only takes byte j of a 32-bit lane as input 4 kq + j). K must be a multiple of 4.
+ *
+ * Batch invariance: threads and passes split the outputs and the rows, never K; every output is one
+ * chain over k in order (weight-only) or an exact integer sum (W8A8), and a row's activation scale
+ * comes from that row alone, so a row's result never depends on its batch-mates. W8A8's integer sums
+ * are the same bits on every CPU and path (VNNI or not); the final scaling is one vfma (as the other
+ * kernels, two roundings on a CPU without FMA).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_math.h"
+
+#define PANEL 16
+#define PANEL_VECTORS (PANEL / LANES)
+#if LANES == 16
+#define WIDTH 3 /* panels per group */
+#define ROWS 8  /* rows of x per pass: WIDTH * ROWS accumulators in registers */
+#elif LANES == 8
+#define WIDTH 1
+#define ROWS 6
+#else
+#define WIDTH 1
+#define ROWS 3
+#endif
+#define MAX_K 65536 /* (255 * 127) * K stays below 2^31: the int32 sums cannot overflow */
+
+#if defined(__AVX512VNNI__) && LANES == 16
+#include <immintrin.h>
+int w8a8_linear_vnni(void) { return 1; }
+#else
+int w8a8_linear_vnni(void) { return 0; }
+#endif
+
+/* Lane j's four bytes (inputs 4 kq .. 4 kq + 3 of column j), sign-extended. */
+static inline __attribute__((always_inline)) void split_quad(vint u, vint out[4]) {
+    out[0] = (u << 24) >> 24;
+    out[1] = (u << 16) >> 24;
+    out[2] = (u << 8) >> 24;
+    out[3] = u >> 24;
+}
+
+/* Weight-only: ``rows`` rows of x (fp32) against ``width`` panels. */
+static inline __attribute__((always_inline)) void float_rows(
+    const float *x, int64_t ldx, const int8_t *panel, const float *scale, const float *bias, void *y, int64_t ldy,
+    int64_t quads, const int rows, const int width, int out_bf16) {
+    vfloat acc[WIDTH * PANEL_VECTORS][ROWS];
+    for (int c = 0; c < width * PANEL_VECTORS; c++)
+        for (int r = 0; r < rows; r++) acc[c][r] = (vfloat){0};
+    for (int64_t kq = 0; kq < quads; kq++)
+        for (int c = 0; c < width; c++)
+            for (int v = 0; v < PANEL_VECTORS; v++) {
+                vint u, parts[4];
+                memcpy(&u, panel + ((c * quads + kq) * PANEL + v * LANES) * 4, sizeof u);
+                split_quad(u, parts);
+                for (int j = 0; j < 4; j++) {
+                    const vfloat w = __builtin_convertvector(parts[j], vfloat);
+                    for (int r = 0; r < rows; r++)
+                        acc[c * PANEL_VECTORS + v][r] = vfma(w, vsplat(x[r * ldx + 4 * kq + j]), acc[c * PANEL_VECTORS + v][r]);
+                }
+            }
+    for (int c = 0; c < width * PANEL_VECTORS; c++) {
+        vfloat s, b = {0};
+        memcpy(&s, scale + c * LANES, sizeof s);
+        if (bias != NULL) memcpy(&b, bias + c * LANES, sizeof b);
+        for (int r = 0; r < rows; r++) vstore(y, r * ldy + c * LANES, vfma(acc[c][r], s, b), out_bf16);
+    }
+}
+
+/* W8A8: ``rows`` rows of quantized x (a + 128, bytes; ``row_scale`` sx per row) against ``width`` panels. */
+static inline __attribute__((always_inline)) void int_rows(
+    const uint8_t *xq, int64_t ldx, const float *row_scale, const int8_t *panel, const float *scale,
+    const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t quads, const int rows, const int width,
+    int out_bf16) {
+    vint acc[WIDTH * PANEL_VECTORS][ROWS];
+    for (int c = 0; c < width * PANEL_VECTORS; c++)
+        for (int r = 0; r < rows; r++) acc[c][r] = (vint){0};
+    for (int64_t kq = 0; kq < quads; kq++)
+        for (int c = 0; c < width; c++)
+            for (int v = 0; v < PANEL_VECTORS; v++) {
+                vint u;
+                memcpy(&u, panel + ((c * quads + kq) * PANEL + v * LANES) * 4, sizeof u);
+#if defined(__AVX512VNNI__) && LANES == 16
+                for (int r = 0; r < rows; r++) {
+                    int32_t quad;
+                    memcpy(&quad, xq + r * ldx + 4 * kq, sizeof quad);
+                    acc[c][r] = (vint)_mm512_dpbusd_epi32((__m512i)acc[c][r], _mm512_set1_epi32(quad), (__m512i)u);
+                }
+#else
+                vint parts[4];
+                split_quad(u, parts);
+                for (int r = 0; r < rows; r++) {
+                    const uint8_t *a = xq + r * ldx + 4 * kq;
+                    acc[c * PANEL_VECTORS + v][r] += parts[0] * (int32_t)a[0] + parts[1] * (int32_t)a[1]
+                                                     + parts[2] * (int32_t)a[2] + parts[3] * (int32_t)a[3];
+                }
+#endif
+            }
+    for (int c = 0; c < width * PANEL_VECTORS; c++) {
+        vfloat s, b = {0};
+        vint sums;
+        memcpy(&s, scale + c * LANES, sizeof s);
+        memcpy(&sums, colsum + c * LANES, sizeof sums);
+        if (bias != NULL) memcpy(&b, bias + c * LANES, sizeof b);
+        for (int r = 0; r < rows; r++) {
+            const vfloat exact = __builtin_convertvector(acc[c][r] - 128 * sums, vfloat);
+            vstore(y, r * ldy + c * LANES, vfma(exact, s * vsplat(row_scale[r]), b), out_bf16);
+        }
+    }
+}
+
+#define FLOAT_CALL(n, w) case n: float_rows(xf, ldx, p, s, b, yr, ldy, quads, n, w, out_bf16); break;
+#define INT_CALL(n, w) case n: int_rows(xq, ldx, rs, p, s, cs, b, yr, ldy, quads, n, w, out_bf16); break;
+#define ROW_CASES(F, w) F(1, w) F(2, w) F(3, w) EXTRA_ROWS(F, w)
+#if ROWS == 8
+#define EXTRA_ROWS(F, w) F(4, w) F(5, w) F(6, w) F(7, w) F(8, w)
+#elif ROWS == 6
+#define EXTRA_ROWS(F, w) F(4, w) F(5, w) F(6, w)
+#else
+#define EXTRA_ROWS(F, w)
+#endif
+
+static void pass(const float *xf, const uint8_t *xq, const float *rs, int64_t ldx, const int8_t *p, const float *s,
+                 const int32_t *cs, const float *b, void *yr, int64_t ldy, int64_t quads, int64_t rows, int width,
+                 int out_bf16) {
+    if (xq == NULL) {
+        switch (width) {
+            case 1: switch (rows) { ROW_CASES(FLOAT_CALL, 1) } break;
+#if WIDTH == 3
+            case 2: switch (rows) { ROW_CASES(FLOAT_CALL, 2) } break;
+            case 3: switch (rows) { ROW_CASES(FLOAT_CALL, 3) } break;
+#endif
+        }
+        return;
+    }
+    switch (width) {
+        case 1: switch (rows) { ROW_CASES(INT_CALL, 1) } break;
+#if WIDTH == 3
+        case 2: switch (rows) { ROW_CASES(INT_CALL, 2) } break;
+        case 3: switch (rows) { ROW_CASES(INT_CALL, 3) } break;
+#endif
+    }
+}
+
+/* Row r of x quantized: a + 128 as bytes into xq, sx into row_scale[r]. */
+static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, int64_t k, uint8_t *xq, float *row_scale) {
+    float absmax = 0.0f;
+    for (int64_t i = 0; i < k; i++) {
+        const float v = fabsf(load_elem(x, r * ldx + i, x_bf16));
+        absmax = v > absmax ? v : absmax;
+    }
+    const float inverse = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+    row_scale[r] = absmax / 127.0f;
+    for (int64_t i = 0; i < k; i++) {
+        float q = rintf(load_elem(x, r * ldx + i, x_bf16) * inverse);
+        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        xq[r * k + i] = (uint8_t)((int32_t)q + 128);
+    }
+}
+
+/* x [M, K] fp32 or bf16 (x_bf16; row stride ldx), packed [N / 16][K / 4][16][4] int8, scale fp32 [N],
+ * colsum int32 [N] (sum_k q[n, k]; w8a8 only, NULL for weight-only), bias fp32 [N] or NULL, y [M, N]
+ * (row stride ldy) fp32 or bf16 (out_bf16). w8a8: activations quantized per row (see above).
+ * Returns 0; -1 for shapes refused (K not a multiple of 4 or above MAX_K; nothing written); -2 when
+ * the call's buffer cannot be allocated. */
+static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *packed, const float *scale,
+                      const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                      int out_bf16, int w8a8, int num_threads) {
+    if (linear_refuses(m, n, k, ldx, ldy, 0, 4) || k > MAX_K || (w8a8 && colsum == NULL)) return -1;
+    if (m == 0 || n == 0) return 0;
+    float *xf = NULL, *row_scale = NULL;
+    uint8_t *xq = NULL;
+    if (w8a8) {
+        xq = malloc((size_t)(m * k) + 1);
+        row_scale = malloc((size_t)m * sizeof(float));
+        if (xq == NULL || row_scale == NULL) { free(xq); free(row_scale); return -2; }
+        #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
+        for (int64_t r = 0; r < m; r++) quantize_row(x, ldx, x_bf16, r, k, xq, row_scale);
+    } else if (x_bf16) {
+        xf = malloc((size_t)(m * k) * sizeof(float) + 1);
+        if (xf == NULL) return -2;
+        #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t i = 0; i < k; i++) xf[r * k + i] = bf16_to_f32(((const uint16_t *)x)[r * ldx + i]);
+    }
+    const float *x_float = w8a8 ? NULL : xf != NULL ? xf : (const float *)x;
+    const int64_t ld = (w8a8 || xf != NULL) ? k : ldx;
+    const int64_t panels = n / PANEL, quads = k / 4, groups = (panels + WIDTH - 1) / WIDTH;
+    #pragma omp parallel for schedule(static) num_threads(num_threads)
+    for (int64_t group = 0; group < groups; group++) {
+        const int64_t p = WIDTH * group;
+        const int width = panels - p < WIDTH ? (int)(panels - p) : WIDTH;
+        const int64_t passes = (m + ROWS - 1) / ROWS;
+        for (int64_t pass_index = 0, m0 = 0; pass_index < passes; pass_index++) {
+            const int64_t rows = (m - m0) / (passes - pass_index);  /* rows split evenly over the passes */
+            void *yr = out_bf16 ? (void *)((uint16_t *)y + m0 * ldy + p * PANEL) : (void *)((float *)y + m0 * ldy + p * PANEL);
+            pass(x_float != NULL ? x_float + m0 * ld : NULL, xq != NULL ? xq + m0 * ld : NULL,
+                 row_scale != NULL ? row_scale + m0 : NULL, ld, packed + p * quads * PANEL * 4, scale + p * PANEL,
+                 colsum != NULL ? colsum + p * PANEL : NULL, bias != NULL ? bias + p * PANEL : NULL, yr, ldy, quads,
+                 rows, width, out_bf16);
+            m0 += rows;
+        }
+    }
+    free(xf);
+    free(xq);
+    free(row_scale);
+    return 0;
+}
+
+int int8_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *packed, const float *scale, const float *bias,
+                void *y, int64_t ldy, int64_t m, int64_t n, int64_t k, int out_bf16, int num_threads) {
+    return run_linear(x, ldx, x_bf16, packed, scale, NULL, bias, y, ldy, m, n, k, out_bf16, 0, num_threads);
+}
+
+int w8a8_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *packed, const float *scale,
+                const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                int out_bf16, int num_threads) {
+    return run_linear(x, ldx, x_bf16, packed, scale, colsum, bias, y, ldy, m, n, k, out_bf16, 1, num_threads);
+}
