@@ -31,6 +31,7 @@ BENCHMARKS = {
     "gpu-offline": "hetero_bench.benchmarks.gpu_offline",
     "triton-decode": "hetero_bench.benchmarks.triton_decode",
     "structured-output": "hetero_bench.benchmarks.structured_output",
+    "quantization": "hetero_bench.benchmarks.quantization",
 }
 
 

@@ -27,7 +27,7 @@ from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
-from hetero_core.model.cpu.int8_linear import Int8Linear, quantize_linears
+from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
@@ -101,6 +101,11 @@ class TorchExecutor(RunnerExecutor):
         return self.runner.model
 
     @property
+    def linear_weight_bytes(self) -> int:
+        """Bytes of the model's linear weights as they run (packed, int8 codes and scales, or plain)."""
+        return linear_weight_bytes(self.model)
+
+    @property
     def backend(self) -> TorchPagedAttention:
         return self.runner.backend
 
@@ -117,7 +122,7 @@ def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, 
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
     if options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype)
-        quantize_linears(model, options.quantization, kernels)
+        quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
         if pack:
             pack_model(model, kernels)
     elif pack and shard is None and options.prepared_weights_cache and device.type == "cpu":

@@ -83,6 +83,15 @@ class TorchExecutorOptions(BaseModel):
         "codes dequantized first), no prepared-weights file, no fused decode step; dtype auto becomes "
         "bfloat16 where the CPU computes it natively, else float32; None: the weights in dtype",
     )
+    quantization_group_size: int = Field(
+        32,
+        ge=0,
+        le=65536,
+        description="with quantization: one int8 scale per this many inputs of each output channel (a "
+        "multiple of 4 dividing the layer's inputs; a layer it does not divide gets one scale per output "
+        "channel); 0: one scale per output channel (the smallest weights, the largest error: on the "
+        "embedded model greedy agreement with bf16 fell from 57% to 29% of tokens, docs/benchmarks.md)",
+    )
     cpu_kernels: Literal["auto", "compiled", "torch"] = Field(
         "auto",
         description="on the CPU (float32, bfloat16): compiled: C kernels built once with the system C "

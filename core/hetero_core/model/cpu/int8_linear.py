@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hetero_core.model.cpu.kernel_int8 import quantize_int8_rows, quantize_int8_weight
+from hetero_core.model.cpu.kernel_int8 import group_sums, quantize_int8_rows, quantize_int8_weight
 from hetero_core.model.cpu.linear import PackedLinear
 
 QUANTIZATIONS = {
@@ -30,29 +30,32 @@ W8A8_KEEP = ("lm_head",)  # layers W8A8 runs weight-only: the logits are the mos
 
 
 class Int8Linear(nn.Module):
-    """``y = x @ (scale * codes).T + bias`` with int8 ``codes`` [out, in] and fp32 ``scale`` [out];
-    ``activations = "int8"``: each row of ``x`` quantized to int8 first (W8A8)."""
+    """``y = x @ (scale * codes).T + bias`` with int8 ``codes`` [out, in] and fp32 scales per output
+    channel (``group_size`` 0) or per group of ``group_size`` inputs; ``activations = "int8"``: each row
+    of ``x`` quantized to int8 first (W8A8)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels=None, activations: str = "float"):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels=None, activations: str = "float",
+                 group_size: int = 0):
         super().__init__()
         if activations not in ("float", "int8"):
             raise ValueError(f"activations must be 'float' or 'int8', got {activations!r}")
         with torch.no_grad():
-            codes, self.scale = quantize_int8_weight(weight)
+            codes, scale = quantize_int8_weight(weight, group_size)
             self.out_features, self.in_features = codes.shape
+            self.group_size = self.in_features // scale.shape[1]
             self.activations = activations
-            self.packed = kernels.pack_int8_linear(codes) if kernels is not None else None
-            self.kernels = kernels if self.packed is not None else None
-            self.codes = codes if self.packed is None else None  # torch's operators read [out, in]
-            self.colsum = codes.sum(dim=1, dtype=torch.int32) if activations == "int8" else None
+            colsum = group_sums(codes, scale.shape[1]) if activations == "int8" else None
+            packed = kernels.pack_int8_linear(codes, scale, colsum) if kernels is not None else None
+            self.kernels = kernels if packed is not None else None
+            # the kernels' layouts, or, for torch's operators, codes [out, in] and scales [out, groups]
+            self.codes, self.scale, self.colsum = packed + (None,) * (3 - len(packed)) if packed else (codes, scale, colsum)
             self.bias_f32 = None if bias is None else bias.detach().float().contiguous()
         self.float32_output = False  # True: fp32 results (the LM head's logits)
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of this layer's weight as it runs: the codes and the scales (and column sums)."""
-        tensors = (self.packed if self.packed is not None else self.codes, self.scale, self.colsum)
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        """Bytes of this layer's weight as it runs: the codes and the scales (and W8A8's group sums)."""
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scale, self.colsum) if t is not None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -60,41 +63,51 @@ class Int8Linear(nn.Module):
             rows = rows.float()
         out_dtype = torch.float32 if self.float32_output else rows.dtype
         if self.kernels is not None and self.activations == "int8":
-            out = self.kernels.w8a8_linear(rows, self.packed, self.scale, self.colsum, self.bias_f32, out_dtype)
+            out = self.kernels.w8a8_linear(rows, self.codes, self.scale, self.colsum, self.bias_f32, out_dtype)
         elif self.kernels is not None:
-            out = self.kernels.int8_linear(rows, self.packed, self.scale, self.bias_f32, out_dtype)
+            out = self.kernels.int8_linear(rows, self.codes, self.scale, self.bias_f32, out_dtype)
         else:
             out = self._torch_forward(rows).to(out_dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def _torch_forward(self, rows: torch.Tensor) -> torch.Tensor:
+        """torch's int8 operators (no compiled kernels): the same int32 sums for W8A8, other roundings."""
+        groups = self.scale.shape[1]
         if self.activations == "int8":
             codes, row_scale = quantize_int8_rows(rows)
-            sums = torch._int_mm(codes, self.codes.t())  # int32, exact
-            out = sums.float() * (row_scale[:, None] * self.scale)
+            size = self.group_size
+            sums = [torch._int_mm(codes[:, g * size:(g + 1) * size].contiguous(),
+                                  self.codes[:, g * size:(g + 1) * size].t()) for g in range(groups)]
+            out = sum(s.float() * (row_scale[:, None] * self.scale[:, g]) for g, s in enumerate(sums))
+        elif groups == 1:
+            out = torch.ops.aten._weight_int8pack_mm(rows.float(), self.codes, self.scale[:, 0].contiguous())
         else:
-            out = torch.ops.aten._weight_int8pack_mm(rows.float(), self.codes, self.scale)
+            weight = (self.codes.float().reshape(self.out_features, groups, -1) * self.scale[:, :, None])
+            out = torch.nn.functional.linear(rows.float(), weight.reshape(self.out_features, self.in_features))
         return out if self.bias_f32 is None else out + self.bias_f32
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+        return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
                 f"activations={self.activations}, bias={self.bias_f32 is not None}")
 
 
-def quantize_linears(model: nn.Module, quantization: str, kernels=None, keep: tuple[str, ...] | None = None) -> int:
+def quantize_linears(model: nn.Module, quantization: str, kernels=None, keep: tuple[str, ...] | None = None,
+                     skip: tuple[str, ...] = (), group_size: int = 0) -> int:
     """Replace ``model``'s ``nn.Linear``s by ``Int8Linear``s for ``quantization`` (a key of
     ``QUANTIZATIONS``); those whose attribute name is in ``keep`` (default: W8A8's ``W8A8_KEEP``) run
-    weight-only instead of W8A8. Returns how many were replaced."""
+    weight-only instead of W8A8, those in ``skip`` stay ``nn.Linear`` (in the model's dtype);
+    ``group_size``: scales per group of that many inputs (0: per output channel).
+    Returns how many were replaced."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; choices: {', '.join(QUANTIZATIONS)}")
     keep = (W8A8_KEEP if quantization == "w8a8" else ()) if keep is None else keep
     if hasattr(model, "untie_lm_head"):
         model.untie_lm_head()
     found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-             if isinstance(child, nn.Linear)]
+             if isinstance(child, nn.Linear) and name not in skip]
     for parent, name, child in found:
         activations = "int8" if quantization == "w8a8" and name not in keep else "float"
-        setattr(parent, name, Int8Linear(child.weight, child.bias, kernels, activations))
+        setattr(parent, name, Int8Linear(child.weight, child.bias, kernels, activations, group_size))
     return len(found)
 
 

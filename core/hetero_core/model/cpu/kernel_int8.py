@@ -1,11 +1,13 @@
 """The compiled kernels' int8 linears (``csrc/int8_linear.c``), as methods of ``kernels.CpuKernels``:
-per-output-channel symmetric int8 weights, then ``x @ W.T + bias`` with the activations as they are
-(``int8_linear``, weight-only) or quantized per token to int8 (``w8a8_linear``, int32 sums through
-AVX-512 VNNI where the CPU has it, plain int32 vector arithmetic elsewhere: the same sums, exactly).
+symmetric int8 weights with fp32 scales per output channel or per group of inputs, then
+``x @ W.T + bias`` with the activations as they are (``int8_linear``, weight-only) or quantized per
+token to int8 (``w8a8_linear``, int32 sums through AVX-512 VNNI where the CPU has it, plain int32
+vector arithmetic elsewhere: the same sums, exactly).
 
 Shapes by contract: any number of rows (none too), outputs in whole 16-column panels, inputs a
-multiple of 4 and at most 65,536 (the int32 sums cannot overflow). A weight that does not fit is not
-packed (``pack_int8_linear`` returns None); an input that does not fit is a ValueError.
+multiple of 4 and at most 65,536 (the int32 sums cannot overflow), groups a multiple of 4 dividing
+the inputs. A weight that does not fit is not packed (``pack_int8_linear`` returns None); an input
+that does not fit is a ValueError.
 """
 
 from __future__ import annotations
@@ -14,21 +16,32 @@ import ctypes
 
 import torch
 
-from hetero_core.model.cpu.kernel_linears import PANEL, check_status, pointer, last_dim_contiguous
+from hetero_core.model.cpu.kernel_linears import PANEL, check_status, last_dim_contiguous, pointer
 
 MAX_IN_FEATURES = 65536
 INT8_MAX = 127
 
 
-def quantize_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``weight`` [N, K] -> (codes int8 [N, K], scale fp32 [N]): per output channel, symmetric,
-    ``scale = max|w| / 127``, codes rounded to nearest (ties to even) in [-127, 127]; W ~ scale * codes.
-    An all-zero row gets scale 0 and zero codes."""
+def group_size_for(in_features: int, group_size: int) -> int:
+    """The group size a weight of ``in_features`` inputs gets: ``group_size`` where it is a multiple of 4
+    dividing ``in_features``, else the whole row (one scale per output channel; also for 0)."""
+    if group_size > 0 and group_size % 4 == 0 and in_features % group_size == 0:
+        return group_size
+    return in_features
+
+
+def quantize_int8_weight(weight: torch.Tensor, group_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` [N, K] -> (codes int8 [N, K], scale fp32 [N, K / g]) with g = ``group_size_for(K,
+    group_size)``: symmetric, ``scale = max|w| / 127`` over each output channel's group, codes rounded
+    to nearest (ties to even) in [-127, 127]; W ~ scale * codes. An all-zero group gets scale 0."""
     w = weight.detach().float()
-    scale = w.abs().amax(dim=1) / INT8_MAX
+    out_features, in_features = w.shape
+    size = group_size_for(in_features, group_size)
+    grouped = w.reshape(out_features, in_features // size, size)
+    scale = grouped.abs().amax(dim=2) / INT8_MAX
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    codes = torch.round(w / safe[:, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
-    return codes, scale.contiguous()
+    codes = torch.round(grouped / safe[:, :, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return codes.reshape(out_features, in_features), scale.contiguous()
 
 
 def quantize_int8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,6 +56,11 @@ def quantize_int8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, absmax / INT8_MAX
 
 
+def group_sums(codes: torch.Tensor, groups: int) -> torch.Tensor:
+    """The codes' sum over each group of each output channel, int32 [N, groups] (W8A8's correction)."""
+    return codes.reshape(codes.shape[0], groups, -1).sum(dim=2, dtype=torch.int32)
+
+
 class Int8Kernels:
     """Mixed into ``CpuKernels`` (which holds ``library``)."""
 
@@ -54,25 +72,32 @@ class Int8Kernels:
         same sums, bit for bit)."""
         return bool(self.library.w8a8_linear_vnni())
 
-    def pack_int8_linear(self, codes: torch.Tensor) -> torch.Tensor | None:
-        """``codes`` int8 [N, K] -> the layout both int8 kernels read ([N / 16][K / 4][16][4]), or None
-        where it does not apply (N not a multiple of 16, K not a multiple of 4 or above 65,536)."""
+    def pack_int8_linear(self, codes: torch.Tensor, scale: torch.Tensor,
+                         colsum: torch.Tensor | None = None) -> tuple[torch.Tensor, ...] | None:
+        """``codes`` int8 [N, K], ``scale`` fp32 [N, groups] (and W8A8's ``colsum`` int32 [N, groups]) ->
+        the layouts the int8 kernels read (codes [N / 16][K / 4][16][4], scales and sums [N / 16][groups]
+        [16]), or None where they do not apply (N not a multiple of 16, K not a multiple of 4 or above
+        65,536, groups not of a multiple of 4 inputs)."""
         out_features, in_features = codes.shape
-        if (codes.dtype != torch.int8 or out_features % PANEL or in_features % 4
-                or in_features > MAX_IN_FEATURES):
+        groups = scale.shape[1]
+        if (codes.dtype != torch.int8 or out_features % PANEL or in_features % 4 or in_features > MAX_IN_FEATURES
+                or in_features % groups or (in_features // groups) % 4):
             return None
-        return codes.reshape(out_features // PANEL, PANEL, in_features // 4, 4).permute(0, 2, 1, 3).contiguous()
+        packed = codes.reshape(out_features // PANEL, PANEL, in_features // 4, 4).permute(0, 2, 1, 3).contiguous()
+        panel_order = [t.reshape(out_features // PANEL, PANEL, groups).transpose(1, 2).contiguous()
+                       for t in (scale.float(), colsum) if t is not None]
+        return (packed, *panel_order)
 
     def int8_linear(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
                     out_dtype: torch.dtype) -> torch.Tensor:
-        """``x @ (scale * codes).T + bias`` for ``x`` [M, K] fp32 or bf16, ``packed`` from
-        ``pack_int8_linear``, ``scale`` and ``bias`` fp32 [N] -> [M, N] in ``out_dtype`` (fp32 or bf16)."""
+        """``x @ (scale * codes).T + bias`` for ``x`` [M, K] fp32 or bf16, ``packed`` and ``scale`` from
+        ``pack_int8_linear``, ``bias`` fp32 [N] or None -> [M, N] in ``out_dtype`` (fp32 or bf16)."""
         return self._run("int8_linear", x, packed, scale, None, bias, out_dtype)
 
     def w8a8_linear(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, colsum: torch.Tensor,
                     bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
         """As ``int8_linear`` with each row of ``x`` quantized to int8 first (``quantize_int8_rows``) and
-        the products summed exactly in int32; ``colsum`` int32 [N]: the codes' sum over K per output."""
+        the products summed exactly in int32; ``colsum`` from ``pack_int8_linear``."""
         if colsum.dtype != torch.int32 or colsum.shape != scale.shape or not colsum.is_contiguous():
             raise ValueError(f"w8a8_linear: colsum must be a contiguous int32 {tuple(scale.shape)}")
         return self._run("w8a8_linear", x, packed, scale, colsum, bias, out_dtype)
@@ -85,10 +110,13 @@ class Int8Kernels:
                              f"got {str(x.dtype).removeprefix('torch.')} {tuple(x.shape)} on {x.device}")
         if out_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"{kernel}: out_dtype must be float32 or bfloat16, got {out_dtype}")
-        for name, vector in (("scale", scale), ("bias", bias)):
-            if vector is not None and (vector.dtype != torch.float32 or vector.shape != (out_features,)
-                                       or not vector.is_contiguous()):
-                raise ValueError(f"{kernel}: {name} must be a contiguous float32 [{out_features}]")
+        groups = scale.shape[1] if scale.dim() == 3 else 0
+        if (scale.dtype != torch.float32 or scale.dim() != 3 or scale.shape[0] * PANEL != out_features
+                or scale.shape[2] != PANEL or groups == 0 or in_features % groups or not scale.is_contiguous()):
+            raise ValueError(f"{kernel}: scale must be a contiguous float32 [{out_features // PANEL}, groups, 16] "
+                             f"from pack_int8_linear, got {str(scale.dtype).removeprefix('torch.')} {tuple(scale.shape)}")
+        if bias is not None and (bias.dtype != torch.float32 or bias.shape != (out_features,) or not bias.is_contiguous()):
+            raise ValueError(f"{kernel}: bias must be a contiguous float32 [{out_features}]")
         x = last_dim_contiguous(x)
         if x.shape[0] > 1 and x.stride(0) < in_features:
             x = x.contiguous()
@@ -98,7 +126,7 @@ class Int8Kernels:
         if colsum is not None:
             args.append(colsum.data_ptr())
         args += [pointer(bias), out.data_ptr(), out_features, x.shape[0], out_features, in_features,
-                 int(out_dtype == torch.bfloat16), torch.get_num_threads()]
+                 in_features // groups, int(out_dtype == torch.bfloat16), torch.get_num_threads()]
         status = getattr(self.library, kernel)(*args)
         check_status(status, kernel.replace("_", " "), f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
         return out

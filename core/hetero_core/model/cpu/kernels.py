@@ -92,10 +92,10 @@ _SIGNATURES = {
     "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "amx_request_permission": [],
     "bf16_linear_amx_granted": [],
-    "int8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int,
+    "int8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, ctypes.c_int,
                     ctypes.c_int],
-    "w8a8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int,
-                    ctypes.c_int],
+    "w8a8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64,
+                    ctypes.c_int, ctypes.c_int],
     "w8a8_linear_vnni": [],
 }
 _UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_native", "swiglu_pair_columns", "f32_linear",

@@ -1,5 +1,6 @@
-/* int8 linears: y[M, N] = x[M, K] @ W[N, K]^T (+ bias) with W stored as per-output-channel symmetric
- * int8 codes q[N, K] and fp32 scales s[N] (W ~ s[n] q[n, k]).
+/* int8 linears: y[M, N] = x[M, K] @ W[N, K]^T (+ bias) with W stored as symmetric int8 codes q[N, K]
+ * and fp32 scales per output channel, or per group of ``group_size`` inputs of each output channel
+ * (W ~ s[n, k / group_size] q[n, k]; below, one group for brevity).
  *
  * ``int8_linear`` (weight-only int8): x in fp32 (or bf16, widened once per call), each weight code
  * widened to fp32 in registers, one fp32 fused multiply-add chain per output over k in order, then
@@ -58,77 +59,107 @@ static inline __attribute__((always_inline)) void split_quad(vint u, vint out[4]
     out[3] = u >> 24;
 }
 
-/* Weight-only: ``rows`` rows of x (fp32) against ``width`` panels. */
+/* Weight-only: ``rows`` rows of x (fp32) against ``width`` panels, ``groups`` groups of ``group_quads``
+ * quads along K each with its own scales (panel c, group g: scale + (c * groups + g) * 16). Every
+ * output: acc_g = one vfma chain over its group's inputs in order, then total = vfma(acc_g, s_g, total)
+ * for g in order, total starting at the bias. */
 static inline __attribute__((always_inline)) void float_rows(
     const float *x, int64_t ldx, const int8_t *panel, const float *scale, const float *bias, void *y, int64_t ldy,
-    int64_t quads, const int rows, const int width, int out_bf16) {
-    vfloat acc[WIDTH * PANEL_VECTORS][ROWS];
-    for (int c = 0; c < width * PANEL_VECTORS; c++)
-        for (int r = 0; r < rows; r++) acc[c][r] = (vfloat){0};
-    for (int64_t kq = 0; kq < quads; kq++)
+    int64_t groups, int64_t group_quads, const int rows, const int width, int out_bf16) {
+    const int64_t quads = groups * group_quads;
+    vfloat total[WIDTH * PANEL_VECTORS][ROWS];
+    for (int c = 0; c < width * PANEL_VECTORS; c++) {
+        vfloat b = {0};
+        if (bias != NULL) memcpy(&b, bias + c * LANES, sizeof b);
+        for (int r = 0; r < rows; r++) total[c][r] = b;
+    }
+    for (int64_t g = 0; g < groups; g++) {
+        vfloat acc[WIDTH * PANEL_VECTORS][ROWS];
+        for (int c = 0; c < width * PANEL_VECTORS; c++)
+            for (int r = 0; r < rows; r++) acc[c][r] = (vfloat){0};
+        for (int64_t kq = g * group_quads; kq < (g + 1) * group_quads; kq++)
+            for (int c = 0; c < width; c++)
+                for (int v = 0; v < PANEL_VECTORS; v++) {
+                    vint u, parts[4];
+                    memcpy(&u, panel + ((c * quads + kq) * PANEL + v * LANES) * 4, sizeof u);
+                    split_quad(u, parts);
+                    for (int j = 0; j < 4; j++) {
+                        const vfloat w = __builtin_convertvector(parts[j], vfloat);
+                        for (int r = 0; r < rows; r++)
+                            acc[c * PANEL_VECTORS + v][r] = vfma(w, vsplat(x[r * ldx + 4 * kq + j]), acc[c * PANEL_VECTORS + v][r]);
+                    }
+                }
         for (int c = 0; c < width; c++)
             for (int v = 0; v < PANEL_VECTORS; v++) {
-                vint u, parts[4];
-                memcpy(&u, panel + ((c * quads + kq) * PANEL + v * LANES) * 4, sizeof u);
-                split_quad(u, parts);
-                for (int j = 0; j < 4; j++) {
-                    const vfloat w = __builtin_convertvector(parts[j], vfloat);
-                    for (int r = 0; r < rows; r++)
-                        acc[c * PANEL_VECTORS + v][r] = vfma(w, vsplat(x[r * ldx + 4 * kq + j]), acc[c * PANEL_VECTORS + v][r]);
-                }
+                vfloat s;
+                memcpy(&s, scale + (c * groups + g) * PANEL + v * LANES, sizeof s);
+                for (int r = 0; r < rows; r++)
+                    total[c * PANEL_VECTORS + v][r] = vfma(acc[c * PANEL_VECTORS + v][r], s, total[c * PANEL_VECTORS + v][r]);
             }
-    for (int c = 0; c < width * PANEL_VECTORS; c++) {
-        vfloat s, b = {0};
-        memcpy(&s, scale + c * LANES, sizeof s);
-        if (bias != NULL) memcpy(&b, bias + c * LANES, sizeof b);
-        for (int r = 0; r < rows; r++) vstore(y, r * ldy + c * LANES, vfma(acc[c][r], s, b), out_bf16);
     }
+    for (int c = 0; c < width * PANEL_VECTORS; c++)
+        for (int r = 0; r < rows; r++) vstore(y, r * ldy + c * LANES, total[c][r], out_bf16);
 }
 
-/* W8A8: ``rows`` rows of quantized x (a + 128, bytes; ``row_scale`` sx per row) against ``width`` panels. */
+/* W8A8: ``rows`` rows of quantized x (a + 128, bytes; ``row_scale`` sx per row) against ``width``
+ * panels, in groups as float_rows (``colsum``: the codes' sum over each group, laid out as the
+ * scales): per group the exact int32 sum, then total = vfma(float(sum), s_g * sx, total). */
 static inline __attribute__((always_inline)) void int_rows(
     const uint8_t *xq, int64_t ldx, const float *row_scale, const int8_t *panel, const float *scale,
-    const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t quads, const int rows, const int width,
-    int out_bf16) {
-    vint acc[WIDTH * PANEL_VECTORS][ROWS];
-    for (int c = 0; c < width * PANEL_VECTORS; c++)
-        for (int r = 0; r < rows; r++) acc[c][r] = (vint){0};
-    for (int64_t kq = 0; kq < quads; kq++)
+    const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t groups, int64_t group_quads,
+    const int rows, const int width, int out_bf16) {
+    const int64_t quads = groups * group_quads;
+    vfloat total[WIDTH * PANEL_VECTORS][ROWS];
+    for (int c = 0; c < width * PANEL_VECTORS; c++) {
+        vfloat b = {0};
+        if (bias != NULL) memcpy(&b, bias + c * LANES, sizeof b);
+        for (int r = 0; r < rows; r++) total[c][r] = b;
+    }
+    for (int64_t g = 0; g < groups; g++) {
+        vint acc[WIDTH * PANEL_VECTORS][ROWS];
+        for (int c = 0; c < width * PANEL_VECTORS; c++)
+            for (int r = 0; r < rows; r++) acc[c][r] = (vint){0};
+        for (int64_t kq = g * group_quads; kq < (g + 1) * group_quads; kq++)
+            for (int c = 0; c < width; c++)
+                for (int v = 0; v < PANEL_VECTORS; v++) {
+                    vint u;
+                    memcpy(&u, panel + ((c * quads + kq) * PANEL + v * LANES) * 4, sizeof u);
+#if defined(__AVX512VNNI__) && LANES == 16
+                    for (int r = 0; r < rows; r++) {
+                        int32_t quad;
+                        memcpy(&quad, xq + r * ldx + 4 * kq, sizeof quad);
+                        acc[c][r] = (vint)_mm512_dpbusd_epi32((__m512i)acc[c][r], _mm512_set1_epi32(quad), (__m512i)u);
+                    }
+#else
+                    vint parts[4];
+                    split_quad(u, parts);
+                    for (int r = 0; r < rows; r++) {
+                        const uint8_t *a = xq + r * ldx + 4 * kq;
+                        acc[c * PANEL_VECTORS + v][r] += parts[0] * (int32_t)a[0] + parts[1] * (int32_t)a[1]
+                                                         + parts[2] * (int32_t)a[2] + parts[3] * (int32_t)a[3];
+                    }
+#endif
+                }
         for (int c = 0; c < width; c++)
             for (int v = 0; v < PANEL_VECTORS; v++) {
-                vint u;
-                memcpy(&u, panel + ((c * quads + kq) * PANEL + v * LANES) * 4, sizeof u);
-#if defined(__AVX512VNNI__) && LANES == 16
+                vfloat s;
+                vint sums;
+                const int64_t at = (c * groups + g) * PANEL + v * LANES;
+                memcpy(&s, scale + at, sizeof s);
+                memcpy(&sums, colsum + at, sizeof sums);
                 for (int r = 0; r < rows; r++) {
-                    int32_t quad;
-                    memcpy(&quad, xq + r * ldx + 4 * kq, sizeof quad);
-                    acc[c][r] = (vint)_mm512_dpbusd_epi32((__m512i)acc[c][r], _mm512_set1_epi32(quad), (__m512i)u);
+                    const int i = c * PANEL_VECTORS + v;
+                    const vfloat exact = __builtin_convertvector(acc[i][r] - 128 * sums, vfloat);
+                    total[i][r] = vfma(exact, s * vsplat(row_scale[r]), total[i][r]);
                 }
-#else
-                vint parts[4];
-                split_quad(u, parts);
-                for (int r = 0; r < rows; r++) {
-                    const uint8_t *a = xq + r * ldx + 4 * kq;
-                    acc[c * PANEL_VECTORS + v][r] += parts[0] * (int32_t)a[0] + parts[1] * (int32_t)a[1]
-                                                     + parts[2] * (int32_t)a[2] + parts[3] * (int32_t)a[3];
-                }
-#endif
             }
-    for (int c = 0; c < width * PANEL_VECTORS; c++) {
-        vfloat s, b = {0};
-        vint sums;
-        memcpy(&s, scale + c * LANES, sizeof s);
-        memcpy(&sums, colsum + c * LANES, sizeof sums);
-        if (bias != NULL) memcpy(&b, bias + c * LANES, sizeof b);
-        for (int r = 0; r < rows; r++) {
-            const vfloat exact = __builtin_convertvector(acc[c][r] - 128 * sums, vfloat);
-            vstore(y, r * ldy + c * LANES, vfma(exact, s * vsplat(row_scale[r]), b), out_bf16);
-        }
     }
+    for (int c = 0; c < width * PANEL_VECTORS; c++)
+        for (int r = 0; r < rows; r++) vstore(y, r * ldy + c * LANES, total[c][r], out_bf16);
 }
 
-#define FLOAT_CALL(n, w) case n: float_rows(xf, ldx, p, s, b, yr, ldy, quads, n, w, out_bf16); break;
-#define INT_CALL(n, w) case n: int_rows(xq, ldx, rs, p, s, cs, b, yr, ldy, quads, n, w, out_bf16); break;
+#define FLOAT_CALL(n, w) case n: float_rows(xf, ldx, p, s, b, yr, ldy, groups, group_quads, n, w, out_bf16); break;
+#define INT_CALL(n, w) case n: int_rows(xq, ldx, rs, p, s, cs, b, yr, ldy, groups, group_quads, n, w, out_bf16); break;
 #define ROW_CASES(F, w) F(1, w) F(2, w) F(3, w) EXTRA_ROWS(F, w)
 #if ROWS == 8
 #define EXTRA_ROWS(F, w) F(4, w) F(5, w) F(6, w) F(7, w) F(8, w)
@@ -139,8 +170,8 @@ static inline __attribute__((always_inline)) void int_rows(
 #endif
 
 static void pass(const float *xf, const uint8_t *xq, const float *rs, int64_t ldx, const int8_t *p, const float *s,
-                 const int32_t *cs, const float *b, void *yr, int64_t ldy, int64_t quads, int64_t rows, int width,
-                 int out_bf16) {
+                 const int32_t *cs, const float *b, void *yr, int64_t ldy, int64_t groups, int64_t group_quads,
+                 int64_t rows, int width, int out_bf16) {
     if (xq == NULL) {
         switch (width) {
             case 1: switch (rows) { ROW_CASES(FLOAT_CALL, 1) } break;
@@ -176,15 +207,17 @@ static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, int6
     }
 }
 
-/* x [M, K] fp32 or bf16 (x_bf16; row stride ldx), packed [N / 16][K / 4][16][4] int8, scale fp32 [N],
- * colsum int32 [N] (sum_k q[n, k]; w8a8 only, NULL for weight-only), bias fp32 [N] or NULL, y [M, N]
- * (row stride ldy) fp32 or bf16 (out_bf16). w8a8: activations quantized per row (see above).
- * Returns 0; -1 for shapes refused (K not a multiple of 4 or above MAX_K; nothing written); -2 when
- * the call's buffer cannot be allocated. */
+/* x [M, K] fp32 or bf16 (x_bf16; row stride ldx), packed [N / 16][K / 4][16][4] int8, scale fp32
+ * [N / 16][K / group_size][16] (group_size = K: one scale per output channel), colsum int32 laid out
+ * as scale (each group's sum of codes; w8a8 only, NULL for weight-only), bias fp32 [N] or NULL, y
+ * [M, N] (row stride ldy) fp32 or bf16 (out_bf16). w8a8: activations quantized per row (see above).
+ * Returns 0; -1 for shapes refused (K not a multiple of 4 or above MAX_K, group_size not a multiple
+ * of 4 dividing K; nothing written); -2 when the call's buffer cannot be allocated. */
 static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *packed, const float *scale,
                       const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
-                      int out_bf16, int w8a8, int num_threads) {
-    if (linear_refuses(m, n, k, ldx, ldy, 0, 4) || k > MAX_K || (w8a8 && colsum == NULL)) return -1;
+                      int64_t group_size, int out_bf16, int w8a8, int num_threads) {
+    if (linear_refuses(m, n, k, ldx, ldy, 0, 4) || k > MAX_K || (w8a8 && colsum == NULL) || group_size < 4
+        || group_size % 4 != 0 || k % group_size != 0) return -1;
     if (m == 0 || n == 0) return 0;
     float *xf = NULL, *row_scale = NULL;
     uint8_t *xq = NULL;
@@ -204,6 +237,7 @@ static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *pack
     const float *x_float = w8a8 ? NULL : xf != NULL ? xf : (const float *)x;
     const int64_t ld = (w8a8 || xf != NULL) ? k : ldx;
     const int64_t panels = n / PANEL, quads = k / 4, groups = (panels + WIDTH - 1) / WIDTH;
+    const int64_t k_groups = k / group_size, group_quads = group_size / 4;
     #pragma omp parallel for schedule(static) num_threads(num_threads)
     for (int64_t group = 0; group < groups; group++) {
         const int64_t p = WIDTH * group;
@@ -213,9 +247,9 @@ static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *pack
             const int64_t rows = (m - m0) / (passes - pass_index);  /* rows split evenly over the passes */
             void *yr = out_bf16 ? (void *)((uint16_t *)y + m0 * ldy + p * PANEL) : (void *)((float *)y + m0 * ldy + p * PANEL);
             pass(x_float != NULL ? x_float + m0 * ld : NULL, xq != NULL ? xq + m0 * ld : NULL,
-                 row_scale != NULL ? row_scale + m0 : NULL, ld, packed + p * quads * PANEL * 4, scale + p * PANEL,
-                 colsum != NULL ? colsum + p * PANEL : NULL, bias != NULL ? bias + p * PANEL : NULL, yr, ldy, quads,
-                 rows, width, out_bf16);
+                 row_scale != NULL ? row_scale + m0 : NULL, ld, packed + p * quads * PANEL * 4,
+                 scale + p * k_groups * PANEL, colsum != NULL ? colsum + p * k_groups * PANEL : NULL,
+                 bias != NULL ? bias + p * PANEL : NULL, yr, ldy, k_groups, group_quads, rows, width, out_bf16);
             m0 += rows;
         }
     }
@@ -226,12 +260,15 @@ static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *pack
 }
 
 int int8_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *packed, const float *scale, const float *bias,
-                void *y, int64_t ldy, int64_t m, int64_t n, int64_t k, int out_bf16, int num_threads) {
-    return run_linear(x, ldx, x_bf16, packed, scale, NULL, bias, y, ldy, m, n, k, out_bf16, 0, num_threads);
+                void *y, int64_t ldy, int64_t m, int64_t n, int64_t k, int64_t group_size, int out_bf16,
+                int num_threads) {
+    return run_linear(x, ldx, x_bf16, packed, scale, NULL, bias, y, ldy, m, n, k, group_size, out_bf16, 0,
+                      num_threads);
 }
 
 int w8a8_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *packed, const float *scale,
                 const int32_t *colsum, const float *bias, void *y, int64_t ldy, int64_t m, int64_t n, int64_t k,
-                int out_bf16, int num_threads) {
-    return run_linear(x, ldx, x_bf16, packed, scale, colsum, bias, y, ldy, m, n, k, out_bf16, 1, num_threads);
+                int64_t group_size, int out_bf16, int num_threads) {
+    return run_linear(x, ldx, x_bf16, packed, scale, colsum, bias, y, ldy, m, n, k, group_size, out_bf16, 1,
+                      num_threads);
 }
