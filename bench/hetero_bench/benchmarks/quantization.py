@@ -1,7 +1,8 @@
 """int8 quantization against bf16 on the same model, same run: the linears' weight memory, decode
 tokens/s at batch 1 and 8 (the modes alternating within each round), greedy agreement with bf16 over a
-fixed set of 20 prompts (match rate, token agreement, first-divergence position) and perplexity on a
-shipped text (``quality.py``). Modes: ``bf16`` (the reference: dtype bfloat16, no quantization),
+fixed set of 20 prompts (match rate, token agreement, first-divergence position; and teacher-forced
+top-1 agreement: each mode scores bf16's greedy text, the share of positions where its argmax is bf16's
+token, which one early divergence cannot cascade) and perplexity on a shipped text (``quality.py``). Modes: ``bf16`` (the reference: dtype bfloat16, no quantization),
 ``int8`` (weight-only), ``w8a8`` (per-token int8 activations too), and ``fp32`` (no quantization, dtype
 float32: how far bf16 itself is from fp32, the floor of what agreement with bf16 can say). On a ``random:`` model only memory
 and speed are measured: agreement and perplexity of random weights mean nothing.
@@ -63,16 +64,22 @@ def run(args: argparse.Namespace) -> Report:
         results = {}
         if quality:
             greedy = SamplingParams(temperature=0, max_tokens=args.agreement_tokens, ignore_eos=True)
-            outputs = {m: [o.outputs[0].token_ids for o in llm.generate(prompts, greedy, use_tqdm=False)]
-                       for m, llm in llms.items()}
+            generated = {m: llm.generate(prompts, greedy, use_tqdm=False) for m, llm in llms.items()}
+            outputs = {m: [o.outputs[0].token_ids for o in outs] for m, outs in generated.items()}
+            # teacher-forced: each mode scores bf16's own text; its argmax equal to bf16's token (rank 1)
+            forced = [{"prompt_token_ids": list(o.prompt_token_ids) + list(o.outputs[0].token_ids)}
+                      for o in generated["bf16"]]
+            starts = [len(o.prompt_token_ids) for o in generated["bf16"]]
             ids = llms["bf16"].engine.tokenizer.encode(quality_text())
             windows = [{"prompt_token_ids": w} for w in text_windows(ids, args.window)]
             scoring = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
             for mode, llm in llms.items():
                 logprobs = [entry[token].logprob for out in llm.generate(windows, scoring, use_tqdm=False)
                             for entry, token in zip(out.prompt_logprobs[1:], out.prompt_token_ids[1:])]
+                ranks = [entry[token].rank for out, start in zip(llm.generate(forced, scoring, use_tqdm=False), starts)
+                         for entry, token in zip(out.prompt_logprobs[start:], out.prompt_token_ids[start:])]
                 results[mode] = {**agreement(outputs["bf16"], outputs[mode]), "perplexity": perplexity(logprobs),
-                                 "scored_tokens": len(logprobs)}
+                                 "scored_tokens": len(logprobs), "top1_forced": sum(r == 1 for r in ranks) / len(ranks)}
     finally:
         for llm in llms.values():
             llm.shutdown()
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> Report:
         columns += [Column("match_rate", "greedy match", ".1%"), Column("token_agreement", "tokens agree", ".1%"),
                     Column("first_divergence_mean", "1st div mean", ".1f"),
                     Column("first_divergence_median", "1st div median", ".1f"),
-                    Column("perplexity", "perplexity", ".3f")]
+                    Column("top1_forced", "top-1 forced", ".1%"), Column("perplexity", "perplexity", ".3f")]
     header = [f"model: {args.model or 'embedded SmolLM2-135M-Instruct'}; {len(prompts)} prompts; speed: "
               f"{args.rounds} alternating rounds of {args.decode_tokens} output tokens at batch 1 and 8"]
     if not quality:

@@ -32,7 +32,7 @@ W8A8_KEEP = ("lm_head",)  # layers W8A8 runs weight-only: the logits are the mos
 class Int8Linear(nn.Module):
     """``y = x @ (scale * codes).T + bias`` with int8 ``codes`` [out, in] and fp32 scales per output
     channel (``group_size`` 0) or per group of ``group_size`` inputs; ``activations = "int8"``: each row
-    of ``x`` quantized to int8 first (W8A8)."""
+    of ``x`` quantized to int8 first, per token and group of the same inputs (W8A8)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels=None, activations: str = "float",
                  group_size: int = 0):
@@ -74,11 +74,11 @@ class Int8Linear(nn.Module):
         """torch's int8 operators (no compiled kernels): the same int32 sums for W8A8, other roundings."""
         groups = self.scale.shape[1]
         if self.activations == "int8":
-            codes, row_scale = quantize_int8_rows(rows)
             size = self.group_size
+            codes, row_scale = quantize_int8_rows(rows, size)
             sums = [torch._int_mm(codes[:, g * size:(g + 1) * size].contiguous(),
                                   self.codes[:, g * size:(g + 1) * size].t()) for g in range(groups)]
-            out = sum(s.float() * (row_scale[:, None] * self.scale[:, g]) for g, s in enumerate(sums))
+            out = sum(s.float() * (row_scale[:, g, None] * self.scale[:, g]) for g, s in enumerate(sums))
         elif groups == 1:
             out = torch.ops.aten._weight_int8pack_mm(rows.float(), self.codes, self.scale[:, 0].contiguous())
         else:

@@ -1,7 +1,7 @@
 """The compiled kernels' int8 linears (``csrc/int8_linear.c``), as methods of ``kernels.CpuKernels``:
 symmetric int8 weights with fp32 scales per output channel or per group of inputs, then
 ``x @ W.T + bias`` with the activations as they are (``int8_linear``, weight-only) or quantized per
-token to int8 (``w8a8_linear``, int32 sums through AVX-512 VNNI where the CPU has it, plain int32
+token (and group of inputs) to int8 (``w8a8_linear``, int32 sums through AVX-512 VNNI where the CPU has it, plain int32
 vector arithmetic elsewhere: the same sums, exactly).
 
 Shapes by contract: any number of rows (none too), outputs in whole 16-column panels, inputs a
@@ -44,16 +44,20 @@ def quantize_int8_weight(weight: torch.Tensor, group_size: int = 0) -> tuple[tor
     return codes.reshape(out_features, in_features), scale.contiguous()
 
 
-def quantize_int8_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Activations [M, K] -> (codes int8 [M, K], scale fp32 [M]) per row (token), as ``w8a8_linear``
-    quantizes them: ``q = round(x * (127 / max|x|))`` (ties to even) in [-127, 127], ``sx = max|x| / 127``."""
+def quantize_int8_rows(x: torch.Tensor, group_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activations [M, K] -> (codes int8 [M, K], scale fp32 [M, K / g]) per row (token) and group of g =
+    ``group_size_for(K, group_size)`` inputs, as ``w8a8_linear`` quantizes them: ``q = round(x * (127 /
+    max|x|))`` (ties to even) in [-127, 127], ``sx = max|x| / 127``."""
     x = x.float()
-    absmax = x.abs().amax(dim=1)
+    rows, in_features = x.shape
+    size = group_size_for(in_features, group_size)
+    grouped = x.reshape(rows, in_features // size, size)
+    absmax = grouped.abs().amax(dim=2)
     # 127 / max|x| as one fp32 division (a scalar over a tensor, torch multiplies by a reciprocal)
     inverse = torch.full_like(absmax, INT8_MAX).div(torch.where(absmax > 0, absmax, torch.ones_like(absmax)))
     inverse = torch.where(absmax > 0, inverse, torch.zeros_like(absmax))
-    codes = torch.round(x * inverse[:, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
-    return codes, absmax / INT8_MAX
+    codes = torch.round(grouped * inverse[:, :, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return codes.reshape(rows, in_features), absmax / INT8_MAX
 
 
 def group_sums(codes: torch.Tensor, groups: int) -> torch.Tensor:
@@ -96,8 +100,9 @@ class Int8Kernels:
 
     def w8a8_linear(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, colsum: torch.Tensor,
                     bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
-        """As ``int8_linear`` with each row of ``x`` quantized to int8 first (``quantize_int8_rows``) and
-        the products summed exactly in int32; ``colsum`` from ``pack_int8_linear``."""
+        """As ``int8_linear`` with each row of ``x`` quantized to int8 first, per group of the weight's
+        (``quantize_int8_rows``), and the products summed exactly in int32; ``colsum`` from
+        ``pack_int8_linear``."""
         if colsum.dtype != torch.int32 or colsum.shape != scale.shape or not colsum.is_contiguous():
             raise ValueError(f"w8a8_linear: colsum must be a contiguous int32 {tuple(scale.shape)}")
         return self._run("w8a8_linear", x, packed, scale, colsum, bias, out_dtype)

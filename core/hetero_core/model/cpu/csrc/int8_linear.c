@@ -7,11 +7,12 @@
  * y = acc * s[n] + bias[n]. Half the weight bytes of bf16, activations as precise as the model's.
  *
  * ``w8a8_linear`` (weights and activations in int8): each row of x is quantized on the fly,
- * symmetric per token (a = x / sx, sx = max|x| / 127, rounded to nearest even, in [-127, 127]); the
+ * symmetric per token and group (a = x / sx, sx = max|x| / 127 over the row's inputs of the group,
+ * rounded to nearest even, in [-127, 127]: with one group per row, plain per-token scales); the
  * products are summed in int32, exactly: with AVX-512 VNNI, VPDPBUSD multiplies unsigned by signed
  * bytes, so the activations go in as a + 128 and 128 * sum_k q[n, k] (``colsum``, computed at
  * packing) is taken off afterwards; elsewhere plain int32 vector arithmetic does the same sums.
- * y = float(acc) * (sx * s[n]) + bias[n].
+ * y = float(acc) * (sx * s[n]) + bias[n] (one such term per group, added in order).
  *
  * Packed by the caller (``pack_int8_linear``) as [N / 16][K / 4][16][4] int8: 16 output columns (one
  * panel) by quads of the reduction dimension, the layout VPDPBUSD multiplies; both kernels read it
@@ -101,7 +102,7 @@ static inline __attribute__((always_inline)) void float_rows(
         for (int r = 0; r < rows; r++) vstore(y, r * ldy + c * LANES, total[c][r], out_bf16);
 }
 
-/* W8A8: ``rows`` rows of quantized x (a + 128, bytes; ``row_scale`` sx per row) against ``width``
+/* W8A8: ``rows`` rows of quantized x (a + 128, bytes; ``row_scale`` sx per row and group) against ``width``
  * panels, in groups as float_rows (``colsum``: the codes' sum over each group, laid out as the
  * scales): per group the exact int32 sum, then total = vfma(float(sum), s_g * sx, total). */
 static inline __attribute__((always_inline)) void int_rows(
@@ -150,7 +151,7 @@ static inline __attribute__((always_inline)) void int_rows(
                 for (int r = 0; r < rows; r++) {
                     const int i = c * PANEL_VECTORS + v;
                     const vfloat exact = __builtin_convertvector(acc[i][r] - 128 * sums, vfloat);
-                    total[i][r] = vfma(exact, s * vsplat(row_scale[r]), total[i][r]);
+                    total[i][r] = vfma(exact, s * vsplat(row_scale[r * groups + g]), total[i][r]);
                 }
             }
     }
@@ -191,19 +192,23 @@ static void pass(const float *xf, const uint8_t *xq, const float *rs, int64_t ld
     }
 }
 
-/* Row r of x quantized: a + 128 as bytes into xq, sx into row_scale[r]. */
-static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, int64_t k, uint8_t *xq, float *row_scale) {
-    float absmax = 0.0f;
-    for (int64_t i = 0; i < k; i++) {
-        const float v = fabsf(load_elem(x, r * ldx + i, x_bf16));
-        absmax = v > absmax ? v : absmax;
-    }
-    const float inverse = absmax > 0.0f ? 127.0f / absmax : 0.0f;
-    row_scale[r] = absmax / 127.0f;
-    for (int64_t i = 0; i < k; i++) {
-        float q = rintf(load_elem(x, r * ldx + i, x_bf16) * inverse);
-        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-        xq[r * k + i] = (uint8_t)((int32_t)q + 128);
+/* Row r of x quantized, group by group of ``group_size`` inputs: a + 128 as bytes into xq, sx into
+ * row_scale[r * groups + g]. */
+static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, int64_t k, int64_t group_size,
+                         uint8_t *xq, float *row_scale) {
+    for (int64_t g = 0, i0 = 0; i0 < k; g++, i0 += group_size) {
+        float absmax = 0.0f;
+        for (int64_t i = i0; i < i0 + group_size; i++) {
+            const float v = fabsf(load_elem(x, r * ldx + i, x_bf16));
+            absmax = v > absmax ? v : absmax;
+        }
+        const float inverse = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+        row_scale[r * (k / group_size) + g] = absmax / 127.0f;
+        for (int64_t i = i0; i < i0 + group_size; i++) {
+            float q = rintf(load_elem(x, r * ldx + i, x_bf16) * inverse);
+            q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+            xq[r * k + i] = (uint8_t)((int32_t)q + 128);
+        }
     }
 }
 
@@ -223,10 +228,10 @@ static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *pack
     uint8_t *xq = NULL;
     if (w8a8) {
         xq = malloc((size_t)(m * k) + 1);
-        row_scale = malloc((size_t)m * sizeof(float));
+        row_scale = malloc((size_t)(m * (k / group_size)) * sizeof(float) + 1);
         if (xq == NULL || row_scale == NULL) { free(xq); free(row_scale); return -2; }
         #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
-        for (int64_t r = 0; r < m; r++) quantize_row(x, ldx, x_bf16, r, k, xq, row_scale);
+        for (int64_t r = 0; r < m; r++) quantize_row(x, ldx, x_bf16, r, k, group_size, xq, row_scale);
     } else if (x_bf16) {
         xf = malloc((size_t)(m * k) * sizeof(float) + 1);
         if (xf == NULL) return -2;
@@ -247,7 +252,7 @@ static int run_linear(const void *x, int64_t ldx, int x_bf16, const int8_t *pack
             const int64_t rows = (m - m0) / (passes - pass_index);  /* rows split evenly over the passes */
             void *yr = out_bf16 ? (void *)((uint16_t *)y + m0 * ldy + p * PANEL) : (void *)((float *)y + m0 * ldy + p * PANEL);
             pass(x_float != NULL ? x_float + m0 * ld : NULL, xq != NULL ? xq + m0 * ld : NULL,
-                 row_scale != NULL ? row_scale + m0 : NULL, ld, packed + p * quads * PANEL * 4,
+                 row_scale != NULL ? row_scale + m0 * k_groups : NULL, ld, packed + p * quads * PANEL * 4,
                  scale + p * k_groups * PANEL, colsum != NULL ? colsum + p * k_groups * PANEL : NULL,
                  bias != NULL ? bias + p * PANEL : NULL, yr, ldy, k_groups, group_quads, rows, width, out_bf16);
             m0 += rows;
