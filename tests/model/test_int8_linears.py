@@ -1,6 +1,6 @@
 """The int8 linears (``csrc/int8_linear.c``, ``model/cpu/int8_linear.py``) by contract, in this CPU's
 build and the narrow ones (SSE without FMA, AVX2, AVX-512 without VNNI): float64 references within
-bounds derived from the int8 rounding, W8A8's integer sums equal on every build, a row's result the
+bounds derived from the int8 rounding (and weight-only's int16 activations where AVX-512 VNNI sums them), W8A8's integer sums equal on every build, a row's result the
 same alone or batched and on any threads, torch's operators (no compiler) within the same bounds, and
 clear refusals."""
 
@@ -60,8 +60,12 @@ def test_weight_only_int8_is_x_times_the_dequantized_weight(kernels, rows, group
             xd = x.double()
             deq = _dequantized(weight, group_size)
             expected = xd @ deq.T + bias.double()
-            # fp32 sums of K terms: each rounding at most 2^-24 of the running magnitude
+            # fp32 sums of K terms: each rounding at most 2^-24 of the running magnitude; and, where the
+            # build sums int16 activations (AVX-512 VNNI), half a step of 1/32767 of each group's max |x|
             bound = 4 * in_features * 2.0 ** -24 * (xd.abs() @ deq.abs().T + bias.double().abs())
+            size = group_size_for(in_features, group_size)
+            x16_step = xd.abs().reshape(rows, in_features // size, size).amax(dim=2).repeat_interleave(size, dim=1) / 32767 / 2
+            bound = bound + x16_step @ deq.abs().T
             _check(y, expected, bound, out_dtype)
             # and within the int8 rounding of the weights (half a step per weight) of the unquantized linear
             step = (deq - weight.double()).abs().max()
