@@ -161,6 +161,7 @@ def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatc
     (["offline", "--plot", "out.jpg"], "--plot out.jpg: the plot is a PNG"),
     (["offline", "--json", "no/such/dir/o.json"], "--json no/such/dir/o.json: no such directory"),
     (["offline", "--executor", "cdua"], "unknown executor 'cdua'"),
+    (["quantization", "--modes", "int8,bf16"], "--modes: 'int8,bf16'; choose from bf16, int8, w8a8, fp32, bf16 first"),
     (["serving", "--vocab-low", "300", "--vocab-high", "200", "--base-url", "http://127.0.0.1:9"],
      "--vocab-low 300 is above the highest prompt id 200"),
 ])

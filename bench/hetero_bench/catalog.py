@@ -35,6 +35,7 @@ BENCHMARKS = {
     "moe": "hetero_bench.benchmarks.moe",
     "disaggregated": "hetero_bench.benchmarks.disaggregated",
     "spec-decode": "hetero_bench.benchmarks.spec_decode",
+    "quantization": "hetero_bench.benchmarks.quantization",
 }
 
 

@@ -204,16 +204,25 @@ def select(settings: HeteroSettings, plugins: PluginSet, seam: str, name: str | 
     except UnknownComponentError as exc:
         raise UnknownComponentError(str(exc) + disabled_hint(plugins, name)) from None
     section = getattr(settings, seam).section(component.name)
-    if seam == "executor" and settings.dtype is not None:
-        section = {**section, "dtype": executor_dtype(component, settings.dtype)}
+    if seam == "executor":
+        section = executor_section(component, settings, section)
     return component, component.validate_options(section)
 
 
-def executor_dtype(component, dtype: str) -> str:
-    """The top-level ``dtype`` setting, for an executor whose options have a ``dtype`` field."""
+def executor_section(component, settings: HeteroSettings, section: dict) -> dict:
+    """The executor's options ``section`` with the top-level ``dtype`` and ``quantization`` applied."""
+    if settings.dtype is not None:
+        section = {**section, "dtype": executor_dtype(component, settings.dtype)}
+    if settings.quantization is not None:
+        section = {**section, "quantization": executor_dtype(component, settings.quantization, "quantization")}
+    return section
+
+
+def executor_dtype(component, dtype: str, option: str = "dtype") -> str:
+    """The top-level ``dtype`` (or ``option``) setting, for an executor whose options have that field."""
     fields = getattr(component.options, "model_fields", {})
-    if "dtype" not in fields:
-        raise ConfigError(f"dtype: executor '{component.name}' has no dtype option; leave dtype unset")
+    if option not in fields:
+        raise ConfigError(f"{option}: executor '{component.name}' has no {option} option; leave {option} unset")
     return dtype
 
 

@@ -90,6 +90,10 @@ class HeteroSettings(BaseSettings, _SeamFields):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
         None, description="the executor's compute dtype: sets its `dtype` option (None: the executor's own setting)"
     )
+    quantization: Literal["int8", "w8a8"] | None = Field(
+        None, description="int8 linears (as vLLM's `quantization`): int8 weight-only, w8a8 int8 weights and "
+        "activations; sets the executor's `quantization` option (None: the executor's own setting)"
+    )
     # Paged KV cache and scheduling budgets (hetero-paged-infer's options)
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
     max_num_blocks: int = Field(1024, ge=1, description="KV blocks in the pool")

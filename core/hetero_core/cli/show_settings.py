@@ -18,7 +18,7 @@ def add_settings_command(commands, *, with_arguments: bool = True) -> None:
 
 
 def settings_command(args: argparse.Namespace) -> int:
-    from hetero_core.builder import check_allow_list, executor_dtype
+    from hetero_core.builder import check_allow_list, executor_section
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.plugin_system.seams import SEAM_TABLE
 
@@ -39,8 +39,8 @@ def settings_command(args: argparse.Namespace) -> int:
             continue
         dist, version = dists.get(component.plugin, (None, None))
         section = getattr(settings, seam.name).section(name)
-        if seam.name == "executor" and settings.dtype is not None:  # as the builder applies it
-            section = {**section, "dtype": executor_dtype(component, settings.dtype)}
+        if seam.name == "executor":  # as the builder applies them
+            section = executor_section(component, settings, section)
         options = component.validate_options(section)
         seams[seam.name] = {"name": name, "plugin": component.plugin, "distribution": dist, "version": version,
                             "options": json.loads(options.model_dump_json()) if options is not None else None}

@@ -25,8 +25,9 @@ from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
 from hetero_core.model.cpu.amx import amx_kernels
-from hetero_core.model.cpu.compute_dtype import resolve_dtype
+from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
+from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
@@ -72,7 +73,13 @@ class TorchExecutor(RunnerExecutor):
             return _build_runner(ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size,
                                  cache_dir)
 
-        if options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
+        if options.quantization is not None and (self.device.type != "cpu" or shard is not None):
+            raise ConfigError(f"[executor.torch] quantization = {options.quantization!r} runs on the CPU in one "
+                              "process; use device = 'cpu' and tensor_parallel_size = 1, or leave quantization unset")
+        if options.dtype == "auto" and options.quantization is not None:
+            self.dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+            reason = f"quantization = {options.quantization}: activations in bf16 where the CPU computes it natively"
+        elif options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
             self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
         else:
             self.dtype, reason = resolve_dtype(options.dtype, self.device), "as configured"
@@ -94,6 +101,11 @@ class TorchExecutor(RunnerExecutor):
         return self.runner.model
 
     @property
+    def linear_weight_bytes(self) -> int:
+        """Bytes of the model's linear weights as they run (packed, int8 codes and scales, or plain)."""
+        return linear_weight_bytes(self.model)
+
+    @property
     def backend(self) -> TorchPagedAttention:
         return self.runner.backend
 
@@ -108,15 +120,20 @@ def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, 
     """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
     cache, where it can be; the compiled kernels' fused steps) over a cache of ``num_blocks``."""
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
-    if pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
+    if options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
+        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype)
+        quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
+        if pack:
+            pack_model(model, kernels)
+    elif pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
         model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
     else:
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
         if pack:
             pack_model(model, kernels)
-    if pack:
+    if pack or options.quantization is not None:
         for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
-            if isinstance(module, PackedLinear):
+            if isinstance(module, (PackedLinear, Int8Linear)):
                 module.float32_output = True  # logits in fp32 straight from the matmul
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps

@@ -22,6 +22,8 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
   bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``);
 - ``decode_layers.c``: every decoder layer of a pure decode step in one call, the kernels above in
   the model code's order (``fused_decode``);
+- ``int8_linear.c``: int8 weights (per output channel) with fp32/bf16 activations, or with the
+  activations quantized per token and int32 sums through AVX-512 VNNI (``quantization``, ``int8``);
 - ``bf16_linear_amx.c``: the bf16 linear on AMX tiles, live only in the AMX variant of the library
   (``extra_flags``, ``model/cpu/amx.py``) once the kernel grants this process the tiles.
 
@@ -56,6 +58,7 @@ from hetero_core.logging import get_logger
 from hetero_core.cache import cache_file
 from hetero_core.model.cpu.cpu_info import cpu_flags
 from hetero_core.model.cpu.kernel_attention import AttentionKernels
+from hetero_core.model.cpu.kernel_int8 import Int8Kernels
 from hetero_core.model.cpu.kernel_linears import DTYPE_SUFFIXES, LinearKernels
 from hetero_core.model.cpu.kernel_pointwise import PointwiseKernels
 from hetero_core.cache.cache_dir import default_cache_dir
@@ -64,7 +67,7 @@ log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
-           "bf16_linear.c", "f32_linear.c", "decode_layers.c", "bf16_linear_amx.c")
+           "bf16_linear.c", "f32_linear.c", "decode_layers.c", "bf16_linear_amx.c", "int8_linear.c")
 HEADERS = ("kernel_math.h", "attention_math.h", "amx_emulation.h")
 COMPILER_ENV = "CC"
 # No -fassociative-math: the kernels' sums run in the order written, the same in every kernel and for
@@ -89,9 +92,15 @@ _SIGNATURES = {
     "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
     "amx_request_permission": [],
     "bf16_linear_amx_granted": [],
+    "int8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, ctypes.c_int,
+                    ctypes.c_int],
+    "w8a8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64,
+                    ctypes.c_int, ctypes.c_int],
+    "w8a8_linear_vnni": [],
 }
 _UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_native", "swiglu_pair_columns", "f32_linear",
-            "coded_linear", "decode_layers", "amx_request_permission", "bf16_linear_amx_granted")  # one symbol for every dtype
+            "coded_linear", "decode_layers", "amx_request_permission", "bf16_linear_amx_granted", "int8_linear",
+            "w8a8_linear", "w8a8_linear_vnni")  # one symbol for every dtype
 _VOID = ()  # every kernel returns a status (0 done, -1 refused, -2 out of memory)
 
 
@@ -100,9 +109,9 @@ class KernelUnavailable(Exception):
 
 
 @dataclass(frozen=True)
-class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels):
+class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels, Int8Kernels):
     """The loaded library and its calls: attention (``AttentionKernels``), the element-wise steps
-    (``PointwiseKernels``) and the linears (``LinearKernels``). Every call takes any number of rows,
+    (``PointwiseKernels``) and the linears (``LinearKernels``, ``Int8Kernels``). Every call takes any number of rows,
     tokens or sequences, none included, and checks the shapes it is given: a ValueError names what
     does not fit (the C entry points check again and write nothing)."""
 
