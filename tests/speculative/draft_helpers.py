@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetero_core.speculative import ProposerContext
+from hetero_core.speculative import ProposalInput as Item, ProposerContext  # noqa: F401 (Item: the tests import it from here)
 
 
 def proposer_context(model_dir, k: int = 4, block_size: int = 16, **settings):
