@@ -51,6 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         from hetero_core.server.runner import create_server_app, listen, run_server
         from hetero_core.server.signals import sigterm_interrupts
+        import httpx  # noqa: F401  (the disaggregated front end's client; checked with the rest of the extra)
     except ImportError as exc:
         from hetero_core.server import SERVER_EXTRA_HINT
 
