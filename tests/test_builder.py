@@ -64,7 +64,7 @@ def test_an_unreadable_config_is_one_clear_error(model_dir):
 def test_the_allow_list_must_name_installed_plugins():
     plugins = load_plugins(allow=["mock", "nonexistent"])
     with pytest.raises(PluginError, match="names 'nonexistent', which is not installed; installed plugins: "
-                                          "bench, cuda, mock, triton"):
+                                          "bench, cuda, mock, phi3, triton"):
         build_engine(load_settings(executor="mock", plugins=["mock", "nonexistent"]), plugins)
     engine = build_engine(load_settings(executor="mock", plugins=["core", "mock"]))  # core always loads
     assert engine.generate(["hi"])[0].finished

@@ -92,9 +92,9 @@ def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
          "unknown executor 'cuda'; available: mock, null, torch; plugin 'cuda' is installed but disabled by the plugins "
          "allow-list"),
         (["run", "--executor", "cdua", "--plugins", "mock", "hi"],
-         "disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): bench, cuda, triton"),
+         "disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): bench, cuda, phi3, triton"),
         (["run", "--executor", "mock", "--plugins", "mock,mokc", "hi"],
-         "names 'mokc', which is not installed; installed plugins: bench, cuda, mock, triton; did you mean 'mock'?"),
+         "names 'mokc', which is not installed; installed plugins: bench, cuda, mock, phi3, triton; did you mean 'mock'?"),
         (["plugins", "--plugins", "nonexistent"], "names 'nonexistent', which is not installed"),
         (["run", "--executor", "mock", "--block-size", "-4", "hi"], "block_size: Input should be greater"),
         (["run", "--executor", "mock", "--memory-threshold", "1.5", "hi"], "memory_threshold"),
@@ -119,7 +119,7 @@ def test_user_mistakes_give_one_line_and_exit_2(args, message):
 def test_hetero_plugins_naming_a_missing_plugin_is_an_error():
     result = hetero("run", "hi", env={"HETERO_PLUGINS": "nonexistent", "HETERO_EXECUTOR": "mock"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "names 'nonexistent', which is not installed; installed plugins: bench, cuda, mock, triton" in result.stderr
+    assert "names 'nonexistent', which is not installed; installed plugins: bench, cuda, mock, phi3, triton" in result.stderr
 
 
 def test_unknown_hetero_variable_gets_a_warning_naming_the_closest_setting():
@@ -156,18 +156,18 @@ def test_plugins_lists_core_the_three_executor_plugins_and_the_benchmarks():
     assert result.returncode == 0
     for expected in ("core (hetero-core", "mock (hetero-plugins-mock 0.1.0): loaded",
                      "cuda (hetero-plugins-cuda 0.1.0): loaded", "triton (hetero-plugins-triton 0.1.0): loaded",
-                     "bench (hetero-bench 0.1.0): loaded\n    command: bench",
+                     "bench (hetero-bench 0.1.0): loaded\n    command: bench", "phi3 (hetero-model-phi3 0.1.0): loaded",
                      "scheduler_policy: fcfs", "kv_allocator: paged"):
         assert expected in result.stdout
     data = json.loads(hetero("plugins", "--json").stdout)
-    assert {p["name"] for p in data} == {"core", "mock", "cuda", "triton", "bench"}
+    assert {p["name"] for p in data} == {"core", "mock", "cuda", "triton", "bench", "phi3"}
 
 
 def test_plugins_allow_list_flag():
     data = json.loads(hetero("plugins", "--json", "--plugins", "mock").stdout)
     status = {p["name"]: p["status"] for p in data}
     assert status == {"core": "loaded", "mock": "loaded", "cuda": "not allowed", "triton": "not allowed",
-                      "bench": "not allowed"}
+                      "bench": "not allowed", "phi3": "not allowed"}
 
 
 def test_help():

@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from transformers.models.mixtral import modeling_mixtral
-from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 from hetero_core.model.moe.experts import Experts, group_by_expert
 from hetero_core.model.moe.router import TopKRouter
 
 HIDDEN, EXPERTS, INTER, TOP_K = 32, 8, 16, 2
+
+
+def hf_modeling(family: str):
+    """transformers' modeling module of ``family``, imported when a test runs: importing it at collection
+    imports triton for the GPU, before tests/triton's conftest can set it up for the CPU interpreter."""
+    import importlib
+
+    return importlib.import_module(f"transformers.models.{family}.modeling_{family}")
 
 
 def hf_config(norm_topk_prob: bool):
@@ -21,7 +27,7 @@ def hf_config(norm_topk_prob: bool):
 
 @pytest.mark.parametrize("normalize", [False, True])
 def test_the_router_picks_and_weighs_as_qwen3_moe_does(normalize):
-    hf = modeling_qwen3_moe.Qwen3MoeTopKRouter(hf_config(normalize))
+    hf = hf_modeling("qwen3_moe").Qwen3MoeTopKRouter(hf_config(normalize))
     torch.nn.init.normal_(hf.weight, std=0.3)
     ours = TopKRouter(EXPERTS, HIDDEN, TOP_K, normalize)
     ours.load_state_dict(hf.state_dict())
@@ -35,7 +41,7 @@ def test_the_router_picks_and_weighs_as_qwen3_moe_does(normalize):
 
 def test_mixtral_renormalises_and_keeps_fp32_weights():
     config = transformers.MixtralConfig(hidden_size=HIDDEN, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K)
-    hf = modeling_mixtral.MixtralTopKRouter(config)
+    hf = hf_modeling("mixtral").MixtralTopKRouter(config)
     torch.nn.init.normal_(hf.weight, std=0.3)
     ours = TopKRouter(EXPERTS, HIDDEN, TOP_K, normalize=True, fp32_weights=True)
     ours.load_state_dict(hf.state_dict())
@@ -48,7 +54,7 @@ def test_mixtral_renormalises_and_keeps_fp32_weights():
 
 
 def hf_experts():
-    experts = modeling_qwen3_moe.Qwen3MoeExperts(hf_config(True))
+    experts = hf_modeling("qwen3_moe").Qwen3MoeExperts(hf_config(True))
     torch.nn.init.normal_(experts.gate_up_proj, std=0.2)
     torch.nn.init.normal_(experts.down_proj, std=0.2)
     return experts
