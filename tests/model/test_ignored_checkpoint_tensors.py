@@ -23,10 +23,9 @@ from tiny_models import save_tiny_model
 def mtp_layer(state: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
     """A next-token-prediction layer as DeepSeek-V3 checkpoints carry it: a decoder layer (here the
     last one's tensors, renamed) plus its own norms, projection and head."""
-    last = f"model.layers.{index - 1}."
-    layer = {f"model.layers.{index}." + name[len(last):]: t.clone() for name, t in state.items() if name.startswith(last)}
+    last, prefix = f"model.layers.{index - 1}.", f"model.layers.{index}."
+    layer = {prefix + name[len(last):]: t.clone() for name, t in state.items() if name.startswith(last)}
     hidden = state["model.norm.weight"].shape[0]
-    prefix = f"model.layers.{index}."
     return {**layer, prefix + "enorm.weight": torch.ones(hidden), prefix + "hnorm.weight": torch.ones(hidden),
             prefix + "eh_proj.weight": torch.randn(hidden, 2 * hidden), prefix + "shared_head.norm.weight":
             torch.ones(hidden), prefix + "shared_head.head.weight": torch.randn(VOCAB, hidden)}
@@ -75,7 +74,7 @@ def test_a_v3_checkpoint_with_its_mtp_layer_loads_and_gives_the_same_logits(v3, 
 def test_undeclared_tensors_are_still_refused_by_name(v3, tmp_path):
     directory, state = v3
     cases = {
-        "no_mtp": (mtp_layer(state, 2), {"num_nextn_predict_layers": 0}, "model.layers.2."),  # config says none
+        "no_mtp": (mtp_layer(state, 2), {"num_nextn_predict_layers": 0}, "model.layers.2."),  # none declared
         "past_mtp": (mtp_layer(state, 3), {}, "model.layers.3."),  # one MTP layer: index 2 only
         "stray": ({"model.extra.weight": torch.zeros(3)}, {}, "model.extra.weight"),
     }

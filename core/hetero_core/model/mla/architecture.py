@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from hetero_core.model.mla.config import MLA_ARCHITECTURES, MLAConfig
-from hetero_core.plugin_system.architectures import KVLayerSpec, ModelArchitecture, WeightMapping, unused_buffers
+from hetero_core.plugin_system.architectures import (KVLayerSpec, ModelArchitecture, WeightMapping,
+                                                     unused_buffers)
 
 
 def mla_config(raw: dict[str, Any], source: str = "config") -> MLAConfig:
