@@ -30,7 +30,7 @@ FACADES = {
                                 "KVTransferError", "hookimpl", "kv_tensor_from_torch", "kv_tensor_to_torch"],
     "hetero_core.models": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
                            "WeightMapping", "hookimpl", "installed_architectures", "kv_bytes_per_token",
-                           "parse_config", "rope_settings", "same_kv_layout"],
+                           "parse_config", "rope_settings", "same_kv_layout", "unused_buffers"],
     "hetero_core.speculative": ["ProposalInput", "Proposer", "ProposerContext", "hookimpl"],
     "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract", "KVAllocatorContract",
                             "StructuredOutputContract", "KVConnectorContract", "ProposerContract", "ContractFailure", "BlockPool", "ContractSequence",

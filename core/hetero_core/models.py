@@ -24,10 +24,11 @@ from __future__ import annotations
 from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.config import ModelConfig, parse_config, rope_settings
 from hetero_core.plugin_system.architectures import (ArchitectureRegistry, KVLayerSpec, ModelArchitecture,
-                                                     WeightMapping, kv_bytes_per_token, same_kv_layout)
+                                                     WeightMapping, kv_bytes_per_token, same_kv_layout,
+                                                     unused_buffers)
 from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.plugin_system.installed import installed_architectures
 
 __all__ = ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig", "WeightMapping",
            "hookimpl", "installed_architectures", "kv_bytes_per_token", "parse_config", "rope_settings",
-           "same_kv_layout"]
+           "same_kv_layout", "unused_buffers"]

@@ -116,22 +116,7 @@ def test_copy_and_swap_move_whole_latent_blocks(tiny_mla):
     engine.shutdown()
 
 
-class RecomputedReference(ArchitectureContract):
-    """HF's greedy reference recomputed over the whole sequence for each token: HF's own KV-cached
-    ``generate`` sums in another order, and with experts a router near-tie (not visible in the final
-    logits) then flips which experts run (on the V3 model below, at token 3 of one prompt)."""
-
-    def hf_greedy(self, prompt, num_tokens):
-        result, tokens = [], list(prompt)
-        for _ in range(num_tokens):
-            logits = self.hf_logits(tokens)[-1]
-            top = logits.topk(2)
-            result.append((int(top.indices[0]), bool(top.values[0] - top.values[1] < self.logits_atol)))
-            tokens.append(result[-1][0])
-        return result
-
-
-class TestDeepseekV2Architecture(RecomputedReference):
+class TestDeepseekV2Architecture(ArchitectureContract):
     """Core's architecture kit on DeepSeek-V2: no q compression, layer 1 routed (group-limited) + shared experts."""
 
     def make_hf_model(self):
@@ -139,8 +124,10 @@ class TestDeepseekV2Architecture(RecomputedReference):
                                     n_group=2, topk_group=1)
 
 
-class TestDeepseekV3Architecture(RecomputedReference):
-    """DeepSeek-V3: q compression, YaRN RoPE, layer 1 sigmoid-routed (noaux_tc) experts."""
+class TestDeepseekV3Architecture(ArchitectureContract):
+    """DeepSeek-V3: q compression, YaRN RoPE, layer 1 sigmoid-routed (noaux_tc) experts. (HF's own
+    KV-cached generate was seen to flip a router near-tie at token 3 of one prompt here; the kit's
+    reference, HF's plain forward recomputed per token, does not depend on that.)"""
 
     def make_hf_model(self):
         return build_tiny_mla_model("deepseek_v3", first_k_dense_replace=1, rope_parameters=YARN)

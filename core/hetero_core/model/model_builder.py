@@ -13,8 +13,6 @@ from hetero_core.model.config import ModelConfig
 from hetero_core.plugin_system.installed import architecture_of
 
 CAUSAL_LM_METHODS = ("forward", "sampled_logits", "compute_logits", "untie_lm_head")
-# Checkpoint keys that carry no weights we need (buffers some exporters save).
-_IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def build_model(
@@ -36,7 +34,7 @@ def build_model(
     weights = architecture.weights
     expected = set(weights.checkpoint_names(names, config))
     missing = sorted(expected - state.keys())
-    unexpected = sorted(k for k in state.keys() - expected if not _is_ignorable(k, config))
+    unexpected = sorted(k for k in state.keys() - expected if not _is_ignored(k, weights, config))
     if missing or unexpected:
         raise ModelLoadError(
             f"checkpoint does not match {config.architecture}: missing {missing[:5]} unexpected {unexpected[:5]}"
@@ -62,5 +60,7 @@ def check_causal_lm(model, config: ModelConfig) -> None:
                              f"without {', '.join(missing)}; it must implement hetero_core.models.CausalLM")
 
 
-def _is_ignorable(name: str, config: ModelConfig) -> bool:
-    return name.endswith(_IGNORABLE_SUFFIXES) or (config.tie_word_embeddings and name == "lm_head.weight")
+def _is_ignored(name: str, weights, config: ModelConfig) -> bool:
+    """A checkpoint tensor the module does not take that is not an error: one its architecture ignores
+    (``WeightMapping.ignored``), or the lm_head of a model that ties it to the embeddings."""
+    return weights.ignored(name, config) or (config.tie_word_embeddings and name == "lm_head.weight")

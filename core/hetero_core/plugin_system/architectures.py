@@ -57,19 +57,28 @@ def same_kv_layout(config: Any) -> tuple[KVLayerSpec, ...]:
     return (spec,) * config.num_hidden_layers
 
 
+def unused_buffers(name: str, config: Any) -> bool:
+    """Buffers some exporters save that carry no weights (``rotary_emb.inv_freq``): ``WeightMapping``'s
+    default ``ignored``."""
+    return name.endswith("rotary_emb.inv_freq")
+
+
 @dataclass(frozen=True)
 class WeightMapping:
     """Checkpoint tensors (Hugging Face names) <-> the module's state dict.
 
     ``checkpoint_names(model_names, config)``: the checkpoint names that make up those parameters;
     ``from_checkpoint(state, model_names, config)``: the module's tensors by name (e.g. q/k/v
-    concatenated into one ``qkv_proj``); ``to_checkpoint(state, config)``: the inverse (tests, export).
-    The default maps every name to itself."""
+    concatenated into one ``qkv_proj``); ``to_checkpoint(state, config)``: the inverse (tests, export);
+    ``ignored(name, config)``: True for a checkpoint tensor the architecture deliberately does not use
+    (DeepSeek-V3's multi-token-prediction layer), which loading skips instead of refusing it as
+    unexpected. The default maps every name to itself and ignores ``unused_buffers``."""
 
     checkpoint_names: Callable[[Iterable[str], Any], list[str]] = lambda names, config: list(names)
     from_checkpoint: Callable[[dict, Iterable[str], Any], dict] = lambda state, names, config: {
         name: state[name] for name in names}
     to_checkpoint: Callable[[dict, Any], dict] = lambda state, config: dict(state)
+    ignored: Callable[[str, Any], bool] = unused_buffers
 
 
 IDENTITY_WEIGHTS = WeightMapping()
@@ -83,7 +92,8 @@ class ModelArchitecture:
       or a subclass with extra fields); refuse what the model code cannot run (``ModelLoadError``).
     - ``build(config, backend) -> nn.Module``: the module (``hetero_core.models.CausalLM``),
       called under ``torch.device("meta")``; the loader assigns every weight afterwards.
-    - ``weights``: checkpoint names <-> the module's state dict (``WeightMapping``).
+    - ``weights``: checkpoint names <-> the module's state dict, and the checkpoint names it ignores
+      (``WeightMapping``).
     - ``kv_layout(config) -> [KVLayerSpec per layer]``: what the paged cache holds per token.
     - ``tensor_parallel``: the module shards the way core's Megatron sharding expects (Llama names:
       q/k/v/o, gate/up/down, embed_tokens, lm_head); False: ``tensor_parallel_size > 1`` is refused.

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from hetero_core.model.mla.config import MLA_ARCHITECTURES, MLAConfig
-from hetero_core.plugin_system.architectures import KVLayerSpec, ModelArchitecture, WeightMapping
+from hetero_core.plugin_system.architectures import (KVLayerSpec, ModelArchitecture, WeightMapping,
+                                                     unused_buffers)
 
 
 def mla_config(raw: dict[str, Any], source: str = "config") -> MLAConfig:
@@ -54,8 +55,19 @@ def _to_checkpoint(state, config):
     return to_checkpoint(state, config)
 
 
-# routed experts stacked per layer (``mla.weights``); every other name as it is
-STACKED_EXPERTS = WeightMapping(_checkpoint_names, _from_checkpoint, _to_checkpoint)
+def ignored(name: str, config: MLAConfig) -> bool:
+    """DeepSeek-V3's multi-token-prediction layers (``model.layers.<num_hidden_layers + i>.*`` for the
+    ``num_nextn_predict_layers`` of config.json): inference without MTP does not run them, as
+    transformers and vLLM without speculative decoding skip them; and ``unused_buffers``."""
+    if name.startswith("model.layers."):
+        index = name.split(".")[2]
+        if index.isdigit() and 0 <= int(index) - config.num_hidden_layers < config.num_nextn_predict_layers:
+            return True
+    return unused_buffers(name, config)
+
+
+# routed experts stacked per layer (``mla.weights``); every other name as it is; MTP layers skipped
+STACKED_EXPERTS = WeightMapping(_checkpoint_names, _from_checkpoint, _to_checkpoint, ignored=ignored)
 
 
 def bench_config(architecture: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class MLAConfig(ModelConfig):
     v_head_dim: int = 128
     rope_interleave: bool = True  # RoPE over adjacent pairs (DeepSeek's layout); False: rotate-half
     first_k_dense_replace: int = 0  # layers before this index are dense MLPs, the rest MoE
+    num_nextn_predict_layers: int = 0  # V3's multi-token-prediction layers after the last one (not run)
     moe: dict[str, Any] = field(default_factory=dict)  # the MoE fields as the config gives them
 
     @property
@@ -87,6 +88,7 @@ class MLAConfig(ModelConfig):
                 attention_bias=bool(raw.get("attention_bias", False)),
                 mlp_bias=bool(raw.get("mlp_bias", False)),
                 first_k_dense_replace=int(raw.get("first_k_dense_replace") or 0),
+                num_nextn_predict_layers=int(raw.get("num_nextn_predict_layers") or 0),
                 moe={key: raw.get(key) for key in _MOE_FIELDS},
                 bos_token_id=raw.get("bos_token_id"),
                 eos_token_ids=_as_tuple(raw.get("eos_token_id")),
