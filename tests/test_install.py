@@ -110,6 +110,10 @@ def test_fresh_venv_core_and_mock(tmp_path):
     _pip(python, "./bench", cwd=src)
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0 and "offline" in done.stdout
+    # the texts spec-decode and quantization read ship in the wheel, not only in the checkout
+    shipped = "from importlib.resources import files; print(sorted(p.name for p in (files('hetero_bench') / 'data').iterdir()))"
+    done = subprocess.run([str(python), "-c", shipped], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.stdout.strip() == "['quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']", done.stderr
     offline = [str(hetero), "bench", "offline", "--executor", "mock", "--num-requests", "2", "--rounds", "1",
                "--json", "o.json"]
     done = subprocess.run(offline, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
@@ -140,3 +144,8 @@ def test_fresh_venv_real_path_from_installed_packages(tmp_path):
     done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Paris" in done.stdout
+    # an outside architecture package, installed as a user would: found through its entry point
+    shutil.copytree(REPO / "plugins" / "hetero-model-phi3", src / "phi3", ignore=shutil.ignore_patterns("*.egg-info", "build"))
+    _pip(python, "./phi3", cwd=src)
+    done = subprocess.run([str(hetero), "plugins"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and "phi3 (hetero-model-phi3 0.1.0): loaded\n    architecture: Phi3ForCausalLM" in done.stdout
