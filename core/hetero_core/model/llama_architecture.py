@@ -28,26 +28,9 @@ def build_llama(config: ModelConfig, backend):
     return LlamaForCausalLM(config, backend)
 
 
-def _checkpoint_names(model_names, config):
-    from hetero_core.model.fusion import checkpoint_names
-
-    return checkpoint_names(model_names, config)
-
-
-def _from_checkpoint(state, model_names, config):
-    from hetero_core.model.fusion import fuse_checkpoint
-
-    return fuse_checkpoint(state, model_names, config)
-
-
-def _to_checkpoint(state, config):
-    from hetero_core.model.fusion import split_state
-
-    return split_state(state, config)
-
-
 # q/k/v fused into qkv_proj and gate/up into gate_up_proj (``fusion``).
-FUSED_PROJECTIONS = WeightMapping(_checkpoint_names, _from_checkpoint, _to_checkpoint)
+FUSED_PROJECTIONS = WeightMapping.from_module("hetero_core.model.fusion", from_checkpoint="fuse_checkpoint",
+                                             to_checkpoint="split_state")
 
 
 def bench_config(architecture: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ The process's architectures (the ones model loading looks names up in) are in ``
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,22 @@ class WeightMapping:
         name: state[name] for name in names}
     to_checkpoint: Callable[[dict, Any], dict] = lambda state, config: dict(state)
     ignored: Callable[[str, Any], bool] = unused_buffers
+
+    @classmethod
+    def from_module(cls, module: str, checkpoint_names: str = "checkpoint_names",
+                    from_checkpoint: str = "from_checkpoint", to_checkpoint: str = "to_checkpoint",
+                    ignored: Callable[[str, Any], bool] = unused_buffers) -> WeightMapping:
+        """The mapping whose three functions are ``module``'s functions of those names, imported on
+        first use (so registering an architecture imports no torch)."""
+
+        def imported(name: str) -> Callable:
+            def call(*args):
+                return getattr(importlib.import_module(module), name)(*args)
+
+            call.__name__ = call.__qualname__ = f"{module}.{name}"
+            return call
+
+        return cls(imported(checkpoint_names), imported(from_checkpoint), imported(to_checkpoint), ignored)
 
 
 IDENTITY_WEIGHTS = WeightMapping()

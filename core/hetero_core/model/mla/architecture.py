@@ -37,24 +37,6 @@ def mha_kv_layout(config: MLAConfig) -> tuple[KVLayerSpec, ...]:
     return (spec,) * config.num_hidden_layers
 
 
-def _checkpoint_names(model_names, config):
-    from hetero_core.model.mla.weights import checkpoint_names
-
-    return checkpoint_names(model_names, config)
-
-
-def _from_checkpoint(state, model_names, config):
-    from hetero_core.model.mla.weights import from_checkpoint
-
-    return from_checkpoint(state, model_names, config)
-
-
-def _to_checkpoint(state, config):
-    from hetero_core.model.mla.weights import to_checkpoint
-
-    return to_checkpoint(state, config)
-
-
 def ignored(name: str, config: MLAConfig) -> bool:
     """DeepSeek-V3's multi-token-prediction layers (``model.layers.<num_hidden_layers + i>.*`` for the
     ``num_nextn_predict_layers`` of config.json): inference without MTP does not run them, as
@@ -67,7 +49,7 @@ def ignored(name: str, config: MLAConfig) -> bool:
 
 
 # routed experts stacked per layer (``mla.weights``); every other name as it is; MTP layers skipped
-STACKED_EXPERTS = WeightMapping(_checkpoint_names, _from_checkpoint, _to_checkpoint, ignored=ignored)
+STACKED_EXPERTS = WeightMapping.from_module("hetero_core.model.mla.weights", ignored=ignored)
 
 
 def bench_config(architecture: str) -> dict[str, Any]:

@@ -15,26 +15,8 @@ def build_moe(config: MoeModelConfig, backend):
     return MoeForCausalLM(config, backend)
 
 
-def _checkpoint_names(model_names, config):
-    from hetero_core.model.moe.weights import checkpoint_names
-
-    return checkpoint_names(model_names, config)
-
-
-def _from_checkpoint(state, model_names, config):
-    from hetero_core.model.moe.weights import from_checkpoint
-
-    return from_checkpoint(state, model_names, config)
-
-
-def _to_checkpoint(state, config):
-    from hetero_core.model.moe.weights import to_checkpoint
-
-    return to_checkpoint(state, config)
-
-
 # per-expert checkpoint tensors stacked per layer, Mixtral's names mapped (``weights``)
-STACKED_EXPERTS = WeightMapping(_checkpoint_names, _from_checkpoint, _to_checkpoint)
+STACKED_EXPERTS = WeightMapping.from_module("hetero_core.model.moe.weights")
 
 
 def bench_config(architecture: str) -> dict[str, Any]:
