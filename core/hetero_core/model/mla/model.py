@@ -13,11 +13,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from hetero_core.errors import ModelLoadError
-from hetero_core.model.attention import KVCache
 from hetero_core.model.layers import RMSNorm, SwiGLU
+from hetero_core.model.llama import LlamaDecoderLayer, LlamaForCausalLM
 from hetero_core.model.moe.experts import Experts
 from hetero_core.model.mla.attention import MLAAttention
 from hetero_core.model.mla.config import MLAConfig
@@ -40,18 +39,7 @@ class DeepseekDecoderLayer(nn.Module):
         else:
             self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, config.mlp_bias)
 
-    def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any,
-                output_rows: torch.Tensor | None = None):
-        """As ``LlamaDecoderLayer.forward``: ``(hidden, residual) -> (hidden, residual)``."""
-        if residual is None:
-            hidden, residual = self.input_layernorm(hidden), hidden
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(hidden, cos, sin, kv_cache, attn_metadata, output_rows)
-        if output_rows is not None:
-            residual = residual[output_rows]
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+    forward = LlamaDecoderLayer.forward  # pre-norm residual layer, the same wiring as Llama's
 
 
 class DeepseekModel(nn.Module):
@@ -79,34 +67,8 @@ class DeepseekForCausalLM(nn.Module):
         self.rotary = DeepseekRotary(config)
         self.fused_decode = None  # no fused CPU decode step for MLA (the Llama one's layout differs)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: Any,
-                kv_caches: list[KVCache], output_rows: torch.Tensor | None = None) -> torch.Tensor:
-        hidden = self.model.embed_tokens(input_ids)
-        cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
-        residual = None
-        last = len(self.model.layers) - 1
-        for index, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
-            rows = output_rows if index == last else None
-            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, attn_metadata, rows)
-        if residual is None:
-            hidden = self.model.norm(hidden)
-            return hidden if output_rows is None else hidden[output_rows]
-        return self.model.norm(hidden, residual)[0]
-
-    def sampled_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: Any,
-                       kv_caches: list[KVCache], rows: torch.Tensor | None) -> torch.Tensor:
-        """As ``LlamaForCausalLM.sampled_logits``: logits of the flat rows ``rows`` (None: every row)."""
-        return self.compute_logits(self(input_ids, positions, attn_metadata, kv_caches, output_rows=rows))
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.lm_head is None:
-            return F.linear(hidden, self.model.embed_tokens.weight)
-        return self.lm_head(hidden)
-
-    def untie_lm_head(self) -> None:
-        """Give tied embeddings an ``lm_head`` module sharing their weight (so weight packing sees it)."""
-        if self.lm_head is None:
-            weight = self.model.embed_tokens.weight
-            with torch.device("meta"):
-                self.lm_head = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-            self.lm_head.weight = weight
+    # The same forward and head as Llama's (``fused_decode`` stays None: no fused CPU decode step).
+    forward = LlamaForCausalLM.forward
+    sampled_logits = LlamaForCausalLM.sampled_logits
+    compute_logits = LlamaForCausalLM.compute_logits
+    untie_lm_head = LlamaForCausalLM.untie_lm_head
