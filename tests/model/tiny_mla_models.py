@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 import transformers
+
+from tiny_models import random_hf_model
 
 VOCAB = 96
 _COMMON = dict(
@@ -48,15 +49,7 @@ TINY_MLA_MODELS = {
 def build_tiny_mla_model(name: str, seed: int = 0, **overrides):
     class_name, extra = TINY_MLA_MODELS[name]
     config = getattr(transformers, class_name)(**{**_COMMON, **extra, **overrides})
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for param_name, param in model.named_parameters():
-            if "norm" in param_name:
-                param.uniform_(0.5, 1.5)
-            else:
-                param.normal_(0.0, 0.15)
-    return model.eval()
+    return random_hf_model(config, seed)
 
 
 def save_tiny_mla_model(name: str, directory: Path, **overrides):

@@ -62,6 +62,12 @@ def build_tiny_hf_model(name: str, seed: int = 0):
         return _q4_1_linears(build_tiny_hf_model(BLOCK_CODE_MODELS[name], seed))
     class_name, extra = TINY_MODELS[name]
     config = getattr(transformers, class_name)(**{**_COMMON, **extra})
+    return random_hf_model(config, seed)
+
+
+def random_hf_model(config, seed: int = 0):
+    """The HF model of ``config`` in fp32, its weights drawn with ``seed`` large enough to make mistakes
+    visible (norm weights in [0.5, 1.5], the rest N(0, 0.15))."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():

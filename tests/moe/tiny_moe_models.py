@@ -4,8 +4,9 @@ Mixtral."""
 
 from __future__ import annotations
 
-import torch
 import transformers
+
+from tiny_models import random_hf_model
 
 VOCAB = 96
 _COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -29,15 +30,7 @@ def build_tiny_moe_model(name: str, seed: int = 0, **overrides):
     """A randomly initialised HF MoE model with weights large enough to make mistakes visible."""
     class_name, extra = TINY_MOE_MODELS[name]
     config = getattr(transformers, class_name)(**{**_COMMON, **extra, **overrides})
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for param_name, param in model.named_parameters():
-            if "norm" in param_name:
-                param.uniform_(0.5, 1.5)
-            else:
-                param.normal_(0.0, 0.15)
-    return model.eval()
+    return random_hf_model(config, seed)
 
 
 def save_tiny_moe_model(name: str, directory, **overrides):
