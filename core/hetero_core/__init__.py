@@ -2,9 +2,9 @@
 
 The public names are listed in ``__all__`` and loaded on first use, so ``import hetero_core`` (which
 every plugin does through its seam's facade) stays light and never imports torch. A plugin author
-imports from one facade per seam, each with its own ``__all__``: ``hetero_core.executor``,
-``hetero_core.policy``, ``hetero_core.kv``, ``hetero_core.tokenizer`` (and ``hetero_core.models`` for model
-architectures); the contract kits are in
+marks its hooks with ``hetero_core.hookimpl`` and imports the rest from its seam's facade, each with its
+own ``__all__`` (``hetero_core.executor``, ``hetero_core.policy``, ``hetero_core.kv``,
+``hetero_core.tokenizer``, ...; ``hetero_core.models`` for model architectures); the contract kits are in
 ``hetero_core.testing``.
 """
 

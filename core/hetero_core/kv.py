@@ -1,7 +1,8 @@
 """What a KV-allocator author imports: the allocator protocol, its block and result types, core's two
-allocators (to read or wrap) and the hook marker. See docs/hooks.md ("register_kv_allocators").
+allocators (to read or wrap). See docs/hooks.md ("register_kv_allocators").
 
-    from hetero_core.kv import NO_BLOCK_COPIES, NoPrefixCache, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.kv import NO_BLOCK_COPIES, NoPrefixCache
 
     class OneBlockEach(NoPrefixCache):   # a KVAllocator without a prefix cache
         ...
@@ -25,7 +26,8 @@ from hetero_core.engine.kv_allocator import (
     NoPrefixCache,
     SlotAllocation,
 )
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 
 __all__ = [
     "NO_BLOCK_COPIES",
@@ -37,5 +39,4 @@ __all__ = [
     "NoPrefixCache",
     "PagedBlockAllocator",
     "SlotAllocation",
-    "hookimpl",
 ]

@@ -1,8 +1,9 @@
 """What a KV connector author imports: the blocks that move, the connector protocol, the context a
-factory receives, the error to raise and the hook marker. See docs/disaggregation.md (the contract)
-and docs/hooks.md (``register_kv_connectors``).
+factory receives and the error to raise. See docs/disaggregation.md (the contract) and
+docs/hooks.md (``register_kv_connectors``).
 
-    from hetero_core.kv_transfer import KVBlocks, KVConnectorContext, KVTransferError, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.kv_transfer import KVBlocks, KVConnectorContext, KVTransferError
 
     class MyConnector:  # e.g. RDMA / NIXL / Mooncake-style
         def publish(self, transfer_id, blocks): ...   # -> address a fetcher passes back
@@ -28,7 +29,8 @@ from hetero_core.engine.kv_transfer import (
     kv_tensor_from_torch,
     kv_tensor_to_torch,
 )
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 
 __all__ = [
     "KVBlocks",
@@ -37,7 +39,6 @@ __all__ = [
     "KVHandoff",
     "KVTensor",
     "KVTransferError",
-    "hookimpl",
     "kv_tensor_from_torch",
     "kv_tensor_to_torch",
 ]

@@ -1,7 +1,8 @@
-"""What a scheduler-policy author imports: the snapshot types, the decision, the sort-key base class
-and the hook marker. See docs/scheduling.md ("Write a scheduler policy").
+"""What a scheduler-policy author imports: the snapshot types, the decision, and the sort-key base
+class. See docs/scheduling.md ("Write a scheduler policy").
 
-    from hetero_core.policy import SortKeyPolicy, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.policy import SortKeyPolicy
 
     class ShortestFirst(SortKeyPolicy):
         name = "shortest"
@@ -23,7 +24,8 @@ from hetero_core.engine.policy import (
     SortKeyPolicy,
     decision_problems,
 )
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 
 __all__ = [
     "MAX_STEPS_HELD_BACK",
@@ -33,5 +35,4 @@ __all__ = [
     "SchedulingDecision",
     "SortKeyPolicy",
     "decision_problems",
-    "hookimpl",
 ]

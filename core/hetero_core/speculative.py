@@ -1,7 +1,8 @@
 """What a speculative-decoding proposer author imports: the protocol, what ``propose`` gets, the
-context a factory receives and the hook marker. See docs/hooks.md (``register_speculative_proposers``).
+context a factory receives. See docs/hooks.md (``register_speculative_proposers``).
 
-    from hetero_core.speculative import ProposalInput, ProposerContext, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.speculative import ProposalInput, ProposerContext
 
     class RepeatLast:
         def __init__(self, ctx: ProposerContext):
@@ -25,6 +26,7 @@ is ``ngram`` (prompt lookup). Test a proposer with ``hetero_core.testing.Propose
 """
 
 from hetero_core.engine.proposer import ProposalInput, Proposer, ProposerContext
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 
-__all__ = ["ProposalInput", "Proposer", "ProposerContext", "hookimpl"]
+__all__ = ["ProposalInput", "Proposer", "ProposerContext"]

@@ -1,8 +1,9 @@
 """What a structured-output backend author imports: the request shape, the backend and grammar-state
-protocols, the context a factory receives, the token-bitmask helpers and the hook marker. See
-docs/hooks.md (``register_structured_output_backends``).
+protocols, the context a factory receives, the token-bitmask helpers. See docs/hooks.md
+(``register_structured_output_backends``).
 
-    from hetero_core.structured_output import StructuredOutputContext, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.structured_output import StructuredOutputContext
 
     @hookimpl
     def register_structured_output_backends(register):
@@ -15,7 +16,8 @@ Core's own backend is ``xgrammar`` (``pip install 'hetero-core[structured]'``). 
 from hetero_core.engine.guided import GuidedDecodingParams
 from hetero_core.engine.structured_output import GrammarState, StructuredOutputBackend, StructuredOutputContext
 from hetero_core.engine.token_bitmask import allocate_token_bitmask, allowed_token_ids, num_words
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 
 __all__ = [
     "GrammarState",
@@ -24,6 +26,5 @@ __all__ = [
     "StructuredOutputContext",
     "allocate_token_bitmask",
     "allowed_token_ids",
-    "hookimpl",
     "num_words",
 ]

@@ -1,7 +1,8 @@
-"""What a tokenizer author imports: the protocol the engine calls, the context a factory receives and
-the hook marker. See docs/hooks.md (``register_tokenizers``).
+"""What a tokenizer author imports: the protocol the engine calls and the context a factory receives.
+See docs/hooks.md (``register_tokenizers``); test a tokenizer with ``hetero_core.testing.TokenizerContract``.
 
-    from hetero_core.tokenizer import TokenizerContext, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.tokenizer import TokenizerContext
 
     @hookimpl
     def register_tokenizers(register):
@@ -15,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 
-__all__ = ["Tokenizer", "TokenizerContext", "hookimpl"]
+__all__ = ["Tokenizer", "TokenizerContext"]
 
 
 @runtime_checkable

@@ -2,8 +2,9 @@
 
 Every seam hook receives ``register``; call it once per component. Components are selected by name
 from settings, so registration order never matters. Core's own defaults use these same hooks. Plugin
-authors import ``hookimpl`` from their seam's facade (``hetero_core.executor``, ``hetero_core.policy``,
-...), not from here. A hook implementation whose name is not one of these fails its plugin.
+authors mark their hooks with ``hetero_core.hookimpl`` (``from hetero_core import hookimpl``), not with
+this module (the same object; the seam facades keep it too, for older imports). A hook implementation
+whose name is not one of these fails its plugin.
 ``register_commands`` adds subcommands to ``hetero`` (simonw/llm's hook of the same name).
 ``register_model_architectures`` adds model architectures, chosen by a checkpoint's ``config.json``
 rather than by settings (``hetero_core.models``).

@@ -3,7 +3,7 @@
 Registers the scheduler policy ``fair-share`` through the ``hetero`` entry-point group.
 """
 
-from hetero_core.policy import hookimpl
+from hetero_core import hookimpl
 
 from hetero_policy_fair_share.policy import FairShareOptions, FairSharePolicy
 
