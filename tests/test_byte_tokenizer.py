@@ -17,7 +17,7 @@ from hetero_core.tokenizer import Tokenizer, TokenizerContext
 
 
 def test_is_a_tokenizer_with_fixed_special_ids():
-    tok = create_byte_tokenizer(TokenizerContext(settings=None, options=None, model_dir=None))
+    tok = create_byte_tokenizer(TokenizerContext(options=None, model_dir=None))
     assert isinstance(tok, Tokenizer)
     assert (tok.eos_token_id, tok.bos_token_id, tok.vocab_size) == (257, 256, 258)
 

@@ -71,14 +71,14 @@ def chat_ids(reference, messages, **kwargs) -> list[int]:
 
 
 def test_factory_builds_from_the_model_dir(smollm2_dir):
-    tok = create_hf_tokenizer(TokenizerContext(settings=None, options=None, model_dir=smollm2_dir))
+    tok = create_hf_tokenizer(TokenizerContext(options=None, model_dir=smollm2_dir))
     assert isinstance(tok, Tokenizer)
     assert tok.options == HFTokenizerOptions()
 
 
 def test_factory_without_a_model_says_so():
     with pytest.raises(ConfigError, match="hf tokenizer needs a model directory"):
-        create_hf_tokenizer(TokenizerContext(settings=None, options=None, model_dir=None))
+        create_hf_tokenizer(TokenizerContext(options=None, model_dir=None))
 
 
 def test_missing_or_malformed_tokenizer_json(tmp_path):

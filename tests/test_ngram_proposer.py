@@ -59,7 +59,7 @@ def test_token_ids_above_the_byte_range():
 
 def test_proposer_reads_its_options_and_caps_each_input():
     options = NgramOptions(prompt_lookup_min=1, prompt_lookup_max=2)
-    ctx = ProposerContext(None, options, 4, 100, None, "mock", 16, 512, 8)
+    ctx = ProposerContext(options, 4, 100, None, "mock", 16, 512, 8)
     proposer = NgramProposer(ctx)
     inputs = [ProposalInput(0, (1, 2, 3, 1, 2), 2), ProposalInput(1, (5, 6), 3)]
     assert proposer.propose(inputs) == [[3, 1], []]
@@ -132,7 +132,7 @@ def test_the_kit_catches_too_many_tokens_and_nondeterminism():
 
 
 def test_the_packed_tokens_kept_between_steps_follow_the_sequence():
-    proposer = NgramProposer(ProposerContext(None, NgramOptions(prompt_lookup_min=1), 3, 100, None, "mock", 16, 512, 8))
+    proposer = NgramProposer(ProposerContext(NgramOptions(prompt_lookup_min=1), 3, 100, None, "mock", 16, 512, 8))
     tokens = [1, 2, 3, 9, 1, 2]
     assert proposer.propose([ProposalInput(0, tuple(tokens), 3)]) == [[3, 9, 1]]
     tokens += [3, 9]  # grows: only the new tokens are packed

@@ -63,7 +63,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     if tokenizer_name == "auto":
         tokenizer_name = "hf" if model_dir is not None else "byte"
     tokenizer_c, tokenizer_options = select(settings, plugins, "tokenizer", tokenizer_name)
-    tokenizer = tokenizer_c.factory(TokenizerContext(settings, tokenizer_options, model_dir))
+    tokenizer = tokenizer_c.factory(TokenizerContext(tokenizer_options, model_dir))
 
     policy_c, policy_options = select(settings, plugins, "scheduler_policy")
     policy = policy_c.factory(policy_options)
@@ -71,24 +71,22 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     allocator_c, allocator_options = select(settings, plugins, "kv_allocator")
     if getattr(allocator_options, "max_model_len", 0) is None:  # an allocator option left to the engine's
         allocator_options = allocator_options.model_copy(update={"max_model_len": settings.max_model_len})
-    executor = tensor_parallel.create_executor(
-        executor_c,
-        ExecutorContext(
-            settings=settings,
-            options=executor_options,
-            model_dir=model_dir,
-            num_blocks=settings.max_num_blocks,
-            block_size=settings.block_size,
-            max_model_len=settings.max_model_len,
-            max_num_batched_tokens=settings.max_total_tokens,
-            max_num_seqs=settings.max_batch_size,
-            eos_token_id=tokenizer.eos_token_id,
-            vocab_size=tokenizer.vocab_size,
-            num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            enable_expert_parallel=settings.enable_expert_parallel,
-        ),
+    executor_context = ExecutorContext(
+        settings=settings,
+        options=executor_options,
+        model_dir=model_dir,
+        num_blocks=settings.max_num_blocks,
+        block_size=settings.block_size,
+        max_model_len=settings.max_model_len,
+        max_num_batched_tokens=settings.max_total_tokens,
+        max_num_seqs=settings.max_batch_size,
+        eos_token_id=tokenizer.eos_token_id,
+        vocab_size=tokenizer.vocab_size,
+        num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        enable_expert_parallel=settings.enable_expert_parallel,
     )
+    executor = tensor_parallel.create_executor(executor_c, executor_context)
     try:  # whatever fails from here on, the executor (its memory, its workers) is released
         # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
         num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
@@ -106,7 +104,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         scheduler = Scheduler(policy, allocator, limits, policy_name=policy_c.name,
                               prefix_caching=settings.enable_prefix_caching,
                               **block_transfer_options(executor, executor_c.name, settings))
-        speculation = speculative_decoding(settings, plugins, executor, executor_c.name, tokenizer, model_dir)
+        speculation = speculative_decoding(settings, plugins, executor, executor_c.name, tokenizer, executor_context)
         try:
             return Engine(
                 tokenizer=tokenizer,
@@ -133,7 +131,7 @@ def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, e
     """The engine's structured output: the chosen backend, created on the first guided request."""
     component, options = select(settings, plugins, "structured_output")
     vocab_size = max(tokenizer.vocab_size, getattr(executor, "vocab_size", 0) or 0)
-    context = StructuredOutputContext(settings, options, tokenizer, vocab_size)
+    context = StructuredOutputContext(options, tokenizer, vocab_size)
 
     def create():
         backend = component.factory(context)
@@ -144,7 +142,7 @@ def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, e
 
 
 def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor, executor_name: str, tokenizer,
-                         model_dir: Path | None) -> Speculation | None:
+                         executor_context: ExecutorContext) -> Speculation | None:
     """The engine's speculation (its proposer built), or None when ``num_speculative_tokens`` is 0."""
     k = settings.num_speculative_tokens
     if k == 0:
@@ -156,10 +154,11 @@ def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor,
             "set num_speculative_tokens = 0 or pick an executor that can (torch, triton, cuda, mock)")
     component, options = select(settings, plugins, "speculative_proposer")
     vocab_size = max(tokenizer.vocab_size, getattr(executor, "vocab_size", 0) or 0)
-    context = ProposerContext(settings=settings, options=options, num_speculative_tokens=k, vocab_size=vocab_size,
-                              model_dir=model_dir, executor=executor_name, block_size=settings.block_size,
-                              max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
-                              eos_token_id=tokenizer.eos_token_id)
+    context = ProposerContext(options=options, num_speculative_tokens=k, vocab_size=vocab_size,
+                              model_dir=executor_context.model_dir, executor=executor_name,
+                              block_size=settings.block_size, max_model_len=settings.max_model_len,
+                              max_num_seqs=settings.max_batch_size, eos_token_id=tokenizer.eos_token_id,
+                              cache_dir=settings.cache_dir, target_executor=executor_context)
     proposer = component.factory(context)
     check_components(plugins, {"speculative_proposer": (component, proposer)})
     log.info("engine.speculative_decoding", proposer=component.name, num_speculative_tokens=k)
@@ -324,6 +323,6 @@ def build_kv_connector(settings: HeteroSettings | None = None, plugins: PluginSe
     settings = settings or load_settings()
     plugins = plugins or load_plugins(allow=settings.plugins)
     component, options = select(settings, plugins, "kv_connector")
-    connector = component.factory(KVConnectorContext(settings, options))
+    connector = component.factory(KVConnectorContext(options))
     check_components(plugins, {"kv_connector": (component, connector)})
     return connector

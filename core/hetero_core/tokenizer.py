@@ -60,6 +60,5 @@ class Tokenizer(Protocol):
 class TokenizerContext:
     """What a tokenizer factory receives."""
 
-    settings: Any  # hetero_core.settings.HeteroSettings
     options: Any  # the plugin's validated options model instance, or None
     model_dir: Path | None  # local model directory when the executor runs a real model

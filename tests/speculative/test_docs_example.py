@@ -49,7 +49,7 @@ def test_the_example_proposes_the_rest_of_its_phrase(example, smollm2_dir):
     from hetero_core.speculative import ProposalInput, ProposerContext
 
     module = example[1]
-    ctx = ProposerContext(settings=None, options=None, num_speculative_tokens=4, vocab_size=49152,
+    ctx = ProposerContext(options=None, num_speculative_tokens=4, vocab_size=49152,
                           model_dir=smollm2_dir, executor="torch", block_size=16, max_model_len=2048, max_num_seqs=8)
     proposer = module.PhraseProposer(ctx)
     phrase = proposer.phrases[0]

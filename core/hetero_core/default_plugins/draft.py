@@ -31,15 +31,13 @@ class DraftProposer:
 
     def __init__(self, ctx: ProposerContext, options: DraftProposerOptions | None = None):
         options = options or ctx.options or DraftProposerOptions()
-        settings = ctx.settings
-        cache_dir = getattr(settings, "cache_dir", None)
-        self.model_dir = resolve_draft_model(options.model, cache_dir)
+        self.model_dir = resolve_draft_model(options.model, ctx.cache_dir)
         config = _read_config(self.model_dir)
         check_same_vocabulary(ctx.model_dir, self.model_dir, ctx.vocab_size, config.get("vocab_size", -1))
         self.vocab_size = min(ctx.vocab_size, config.get("vocab_size", ctx.vocab_size))  # ids the target knows
         self.max_positions = config.get("max_position_embeddings") or ctx.max_model_len + ctx.num_speculative_tokens
         self.block_size = ctx.block_size
-        num_blocks = options.num_blocks or getattr(settings, "max_num_blocks", None) or 1024
+        num_blocks = options.num_blocks or getattr(ctx.target_executor, "num_blocks", None) or 1024
         self.pool = DraftBlockPool(num_blocks, ctx.block_size)
         self.executor = build_draft_executor(ctx, options, self.model_dir, num_blocks, config)
         log.info("proposer.draft", model=str(self.model_dir), num_blocks=num_blocks,
@@ -109,7 +107,10 @@ def resolve_draft_model(model: str, cache_dir: Path | None) -> Path:
 
 def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, model_dir: Path, num_blocks: int, config: dict):
     """Core's torch executor over the draft model: the target's ``[executor.torch]`` options when the target
-    runs on it, with the draft's ``dtype`` and ``device``."""
+    runs on it, with the draft's ``dtype`` and ``device``; the rest of its context is the target's
+    (``ctx.target_executor``) for one rank, no swap space."""
+    import dataclasses
+
     from hetero_core.default_plugins.torch_executor import TorchExecutor
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
     from hetero_core.executor import ExecutorContext
@@ -117,19 +118,24 @@ def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, mo
     target_torch = target_torch_options(ctx)
     torch_options = TorchExecutorOptions(**{**target_torch, "dtype": options.dtype,
                                             "device": draft_device(ctx.executor, options, target_torch)})
-    k = ctx.num_speculative_tokens
-    executor_ctx = ExecutorContext(
-        settings=ctx.settings, options=torch_options, model_dir=model_dir, num_blocks=num_blocks,
-        block_size=ctx.block_size, max_model_len=ctx.max_model_len + k,
-        max_num_batched_tokens=getattr(ctx.settings, "max_total_tokens", ctx.max_model_len),
-        max_num_seqs=ctx.max_num_seqs, eos_token_id=config.get("eos_token_id"), vocab_size=config.get("vocab_size"))
+    target = ctx.target_executor or ExecutorContext(
+        settings=None, options=None, model_dir=None, num_blocks=num_blocks, block_size=ctx.block_size,
+        max_model_len=ctx.max_model_len, max_num_batched_tokens=ctx.max_model_len, max_num_seqs=ctx.max_num_seqs,
+        eos_token_id=None, vocab_size=ctx.vocab_size)
+    executor_ctx = dataclasses.replace(
+        target, options=torch_options, model_dir=model_dir, num_blocks=num_blocks, block_size=ctx.block_size,
+        max_model_len=ctx.max_model_len + ctx.num_speculative_tokens, max_num_seqs=ctx.max_num_seqs,
+        eos_token_id=config.get("eos_token_id"), vocab_size=config.get("vocab_size"), num_swap_blocks=0,
+        tensor_parallel_size=1, tensor_parallel_rank=0, enable_expert_parallel=False)
     return TorchExecutor(executor_ctx)
 
 
 def target_torch_options(ctx: ProposerContext) -> dict:
-    """The target's ``[executor.torch]`` section when the target runs on the torch executor, else {}."""
-    section = getattr(getattr(ctx.settings, "executor", None), "section", None)
-    return dict(section("torch")) if ctx.executor == "torch" and section is not None else {}
+    """The target's ``[executor.torch]`` options (those it set) when the target runs on the torch executor, else {}."""
+    target_options = getattr(ctx.target_executor, "options", None)
+    if ctx.executor != "torch" or target_options is None:
+        return {}
+    return target_options.model_dump(exclude_unset=True)
 
 
 def draft_device(executor: str, options: DraftProposerOptions, target_torch: dict) -> str:

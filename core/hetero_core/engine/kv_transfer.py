@@ -90,9 +90,8 @@ class KVHandoff:
 
 @dataclass(frozen=True)
 class KVConnectorContext:
-    """What a connector factory receives: settings, its validated options (or None)."""
+    """What a connector factory receives: its validated options (or None)."""
 
-    settings: Any  # hetero_core.settings.HeteroSettings
     options: Any
 
 

@@ -38,7 +38,6 @@ class ProposalInput:
 class ProposerContext:
     """What a proposer factory receives."""
 
-    settings: Any  # hetero_core.settings.HeteroSettings
     options: Any  # the proposer's validated options model instance, or None
     num_speculative_tokens: int  # k: the most tokens one propose() asks of a sequence
     vocab_size: int  # proposals must lie in [0, vocab_size)
@@ -48,6 +47,10 @@ class ProposerContext:
     max_model_len: int
     max_num_seqs: int  # sequences in one step (max_batch_size): the most inputs one propose() gets
     eos_token_id: int | None = None
+    cache_dir: Path | None = None  # where converted models are cached (settings' cache_dir; None: the default)
+    # The target's ExecutorContext (hetero_core.executor), for a proposer that runs a model of its own on
+    # the same kind of executor (core's draft): its context starts from this one. None in tests and kits.
+    target_executor: Any = None
 
 
 @runtime_checkable

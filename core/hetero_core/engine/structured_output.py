@@ -59,7 +59,6 @@ class StructuredOutputBackend(Protocol):
 class StructuredOutputContext:
     """What a structured-output backend factory receives."""
 
-    settings: Any  # hetero_core.settings.HeteroSettings
     options: Any  # the plugin's validated options model instance, or None
     tokenizer: Any  # the engine's tokenizer (hetero_core.tokenizer.Tokenizer)
     vocab_size: int  # the width of the model's logits (>= the tokenizer's vocabulary)

@@ -9,6 +9,7 @@ needs hypothesis: ``pip install 'hetero-core[testing]'``).
 ``StructuredOutputContract``: what every structured-output backend must do (``structured_output_contract``).
 ``KVConnectorContract``: what every KV connector must do (``kv_connector_contract``).
 ``ProposerContract``: what every speculative-decoding proposer must do (``proposer_contract``).
+``TokenizerContract``: what every tokenizer must do, threads and decode purity included (``tokenizer_contract``).
 A broken rule raises ``ContractFailure`` naming the rule and the offending value.
 
 The names load on first use, so importing this package imports neither torch, pytest nor hypothesis,
@@ -29,6 +30,7 @@ _EXPORTS = {
     "StructuredOutputContract": "hetero_core.testing.structured_output_contract",
     "KVConnectorContract": "hetero_core.testing.kv_connector_contract",
     "ProposerContract": "hetero_core.testing.proposer_contract",
+    "TokenizerContract": "hetero_core.testing.tokenizer_contract",
     "ContractFailure": "hetero_core.testing.contract_failure",
     "BlockPool": "hetero_core.testing.paged",
     "ContractSequence": "hetero_core.testing.paged",
@@ -60,3 +62,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
     from hetero_core.testing.policy_contract import SchedulerPolicyContract
     from hetero_core.testing.proposer_contract import ProposerContract
     from hetero_core.testing.structured_output_contract import StructuredOutputContract
+    from hetero_core.testing.tokenizer_contract import TokenizerContract

@@ -45,7 +45,7 @@ class ProposerContract:
         raise NotImplementedError("subclass ProposerContract and implement make_proposer(ctx)")
 
     def make_context(self) -> ProposerContext:
-        return ProposerContext(settings=None, options=self.options, num_speculative_tokens=self.num_speculative_tokens,
+        return ProposerContext(options=self.options, num_speculative_tokens=self.num_speculative_tokens,
                                vocab_size=self.vocab_size, model_dir=self.model_dir, executor=self.executor,
                                block_size=4, max_model_len=512, max_num_seqs=8, eos_token_id=None)
 

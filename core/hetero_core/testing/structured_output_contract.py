@@ -54,7 +54,7 @@ class StructuredOutputContract:
 
     def structured_output(self) -> StructuredOutput:
         tokenizer = self.make_tokenizer()
-        ctx = StructuredOutputContext(None, self.options, tokenizer, tokenizer.vocab_size)
+        ctx = StructuredOutputContext(self.options, tokenizer, tokenizer.vocab_size)
         so = StructuredOutput(lambda: self.make_backend(ctx), tokenizer.vocab_size)
         so.tokenizer = tokenizer
         return so
