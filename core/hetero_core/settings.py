@@ -1,7 +1,7 @@
 """Settings: one validated model, from CLI flags > HETERO_* environment > settings file > defaults.
 
 Component choices (one field per seam of ``seams.SEAM_TABLE``: ``tokenizer``, ``scheduler_policy``,
-``kv_allocator``, ``executor``) are either a name (``executor = "mock"``) or a table with a ``name``
+``kv_allocator``, ``executor``, ``structured_output``, ``kv_connector``, ``speculative_proposer``) are either a name (``executor = "mock"``) or a table with a ``name``
 and one options section per component, validated later by the component's own model
 (``[executor]`` / ``name = "mock"`` / ``[executor.mock]`` / ``vocab_size = 64``).
 """

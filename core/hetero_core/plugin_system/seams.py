@@ -34,6 +34,7 @@ class Seam:
     hook: str  # the pluggy hook (``hookspecs.py``) through which plugins register components
     factory: str  # what a component's factory is called with (documentation and error messages)
     traits: tuple[Trait, ...] = ()  # what ``register(name, factory, **traits)`` accepts for this seam
+    facade: str = ""  # the module its plugin authors import (``hetero_core.<facade>``; docs/hooks.md's table)
 
     def trait(self, name: str) -> Trait | None:
         return next((t for t in self.traits if t.name == name), None)
@@ -46,17 +47,20 @@ EXECUTOR_TRAITS = (
 )
 
 SEAM_TABLE: tuple[Seam, ...] = (
-    Seam("tokenizer", "tokenizer", "auto", "register_tokenizers", "factory(TokenizerContext)"),
+    Seam("tokenizer", "tokenizer", "auto", "register_tokenizers", "factory(TokenizerContext)",
+         facade="hetero_core.tokenizer"),
     Seam("scheduler_policy", "scheduler policy", "fcfs", "register_scheduler_policies",
-         "factory(options)"),
+         "factory(options)", facade="hetero_core.policy"),
     Seam("kv_allocator", "KV allocator", "paged", "register_kv_allocators",
-         "factory(num_blocks, block_size, options)"),
-    Seam("executor", "executor", "torch", "register_executors", "factory(ExecutorContext)", EXECUTOR_TRAITS),
+         "factory(num_blocks, block_size, options)", facade="hetero_core.kv"),
+    Seam("executor", "executor", "torch", "register_executors", "factory(ExecutorContext)", EXECUTOR_TRAITS,
+         facade="hetero_core.executor"),
     Seam("structured_output", "structured-output backend", "xgrammar", "register_structured_output_backends",
-         "factory(StructuredOutputContext)"),
-    Seam("kv_connector", "KV connector", "socket", "register_kv_connectors", "factory(KVConnectorContext)"),
+         "factory(StructuredOutputContext)", facade="hetero_core.structured_output"),
+    Seam("kv_connector", "KV connector", "socket", "register_kv_connectors", "factory(KVConnectorContext)",
+         facade="hetero_core.kv_transfer"),
     Seam("speculative_proposer", "speculative proposer", "ngram", "register_speculative_proposers",
-         "factory(ProposerContext)"),
+         "factory(ProposerContext)", facade="hetero_core.speculative"),
 )
 
 SEAMS: tuple[str, ...] = tuple(seam.name for seam in SEAM_TABLE)
