@@ -57,6 +57,8 @@ _FACADE_NAMES = {
     "ProposerContext": "hetero_core.speculative",
     "ProposalInput": "hetero_core.speculative",
     "ProposerContract": "hetero_core.testing",
+    "TokenizerContract": "hetero_core.testing",
+    "LlamaForCausalLM": "hetero_core.models",
     "ModelArchitecture": "hetero_core.models",
     "ArchitectureContract": "hetero_core.testing",
 }

@@ -52,14 +52,11 @@ def facade_modules() -> str:
 
 
 def held_names(module_name: str) -> str:
-    """A facade's ``__all__``, protocols marked (names it loads on first use are not loaded for this)."""
+    """A facade's ``__all__``, protocols marked (every name is loaded, those a facade loads on first use
+    too, so the text does not depend on what ran before)."""
     module = importlib.import_module(module_name)
-    held = []
-    for name in module.__all__:
-        value = vars(module).get(name)
-        protocol = value is not None and getattr(value, "_is_protocol", False)
-        held.append(f"`{name}`" + (" (a protocol)" if protocol else ""))
-    return ", ".join(held)
+    return ", ".join(f"`{name}`" + (" (a protocol)" if getattr(getattr(module, name), "_is_protocol", False) else "")
+                     for name in module.__all__)
 
 
 def facade_table() -> str:
