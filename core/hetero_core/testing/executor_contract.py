@@ -24,7 +24,8 @@ What the kit hands ``make_executor`` (``make_context``), and what a wrapped exec
   ``self.model_dir = ...``) for an executor that runs a model.
 - ``ctx.num_blocks`` / ``ctx.block_size`` = ``num_blocks`` (64) / ``block_size`` (16);
   ``max_model_len`` 256, ``max_num_batched_tokens`` 512, ``max_num_seqs`` 8, ``eos_token_id`` None,
-  ``num_swap_blocks`` 0 (``num_swap_blocks`` (8) for the swap check), no tensor parallelism.
+  ``num_swap_blocks`` 0 (for the swap check ``num_swap_blocks``, default: the blocks of the first
+  prompt), no tensor parallelism.
 - ``ctx.settings`` is None: read your options, not settings.
 
 If ``make_executor`` raises, the failure names this context. Every check runs the same
@@ -89,7 +90,7 @@ class ExecutorContract:
     num_greedy_tokens: int = 6
     logits_atol: float = 1e-3
     model_dir: Any = None
-    num_swap_blocks: int = 8  # ctx.num_swap_blocks of the executor the swap check runs
+    num_swap_blocks: int | None = None  # ctx.num_swap_blocks of the swap check (None: prompt_lengths[0]'s blocks)
 
     # -- what a plugin provides -------------------------------------------------------------------
     def make_executor(self, ctx: ExecutorContext):
@@ -162,14 +163,15 @@ class ExecutorContract:
                         "copy_blocks copies whole blocks (block_copy)", "a sequence reading the copies", self.logits_atol)
 
     def test_declared_swaps_round_trip(self):
-        executor = self._executor(num_swap_blocks=self.num_swap_blocks)
+        num_swap_blocks = self.num_swap_blocks or -(-self.prompt_lengths[0] // self.block_size)
+        executor = self._executor(num_swap_blocks=num_swap_blocks)
         if not self._capabilities(executor).block_swap:
             return
         pool = BlockPool(self.num_blocks, shuffle=True, seed=13)
         original, expected = self._written_prompt(executor, pool)
         sources = self._full_blocks(original)
-        if len(sources) > self.num_swap_blocks:
-            raise ValueError(f"num_swap_blocks ({self.num_swap_blocks}) must hold the {len(sources)} full blocks "
+        if len(sources) > num_swap_blocks:
+            raise ValueError(f"num_swap_blocks ({num_swap_blocks}) must hold the {len(sources)} full blocks "
                              f"of prompt_lengths[0]; raise it in your test class")
         swap_blocks = list(range(len(sources)))[::-1]
         destinations = [pool.take() for _ in sources]
