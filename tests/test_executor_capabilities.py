@@ -44,7 +44,8 @@ def plain_engine(tmp_path, monkeypatch):
         source = textwrap.dedent(EXECUTOR).replace("{declaration}", declaration)
         (tmp_path / f"{module}.py").write_text("from hetero_core import hookimpl\n" + source)
         dist = FakeDistribution("hetero-x", "1.0", {"x": module})
-        plugins = load_plugins(entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)])
+        plugins = load_plugins(entry_points=list(dist.entry_points),
+                               extra_plugins=[("mock", hetero_plugins_mock)])
         return build_engine(load_settings(executor="plain", **settings), plugins)
 
     return build
@@ -72,13 +73,14 @@ def test_a_declared_method_the_executor_lacks_is_refused_at_build(plain_engine):
     declaration = "self.swap_in = None; self.capabilities = ExecutorCapabilities(block_swap=True)"
     with pytest.raises(PluginError) as raised:
         plain_engine(declaration)
-    assert str(raised.value) == ("executor 'plain' (Plain): it declares block_swap=True but has no callable swap_in; "
-                                 "add the method(s) or leave the capability False (docs/hooks.md)")
+    assert str(raised.value) == ("executor 'plain' (Plain): it declares block_swap=True but has no callable "
+                                 "swap_in; add the method(s) or leave the capability False (docs/hooks.md)")
 
 
 def test_a_declaration_of_the_wrong_type_is_refused_at_build(plain_engine):
-    with pytest.raises(PluginError, match=r"^executor 'plain' \(Plain\): its capabilities is a dict, not an "
-                                          r"ExecutorCapabilities \(hetero_core.executor\) \(docs/hooks.md\)$"):
+    with pytest.raises(PluginError, match=r"^executor 'plain' \(Plain\): its capabilities is a dict, not "
+                                          r"an ExecutorCapabilities \(hetero_core.executor\) "
+                                          r"\(docs/hooks.md\)$"):
         plain_engine("self.capabilities = {'block_swap': True}")
 
 
@@ -93,7 +95,7 @@ def test_the_engine_acts_on_the_declaration_not_on_the_methods(plain_engine):
             engine.add_request("hi", SamplingParams(max_tokens=2, prompt_logprobs=0))
     finally:
         engine.shutdown()
-    with pytest.raises(PluginError, match="its capabilities do not declare supports_speculative_decoding=True"):
+    with pytest.raises(PluginError, match="capabilities do not declare supports_speculative_decoding=True"):
         plain_engine("self.capabilities = ExecutorCapabilities()", num_speculative_tokens=2,
                      speculative_proposer="ngram")
 
@@ -107,8 +109,8 @@ def test_a_declared_kv_pool_sizes_the_allocator(plain_engine):
 
 
 def test_an_executor_without_a_declaration_still_runs_with_nothing_optional(plain_engine):
-    with pytest.warns(DeprecationWarning, match=r"executor 'plain' \(Plain\) declares no capabilities: it runs "
-                                                r"with ExecutorCapabilities\(\)"):
+    with pytest.warns(DeprecationWarning, match=r"executor 'plain' \(Plain\) declares no capabilities: "
+                                                r"it runs with ExecutorCapabilities\(\)"):
         engine = plain_engine("del self.capabilities", preemption_mode="swap")
     try:
         assert engine.executor.capabilities == ExecutorCapabilities()

@@ -67,7 +67,7 @@ def test_every_hook_and_its_traits_are_documented(seam):
 def test_every_executor_capability_is_documented_with_the_executor_hook():
     names = documented_names(hook_section("register_executors"))
     missing = [f.name for f in dataclasses.fields(ExecutorCapabilities) if f.name not in names]
-    assert not missing, f"ExecutorCapabilities fields missing from docs/hooks.md (register_executors): {missing}"
+    assert not missing, f"ExecutorCapabilities fields missing from hooks.md (register_executors): {missing}"
 
 
 def test_no_hook_is_documented_that_does_not_exist():

@@ -88,13 +88,15 @@ class TestIgnoresBlockTables(ExecutorContract):
 
 
 def test_the_executor_kit_checks_what_the_capabilities_declare(pytester):
-    result = run_kit(pytester, EXECUTOR, "-k", "NoOpCopies and block_copies or UndeclaredSwapIn and capabilities")
+    result = run_kit(pytester, EXECUTOR, "-k",
+                     "NoOpCopies and block_copies or UndeclaredSwapIn and capabilities")
     result.assert_outcomes(failed=2)
     report = result.stdout.str()
-    assert "ContractFailure: an executor declares its capabilities (hetero_core.executor.ExecutorCapabilities): " \
-           "UndeclaredSwapIn: it declares block_swap=True but has no callable swap_in" in report
-    assert re.search(r"ContractFailure: copy_blocks copies whole blocks \(block_copy\): a sequence reading the "
-                     r"copies: token at 37 is \d+, expected \d+\n", report)
+    assert ("ContractFailure: an executor declares its capabilities (hetero_core.executor."
+            "ExecutorCapabilities): UndeclaredSwapIn: it declares block_swap=True but has no callable "
+            "swap_in") in report
+    assert re.search(r"ContractFailure: copy_blocks copies whole blocks \(block_copy\): a sequence "
+                     r"reading the copies: token at 37 is \d+, expected \d+\n", report)
 
 
 def test_an_executor_kit_failure_names_the_rule_and_the_value(pytester):

@@ -35,7 +35,8 @@ from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
 from hetero_core.engine.executor_capabilities import ExecutorCapabilities
 from hetero_core.plugin_system.hookspecs import hookimpl
 
-__all__ = ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput", "hookimpl", "slot_of"]
+__all__ = ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput", "hookimpl",
+           "slot_of"]
 
 
 @runtime_checkable

@@ -5,7 +5,8 @@ same ``Batch`` to every worker (pickled once, down one socket per worker), runs 
 waits for every worker's answer; all ranks meet in the model's collectives, and the gathered logits
 of rank 0 are the step's output. Block copies and swaps go to every rank the same way, since each
 rank owns its share of the KV heads. Its declaration (``capabilities``) is rank 0's executor's, less
-KV export and import (a rank holds only its share of the heads: a handoff would miss the rest). Workers are ``python -m`` processes (``worker_process.py``).
+KV export and import (a rank holds only its share of the heads: a handoff would miss the rest).
+Workers are ``python -m`` processes (``worker_process.py``).
 
 Any failure (a worker's exception, a worker that exits or is killed, a collective timing out) stops
 the group: the workers are stopped and this and every later call raises ``ExecutorDeadError`` with

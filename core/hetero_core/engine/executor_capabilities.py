@@ -102,11 +102,11 @@ def check_capabilities(executor, executor_name: str) -> ExecutorCapabilities:
     unusable. An executor written before declarations existed (no ``capabilities`` attribute) keeps
     running with the default declaration (nothing optional), with a DeprecationWarning naming it."""
     if not hasattr(executor, "capabilities"):
-        message = (f"executor '{executor_name}' ({type(executor).__name__}) declares no capabilities: it runs "
-                   "with ExecutorCapabilities() (no block copies, swap, KV transfer, prompt logits or speculative "
-                   "decoding; vocab_size and the KV pool as the context gives them); set its capabilities "
-                   "attribute (hetero_core.executor.ExecutorCapabilities, docs/hooks.md) - running without one "
-                   "is deprecated")
+        message = (f"executor '{executor_name}' ({type(executor).__name__}) declares no capabilities: it "
+                   "runs with ExecutorCapabilities() (no block copies, swap, KV transfer, prompt logits or "
+                   "speculative decoding; vocab_size and the KV pool as the context gives them); set its "
+                   "capabilities attribute (hetero_core.executor.ExecutorCapabilities, docs/hooks.md) - "
+                   "running without one is deprecated")
         warnings.warn(message, DeprecationWarning, stacklevel=3)
         log.warning("executor.capabilities_undeclared", executor=executor_name, reason=message)
         try:
@@ -117,7 +117,8 @@ def check_capabilities(executor, executor_name: str) -> ExecutorCapabilities:
                               "(hetero_core.executor.ExecutorCapabilities, docs/hooks.md)") from None
     problem = capabilities_problem(executor)
     if problem:
-        raise PluginError(f"executor '{executor_name}' ({type(executor).__name__}): {problem} (docs/hooks.md)")
+        raise PluginError(f"executor '{executor_name}' ({type(executor).__name__}): {problem} "
+                          "(docs/hooks.md)")
     return executor.capabilities
 
 

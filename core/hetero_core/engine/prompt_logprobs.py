@@ -26,8 +26,8 @@ def prompt_logprobs_refusal(executor) -> str | None:
     if executor.capabilities.supports_prompt_logits:
         return None
     return (f"prompt_logprobs is not supported by the executor {type(executor).__name__}: it does not "
-            "return logits for prompt positions (it does not declare supports_prompt_logits); use an executor that runs "
-            "the model (torch, triton, cuda) or leave prompt_logprobs None")
+            "return logits for prompt positions (it does not declare supports_prompt_logits); use an "
+            "executor that runs the model (torch, triton, cuda) or leave prompt_logprobs None")
 
 
 def check_prompt_logprobs(params, refusal: str | None) -> None:

@@ -90,7 +90,7 @@ class ExecutorContract:
     num_greedy_tokens: int = 6
     logits_atol: float = 1e-3
     model_dir: Any = None
-    num_swap_blocks: int | None = None  # ctx.num_swap_blocks of the swap check (None: prompt_lengths[0]'s blocks)
+    num_swap_blocks: int | None = None  # the swap check's ctx.num_swap_blocks (None: the first prompt's)
 
     # -- what a plugin provides -------------------------------------------------------------------
     def make_executor(self, ctx: ExecutorContext):
@@ -160,7 +160,8 @@ class ExecutorContract:
         destinations = [pool.take() for _ in sources]
         executor.copy_blocks(list(zip(sources, destinations)))
         check_same_rows(self._read_prefix(executor, original, destinations, pool), expected,
-                        "copy_blocks copies whole blocks (block_copy)", "a sequence reading the copies", self.logits_atol)
+                        "copy_blocks copies whole blocks (block_copy)", "a sequence reading the copies",
+                        self.logits_atol)
 
     def test_declared_swaps_round_trip(self):
         num_swap_blocks = self.num_swap_blocks or -(-self.prompt_lengths[0] // self.block_size)
@@ -178,8 +179,8 @@ class ExecutorContract:
         executor.swap_out(list(zip(sources, swap_blocks)))
         executor.swap_in(list(zip(swap_blocks, destinations)))
         check_same_rows(self._read_prefix(executor, original, destinations, pool), expected,
-                        "swap_out then swap_in gives the blocks back (block_swap)", "a sequence reading swapped-in "
-                        "blocks", self.logits_atol)
+                        "swap_out then swap_in gives the blocks back (block_swap)",
+                        "a sequence reading swapped-in blocks", self.logits_atol)
 
     def test_declared_kv_transfer_moves_blocks(self):
         exporter = self._executor()
@@ -192,8 +193,8 @@ class ExecutorContract:
         layers = exporter.export_blocks(sources)
         if not isinstance(layers, list) or not all(isinstance(layer, tuple) and layer and all(
                 isinstance(t, KVTensor) for t in layer) for layer in layers) or not layers:
-            raise ContractFailure("export_blocks returns a list of layers, each a tuple of KVTensor (kv_export)",
-                                  f"got {_describe_layers(layers)}")
+            raise ContractFailure("export_blocks returns a list of layers, each a tuple of KVTensor "
+                                  "(kv_export)", f"got {_describe_layers(layers)}")
         dim = capabilities.kv_block_dim
         shapes = [t.shape for layer in layers for t in layer]
         if any(len(shape) <= dim or shape[dim] != len(sources) for shape in shapes):
@@ -297,13 +298,12 @@ class ExecutorContract:
     # -- helpers ----------------------------------------------------------------------------------
     def _capabilities(self, executor) -> ExecutorCapabilities:
         """The executor's declaration, or a ContractFailure saying what is wrong with it."""
+        rule = "an executor declares its capabilities (hetero_core.executor.ExecutorCapabilities)"
         if not hasattr(executor, "capabilities"):
-            raise ContractFailure("an executor declares its capabilities (hetero_core.executor.ExecutorCapabilities)",
-                                  f"{type(executor).__name__} has no capabilities attribute")
+            raise ContractFailure(rule, f"{type(executor).__name__} has no capabilities attribute")
         problem = capabilities_problem(executor)
         if problem:
-            raise ContractFailure("an executor declares its capabilities (hetero_core.executor.ExecutorCapabilities)",
-                                  f"{type(executor).__name__}: {problem}")
+            raise ContractFailure(rule, f"{type(executor).__name__}: {problem}")
         return executor.capabilities
 
     def _written_prompt(self, executor, pool) -> tuple[ContractSequence, dict]:
@@ -311,7 +311,8 @@ class ExecutorContract:
         original = self._sequences()[0]
         if original.num_prompt_tokens <= self.block_size:
             raise ValueError(f"prompt_lengths[0] ({original.num_prompt_tokens}) must exceed block_size "
-                             f"({self.block_size}) for the block transfer checks; raise it in your test class")
+                             f"({self.block_size}) for the block transfer checks; raise it in your test "
+                             "class")
         rows = self._execute(executor, [[(original, original.num_prompt_tokens)], [(original, 1)]], pool)
         return original, {k[1]: v for k, v in rows.items()}
 
@@ -323,8 +324,8 @@ class ExecutorContract:
         """position -> row of a copy of ``original`` whose cached prefix is ``blocks`` (read through its own
         block table), computing the rest of the prompt and one fed token on ``executor``."""
         num_cached = len(blocks) * self.block_size
-        copy = ContractSequence(100, list(original.token_ids), original.num_prompt_tokens, num_computed=num_cached,
-                                block_table=list(blocks))
+        copy = ContractSequence(100, list(original.token_ids), original.num_prompt_tokens,
+                                num_computed=num_cached, block_table=list(blocks))
         rows = self._execute(executor, [[(copy, original.num_prompt_tokens - num_cached)], [(copy, 1)]], pool)
         return {k[1]: v for k, v in rows.items()}
 
