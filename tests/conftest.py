@@ -75,6 +75,7 @@ class RecordingExecutor:
 
     def __init__(self, inner):
         self.inner = inner
+        self.capabilities = inner.capabilities
         self.batches = []
 
     def execute(self, batch):

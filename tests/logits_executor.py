@@ -4,6 +4,8 @@ with ``margin`` added to that token: a clear best unless a constraint says other
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from hetero_core.executor import ExecutorOutput
@@ -12,6 +14,7 @@ from hetero_core.executor import ExecutorOutput
 class LogitsExecutor:
     def __init__(self, inner, vocab_size: int, margin: float = 10.0) -> None:
         self.inner, self.vocab_size, self.margin = inner, vocab_size, margin
+        self.capabilities = replace(inner.capabilities, vocab_size=vocab_size)  # logits rows this wide
 
     def execute(self, batch):
         rows = []

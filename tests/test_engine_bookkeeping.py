@@ -7,6 +7,7 @@ import pytest
 from hetero_core.engine.batch import ExecutorOutput
 from hetero_core.engine.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
+from hetero_core.executor import ExecutorCapabilities
 
 
 def greedy(max_tokens=8, **kw):
@@ -38,6 +39,7 @@ class ScriptedExecutor:
 
     def __init__(self, script, vocab_size=258):
         self.script, self.vocab_size, self.calls = script, vocab_size, 0
+        self.capabilities = ExecutorCapabilities(vocab_size=vocab_size)
 
     def execute(self, batch):
         import torch
@@ -217,6 +219,7 @@ def test_an_executor_that_raises_fails_its_batch_and_the_engine_goes_on(make_moc
 
     class Flaky:
         calls = 0
+        capabilities = inner.capabilities
 
         def execute(self, batch):
             Flaky.calls += 1
@@ -239,6 +242,8 @@ def test_token_ids_outside_the_vocabulary_fail_that_request(make_mock_engine):
     inner = engine.executor
 
     class OutOfVocab:
+        capabilities = inner.capabilities
+
         def execute(self, batch):
             out = inner.execute(batch)
             return ExecutorOutput(token_ids=[10**6 if batch.num_prompt_tokens[i] == 1 else t

@@ -335,6 +335,10 @@ TestEngineOnTheMockWithAsyncScheduling.settings = fuzz_settings(30, stateful_ste
 class NoTransfersExecutor(FaultyExecutor):
     """Block transfers (copy-on-write, swap) raise: the steps that carry them fail."""
 
+    @property
+    def capabilities(self):  # still declared: the engine calls them and they raise
+        return self.inner.capabilities
+
     def __getattr__(self, name):
         raise AttributeError(f"{type(self).__name__} has no {name}")
 

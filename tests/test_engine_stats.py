@@ -22,6 +22,7 @@ class Calls:
 
     def __init__(self, inner, fail_at=()):
         self.inner, self.fail_at = inner, set(fail_at)
+        self.capabilities = inner.capabilities
         self.step, self.events = 0, []
 
     def execute(self, batch):

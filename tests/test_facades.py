@@ -16,7 +16,8 @@ import hetero_core
 from hetero_core.plugin_system.hookspecs import hookimpl
 
 FACADES = {
-    "hetero_core.executor": ["Batch", "Executor", "ExecutorContext", "ExecutorOutput", "hookimpl", "slot_of"],
+    "hetero_core.executor": ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput",
+                             "hookimpl", "slot_of"],
     "hetero_core.policy": ["MAX_STEPS_HELD_BACK", "RequestView", "SchedulerPolicy", "SchedulerSnapshot",
                            "SchedulingDecision", "SortKeyPolicy", "decision_problems"],
     "hetero_core.tokenizer": ["Tokenizer", "TokenizerContext"],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput
+from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput
 from hetero_core.kv_transfer import KVConnectorContext
 from hetero_core.plugin_system import hookspecs
 from hetero_core.plugin_system.seams import SEAM_TABLE
@@ -62,6 +62,12 @@ def test_every_hook_and_its_traits_are_documented(seam):
     section = hook_section(seam.hook)
     for trait in seam.traits:
         assert f"`{trait.name}`" in section, f"trait {trait.name} of {seam.hook} is not documented"
+
+
+def test_every_executor_capability_is_documented_with_the_executor_hook():
+    names = documented_names(hook_section("register_executors"))
+    missing = [f.name for f in dataclasses.fields(ExecutorCapabilities) if f.name not in names]
+    assert not missing, f"ExecutorCapabilities fields missing from hooks.md (register_executors): {missing}"
 
 
 def test_no_hook_is_documented_that_does_not_exist():

@@ -45,6 +45,31 @@ class IgnoresBlockTables(MockExecutor):  # reads blocks as if contiguous from th
         return super()._read_context([first + i for i in range(len(block_table))], num_tokens)
 
 
+class NoOpCopies(MockExecutor):  # declares block_copy (as the mock does) but copies nothing
+    def copy_blocks(self, pairs):
+        pass
+
+
+class UndeclaredSwapIn(MockExecutor):  # declares block_swap without a swap_in
+    swap_in = None
+
+
+class TestNoOpCopies(ExecutorContract):
+    vocab_size = 258
+
+    def make_executor(self, ctx):
+        executor = NoOpCopies(ctx)
+        executor.slots = array("q", [0]) * len(executor.slots)  # stale slots read as 0, not as an error
+        return executor
+
+
+class TestUndeclaredSwapIn(ExecutorContract):
+    vocab_size = 258
+
+    def make_executor(self, ctx):
+        return UndeclaredSwapIn(ctx)
+
+
 class TestOutOfVocabulary(ExecutorContract):
     vocab_size = 258
 
@@ -60,6 +85,18 @@ class TestIgnoresBlockTables(ExecutorContract):
         executor.slots = array("q", [0]) * len(executor.slots)  # stale slots read as 0, not as an error
         return executor
 """
+
+
+def test_the_executor_kit_checks_what_the_capabilities_declare(pytester):
+    result = run_kit(pytester, EXECUTOR, "-k",
+                     "NoOpCopies and block_copies or UndeclaredSwapIn and capabilities")
+    result.assert_outcomes(failed=2)
+    report = result.stdout.str()
+    assert ("ContractFailure: an executor declares its capabilities (hetero_core.executor."
+            "ExecutorCapabilities): UndeclaredSwapIn: it declares block_swap=True but has no callable "
+            "swap_in") in report
+    assert re.search(r"ContractFailure: copy_blocks copies whole blocks \(block_copy\): a sequence "
+                     r"reading the copies: token at 37 is \d+, expected \d+\n", report)
 
 
 def test_an_executor_kit_failure_names_the_rule_and_the_value(pytester):

@@ -70,12 +70,14 @@ def test_an_executor_without_swap_forces_recompute_with_a_startup_warning(caplog
     from types import SimpleNamespace
 
     from hetero_core.engine.block_transfer import block_transfer_options
+    from hetero_core.executor import ExecutorCapabilities
 
     settings = SimpleNamespace(preemption_mode="swap", num_swap_blocks=64)
+    plain = SimpleNamespace(capabilities=ExecutorCapabilities())  # declares neither copies nor swap
     with caplog.at_level(logging.WARNING, logger="hetero"):
-        options = block_transfer_options(object(), "plain", settings)
+        options = block_transfer_options(plain, "plain", settings)
     assert options == {"can_copy_blocks": False, "preemption_mode": "recompute", "num_swap_blocks": 0}
-    assert "executor 'plain' has no swap_out/swap_in" in caplog.text
+    assert "executor 'plain' does not declare block_swap" in caplog.text
 
 
 def test_preemption_mode_is_validated():

@@ -12,6 +12,7 @@ from pathlib import Path
 from hetero_core.distributed import engine_setup as tensor_parallel
 from hetero_core.engine.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
+from hetero_core.engine.executor_capabilities import check_capabilities
 from hetero_core.engine.kv_transfer import KVConnectorContext
 from hetero_core.engine.structured_output import StructuredOutput
 from hetero_core.engine.params import SamplingParams
@@ -88,11 +89,12 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     )
     executor = tensor_parallel.create_executor(executor_c, executor_context)
     try:  # whatever fails from here on, the executor (its memory, its workers) is released
-        # An executor that sizes its KV pool itself (e.g. from GPU memory) says so in num_kv_blocks.
-        num_blocks = getattr(executor, "num_kv_blocks", settings.max_num_blocks)
+        check_components(plugins, {"executor": (executor_c, executor)})
+        capabilities = check_capabilities(executor, executor_c.name)
+        # An executor that sizes its KV pool itself (e.g. from GPU memory) declares num_kv_blocks.
+        num_blocks = capabilities.num_kv_blocks or settings.max_num_blocks
         allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
-        check_components(plugins, {"kv_allocator": (allocator_c, allocator),
-                                   "executor": (executor_c, executor)})
+        check_components(plugins, {"kv_allocator": (allocator_c, allocator)})
         limits = SchedulerLimits(
             max_batch_size=settings.max_batch_size,
             max_num_seqs=settings.max_num_seqs,
@@ -130,7 +132,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
 def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, executor) -> StructuredOutput:
     """The engine's structured output: the chosen backend, created on the first guided request."""
     component, options = select(settings, plugins, "structured_output")
-    vocab_size = max(tokenizer.vocab_size, getattr(executor, "vocab_size", 0) or 0)
+    vocab_size = max(tokenizer.vocab_size, executor.capabilities.vocab_size or 0)
     context = StructuredOutputContext(options, tokenizer, vocab_size)
 
     def create():
@@ -147,13 +149,13 @@ def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor,
     k = settings.num_speculative_tokens
     if k == 0:
         return None
-    if getattr(executor, "supports_speculative_decoding", False) is not True:
+    if not executor.capabilities.supports_speculative_decoding:
         raise PluginError(
-            f"executor '{executor_name}' cannot verify speculative tokens (it does not declare "
-            "supports_speculative_decoding = True: one output row per proposed token, docs/hooks.md); "
+            f"executor '{executor_name}' cannot verify speculative tokens (its capabilities do not declare "
+            "supports_speculative_decoding=True: one output row per proposed token, docs/hooks.md); "
             "set num_speculative_tokens = 0 or pick an executor that can (torch, triton, cuda, mock)")
     component, options = select(settings, plugins, "speculative_proposer")
-    vocab_size = max(tokenizer.vocab_size, getattr(executor, "vocab_size", 0) or 0)
+    vocab_size = max(tokenizer.vocab_size, executor.capabilities.vocab_size or 0)
     context = ProposerContext(options=options, num_speculative_tokens=k, vocab_size=vocab_size,
                               model_dir=executor_context.model_dir, executor=executor_name,
                               block_size=settings.block_size, max_model_len=settings.max_model_len,
@@ -166,9 +168,9 @@ def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor,
 
 
 def use_async_scheduling(settings: HeteroSettings, executor, executor_name: str, speculating: bool = False) -> bool:
-    """The setting, or the executor's preference (its ``async_scheduling`` attribute; False without one).
+    """The setting, or the executor's preference (``capabilities.prefers_async_scheduling``).
     Off while speculating (a verifying step's tokens decide the next step's inputs)."""
-    preferred = getattr(executor, "async_scheduling", False) is True
+    preferred = executor.capabilities.prefers_async_scheduling
     chosen = preferred if settings.async_scheduling is None else settings.async_scheduling
     if speculating and chosen:
         log.info("engine.async_scheduling", enabled=False, executor=executor_name,

@@ -1,9 +1,12 @@
 """What an executor author imports: the context a factory receives, the batch it runs, the output it
-returns, the paged-layout helper and the hook marker. See docs/hooks.md (``register_executors``).
+returns, the declaration of what else it can do, the paged-layout helper and the hook marker. See
+docs/hooks.md (``register_executors``).
 
-    from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, hookimpl
+    from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput, hookimpl
 
     class EchoExecutor:
+        capabilities = ExecutorCapabilities()  # nothing optional: no block copies, swap, prompt logits, ...
+
         def __init__(self, ctx: ExecutorContext):
             self.eos_token_id = ctx.eos_token_id
 
@@ -29,9 +32,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
+from hetero_core.engine.executor_capabilities import ExecutorCapabilities
 from hetero_core.plugin_system.hookspecs import hookimpl
 
-__all__ = ["Batch", "Executor", "ExecutorContext", "ExecutorOutput", "hookimpl", "slot_of"]
+__all__ = ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput", "hookimpl",
+           "slot_of"]
 
 
 @runtime_checkable
@@ -43,20 +48,22 @@ class Executor(Protocol):
     beyond what the KV cache holds: everything else arrives in the batch.
     """
 
+    capabilities: ExecutorCapabilities
+
     def execute(self, batch: Batch) -> ExecutorOutput: ...
 
     def shutdown(self) -> None: ...
 
-    # Optional block transfers (``hetero_core.engine.block_transfer``): ``copy_blocks(pairs)`` copies
-    # device blocks (copy-on-write for the prefix cache), ``swap_out(pairs)`` device -> CPU swap
-    # blocks and ``swap_in(pairs)`` back, for swap preemption. Each pair is ``(source, destination)``.
-    # Optional KV transfer (prefill/decode disaggregation, docs/disaggregation.md):
-    # ``export_blocks(block_ids) -> list[tuple[KVTensor, ...]]`` returns whole blocks, per layer its
-    # tensors (CPU bytes in the executor's own layout, blocks along ``kv_block_dim``, default 0) and
-    # ``import_blocks(block_ids, layers)`` writes such blocks (from an executor of the same model,
-    # dtype and block size) into ``block_ids``, raising ValueError before writing if they do not fit.
-    # Optional ``async_scheduling`` (bool): the executor's preference for async scheduling
-    # (``execute`` then runs on the engine's executor thread while the next step is planned).
+    # What else it can do is declared in ``capabilities`` (each field documented there), never probed:
+    # the methods a declaration names, each taking ``(source, destination)`` block pairs or block ids:
+    # ``copy_blocks(pairs)`` copies device blocks (copy-on-write for the prefix cache, ``block_copy``);
+    # ``swap_out(pairs)`` device -> CPU swap blocks and ``swap_in(pairs)`` back (``block_swap``, for
+    # swap preemption; ``hetero_core.engine.block_transfer``); ``export_blocks(block_ids) ->
+    # list[tuple[KVTensor, ...]]`` returns whole blocks, per layer its tensors (CPU bytes in the
+    # executor's own layout, blocks along ``kv_block_dim``; ``kv_export``) and ``import_blocks(block_ids,
+    # layers)`` writes such blocks (from an executor of the same model, dtype and block size) into
+    # ``block_ids``, raising ValueError before writing if they do not fit (``kv_import``; prefill/decode
+    # disaggregation, docs/disaggregation.md).
 
 
 @dataclass(frozen=True)

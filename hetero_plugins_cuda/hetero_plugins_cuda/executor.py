@@ -38,10 +38,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class CudaExecutor(RunnerExecutor):
     """``kernels``: flash-attn's (default) or another provider with the same API (a test double)."""
 
-    # No block copies or swap: the prefix cache keeps a fully cached prompt's last token uncached and
-    # swap preemption falls back to recompute (engine/block_transfer.py).
-    copy_blocks = swap_out = swap_in = None
-
     def __init__(self, ctx: ExecutorContext, options: CudaExecutorOptions | None = None,
                  kernels: FlashAttnKernels | None = None):
         options = options or (ctx.options if ctx.options is not None else CudaExecutorOptions())
@@ -83,6 +79,10 @@ class CudaExecutor(RunnerExecutor):
             )  # fmt: skip
             with torch.inference_mode():
                 self.graph_runner.capture()
+        # No block copies or swap: the prefix cache keeps a fully cached prompt's last token uncached and
+        # swap preemption falls back to recompute (engine/block_transfer.py). The pool is the one sized here.
+        self.capabilities = self.runner_capabilities(num_kv_blocks=self.num_kv_blocks, block_copy=False,
+                                                     block_swap=False)
         log.info("executor.ready", executor="cuda", kernels=self.kernels.name, device=str(self.device),
                  dtype=options.dtype, num_kv_blocks=self.num_kv_blocks, cuda_graphs=options.cuda_graphs)
 

@@ -15,7 +15,7 @@ import time
 from array import array
 
 from hetero_core import ConfigError
-from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, slot_of
+from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput, slot_of
 from hetero_core.kv_transfer import KVTensor
 from hetero_core.structured_output import allowed_token_ids
 
@@ -29,8 +29,6 @@ class BatchInconsistency(RuntimeError):
 
 
 class MockExecutor:
-    supports_speculative_decoding = True  # 1 + n token ids per sampled sequence with batch.num_spec_tokens
-
     def __init__(self, ctx: ExecutorContext) -> None:
         self.options: MockExecutorOptions = ctx.options or MockExecutorOptions()
         if self.options.vocab_size > ctx.vocab_size:
@@ -43,7 +41,12 @@ class MockExecutor:
         self.block_size = ctx.block_size
         self.num_blocks = ctx.num_blocks
         self.slots = array("q", [EMPTY_SLOT]) * (ctx.num_blocks * ctx.block_size)
-        self.swap_slots = array("q", [EMPTY_SLOT]) * (getattr(ctx, "num_swap_blocks", 0) * ctx.block_size)
+        self.swap_slots = array("q", [EMPTY_SLOT]) * (ctx.num_swap_blocks * ctx.block_size)
+        # token ids (no logits, so no prompt logits); 1 + n token ids per sequence with batch.num_spec_tokens;
+        # every block transfer; exported blocks are one (blocks, block_size) tensor: blocks along dim 0
+        self.capabilities = ExecutorCapabilities(
+            vocab_size=ctx.vocab_size, supports_speculative_decoding=True, block_copy=True, block_swap=True,
+            kv_export=True, kv_import=True, kv_block_dim=0)
 
     def execute(self, batch: Batch) -> ExecutorOutput:
         self._check(batch)

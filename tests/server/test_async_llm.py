@@ -106,6 +106,7 @@ class FailingOnce:
 
     def __init__(self, inner):
         self.inner, self.armed = inner, False
+        self.capabilities = inner.capabilities
 
     def execute(self, batch):
         if self.armed:

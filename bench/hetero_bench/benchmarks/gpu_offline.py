@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> Report:
         steps = timer.summary(elapsed) if timer is not None else {}
         if timer is not None:
             timer.remove()
-        num_kv_blocks = getattr(engine.executor, "num_kv_blocks", settings["max_num_blocks"])
+        num_kv_blocks = engine.executor.capabilities.num_kv_blocks or settings["max_num_blocks"]
     finally:
         llm.shutdown()
     produced = sum(len(o.output_token_ids) for o in outputs)

@@ -138,7 +138,7 @@ def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, 
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps
     runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size, dtype=dtype, device=device,
-                         num_swap_blocks=getattr(ctx, "num_swap_blocks", 0))
+                         num_swap_blocks=ctx.num_swap_blocks)
     if kernels is not None and pack and options.fused_decode and shard is None:
         model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
     return runner

@@ -4,7 +4,9 @@ The scheduler and the KV bookkeeping run once, in the engine's process. Each ste
 same ``Batch`` to every worker (pickled once, down one socket per worker), runs its own shard, and
 waits for every worker's answer; all ranks meet in the model's collectives, and the gathered logits
 of rank 0 are the step's output. Block copies and swaps go to every rank the same way, since each
-rank owns its share of the KV heads. Workers are ``python -m`` processes (``worker_process.py``).
+rank owns its share of the KV heads. Its declaration (``capabilities``) is rank 0's executor's, less
+KV export and import (a rank holds only its share of the heads: a handoff would miss the rest).
+Workers are ``python -m`` processes (``worker_process.py``).
 
 Any failure (a worker's exception, a worker that exits or is killed, a collective timing out) stops
 the group: the workers are stopped and this and every later call raises ``ExecutorDeadError`` with
@@ -28,11 +30,11 @@ from hetero_core.distributed.failures import WorkerReport, blame, describe_failu
 from hetero_core.distributed.worker import ERROR, OK, READY, STARTED
 from hetero_core.distributed.worker_process import WorkerProcess, pickle_for_workers
 from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.executor_capabilities import check_capabilities
 from hetero_core.errors import ConfigError, ExecutorDeadError, HeteroError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.tensor_parallel")
-BLOCK_TRANSFERS = ("copy_blocks", "swap_out", "swap_in")
 FAILURE_GRACE_S = 5.0  # after a failure: how long the workers get to report or exit
 STOP_GRACE_S = 10.0  # at shutdown: how long a worker gets to finish before it is killed
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # executors not shut down yet (stopped at interpreter exit)
@@ -63,9 +65,6 @@ class TensorParallelExecutor:
             self._stop_workers(graceful=False)
             process_group.destroy_group()
             raise
-        for method in BLOCK_TRANSFERS:  # mirror what the rank executors can do (see block_transfer)
-            if not callable(getattr(self.local, method, None)):
-                setattr(self, method, None)
         _LIVE.add(self)
 
     def _start(self, payload: bytes, factory, ctx) -> None:
@@ -83,6 +82,9 @@ class TensorParallelExecutor:
         self._wait_for(STARTED, process_group.START_TIMEOUT.total_seconds(), "starting")
         process_group.init_group(store, 0, self.size, backend)
         self.local = factory(replace(ctx, tensor_parallel_rank=0))
+        # what the rank executors can do (copies and swaps run on every rank), without KV transfer
+        local = check_capabilities(self.local, self.executor_name)
+        self.capabilities = replace(local, kv_export=False, kv_import=False)
         self._wait_for(READY, process_group.START_TIMEOUT.total_seconds(), "loading its shard")
         log.info("tensor_parallel.ready", size=self.size, backend=backend, executor=self.executor_name,
                  workers=self.worker_pids)

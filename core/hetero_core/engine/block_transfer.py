@@ -1,13 +1,14 @@
 """Block transfers between the scheduler and the executor: copy-on-write copies and swap.
 
-They are optional executor methods, each taking ``(source, destination)`` block pairs:
-``copy_blocks`` (device -> device), ``swap_out`` (device -> CPU swap block) and ``swap_in`` (CPU swap
-block -> device). Before a step's batch runs, the engine applies that step's transfers in this order:
-swap out (the freed device blocks may be reused by the batch), swap in, copies.
+They are optional executor methods, each taking ``(source, destination)`` block pairs, that the
+executor declares in its ``capabilities`` (``ExecutorCapabilities``): ``copy_blocks`` (device ->
+device; ``block_copy``), ``swap_out`` (device -> CPU swap block) and ``swap_in`` (CPU swap block ->
+device; ``block_swap``). Before a step's batch runs, the engine applies that step's transfers in this
+order: swap out (the freed device blocks may be reused by the batch), swap in, copies.
 
-An executor without ``swap_out``/``swap_in`` makes ``preemption_mode = "swap"`` fall back to recompute
-(a warning at start-up says so); one without ``copy_blocks`` makes the prefix cache leave the last
-token of a fully cached prompt uncached, so no shared block is ever written.
+An executor that does not declare ``block_swap`` makes ``preemption_mode = "swap"`` fall back to
+recompute (a warning at start-up says so); one that does not declare ``block_copy`` makes the prefix
+cache leave the last token of a fully cached prompt uncached, so no shared block is ever written.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ log = get_logger("hetero.engine")
 
 
 def can_copy_blocks(executor) -> bool:
-    return callable(getattr(executor, "copy_blocks", None))
+    return executor.capabilities.block_copy
 
 
 def can_swap(executor) -> bool:
-    return callable(getattr(executor, "swap_out", None)) and callable(getattr(executor, "swap_in", None))
+    return executor.capabilities.block_swap
 
 
 def block_transfer_options(executor, executor_name: str, settings) -> dict:
@@ -30,7 +31,7 @@ def block_transfer_options(executor, executor_name: str, settings) -> dict:
     mode = settings.preemption_mode
     if mode == "swap" and not can_swap(executor):
         log.warning("preemption.swap_unsupported", executor=executor_name, preemption_mode="recompute",
-                    reason=f"executor '{executor_name}' has no swap_out/swap_in methods; "
+                    reason=f"executor '{executor_name}' does not declare block_swap (swap_out/swap_in); "
                     "preemption falls back to recompute")
         mode = "recompute"
     return {"can_copy_blocks": can_copy_blocks(executor), "preemption_mode": mode,

@@ -120,8 +120,9 @@ class KVConnector(Protocol):
 def kv_import_error(seq, scheduler, executor) -> str | None:
     """Why ``seq``'s ``kv_import`` (a KVHandoff) cannot be taken by this engine, or None."""
     handoff: KVHandoff = seq.kv_import
-    if not callable(getattr(executor, "import_blocks", None)):
-        return f"this engine's executor ({type(executor).__name__}) cannot import KV blocks (no import_blocks)"
+    if not executor.capabilities.kv_import:
+        return (f"this engine's executor ({type(executor).__name__}) cannot import KV blocks (it does not "
+                "declare kv_import)")
     if not isinstance(handoff, KVHandoff):
         return f"kv_transfer must be a KVHandoff, got {type(handoff).__name__}"
     if seq.params.prompt_logprobs is not None:
@@ -134,15 +135,16 @@ def kv_import_error(seq, scheduler, executor) -> str | None:
 def export_prompt_blocks(executor, seq, block_size: int) -> tuple[KVBlocks | None, str | None]:
     """(the KV blocks of ``seq``'s prompt, None), or (None, why they could not be exported)."""
     num_prompt = len(seq.prompt_token_ids)
-    if not callable(getattr(executor, "export_blocks", None)):
-        return None, f"this engine's executor ({type(executor).__name__}) cannot export KV blocks (no export_blocks)"
+    if not executor.capabilities.kv_export:
+        return None, (f"this engine's executor ({type(executor).__name__}) cannot export KV blocks (it does "
+                      "not declare kv_export)")
     if seq.num_confirmed_tokens < num_prompt:
         return None, f"only {seq.num_confirmed_tokens} of the prompt's {num_prompt} tokens have K/V to export"
     try:
         layers = executor.export_blocks(seq.block_table[:-(-num_prompt // block_size)])
     except Exception as exc:
         return None, f"the executor failed to export the prompt's KV blocks: {type(exc).__name__}: {exc}"
-    block_dim = getattr(executor, "kv_block_dim", 0)
+    block_dim = executor.capabilities.kv_block_dim
     return KVBlocks(block_size, block_dim, tuple(tuple(layer) for layer in layers), tuple(seq.prompt_token_ids)), None
 
 

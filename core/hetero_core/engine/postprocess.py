@@ -54,7 +54,7 @@ class Postprocess(SpeculativePostprocess):
         if output.token_ids is not None:
             if len(output.token_ids) != num_rows:
                 raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")
-            vocab_size = max(self.tokenizer.vocab_size, getattr(self.executor, "vocab_size", 0) or 0)
+            vocab_size = max(self.tokenizer.vocab_size, self.executor.capabilities.vocab_size or 0)
             if specs is not None:
                 from hetero_core.engine.spec_verify import verify_token_ids
 

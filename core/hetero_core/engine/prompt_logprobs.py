@@ -8,7 +8,7 @@ model logits (no temperature or penalties, as vLLM's default ``logprobs_mode``).
 
 Where the logits come from: the batch flags the prefill segments of such requests
 (``Batch.prompt_logits``, built by ``batch_builder``) and an executor that declares
-``supports_prompt_logits = True`` returns the logits of every row of those segments
+``supports_prompt_logits=True`` in its ``capabilities`` returns the logits of every row of those segments
 (``ExecutorOutput.prompt_logits``). Chunked prefill adds entries chunk by chunk; a recompute after
 preemption runs positions whose entries exist already and they are not added twice (an entry is
 added only for the next prompt token missing). A request asking for prompt logprobs never starts
@@ -23,11 +23,11 @@ from hetero_core.errors import InvalidRequestError
 
 def prompt_logprobs_refusal(executor) -> str | None:
     """Why ``executor`` cannot give prompt logprobs (None: it can)."""
-    if getattr(executor, "supports_prompt_logits", False):
+    if executor.capabilities.supports_prompt_logits:
         return None
     return (f"prompt_logprobs is not supported by the executor {type(executor).__name__}: it does not "
-            "return logits for prompt positions (no supports_prompt_logits); use an executor that runs "
-            "the model (torch, triton, cuda) or leave prompt_logprobs None")
+            "return logits for prompt positions (it does not declare supports_prompt_logits); use an "
+            "executor that runs the model (torch, triton, cuda) or leave prompt_logprobs None")
 
 
 def check_prompt_logprobs(params, refusal: str | None) -> None:

@@ -39,8 +39,8 @@ class ModelRunner:
     ``num_swap_blocks`` CPU blocks of swap space. Implements the executor protocol's steps:
     ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``export_blocks``, ``import_blocks``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
 
-    supports_prompt_logits = True  # returns ExecutorOutput.prompt_logits for batch.prompt_logits
-    supports_speculative_decoding = True  # returns 1 + n rows per sampled sequence with batch.num_spec_tokens
+    # It returns ExecutorOutput.prompt_logits for batch.prompt_logits and 1 + n rows per sampled sequence
+    # with batch.num_spec_tokens: ``RunnerExecutor.runner_capabilities`` declares both for its executor.
 
     def __init__(self, model: CausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
                  device: torch.device, num_swap_blocks: int = 0):

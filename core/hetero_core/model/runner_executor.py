@@ -1,18 +1,23 @@
 """``RunnerExecutor``: the executor protocol answered by a ``ModelRunner`` (``self.runner``).
 
 An executor built on core's model code sets ``self.runner`` in its constructor and inherits the
-rest; it overrides only what it adds (the torch executor re-measures its CPU threads before a step).
+rest, its declaration included (``capabilities``: everything the runner can do); it overrides only
+what it adds (the torch executor re-measures its CPU threads before a step).
 An executor that sets ``self.graph_runner`` (a ``decode_graphs.DecodeGraphs``, as the triton and
 cuda executors do) has every pure decode step that fits a captured size replayed from a CUDA graph.
-An executor whose caches cannot be copied or swapped sets ``copy_blocks = swap_out = swap_in = None``:
-the engine then falls back as ``engine/block_transfer.py`` describes.
+An executor that can do less sets its own declaration in its constructor: one whose caches cannot be
+copied or swapped ``self.capabilities = self.runner_capabilities(block_copy=False, block_swap=False)``
+(the engine then falls back as ``engine/block_transfer.py`` describes).
 """
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.executor_capabilities import ExecutorCapabilities
 from hetero_core.engine.kv_transfer import KVTensor, kv_tensor_from_torch, kv_tensor_to_torch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphs
@@ -22,8 +27,22 @@ from hetero_core.model.runner import ModelRunner
 class RunnerExecutor:
     runner: ModelRunner
     graph_runner: DecodeGraphs | None = None
-    supports_prompt_logits = True  # the runner returns ExecutorOutput.prompt_logits (never a decode graph)
-    supports_speculative_decoding = True  # the runner returns 1 + n rows per speculating sequence (never a graph)
+
+    @cached_property
+    def capabilities(self) -> ExecutorCapabilities:
+        """The declaration, read once (by the builder, after the constructor): ``runner_capabilities()``
+        unless the constructor set its own."""
+        return self.runner_capabilities()
+
+    def runner_capabilities(self, **declared) -> ExecutorCapabilities:
+        """What an executor on ``self.runner`` can do, ``declared`` overriding: the runner returns prompt
+        logits and ``1 + n`` rows per speculating sequence (a decode graph runs neither), copies, swaps,
+        exports and imports whole blocks (along its cache's block dimension), and its logits rows are
+        the model's vocabulary wide."""
+        values = dict(vocab_size=self.runner.vocab_size, supports_prompt_logits=True,
+                      supports_speculative_decoding=True, block_copy=True, block_swap=True, kv_export=True,
+                      kv_import=True, kv_block_dim=self.runner.kv_cache.block_dim)
+        return ExecutorCapabilities(**{**values, **declared})
 
     @property
     def vocab_size(self) -> int:
@@ -56,10 +75,6 @@ class RunnerExecutor:
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         """Copy KV blocks back from the CPU swap space: ``(swap block, device block)`` pairs."""
         self.runner.swap_in(pairs)
-
-    @property
-    def kv_block_dim(self) -> int:
-        return self.runner.kv_cache.block_dim
 
     def export_blocks(self, block_ids: list[int]) -> list[tuple[KVTensor, ...]]:
         """Whole KV blocks, per layer its K and V (CPU bytes in the cache's layout), for a KV transfer."""

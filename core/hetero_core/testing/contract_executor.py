@@ -12,13 +12,15 @@ from __future__ import annotations
 import zlib
 from array import array
 
-from hetero_core.executor import Batch, ExecutorContext, ExecutorOutput, slot_of
+from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput, slot_of
 
 EMPTY = -1
 FIRST_TOKEN_ID, LAST_TOKEN_ID = 32, 126  # printable ASCII: the byte tokenizer decodes every token
 
 
 class ContractExecutor:
+    capabilities = ExecutorCapabilities(block_copy=True, block_swap=True)
+
     def __init__(self, ctx: ExecutorContext) -> None:
         self.block_size = ctx.block_size
         self.slots = array("q", [EMPTY]) * (ctx.num_blocks * ctx.block_size)

@@ -24,7 +24,8 @@ What the kit hands ``make_executor`` (``make_context``), and what a wrapped exec
   ``self.model_dir = ...``) for an executor that runs a model.
 - ``ctx.num_blocks`` / ``ctx.block_size`` = ``num_blocks`` (64) / ``block_size`` (16);
   ``max_model_len`` 256, ``max_num_batched_tokens`` 512, ``max_num_seqs`` 8, ``eos_token_id`` None,
-  ``num_swap_blocks`` 0, no tensor parallelism.
+  ``num_swap_blocks`` 0 (for the swap check ``num_swap_blocks``, default: the blocks of the first
+  prompt), no tensor parallelism.
 - ``ctx.settings`` is None: read your options, not settings.
 
 If ``make_executor`` raises, the failure names this context. Every check runs the same
@@ -32,20 +33,29 @@ teacher-forced sequences (a prompt, then fixed "decoded" tokens) under different
 compares the output row at every sampled position: token ids exactly, logits within ``logits_atol``.
 The checks (each failure is a ``ContractFailure`` naming the rule and the offending value):
 
+- the executor declares what it can do: ``capabilities`` is an ``ExecutorCapabilities`` and every
+  method it declares is callable; every check below that a declaration enables is run;
 - one output row per sampled sequence: ``token_ids`` ints in the vocabulary, or finite logits
-  ``[rows, vocab]``;
+  ``[rows, vocab]`` (``capabilities.vocab_size`` wide when declared);
 - block tables are honoured: shuffled, non-contiguous tables give the rows of contiguous ones;
 - slot writes land where the batch says: a second sequence that reuses the first one's full
   blocks as its cached prefix (as prefix caching does) gets the first one's rows;
 - chunked prefill gives the rows of an unchunked one;
 - mixed batches (prefill chunks beside decodes, several sequences) give the rows of running each
   sequence alone;
-- prompt logits: an executor that declares ``supports_prompt_logits = True`` returns, for every
+- declared block transfers move blocks: after ``copy_blocks`` (``block_copy``), a ``swap_out`` then
+  ``swap_in`` (``block_swap``), or an ``export_blocks`` from one executor and an ``import_blocks``
+  into a fresh one (``kv_export`` and ``kv_import``; exported tensors hold the blocks along
+  ``kv_block_dim``), a sequence reading the destination blocks as its cached prefix gets the rows
+  of the sequence that wrote the source blocks;
+- async scheduling: an executor that declares ``prefers_async_scheduling`` gives the same rows when
+  ``execute`` runs on another thread (the engine's executor thread);
+- prompt logits: an executor that declares ``supports_prompt_logits=True`` returns, for every
   sequence ``batch.prompt_logits`` flags, a finite ``[query_len, vocab]`` tensor whose last row is
   the sampled row (when sampled) and whose rows are the same chunked or not and beside other
   sequences; one that does not declare it gets a one-line refusal of ``prompt_logprobs`` from the
   engine (``engine.prompt_logprobs.prompt_logprobs_refusal``) naming it;
-- speculative decoding: an executor that declares ``supports_speculative_decoding = True`` returns,
+- speculative decoding: an executor that declares ``supports_speculative_decoding=True`` returns,
   for a sampled sequence with ``n`` of ``batch.num_spec_tokens``, ``1 + n`` rows equal to those
   one-token steps give at the same positions;
 - greedy decoding equals ``reference_greedy`` (where two candidates' logits are within
@@ -58,10 +68,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
 from typing import Any
 
+from hetero_core.engine.executor_capabilities import capabilities_problem
 from hetero_core.engine.prompt_logprobs import prompt_logprobs_refusal
-from hetero_core.executor import ExecutorContext, ExecutorOutput
+from hetero_core.executor import ExecutorCapabilities, ExecutorContext, ExecutorOutput
+from hetero_core.kv_transfer import KVTensor
 from hetero_core.testing.contract_failure import ContractFailure
 from hetero_core.testing.executor_checks import check_output, check_same_rows
 from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
@@ -77,6 +90,7 @@ class ExecutorContract:
     num_greedy_tokens: int = 6
     logits_atol: float = 1e-3
     model_dir: Any = None
+    num_swap_blocks: int | None = None  # the swap check's ctx.num_swap_blocks (None: the first prompt's)
 
     # -- what a plugin provides -------------------------------------------------------------------
     def make_executor(self, ctx: ExecutorContext):
@@ -100,6 +114,9 @@ class ExecutorContract:
         return ExecutorContext(**values)
 
     # -- the contract -----------------------------------------------------------------------------
+    def test_capabilities_are_declared(self):
+        self._capabilities(self._executor())
+
     def test_output_has_one_row_per_sampled_sequence(self):
         executor = self._executor()
         seqs = self._sequences()
@@ -107,7 +124,7 @@ class ExecutorContract:
         segments = [(seqs[0], first_chunk)] + [(s, s.num_prompt_tokens) for s in seqs[1:]]
         batch = build_batch(segments, BlockPool(self.num_blocks), self.block_size)
         check_output(executor.execute(batch), len(batch.sample_indices), self.vocab_size,
-                     getattr(executor, "vocab_size", None))
+                     self._capabilities(executor).vocab_size)
 
     def test_block_tables_are_honoured(self):
         contiguous = self._run(self._alone_schedule(chunk=None), shuffle=False)
@@ -133,6 +150,81 @@ class ExecutorContract:
                         "slot writes land where the batch says", "a sequence reading another's cached blocks",
                         self.logits_atol)
 
+    def test_declared_block_copies_copy(self):
+        executor = self._executor()
+        if not self._capabilities(executor).block_copy:
+            return
+        pool = BlockPool(self.num_blocks, shuffle=True, seed=11)
+        original, expected = self._written_prompt(executor, pool)
+        sources = self._full_blocks(original)
+        destinations = [pool.take() for _ in sources]
+        executor.copy_blocks(list(zip(sources, destinations)))
+        check_same_rows(self._read_prefix(executor, original, destinations, pool), expected,
+                        "copy_blocks copies whole blocks (block_copy)", "a sequence reading the copies",
+                        self.logits_atol)
+
+    def test_declared_swaps_round_trip(self):
+        num_swap_blocks = self.num_swap_blocks or -(-self.prompt_lengths[0] // self.block_size)
+        executor = self._executor(num_swap_blocks=num_swap_blocks)
+        if not self._capabilities(executor).block_swap:
+            return
+        pool = BlockPool(self.num_blocks, shuffle=True, seed=13)
+        original, expected = self._written_prompt(executor, pool)
+        sources = self._full_blocks(original)
+        if len(sources) > num_swap_blocks:
+            raise ValueError(f"num_swap_blocks ({num_swap_blocks}) must hold the {len(sources)} full blocks "
+                             f"of prompt_lengths[0]; raise it in your test class")
+        swap_blocks = list(range(len(sources)))[::-1]
+        destinations = [pool.take() for _ in sources]
+        executor.swap_out(list(zip(sources, swap_blocks)))
+        executor.swap_in(list(zip(swap_blocks, destinations)))
+        check_same_rows(self._read_prefix(executor, original, destinations, pool), expected,
+                        "swap_out then swap_in gives the blocks back (block_swap)",
+                        "a sequence reading swapped-in blocks", self.logits_atol)
+
+    def test_declared_kv_transfer_moves_blocks(self):
+        exporter = self._executor()
+        capabilities = self._capabilities(exporter)
+        if not capabilities.kv_export:
+            return
+        pool = BlockPool(self.num_blocks, shuffle=True, seed=17)
+        original, expected = self._written_prompt(exporter, pool)
+        sources = self._full_blocks(original)
+        layers = exporter.export_blocks(sources)
+        if not isinstance(layers, list) or not all(isinstance(layer, tuple) and layer and all(
+                isinstance(t, KVTensor) for t in layer) for layer in layers) or not layers:
+            raise ContractFailure("export_blocks returns a list of layers, each a tuple of KVTensor "
+                                  "(kv_export)", f"got {_describe_layers(layers)}")
+        dim = capabilities.kv_block_dim
+        shapes = [t.shape for layer in layers for t in layer]
+        if any(len(shape) <= dim or shape[dim] != len(sources) for shape in shapes):
+            raise ContractFailure(f"exported tensors hold the blocks along kv_block_dim ({dim})",
+                                  f"{len(sources)} blocks exported as shapes {sorted(set(shapes))}")
+        importer = self._executor()
+        if not self._capabilities(importer).kv_import:
+            return
+        pool = BlockPool(self.num_blocks, shuffle=True, seed=19)
+        destinations = [pool.take() for _ in sources]
+        importer.import_blocks(destinations, layers)
+        check_same_rows(self._read_prefix(importer, original, destinations, pool), expected,
+                        "import_blocks writes what export_blocks exported (kv_export, kv_import)",
+                        "a fresh executor reading imported blocks", self.logits_atol)
+
+    def test_declared_async_scheduling_runs_on_another_thread(self):
+        if not self._capabilities(self._executor()).prefers_async_scheduling:
+            return
+        here = self._run(self._alone_schedule(chunk=None))
+        there: dict = {}
+
+        def run():
+            there["rows"] = self._run(self._alone_schedule(chunk=None))
+
+        thread = threading.Thread(target=run, name="contract-executor-thread")
+        thread.start()
+        thread.join()
+        check_same_rows(there.get("rows", {}), here, "execute gives the same rows on another thread "
+                        "(prefers_async_scheduling)", "the executor thread", self.logits_atol)
+
     def test_chunked_prefill_matches_unchunked(self):
         whole = self._run(self._alone_schedule(chunk=None))
         chunked = self._run(self._alone_schedule(chunk=self.prefill_chunk))
@@ -147,7 +239,7 @@ class ExecutorContract:
 
     def test_prompt_logits_are_returned_or_refused(self):
         executor = self._executor()
-        if not getattr(executor, "supports_prompt_logits", False):
+        if not self._capabilities(executor).supports_prompt_logits:
             refusal = prompt_logprobs_refusal(executor)
             if not refusal or type(executor).__name__ not in refusal:
                 raise ContractFailure("an executor without prompt logits is refused by name", repr(refusal))
@@ -158,11 +250,12 @@ class ExecutorContract:
                         "mixed prefill + decode batches with prompt_logits", self.logits_atol)
 
     def test_speculative_rows_match_one_token_steps(self):
-        """An executor that declares ``supports_speculative_decoding = True`` returns, for a sampled
+        """An executor that declares ``supports_speculative_decoding=True`` returns, for a sampled
         sequence with ``n`` of ``batch.num_spec_tokens``, ``1 + n`` rows: those that one-token steps
         give at the same positions (the engine refuses speculation for any other executor)."""
         executor = self._executor()
-        if getattr(executor, "supports_speculative_decoding", False) is not True:
+        capabilities = self._capabilities(executor)
+        if not capabilities.supports_speculative_decoding:
             return
         alone = self._run(self._alone_schedule(chunk=None))
         seqs, pool, rows = self._sequences(), BlockPool(self.num_blocks, shuffle=True, seed=5), {}
@@ -175,7 +268,7 @@ class ExecutorContract:
             batch = build_batch(segments, pool, self.block_size)
             batch = dataclasses.replace(batch, num_spec_tokens=list(proposals))
             output = executor.execute(batch)
-            check_output(output, batch.num_sampled_rows, self.vocab_size, getattr(executor, "vocab_size", None))
+            check_output(output, batch.num_sampled_rows, self.vocab_size, capabilities.vocab_size)
             values = iter(output.token_ids if output.token_ids is not None else list(output.logits))
             for i in batch.sample_indices:
                 for position in range(batch.context_lens[i] - proposals[i], batch.context_lens[i] + 1):
@@ -203,8 +296,41 @@ class ExecutorContract:
                                           f"(logit margin {margin}, logits_atol {self.logits_atol})")
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _executor(self):
-        ctx = self.make_context()
+    def _capabilities(self, executor) -> ExecutorCapabilities:
+        """The executor's declaration, or a ContractFailure saying what is wrong with it."""
+        rule = "an executor declares its capabilities (hetero_core.executor.ExecutorCapabilities)"
+        if not hasattr(executor, "capabilities"):
+            raise ContractFailure(rule, f"{type(executor).__name__} has no capabilities attribute")
+        problem = capabilities_problem(executor)
+        if problem:
+            raise ContractFailure(rule, f"{type(executor).__name__}: {problem}")
+        return executor.capabilities
+
+    def _written_prompt(self, executor, pool) -> tuple[ContractSequence, dict]:
+        """Sequence 0 run on ``executor`` (its prompt, then one fed token): (it, position -> row)."""
+        original = self._sequences()[0]
+        if original.num_prompt_tokens <= self.block_size:
+            raise ValueError(f"prompt_lengths[0] ({original.num_prompt_tokens}) must exceed block_size "
+                             f"({self.block_size}) for the block transfer checks; raise it in your test "
+                             "class")
+        rows = self._execute(executor, [[(original, original.num_prompt_tokens)], [(original, 1)]], pool)
+        return original, {k[1]: v for k, v in rows.items()}
+
+    def _full_blocks(self, seq: ContractSequence) -> list[int]:
+        """The blocks of ``seq``'s prompt that hold only prompt tokens, at least one left to compute."""
+        return seq.block_table[: (seq.num_prompt_tokens - 1) // self.block_size]
+
+    def _read_prefix(self, executor, original: ContractSequence, blocks: list[int], pool) -> dict:
+        """position -> row of a copy of ``original`` whose cached prefix is ``blocks`` (read through its own
+        block table), computing the rest of the prompt and one fed token on ``executor``."""
+        num_cached = len(blocks) * self.block_size
+        copy = ContractSequence(100, list(original.token_ids), original.num_prompt_tokens,
+                                num_computed=num_cached, block_table=list(blocks))
+        rows = self._execute(executor, [[(copy, original.num_prompt_tokens - num_cached)], [(copy, 1)]], pool)
+        return {k[1]: v for k, v in rows.items()}
+
+    def _executor(self, **context):
+        ctx = self.make_context(**context)
         try:
             executor = self.make_executor(ctx)
         except Exception as exc:
@@ -289,7 +415,7 @@ class ExecutorContract:
             sampled = dict(zip(batch.sample_indices, list(output.logits)))
             for i, logits in zip(flagged, got):
                 check_output(ExecutorOutput(logits=logits), batch.query_len(i), self.vocab_size,
-                             getattr(executor, "vocab_size", None))
+                             executor.capabilities.vocab_size)
                 if i in sampled:
                     check_same_rows({0: logits[-1]}, {0: sampled[i]}, "the last prompt logits row is the sampled "
                                     "row", "a sampled prompt segment", self.logits_atol)
@@ -314,3 +440,11 @@ class ExecutorContract:
             rows.append(row)
             seq.token_ids.append(token if feed is None else feed[step])
         return chosen, rows
+
+
+def _describe_layers(layers) -> str:
+    if not isinstance(layers, list):
+        return type(layers).__name__
+    return "[" + ", ".join(type(layer).__name__ if not isinstance(layer, tuple) else
+                           "(" + ", ".join(type(t).__name__ for t in layer) + ")" for layer in layers[:3]) + \
+        (", ...]" if len(layers) > 3 else "]")
