@@ -9,8 +9,11 @@ message instead of a CUDA error inside a step:
 - ``flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=..., block_table=...,
   softmax_scale, causal)`` for pure decode steps.
 
-flash-attn 2.x reads a paged KV cache (``block_table``) only when a page holds a multiple of 256
-tokens. Another provider with the same call signatures (a test double) declares its own limits.
+``load_flash_attn`` finds flash-attn 2.x (``flash_attn``) first, else flash-attn-4
+(``flash_attn.cute``, adapted to these two calls in ``flash_attn4.py``). flash-attn 2.x reads a
+paged KV cache (``block_table``) only when a page holds a multiple of 256 tokens; flash-attn-4 takes
+any page size, fastest at 128, on compute capability 9.x-11.x only. Another provider with the same
+call signatures (a test double) declares its own limits.
 """
 
 from __future__ import annotations
@@ -33,9 +36,13 @@ class FlashAttnKernels:
     dtypes: tuple[torch.dtype, ...]
     device_types: tuple[str, ...]
     max_head_dim: int = 256
+    fast_block_size: int | None = None  # the page size its fastest path needs (the executor logs a hint)
+    compute_capabilities: tuple[int, ...] | None = None  # CUDA majors it runs paged KV on; None: any
 
-    def problems(self, *, block_size: int, dtype: torch.dtype, device: torch.device, head_dim: int) -> list[str]:
-        """Reasons these kernels cannot run this configuration (empty when they can)."""
+    def problems(self, *, block_size: int, dtype: torch.dtype, device: torch.device, head_dim: int,
+                 capability: tuple[int, int] | None = None) -> list[str]:
+        """Reasons these kernels cannot run this configuration (empty when they can); ``capability``:
+        the CUDA device's compute capability, None off CUDA."""
         reasons = []
         if block_size % self.page_block_multiple:
             fits = -(-block_size // self.page_block_multiple) * self.page_block_multiple
@@ -59,16 +66,47 @@ class FlashAttnKernels:
                 f"the model's head_dim {head_dim} is not supported by {self.name} "
                 f"(a multiple of 8, at most {self.max_head_dim})"
             )
+        if capability is not None and self.compute_capabilities and capability[0] not in self.compute_capabilities:
+            majors = ", ".join(f"{major}.x" for major in self.compute_capabilities)
+            reasons.append(
+                f"executor.cuda.device {str(device)!r} has compute capability {capability[0]}.{capability[1]}; "
+                f"{self.name}'s paged KV cache runs on {majors} only; install flash-attn 2.x for this GPU"
+            )
         return reasons
 
 
 def load_flash_attn() -> FlashAttnKernels:
-    """flash-attn 2.x's kernels, or a PluginError saying what to install."""
+    """flash-attn 2.x's kernels, else flash-attn-4's, or a PluginError saying what to install."""
     try:
-        import flash_attn
-        from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+        return _flash_attn2()
     except ImportError as exc:
-        raise PluginError(f"executor 'cuda' needs flash-attn: {exc}; {FLASH_ATTN_INSTALL}") from exc
+        fa2_error = exc
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+    except ImportError as exc:
+        raise PluginError(
+            f"executor 'cuda' needs flash-attn 2.x or flash-attn-4: {fa2_error}; {exc}; {FLASH_ATTN_INSTALL}"
+        ) from exc
+    from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
+
+    return flash_attn4_kernels(flash_attn_varlen_func, _distribution_version("flash-attn-4"))
+
+
+def _distribution_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _flash_attn2() -> FlashAttnKernels:
+    """flash-attn 2.x's kernels; ImportError where its module is missing (flash-attn-4 alone
+    installs ``flash_attn`` as a namespace package without these functions)."""
+    import flash_attn
+    from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
     version = getattr(flash_attn, "__version__", "unknown")
     if not version.startswith("2."):
         raise PluginError(
