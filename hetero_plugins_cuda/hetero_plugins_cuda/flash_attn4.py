@@ -48,8 +48,8 @@ def flash_attn4_kernels(varlen_func: Callable, version: str) -> FlashAttnKernels
             return out
         seqused_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
         out, _ = varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=block_table,
-                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale,
-                             causal=causal)
+                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                             softmax_scale=softmax_scale, causal=causal)
         return out
 
     def with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None,

@@ -66,11 +66,13 @@ class FlashAttnKernels:
                 f"the model's head_dim {head_dim} is not supported by {self.name} "
                 f"(a multiple of 8, at most {self.max_head_dim})"
             )
-        if capability is not None and self.compute_capabilities and capability[0] not in self.compute_capabilities:
-            majors = ", ".join(f"{major}.x" for major in self.compute_capabilities)
+        majors = self.compute_capabilities
+        if capability is not None and majors and capability[0] not in majors:
             reasons.append(
-                f"executor.cuda.device {str(device)!r} has compute capability {capability[0]}.{capability[1]}; "
-                f"{self.name}'s paged KV cache runs on {majors} only; install flash-attn 2.x for this GPU"
+                f"executor.cuda.device {str(device)!r} has compute capability "
+                f"{capability[0]}.{capability[1]}; "
+                f"{self.name}'s paged KV cache runs on {', '.join(f'{m}.x' for m in majors)} only; "
+                "install flash-attn 2.x for this GPU"
             )
         return reasons
 

@@ -35,4 +35,6 @@ def has_flash_attn() -> bool:
         import flash_attn
     except ImportError:
         return False
-    return hasattr(flash_attn, "flash_attn_varlen_func") or importlib.util.find_spec("flash_attn.cute") is not None
+    if hasattr(flash_attn, "flash_attn_varlen_func"):
+        return True
+    return importlib.util.find_spec("flash_attn.cute") is not None

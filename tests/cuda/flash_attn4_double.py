@@ -36,24 +36,26 @@ class FlashAttn4Double:
         kernels = flash_attn4_kernels(self.flash_attn_varlen_func, "test double (PyTorch)")
         return replace(kernels, dtypes=self.dtypes, device_types=tuple(device_types))
 
-    def flash_attn_varlen_func(self, q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                               max_seqlen_k=None, min_seqlen_k=None, seqused_q=None, seqused_k=None,
+    def flash_attn_varlen_func(self, q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                               max_seqlen_q=None, max_seqlen_k=None, min_seqlen_k=None, seqused_q=None,
+                               seqused_k=None,
                                gather_kv_indices=None, page_table=None, softmax_scale=None, causal=False,
                                window_size=(None, None), learnable_sink=None, softcap=0.0, num_splits=1,
                                pack_gqa=None, deterministic=False, score_mod=None, score_mod_bwd=None,
                                mask_mod=None, block_sparse_tensors=None, aux_tensors=None, aux_scalars=None,
                                return_lse=False, **rest):
-        _unsupported(qv=qv is not None, min_seqlen_k=min_seqlen_k is not None, seqused_q=seqused_q is not None,
-                     gather_kv_indices=gather_kv_indices is not None, window_size=tuple(window_size) != (None, None),
-                     learnable_sink=learnable_sink is not None, softcap=softcap != 0.0, num_splits=num_splits != 1,
-                     score_mod=score_mod is not None, mask_mod=mask_mod is not None,
-                     block_sparse_tensors=block_sparse_tensors is not None, aux_tensors=aux_tensors is not None,
-                     return_lse=return_lse, **{name: value is not None for name, value in rest.items()})
+        unused = dict(qv=qv, min_seqlen_k=min_seqlen_k, seqused_q=seqused_q,
+                      gather_kv_indices=gather_kv_indices, learnable_sink=learnable_sink, score_mod=score_mod, mask_mod=mask_mod,
+                      block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors, **rest)
+        _unsupported(window_size=tuple(window_size) != (None, None), softcap=softcap != 0.0,
+                     num_splits=num_splits != 1, return_lse=return_lse,
+                     **{name: value is not None for name, value in unused.items()})
         if not (q.dtype == k.dtype == v.dtype) or v.dtype not in self.dtypes:
             raise AssertionError(f"inputs must be {self.dtypes}; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
-        for name, tensor in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqused_k", seqused_k)):
+        for tensor in (cu_seqlens_q, cu_seqlens_k, seqused_k):
             if tensor is not None and (tensor.dtype != torch.int32 or tensor.stride(0) != 1):
-                raise AssertionError("cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k must be int32 and contiguous")
+                raise AssertionError("cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k must be int32 and "
+                                     "contiguous")
         batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         if q.shape[-2] % v.shape[-2]:
             raise AssertionError("num_head must be divisible by num_head_kv")
@@ -70,7 +72,7 @@ class FlashAttn4Double:
                 raise AssertionError("page_table must be (batch, max_num_pages_per_seq), k / v (num_pages, "
                                      "page_size, nheads_k, headdim)")
             if seqused_k is None:
-                raise NotImplementedError("the flash-attn-4 double reads a paged cache through seqused_k only")
+                raise NotImplementedError("the flash-attn-4 double reads a paged cache by seqused_k only")
             self.page_sizes.add(k.shape[1])
         if cu_seqlens_q is None:  # batched q (batch, seqlen_q, nheads, headdim)
             if page_table is None or q.dim() != 4:
@@ -91,8 +93,9 @@ class FlashAttn4Double:
             self.calls["varlen"] += 1
         max_seqlen_q = max_seqlen_q if max_seqlen_q is not None else q.shape[0]
         max_seqlen_k = max_seqlen_k if max_seqlen_k is not None else k.shape[0]
-        out = self._math.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                softmax_scale=softmax_scale, causal=causal, block_table=page_table)
+        out = self._math.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                                                block_table=page_table)
         return out, None
 
 

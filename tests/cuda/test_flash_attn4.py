@@ -38,7 +38,7 @@ def test_every_step_path_on_flash_attn4_matches_the_torch_executor(block_size, c
     expected = run_plan(make_torch_executor(model_dir, block_size=block_size), block_size=block_size)
     for g, e in zip(got, expected):
         assert g.shape == e.shape and (g - e).abs().max() < 1e-4
-    assert double.calls == {"varlen": 2, "varlen_paged": 2, "batched_paged": 2 * 5}  # per layer, as flash-attn 2.x
+    assert double.calls == {"varlen": 2, "varlen_paged": 2, "batched_paged": 2 * 5}  # as flash-attn 2.x's
     assert double.page_sizes == {block_size}
 
 
@@ -49,22 +49,21 @@ def test_the_double_refuses_what_flash_attn4_refuses():
     cu_q = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
     used = torch.ones(3, dtype=torch.int32)
     table = torch.zeros(3, 2, dtype=torch.int32)
+    call = double.flash_attn_varlen_func
     with pytest.raises(AssertionError, match="page_table is not supported with cu_seqlens_k"):
-        double.flash_attn_varlen_func(q, cache, cache, cu_seqlens_q=cu_q, cu_seqlens_k=cu_q, page_table=table)
+        call(q, cache, cache, cu_seqlens_q=cu_q, cu_seqlens_k=cu_q, page_table=table)
     with pytest.raises(AssertionError, match="page_table must be int32"):
-        double.flash_attn_varlen_func(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used, page_table=table.long())
+        call(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used, page_table=table.long())
     with pytest.raises(AssertionError, match="contiguous in the last dimension"):
-        double.flash_attn_varlen_func(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used,
-                                      page_table=torch.zeros(2, 3, dtype=torch.int32).t())
+        strided = torch.zeros(2, 3, dtype=torch.int32).t()
+        call(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used, page_table=strided)
     with pytest.raises(AssertionError, match="int32"):
-        double.flash_attn_varlen_func(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used.long(), page_table=table)
+        call(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used.long(), page_table=table)
     with pytest.raises(AssertionError, match="inputs must be"):
-        double.flash_attn_varlen_func(q.float(), cache.float(), cache.float(), cu_seqlens_q=cu_q, seqused_k=used,
-                                      page_table=table)
-    with pytest.raises(NotImplementedError, match="qv"):  # flash-attn 2.x's positional order: cu_seqlens_q lands in qv
-        double.flash_attn_varlen_func(q, cache, cache, cu_q, cu_q, 1, 8)
-    out, lse = double.flash_attn_varlen_func(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used, page_table=table,
-                                             causal=True)
+        call(q.float(), cache.float(), cache.float(), cu_seqlens_q=cu_q, seqused_k=used, page_table=table)
+    with pytest.raises(NotImplementedError, match="qv"):  # flash-attn 2.x's order: cu_seqlens_q lands in qv
+        call(q, cache, cache, cu_q, cu_q, 1, 8)
+    out, lse = call(q, cache, cache, cu_seqlens_q=cu_q, seqused_k=used, page_table=table, causal=True)
     assert out.shape == q.shape and lse is None and double.page_sizes == {8}
 
 
@@ -76,8 +75,8 @@ def test_flash_attn4_kernels_take_any_block_size_on_hopper_and_blackwell_only():
         assert kernels.problems(block_size=block_size, capability=(9, 0), **args) == []
     assert kernels.problems(block_size=128, capability=(10, 0), **args) == []
     [reason] = kernels.problems(block_size=128, capability=(8, 0), **args)
-    assert reason == ("executor.cuda.device 'cuda' has compute capability 8.0; flash-attn-4 4.0.0b36's paged KV "
-                      "cache runs on 9.x, 10.x, 11.x only; install flash-attn 2.x for this GPU")
+    assert reason == ("executor.cuda.device 'cuda' has compute capability 8.0; flash-attn-4 4.0.0b36's paged "
+                      "KV cache runs on 9.x, 10.x, 11.x only; install flash-attn 2.x for this GPU")
     assert "float32 is not supported" in kernels.problems(block_size=128, capability=(9, 0),
                                                           **{**args, "dtype": torch.float32})[0]
     fa2 = FlashAttnDouble().kernels()
@@ -94,20 +93,21 @@ def _module(name, **functions):
 def test_the_loader_takes_flash_attn2_first_then_flash_attn4(monkeypatch):
     fa2 = FlashAttnDouble()
     fa4 = FlashAttn4Double()
-    monkeypatch.setitem(sys.modules, "flash_attn", _module("flash_attn", __version__="2.8.3",
-                                                           flash_attn_varlen_func=fa2.flash_attn_varlen_func,
-                                                           flash_attn_with_kvcache=fa2.flash_attn_with_kvcache))
-    monkeypatch.setitem(sys.modules, "flash_attn.cute", _module("flash_attn.cute",
-                                                                flash_attn_varlen_func=fa4.flash_attn_varlen_func))
+    fa2_module = _module("flash_attn", __version__="2.8.3", flash_attn_varlen_func=fa2.flash_attn_varlen_func,
+                         flash_attn_with_kvcache=fa2.flash_attn_with_kvcache)
+    monkeypatch.setitem(sys.modules, "flash_attn", fa2_module)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute",
+                        _module("flash_attn.cute", flash_attn_varlen_func=fa4.flash_attn_varlen_func))
     kernels = load_flash_attn()
     assert kernels.name == "flash-attn 2.8.3" and kernels.page_block_multiple == 256 and has_flash_attn()
-    monkeypatch.setitem(sys.modules, "flash_attn", _module("flash_attn"))  # flash-attn-4 alone: a bare namespace
+    monkeypatch.setitem(sys.modules, "flash_attn", _module("flash_attn"))  # flash-attn-4 alone: a namespace
     kernels = load_flash_attn()
     assert kernels.name.startswith("flash-attn-4 ") and kernels.page_block_multiple == 1 and has_flash_attn()
     q = torch.zeros(2, 1, H, D, dtype=torch.bfloat16)
     cache = torch.zeros(3, 5, HK, D, dtype=torch.bfloat16)
-    out = kernels.with_kvcache(q, cache, cache, cache_seqlens=torch.ones(2, dtype=torch.int32),
-                               block_table=torch.zeros(2, 1, dtype=torch.int32), softmax_scale=0.5, causal=True)
+    lengths, table = torch.ones(2, dtype=torch.int32), torch.zeros(2, 1, dtype=torch.int32)
+    out = kernels.with_kvcache(q, cache, cache, cache_seqlens=lengths, block_table=table, softmax_scale=0.5,
+                               causal=True)
     assert out.shape == q.shape and fa4.calls == {"batched_paged": 1}
 
 

@@ -164,8 +164,10 @@ def versions(args) -> dict:
     except importlib.metadata.PackageNotFoundError:
         found["flash_attn_4"] = None
     if args.executor == "cuda":
-        real = f"flash-attn {found['flash_attn']}" if found["flash_attn"] else f"flash-attn-4 {found['flash_attn_4']}"
-        found["attention_kernels"] = "flash-attn test double (PyTorch SDPA)" if args.flash_attn_double else real
+        real = f"flash-attn {found['flash_attn']}" if found["flash_attn"] else (
+            f"flash-attn-4 {found['flash_attn_4']}")
+        double = "flash-attn test double (PyTorch SDPA)"
+        found["attention_kernels"] = double if args.flash_attn_double else real
     return found
 
 
