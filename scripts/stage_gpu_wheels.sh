@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Stage the wheels scripts/gpu_check.sh installs on the GPU machine: hetero-core's missing
-# dependencies and flash-attn-4 (CuTe DSL) with its dependency closure (issue 39;
-# docs/benchmarks.md, "The one GPU check"). That machine has CUDA 13, python3 3.12, torch 2.11 and
-# triton, and no network; a run carries at most 64 MiB. This downloads the exact pinned wheels
-# (CPython 3.12, manylinux x86_64; torch, triton, numpy and einops are already there) into .whl/, splits any wheel over 48 MiB into parts (the first stays in .whl/, the rest go to
-# .whl-2/), and prints which folder to carry in run 1 and in run 2. scripts/gpu_check.sh reassembles the parts and installs the wheels
-# (--no-deps: nvidia-cutlass-dsl's unconditional -libs-cu12 requirement is not staged, the CUDA 13
-# libs wheel is).
+# Stage the wheels scripts/gpu_check.sh installs on the GPU machine (issue 39; docs/benchmarks.md,
+# "The one GPU check"): hetero-core's dependencies the GPU image lacks, and flash-attn-4 (CuTe DSL)
+# with its dependency closure. That machine has CUDA 13, python3 3.12, torch 2.11, triton, numpy and
+# einops, no network, and a run carries at most 64 MiB. This downloads the exact pinned wheels
+# (CPython 3.12, manylinux x86_64) into .whl/, splits any wheel over 48 MiB into parts (the first
+# stays in .whl/, the others go to .whl-2/), and prints which folder to carry in run 1 and in run 2.
+# gpu_check.sh joins the parts and installs every wheel with --no-deps: nvidia-cutlass-dsl's
+# unconditional -libs-cu12 requirement is not staged, its CUDA 13 libs wheel (-libs-cu13) is.
 #
 # Usage: scripts/stage_gpu_wheels.sh [--dir DIR] [--python-version X.Y]
 #   --dir             where the wheels go (default .whl at the repository's root; git ignores it)
