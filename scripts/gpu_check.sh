@@ -126,7 +126,7 @@ EOF
 
 # flash-attn through the cuda plugin's own loader: its name and the block size its fast path takes.
 FA_BLOCK=""
-if FA=$($PY -c "from hetero_plugins_cuda.kernels import load_flash_attn
+if FA=$($PY -c "from hetero_plugins_cuda.loader import load_flash_attn
 k = load_flash_attn()
 print(k.fast_block_size or k.page_block_multiple, k.name)" 2> "$OUT/flash_attn.txt"); then
     FA_BLOCK=${FA%% *}

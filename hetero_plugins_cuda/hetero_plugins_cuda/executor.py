@@ -25,7 +25,8 @@ from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
 from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_cuda.attention import FlashAttnBackend
-from hetero_plugins_cuda.kernels import FlashAttnKernels, load_flash_attn
+from hetero_plugins_cuda.kernels import FlashAttnKernels
+from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.kv_sizing import blocks_for_memory_share, bytes_per_block
 from hetero_plugins_cuda.options import CudaExecutorOptions
 from hetero_plugins_cuda.preflight import missing_requirements

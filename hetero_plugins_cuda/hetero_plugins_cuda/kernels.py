@@ -9,7 +9,7 @@ message instead of a CUDA error inside a step:
 - ``flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=..., block_table=...,
   softmax_scale, causal)`` for pure decode steps.
 
-``load_flash_attn`` finds flash-attn 2.x (``flash_attn``) first, else flash-attn-4
+``loader.load_flash_attn`` finds flash-attn 2.x (``flash_attn``) first, else flash-attn-4
 (``flash_attn.cute``, adapted to these two calls in ``flash_attn4.py``). flash-attn 2.x reads a
 paged KV cache (``block_table``) only when a page holds a multiple of 256 tokens; flash-attn-4 takes
 any page size, fastest at 128, on compute capability 9.x-11.x only. Another provider with the same
@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from hetero_core import PluginError
-from hetero_plugins_cuda.preflight import FLASH_ATTN_INSTALL
 
 
 @dataclass(frozen=True)
@@ -75,51 +73,3 @@ class FlashAttnKernels:
                 "install flash-attn 2.x for this GPU"
             )
         return reasons
-
-
-def load_flash_attn() -> FlashAttnKernels:
-    """flash-attn 2.x's kernels, else flash-attn-4's, or a PluginError saying what to install."""
-    try:
-        return _flash_attn2()
-    except ImportError as exc:
-        fa2_error = exc
-    try:
-        from flash_attn.cute import flash_attn_varlen_func
-    except ImportError as exc:
-        raise PluginError(
-            f"executor 'cuda' needs flash-attn 2.x or flash-attn-4: {fa2_error}; {exc}; {FLASH_ATTN_INSTALL}"
-        ) from exc
-    from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
-
-    return flash_attn4_kernels(flash_attn_varlen_func, _distribution_version("flash-attn-4"))
-
-
-def _distribution_version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "unknown"
-
-
-def _flash_attn2() -> FlashAttnKernels:
-    """flash-attn 2.x's kernels; ImportError where its module is missing (flash-attn-4 alone
-    installs ``flash_attn`` as a namespace package without these functions)."""
-    import flash_attn
-    from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
-
-    version = getattr(flash_attn, "__version__", "unknown")
-    if not version.startswith("2."):
-        raise PluginError(
-            f"executor 'cuda' supports flash-attn 2.x; found flash-attn {version} "
-            "(pip install 'flash-attn>=2.6,<3' --no-build-isolation)"
-        )
-    return FlashAttnKernels(
-        name=f"flash-attn {version}",
-        varlen=flash_attn_varlen_func,
-        with_kvcache=flash_attn_with_kvcache,
-        page_block_multiple=256,
-        dtypes=(torch.float16, torch.bfloat16),
-        device_types=("cuda",),
-    )

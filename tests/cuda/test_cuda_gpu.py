@@ -23,7 +23,7 @@ def kernels(provider: str, dtypes=(torch.float16, torch.bfloat16)):
     """(kernels, block_size): flash-attn itself (2.x: pages of 256; flash-attn-4: 128, its TMA path), the
     same with pages of 16 (flash-attn-4's cp.async path; flash-attn 2.x refuses them), or the double."""
     if provider.startswith("flash_attn"):
-        from hetero_plugins_cuda.kernels import load_flash_attn
+        from hetero_plugins_cuda.loader import load_flash_attn
         from hetero_plugins_cuda.preflight import has_flash_attn
 
         if not has_flash_attn():

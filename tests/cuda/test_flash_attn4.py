@@ -17,7 +17,7 @@ from flash_attn4_double import FlashAttn4Double
 from flash_attn_double import FlashAttnDouble
 from hetero_core import PluginError
 from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
-from hetero_plugins_cuda.kernels import load_flash_attn
+from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.preflight import has_flash_attn
 from step_plans import run_plan
 
