@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The one GPU check (issue 25; docs/benchmarks.md, "The one GPU check"). On one H100/H200 with no
 # network, in under 5 minutes:
-#   1. the Python packages the GPU image lacks, from the wheels carried in .whl (pip --no-index, into
-#      a private directory; plain unzip where pip is missing), the plugins' entry points likewise; the
-#      repo's code runs from PYTHONPATH;
+#   1. the Python packages the GPU image lacks, from the wheels carried in .whl and .whl-2
+#      (scripts/stage_gpu_wheels.sh stages them; a wheel split in parts is joined first; pip --no-index,
+#      into a private directory; plain unzip where pip is missing), the plugins' entry points likewise;
+#      the repo's code runs from PYTHONPATH; then flash-attn (2.x or flash-attn-4) must load through the
+#      cuda plugin's loader, or the check stops with one line (--dry-run: reported, not required);
 #   2. the GPU tests: tests/cuda, tests/triton (compiled on the GPU), the torch executor on CUDA, the
 #      step-input and decode-graph tests, and greedy equality of torch / triton / cuda;
 #   3. nano-vllm's workload (256 requests, prompt and output lengths uniform in 100-1024, seed 0,
@@ -17,7 +19,8 @@
 #                 interpreter) and torch, to check the script itself
 #   --budget      seconds for the whole check (default 280); each phase gets a share and is cut off
 #                 (and says so) rather than overrun
-#   --wheels      the carried wheels (default .whl at the repository's root)
+#   --wheels      the carried wheels (default .whl at the repository's root; DIR-2 holds the parts of
+#                 split wheels that a second carry brought)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,17 +48,34 @@ left() { echo $((BUDGET - (SECONDS - START))); }
 # 1. Packages: every carried wheel into a private directory first on the path (the image's own
 #    typing_extensions may be older than pydantic needs). --target skips pip's PEP 668 refusal.
 SITE=${TMPDIR:-/tmp}/hetero-gpu-check-site
-rm -rf "$SITE"
-if [[ -d $WHEELS ]] && ls "$WHEELS"/*.whl > /dev/null 2>&1; then
+JOINED=${TMPDIR:-/tmp}/hetero-gpu-check-wheels  # wheels joined from their parts
+rm -rf "$SITE" "$JOINED"
+mkdir -p "$JOINED"
+shopt -s nullglob
+for first in "$WHEELS"/*.whl.part-aa; do  # NAME.whl.part-aa here, the later parts here or in $WHEELS-2
+    name=$(basename "${first%.part-aa}")
+    parts=("$WHEELS/$name".part-* "$WHEELS-2/$name".part-*)
+    mapfile -t parts < <(for part in "${parts[@]}"; do echo "${part##*.part-} $part"; done | sort | cut -d' ' -f2-)
+    cat "${parts[@]}" > "$JOINED/$name"
+    if ! $PY -c "import sys, zipfile; sys.exit(zipfile.ZipFile(sys.argv[1]).testzip() is not None)" \
+            "$JOINED/$name" 2> /dev/null; then
+        say "$name is incomplete (${#parts[@]} parts found): carry $WHEELS-2 too (scripts/stage_gpu_wheels.sh prints the plan)"
+        exit 1
+    fi
+done
+wheels=("$WHEELS"/*.whl "$JOINED"/*.whl)
+shopt -u nullglob
+if [[ ${#wheels[@]} -gt 0 ]]; then
     mkdir -p "$SITE"
-    if $PY -m pip --version > /dev/null 2>&1; then
-        $PY -m pip install --quiet --no-index --no-deps --disable-pip-version-check --target "$SITE" \
-            "$WHEELS"/*.whl > "$OUT/pip.txt" 2>&1 || say "pip install failed (see pip.txt); unzipping instead"
+    if $PY -m pip --version > /dev/null 2>&1; then  # one call: wheels sharing a namespace folder (cuda/) merge
+        $PY -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check --target "$SITE" \
+            "${wheels[@]}" > "$OUT/pip.txt" 2>&1 || say "pip install failed (see pip.txt); unzipping instead"
     fi
-    if ! ls "$SITE"/pydantic > /dev/null 2>&1; then  # no pip, or it failed: a wheel is a zip of its files
+    if ! ls "$SITE"/*.dist-info > /dev/null 2>&1; then  # no pip, or it failed: a wheel is a zip of its files
         $PY -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]" \
-            "$SITE" "$WHEELS"/*.whl
+            "$SITE" "${wheels[@]}"
     fi
+    say "installed ${#wheels[@]} wheels from $WHEELS into $SITE"
 else
     say "no wheels in $WHEELS: using the packages installed here"
 fi
@@ -79,7 +99,10 @@ for folder in ("hetero_plugins_triton", "hetero_plugins_cuda", "bench"):
         for group, points in groups.items()))
 EOF
 fi
-export PYTHONPATH=$ROOT/core:$ROOT/hetero_plugins_mock:$ROOT/hetero_plugins_triton:$ROOT/hetero_plugins_cuda:$ROOT/bench:$ROOT/plugins/hetero-policy-fair-share/src:$ROOT/plugins/hetero-model-phi3/src:$SITE${PYTHONPATH:+:$PYTHONPATH}
+# --target runs no .pth file: nvidia-cutlass-dsl's (flash-attn-4's CuTe DSL) puts this folder on the path.
+DSL=$SITE/nvidia_cutlass_dsl/dsl_packages
+[[ -d $DSL ]] || DSL=""
+export PYTHONPATH=$ROOT/core:$ROOT/hetero_plugins_mock:$ROOT/hetero_plugins_triton:$ROOT/hetero_plugins_cuda:$ROOT/bench:$ROOT/plugins/hetero-policy-fair-share/src:$ROOT/plugins/hetero-model-phi3/src:$SITE${DSL:+:$DSL}${PYTHONPATH:+:$PYTHONPATH}
 export HETERO_CACHE_DIR=${HETERO_CACHE_DIR:-${TMPDIR:-/tmp}/hetero-gpu-check-cache}
 $PY - << 'EOF' 2>&1 | tee -a "$OUT/summary.txt"
 import importlib.util, platform
@@ -101,6 +124,20 @@ print(f"python {platform.python_version()}, torch {torch.__version__}, triton {t
 EOF
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { say "the packages do not import (above): stopping"; exit 1; }
 
+# flash-attn through the cuda plugin's own loader: its name and the block size its fast path takes.
+FA_BLOCK=""
+if FA=$($PY -c "from hetero_plugins_cuda.loader import load_flash_attn
+k = load_flash_attn()
+print(k.fast_block_size or k.page_block_multiple, k.name)" 2> "$OUT/flash_attn.txt"); then
+    FA_BLOCK=${FA%% *}
+    say "attention kernels: ${FA#* } (cuda runs with block_size $FA_BLOCK)"
+elif [[ $DRY -eq 1 ]]; then
+    say "flash-attn does not load here (flash_attn.txt); --dry-run does not need it"
+else
+    say "flash-attn does not load: $(grep -v '^ ' "$OUT/flash_attn.txt" | tail -n 1); stage it with scripts/stage_gpu_wheels.sh and carry .whl (and .whl-2)"
+    exit 1
+fi
+
 # 2. The GPU tests (on a CPU machine: the same files, GPU-only tests skip themselves).
 TESTS=(tests/triton/test_gpu_executors_agree.py tests/cuda/test_cuda_gpu.py tests/model/test_torch_executor_cuda.py
        tests/triton/test_triton_engine.py tests/model/test_step_inputs.py tests/model/test_decode_graphs.py
@@ -110,8 +147,13 @@ TESTS=(tests/triton/test_gpu_executors_agree.py tests/cuda/test_cuda_gpu.py test
                            tests/triton/test_gpu_executors_agree.py)  # the interpreter is slow: a few
 TEST_S=$(( $(left) * 45 / 100 ))
 say "tests (${TEST_S}s at most): ${TESTS[*]}"
-timeout "$TEST_S" $PY -m pytest -p no:cacheprovider -q -m "not slow" "${TESTS[@]}" > "$OUT/tests.txt" 2>&1
-status=$?
+if [[ $TEST_S -gt 0 ]]; then
+    timeout "$TEST_S" $PY -m pytest -p no:cacheprovider -q -m "not slow" "${TESTS[@]}" > "$OUT/tests.txt" 2>&1
+    status=$?
+else
+    echo "no time left for the tests" > "$OUT/tests.txt"
+    status=124
+fi
 tail -n 25 "$OUT/tests.txt"; echo
 case $status in
     0) say "tests passed" ;;
@@ -120,8 +162,7 @@ case $status in
 esac
 
 # 3. nano-vllm's workload per GPU executor (--dry-run: the tiny model on the CPU).
-RUNS=("triton" "cuda --flash-attn-double" "torch")  # torch: its default, eager (cuda_graphs: see benchmarks.md)
-[[ -n $($PY -c "import flash_attn" 2>&1) ]] || RUNS[1]="cuda"  # the real flash-attn where installed
+RUNS=("triton" "cuda --block-size $FA_BLOCK" "torch")  # torch: its default, eager (cuda_graphs: see benchmarks.md)
 EXTRA=()
 if [[ $DRY -eq 1 ]]; then  # cuda's start-up needs CUDA: its CPU checks are the tests on the double
     RUNS=("triton" "torch")

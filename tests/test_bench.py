@@ -341,7 +341,7 @@ def test_triton_decode_smoke_runs_the_kernel_through_the_plugins_public_names(tm
 def test_gpu_offline_stands_the_flash_attn_double_in_for_flash_attn(monkeypatch):
     pytest.importorskip("torch")
     from hetero_bench.benchmarks.gpu_offline import use_flash_attn_double
-    from hetero_plugins_cuda.kernels import load_flash_attn
+    from hetero_plugins_cuda.loader import load_flash_attn
 
     monkeypatch.setitem(sys.modules, "flash_attn", None)
     use_flash_attn_double(str(Path(__file__).parent / "cuda" / "flash_attn_double.py"))

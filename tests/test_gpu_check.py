@@ -61,3 +61,66 @@ def test_the_script_runs_dry_on_the_cpu(tmp_path):
     assert "tests passed" in summary, summary
     for name in ("triton", "torch"):
         assert json.loads((tmp_path / "out" / f"{name}.json").read_text())["output_tokens_per_s"] > 0
+
+
+def _split_wheel(root: Path) -> str:
+    """A tiny wheel split like stage_gpu_wheels.sh splits a large one: part aa in .whl, ab in .whl-2."""
+    import zipfile
+
+    name = "fakepkg-1.0-py3-none-any.whl"
+    wheel = root / name
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("fakepkg/__init__.py", "VALUE = 1\n" + "# padding\n" * 200)
+        info = "fakepkg-1.0.dist-info"
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr("fakepkg-1.0.dist-info/RECORD", "")
+    data = wheel.read_bytes()
+    (root / ".whl").mkdir()
+    (root / ".whl-2").mkdir()
+    (root / ".whl" / f"{name}.part-aa").write_bytes(data[: len(data) // 2])
+    (root / ".whl-2" / f"{name}.part-ab").write_bytes(data[len(data) // 2:])
+    wheel.unlink()
+    return name
+
+
+def _run_script(tmp_path, *args):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    return subprocess.run(["bash", str(SCRIPT), "--dry-run", "--wheels", str(tmp_path / ".whl"), *args],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_the_script_stops_in_one_line_when_a_split_wheel_misses_its_second_carry(tmp_path):
+    name = _split_wheel(tmp_path)
+    for part in (tmp_path / ".whl-2").iterdir():
+        part.unlink()
+    result = _run_script(tmp_path)
+    assert result.returncode == 1
+    [line] = result.stdout.splitlines()
+    assert f"{name} is incomplete (1 parts found): carry {tmp_path}/.whl-2 too" in line
+
+
+def test_the_script_joins_a_split_wheel_from_both_carries_and_installs_it(tmp_path):
+    _split_wheel(tmp_path)
+    result = _run_script(tmp_path, "--budget", "1")  # phase 1 only: no time is left for the rest
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "installed 1 wheels" in summary and "--dry-run does not need it" in summary
+    installed = tmp_path / "hetero-gpu-check-site" / "fakepkg" / "__init__.py"
+    assert installed.read_text().startswith("VALUE = 1")
+
+
+def test_gpu_offline_records_flash_attn4_alone(monkeypatch):
+    """flash-attn-4 alone leaves ``flash_attn`` a bare namespace package (no ``__version__``)."""
+    import argparse
+    import importlib.metadata
+    import types
+
+    from hetero_bench.benchmarks.gpu_offline import versions
+
+    real = importlib.metadata.version
+    monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: "4.0.0b36" if name == "flash-attn-4" else real(name))
+    found = versions(argparse.Namespace(executor="cuda", flash_attn_double=None))
+    assert found["flash_attn"] is None and found["attention_kernels"] == "flash-attn-4 4.0.0b36"

@@ -1,8 +1,9 @@
 """The cuda executor: core's Llama-family model code on flash-attn's paged kernels, with decode
 steps replayed from CUDA graphs.
 
-Start-up, in order: the kernels' capabilities are checked against the settings (block size,
-dtype, device, head size) before any weight is read; the model loads on the device; the KV pool
+Start-up, in order: the kernels (flash-attn 2.x, else flash-attn-4) have their capabilities checked
+against the settings (block size, dtype, device and its compute capability, head size) before any
+weight is read; the model loads on the device; the KV pool
 is sized (``max_num_blocks``, or a GPU memory share after a profiling forward) with one extra
 scratch block for padded graph rows, held by core's ``ModelRunner``; decode graphs are captured
 (core's ``DecodeGraphs``). Per step, a pure decode that fits a captured size replays a graph;
@@ -24,7 +25,8 @@ from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
 from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_cuda.attention import FlashAttnBackend
-from hetero_plugins_cuda.kernels import FlashAttnKernels, load_flash_attn
+from hetero_plugins_cuda.kernels import FlashAttnKernels
+from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.kv_sizing import blocks_for_memory_share, bytes_per_block
 from hetero_plugins_cuda.options import CudaExecutorOptions
 from hetero_plugins_cuda.preflight import missing_requirements
@@ -52,12 +54,18 @@ class CudaExecutor(RunnerExecutor):
         self.max_num_batched_tokens = ctx.max_num_batched_tokens
         self.max_blocks_per_seq = -(-ctx.max_model_len // ctx.block_size)
         config = ModelConfig.from_dir(ctx.model_dir)
+        capability = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
         problems = self.kernels.problems(
-            block_size=ctx.block_size, dtype=self.dtype, device=self.device, head_dim=config.head_dim
+            block_size=ctx.block_size, dtype=self.dtype, device=self.device, head_dim=config.head_dim,
+            capability=capability,
         )
         problems += _option_problems(options, ctx)
         if problems:
             raise ConfigError("executor 'cuda' cannot run these settings: " + "; ".join(problems))
+        fast = self.kernels.fast_block_size
+        if fast is not None and ctx.block_size != fast and config.head_dim <= 128:
+            log.info("flash_attn.block_size_hint", kernels=self.kernels.name, block_size=ctx.block_size,
+                     fast_block_size=fast, hint=f"block_size = {fast} loads KV pages by TMA (faster)")
 
         self.backend = FlashAttnBackend(self.kernels)
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)

@@ -9,8 +9,11 @@ message instead of a CUDA error inside a step:
 - ``flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=..., block_table=...,
   softmax_scale, causal)`` for pure decode steps.
 
-flash-attn 2.x reads a paged KV cache (``block_table``) only when a page holds a multiple of 256
-tokens. Another provider with the same call signatures (a test double) declares its own limits.
+``loader.load_flash_attn`` finds flash-attn 2.x (``flash_attn``) first, else flash-attn-4
+(``flash_attn.cute``, adapted to these two calls in ``flash_attn4.py``). flash-attn 2.x reads a
+paged KV cache (``block_table``) only when a page holds a multiple of 256 tokens; flash-attn-4 takes
+any page size, fastest at 128, on compute capability 9.x-11.x only. Another provider with the same
+call signatures (a test double) declares its own limits.
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from hetero_core import PluginError
-from hetero_plugins_cuda.preflight import FLASH_ATTN_INSTALL
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,13 @@ class FlashAttnKernels:
     dtypes: tuple[torch.dtype, ...]
     device_types: tuple[str, ...]
     max_head_dim: int = 256
+    fast_block_size: int | None = None  # the page size its fastest path needs (the executor logs a hint)
+    compute_capabilities: tuple[int, ...] | None = None  # CUDA majors it runs paged KV on; None: any
 
-    def problems(self, *, block_size: int, dtype: torch.dtype, device: torch.device, head_dim: int) -> list[str]:
-        """Reasons these kernels cannot run this configuration (empty when they can)."""
+    def problems(self, *, block_size: int, dtype: torch.dtype, device: torch.device, head_dim: int,
+                 capability: tuple[int, int] | None = None) -> list[str]:
+        """Reasons these kernels cannot run this configuration (empty when they can); ``capability``:
+        the CUDA device's compute capability, None off CUDA."""
         reasons = []
         if block_size % self.page_block_multiple:
             fits = -(-block_size // self.page_block_multiple) * self.page_block_multiple
@@ -59,27 +64,12 @@ class FlashAttnKernels:
                 f"the model's head_dim {head_dim} is not supported by {self.name} "
                 f"(a multiple of 8, at most {self.max_head_dim})"
             )
+        majors = self.compute_capabilities
+        if capability is not None and majors and capability[0] not in majors:
+            reasons.append(
+                f"executor.cuda.device {str(device)!r} has compute capability "
+                f"{capability[0]}.{capability[1]}; "
+                f"{self.name}'s paged KV cache runs on {', '.join(f'{m}.x' for m in majors)} only; "
+                "install flash-attn 2.x for this GPU"
+            )
         return reasons
-
-
-def load_flash_attn() -> FlashAttnKernels:
-    """flash-attn 2.x's kernels, or a PluginError saying what to install."""
-    try:
-        import flash_attn
-        from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
-    except ImportError as exc:
-        raise PluginError(f"executor 'cuda' needs flash-attn: {exc}; {FLASH_ATTN_INSTALL}") from exc
-    version = getattr(flash_attn, "__version__", "unknown")
-    if not version.startswith("2."):
-        raise PluginError(
-            f"executor 'cuda' supports flash-attn 2.x; found flash-attn {version} "
-            "(pip install 'flash-attn>=2.6,<3' --no-build-isolation)"
-        )
-    return FlashAttnKernels(
-        name=f"flash-attn {version}",
-        varlen=flash_attn_varlen_func,
-        with_kvcache=flash_attn_with_kvcache,
-        page_block_multiple=256,
-        dtypes=(torch.float16, torch.bfloat16),
-        device_types=("cuda",),
-    )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 FLASH_ATTN_INSTALL = (
     "pip install 'hetero-plugins-cuda[flash-attn]' --no-build-isolation "
-    "(builds flash-attn 2.x against the installed torch; needs the CUDA toolkit)"
+    "(builds flash-attn 2.x against the installed torch; needs the CUDA toolkit), or on a Hopper or "
+    "Blackwell GPU pip install 'flash-attn-4[cu13]' (prebuilt; [cu13] for a CUDA 13 driver)"
 )
 
 
@@ -20,8 +21,20 @@ def missing_requirements() -> list[str]:
             f"no CUDA device is visible to torch {torch.__version__} (torch.cuda.is_available() is False; "
             "install a CUDA build of torch on a machine with an NVIDIA GPU)"
         )
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
+    if not has_flash_attn():
         reasons.append(f"flash-attn is not installed ({FLASH_ATTN_INSTALL})")
     return reasons
+
+
+def has_flash_attn() -> bool:
+    """flash-attn 2.x (``flash_attn`` with its functions) or flash-attn-4 (``flash_attn.cute``) is
+    there; imports neither's kernels."""
+    import importlib.util
+
+    try:
+        import flash_attn
+    except ImportError:
+        return False
+    if hasattr(flash_attn, "flash_attn_varlen_func"):
+        return True
+    return importlib.util.find_spec("flash_attn.cute") is not None

@@ -1,5 +1,5 @@
 """The cuda executor on a real GPU: captured CUDA graphs, bf16, KV sizing from GPU memory; with
-flash-attn when it is installed, and with the test double (whose decode is captured for real)."""
+flash-attn (2.x or 4) when it is installed, and with the test double (whose decode is captured for real)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,20 @@ pytestmark = [
 
 
 def kernels(provider: str, dtypes=(torch.float16, torch.bfloat16)):
-    """(kernels, block_size): flash-attn itself (pages of 256), or the double with pages of 16."""
-    if provider == "flash_attn":
-        pytest.importorskip("flash_attn", reason="flash-attn is not installed on this GPU machine")
-        from hetero_plugins_cuda.kernels import load_flash_attn
+    """(kernels, block_size): flash-attn itself (2.x: pages of 256; flash-attn-4: 128, its TMA path), the
+    same with pages of 16 (flash-attn-4's cp.async path; flash-attn 2.x refuses them), or the double."""
+    if provider.startswith("flash_attn"):
+        from hetero_plugins_cuda.loader import load_flash_attn
+        from hetero_plugins_cuda.preflight import has_flash_attn
 
-        return load_flash_attn(), 256
+        if not has_flash_attn():
+            pytest.skip("flash-attn is not installed on this GPU machine")
+        found = load_flash_attn()
+        if provider == "flash_attn_16":
+            if 16 % found.page_block_multiple:
+                pytest.skip(f"{found.name} takes no 16-token pages")
+            return found, 16
+        return found, found.fast_block_size or found.page_block_multiple
     return FlashAttnDouble(page_block_multiple=16, dtypes=dtypes).kernels(("cuda",)), 16
 
 
@@ -36,7 +44,7 @@ def cuda_executor(model_dir, provider, *, dtype="bfloat16", cuda_graphs=True, dt
     return CudaExecutor(ctx, options, kernels=found), block_size
 
 
-@pytest.mark.parametrize("provider", ["flash_attn", "double"])
+@pytest.mark.parametrize("provider", ["flash_attn", "flash_attn_16", "double"])
 @pytest.mark.parametrize("cuda_graphs", [True, False])
 def test_bf16_logits_then_tokens_match_the_torch_executor(provider, cuda_graphs, tiny_dirs, make_torch_executor):
     model_dir, _ = tiny_dirs["qwen3"]

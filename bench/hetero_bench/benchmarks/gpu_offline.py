@@ -17,6 +17,7 @@ SDPA, not flash-attn's kernels.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import platform
@@ -154,13 +155,19 @@ def versions(args) -> dict:
 
     found = {"python": platform.python_version(), "torch": torch.__version__}
     for name in ("triton", "flash_attn"):
-        try:
-            found[name] = __import__(name).__version__
+        try:  # flash-attn-4 alone leaves flash_attn a namespace package, with no __version__
+            found[name] = getattr(__import__(name), "__version__", None)
         except ImportError:
             found[name] = None
+    try:
+        found["flash_attn_4"] = importlib.metadata.version("flash-attn-4")
+    except importlib.metadata.PackageNotFoundError:
+        found["flash_attn_4"] = None
     if args.executor == "cuda":
-        found["attention_kernels"] = "flash-attn test double (PyTorch SDPA)" if args.flash_attn_double else (
-            f"flash-attn {found['flash_attn']}")
+        real = f"flash-attn {found['flash_attn']}" if found["flash_attn"] else (
+            f"flash-attn-4 {found['flash_attn_4']}")
+        double = "flash-attn test double (PyTorch SDPA)"
+        found["attention_kernels"] = double if args.flash_attn_double else real
     return found
 
 
