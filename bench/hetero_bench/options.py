@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 
 from hetero_core import HeteroError
+from hetero_core.cli.parser import HeteroParser
 
 
-class BenchParser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line (``HeteroError``: the CLI exits 2)."""
+class BenchParser(HeteroParser):
+    """A benchmark's argument parser: its mistakes are one line (``HeteroError``: the CLI exits 2), a
+    misspelt flag or choice with the closest one (``HeteroParser``)."""
 
     def error(self, message: str):
         raise HeteroError(f"{self.prog}: {message}")
@@ -28,7 +30,7 @@ def positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")  # a number: unquoted
     return value
 
 
@@ -38,7 +40,7 @@ def non_negative_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
     if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
     return value
 
 
@@ -48,7 +50,7 @@ def _int(text: str, low: int, what: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if value < low:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
     return value
 
 

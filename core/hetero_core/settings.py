@@ -35,7 +35,7 @@ from pydantic_settings import (
 from hetero_core.errors import ConfigError
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.suggest import did_you_mean
-from hetero_core.validation import describe_validation_error
+from hetero_core.validation import as_number, describe_validation_error, is_number_field
 
 ENV_PREFIX = "HETERO_"
 COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
@@ -171,6 +171,8 @@ class HeteroEnvSource(EnvSettingsSource):
             return {**self.explode_env_vars(field_name, field, self.env_vars), "name": value}
         if isinstance(value, str) and field_name == "plugins" and not value.startswith("["):
             return [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, str) and is_number_field(field.annotation):  # errors show `got -4`
+            return as_number(value)
         return super().prepare_field_value(field_name, field, value, value_is_complex)
 
     def __call__(self) -> dict[str, Any]:
