@@ -21,7 +21,8 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to bind (default: loopback only)")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
     api_key: SecretStr | None = Field(None, description="require 'Authorization: Bearer KEY' (all but /health, /metrics)")
-    served_model_name: str | None = Field(None, description="model id clients send (default: the model setting)")
+    served_model_name: str | None = Field(None, description="model id clients send (default: the model setting; an "
+                                             "executor that runs no model: its name)")
     max_pending_requests: int = Field(DEFAULT_MAX_PENDING_REQUESTS, ge=1,
                                       description="choices (prompts x n) run at once; beyond it, 429")
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024, description="request body limit; beyond it, 413")
