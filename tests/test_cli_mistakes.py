@@ -61,7 +61,7 @@ def test_an_abbreviated_flag_is_a_mistake_that_names_the_flag(capsys):
 def test_a_misspelt_command_names_the_command(capsys):
     lines = fails(capsys, "runn", "hi")
     assert lines[0].startswith("usage: hetero ")
-    assert lines[-1].startswith("hetero: error: argument COMMAND: invalid choice: 'runn' (choose from 'run', ")
+    assert lines[-1].startswith("hetero: error: argument COMMAND: invalid choice: 'runn' (choose from 'run',")
     assert lines[-1].endswith("; did you mean 'run'?")
 
 
@@ -73,7 +73,8 @@ def test_a_misspelt_choice_names_the_choice(capsys):
 
 def test_a_commands_flag_given_before_the_command_says_where_it_goes(capsys):
     assert fails(capsys, "-v", "run", "hi")[-1] == (
-        "hetero: error: unrecognized arguments: -v; -v is an option of `hetero run`: put it after the command")
+        "hetero: error: unrecognized arguments: -v; -v is an option of `hetero run`: put it after the "
+        "command")
 
 
 def test_a_benchmarks_misspelt_flag_is_one_line_naming_the_flag(capsys):
@@ -121,7 +122,8 @@ def test_a_number_given_as_a_flag_is_shown_as_a_number(capsys, argv, shown):
 def test_a_number_given_in_a_variable_is_shown_as_a_number(capsys, monkeypatch):
     monkeypatch.setenv("HETERO_MAX_TOKENS", "-4")
     assert main(["run", "hi"]) == 2
-    assert capsys.readouterr().err.endswith("max_tokens: Input should be greater than or equal to 1 (got -4)\n")
+    err = capsys.readouterr().err
+    assert err.endswith("max_tokens: Input should be greater than or equal to 1 (got -4)\n")
 
 
 def test_a_string_in_a_settings_file_stays_quoted(capsys, tmp_path):
@@ -140,3 +142,11 @@ def test_text_spelling_a_number_becomes_that_number_for_a_number_setting_only():
     assert [as_number(t) for t in ("-4", "0.5", "1e3", "x", "")] == [-4, 0.5, 1000.0, "x", ""]
     assert is_number_field(int) and is_number_field(float) and is_number_field(int | None)
     assert not is_number_field(bool) and not is_number_field(str) and not is_number_field(int | str)
+
+
+def test_a_number_in_a_server_variable_is_shown_as_a_number(capsys, monkeypatch):
+    monkeypatch.setenv("HETERO_PORT", "-4")
+    assert main(["serve", "--executor", "mock"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("hetero: error: invalid server settings: port: Input should be greater than or equal to 0 "
+                   "(got -4)\n")

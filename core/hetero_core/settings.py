@@ -162,7 +162,17 @@ class HeteroSettings(BaseSettings, _SeamFields):
         return getattr(self, seam).name
 
 
-class HeteroEnvSource(EnvSettingsSource):
+class NumberEnvSource(EnvSettingsSource):
+    """``HETERO_*`` variables, a number setting's text read as the number it spells: its error then
+    shows a number (``got -4``), as a flag's and the settings file's do."""
+
+    def prepare_field_value(self, field_name, field, value, value_is_complex):
+        if isinstance(value, str) and is_number_field(field.annotation):
+            return as_number(value)
+        return super().prepare_field_value(field_name, field, value, value_is_complex)
+
+
+class HeteroEnvSource(NumberEnvSource):
     """HETERO_* variables; a component may be a bare name and ``plugins`` a comma-separated list."""
 
     def prepare_field_value(self, field_name, field, value, value_is_complex):
@@ -171,8 +181,6 @@ class HeteroEnvSource(EnvSettingsSource):
             return {**self.explode_env_vars(field_name, field, self.env_vars), "name": value}
         if isinstance(value, str) and field_name == "plugins" and not value.startswith("["):
             return [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, str) and is_number_field(field.annotation):  # errors show `got -4`
-            return as_number(value)
         return super().prepare_field_value(field_name, field, value, value_is_complex)
 
     def __call__(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hetero_core.async_llm import DEFAULT_MAX_PENDING_REQUESTS
 from hetero_core.errors import ConfigError
-from hetero_core.settings import NON_SETTING_ENV_VARIABLES
+from hetero_core.settings import NON_SETTING_ENV_VARIABLES, NumberEnvSource
 from hetero_core.validation import describe_validation_error
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -44,6 +44,10 @@ class ServerSettings(BaseSettings):
     decode_url: str | None = Field(None, min_length=1, description="disaggregation: the decode role's URL (with prefill_url)")
     kv_transfer_timeout_s: float = Field(30.0, gt=0, description="disaggregation: how long a decode engine waits "
                                          "for a prompt's KV blocks, and the front end for a role to answer")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, **other_sources):
+        return (init_settings, NumberEnvSource(settings_cls))  # HETERO_PORT=-4: `got -4`, not `got '-4'`
 
     @property
     def uses_ray(self) -> bool:
