@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 
 from hetero_core import HeteroError
-from hetero_core.cli.parser import HeteroParser
 
 
-class BenchParser(HeteroParser):
-    """A benchmark's argument parser: its mistakes are one line (``HeteroError``: the CLI exits 2), a
-    misspelt flag or choice with the closest one (``HeteroParser``)."""
+def bench_parser_class(base: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """A benchmark's parser class: ``base``, the class ``hetero`` makes its commands' parsers of (a
+    misspelt flag names the closest one), its mistakes one line (``HeteroError``: the CLI exits 2)."""
 
-    def error(self, message: str):
-        raise HeteroError(f"{self.prog}: {message}")
+    class BenchParser(base):
+        def error(self, message: str):
+            raise HeteroError(f"{self.prog}: {message}")
+
+    return BenchParser
 
 
 def positive_int(text: str) -> int:
