@@ -209,6 +209,22 @@ def test_the_line_decoder_reads_what_is_within_its_bounds(text, value):
     assert decoded == (value if value is not None else json.loads(text))
 
 
+@pytest.mark.parametrize("raw, message", [
+    (b'{"prompt": "hi"\n', "invalid JSON at the end of the line (column 16): Expecting ',' delimiter"),
+    (b'{"prompt": "x", max_tokens: 3}\r\n',
+     "invalid JSON at column 17: Expecting property name enclosed in double quotes"),
+    ('\ufeff{"prompt": "hi",}\n'.encode(), "invalid JSON at column 17: Expecting property name enclosed "
+                                          "in double quotes"),  # the byte-order mark is no column
+    (b'{"a": 1} x\n', "invalid JSON at column 10: Extra data"),
+])
+def test_a_line_that_is_not_json_is_refused_at_a_column_of_that_line(raw, message):
+    from hetero_core.batch.json_lines import LineError, decode_line
+
+    with pytest.raises(LineError) as error:
+        decode_line(raw)
+    assert str(error.value) == message
+
+
 def test_the_line_encoder_always_writes_utf8_json():
     from hetero_core.batch.json_lines import encode_line
 

@@ -62,6 +62,17 @@ def test_every_line_answered_under_its_id_with_the_same_text_as_offline_generate
         assert "error" not in result
 
 
+def test_a_malformed_lines_error_names_its_line_and_a_column_of_it(tmp_path, capsys):
+    """Not ``line 2 column 1`` of a document: the line's own column (its newline is no part of it)."""
+    code, results = run_batch(tmp_path, [{"prompt": "ok", "max_tokens": 2}, '{"prompt": "cut"', '{"prompt": x}'])
+    err = capsys.readouterr().err
+    assert code == 1
+    _, bad = split_rows(results)
+    assert bad[2]["error"] == "invalid JSON at the end of the line (column 17): Expecting ',' delimiter"
+    assert "in.jsonl:3: skipped: invalid JSON at column 12: Expecting value" in err
+    assert "line 1" not in err and "line 2 column" not in err
+
+
 def test_id_defaults_to_the_line_number_and_per_line_max_tokens_is_honoured(tmp_path):
     code, results = run_batch(tmp_path, [{"prompt": "a", "max_tokens": 2}, "", {"prompt": [5, 6, 7], "max_tokens": 4}])
     assert code == 0

@@ -154,7 +154,7 @@ def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatc
 @pytest.mark.parametrize("argv, message", [
     (["nope"], "unknown benchmark 'nope'; available: offline, serving"),
     (["ofline"], "did you mean 'offline'?"),
-    (["offline", "--num-requests", "0"], "argument --num-requests: expected a positive integer, got '0'"),
+    (["offline", "--num-requests", "0"], "argument --num-requests: expected a positive integer, got 0"),
     (["offline", "--executor", "mock", "--peers", "hf,vllmm"], "unknown peer 'vllmm'; available: hf, hf-sequential"),
     (["offline", "--bogus"], "hetero bench offline: unrecognized arguments: --bogus"),
     (["offline", "--executor", "mock", "--prompt-len", "9", "3"], "--prompt-len 9 3: MIN must not exceed MAX"),

@@ -1,8 +1,9 @@
 """``hetero bench``: list the benchmarks, or run one (a table on stdout, ``--json``, ``--plot``).
 
 Each benchmark's options belong to its own parser (``hetero bench NAME --help``), built only when
-that benchmark runs; its mistakes are one line and exit 2 (a ``HeteroError``), like every other
-``hetero`` mistake. Logging is configured by ``hetero`` before this runs.
+that benchmark runs, of the class of ``hetero``'s own (a misspelt flag gets the closest one); its
+mistakes are one line and exit 2 (a ``HeteroError``), like every other ``hetero`` mistake. Logging
+is configured by ``hetero`` before this runs.
 """
 
 from __future__ import annotations
@@ -26,15 +27,18 @@ def bench_command(args: argparse.Namespace) -> int:
               "options: hetero bench NAME --help")
         return 0
     module = load_benchmark(args.name)
-    options = parse_options(args.name, module, args.options)
+    base = getattr(args, "parser_class", argparse.ArgumentParser)
+    options = parse_options(args.name, module, args.options, base)
     return run_benchmark(args.name, module, options)
 
 
-def parse_options(name: str, module, argv: list[str]) -> argparse.Namespace:
-    from hetero_bench.options import BenchParser
+def parse_options(name: str, module, argv: list[str], base: type[argparse.ArgumentParser]):
+    """The benchmark's options; ``base``: the class of hetero's parsers (``hetero bench``'s), which
+    the benchmark's parser builds on."""
+    from hetero_bench.options import bench_parser_class
 
     epilog = module.epilog() if hasattr(module, "epilog") else None
-    parser = BenchParser(prog=f"hetero bench {name}", description=module.__doc__, epilog=epilog,
+    parser = bench_parser_class(base)(prog=f"hetero bench {name}", description=module.__doc__, epilog=epilog,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(parser)
     output = parser.add_argument_group("output")

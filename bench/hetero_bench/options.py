@@ -7,11 +7,15 @@ import argparse
 from hetero_core import HeteroError
 
 
-class BenchParser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line (``HeteroError``: the CLI exits 2)."""
+def bench_parser_class(base: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
+    """A benchmark's parser class: ``base``, the class ``hetero`` makes its commands' parsers of (a
+    misspelt flag names the closest one), its mistakes one line (``HeteroError``: the CLI exits 2)."""
 
-    def error(self, message: str):
-        raise HeteroError(f"{self.prog}: {message}")
+    class BenchParser(base):
+        def error(self, message: str):
+            raise HeteroError(f"{self.prog}: {message}")
+
+    return BenchParser
 
 
 def positive_int(text: str) -> int:
@@ -28,7 +32,7 @@ def positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
     if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")  # a number: unquoted
     return value
 
 
@@ -38,7 +42,7 @@ def non_negative_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
     if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
     return value
 
 
@@ -48,7 +52,7 @@ def _int(text: str, low: int, what: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if value < low:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
     return value
 
 

@@ -19,7 +19,8 @@ def register_commands(commands):
                     "`hetero bench NAME --help` shows a benchmark's options.")
     bench.add_argument("name", nargs="?", help="the benchmark (see the list: `hetero bench`)")
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's options")
-    bench.set_defaults(handler=bench_command)
+    # hetero's parser class (a misspelt flag gets the closest one): each benchmark's parser builds on it
+    bench.set_defaults(handler=bench_command, parser_class=type(bench))
 
 
 def bench_command(args: argparse.Namespace) -> int:

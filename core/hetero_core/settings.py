@@ -35,7 +35,7 @@ from pydantic_settings import (
 from hetero_core.errors import ConfigError
 from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.suggest import did_you_mean
-from hetero_core.validation import describe_validation_error
+from hetero_core.validation import as_number, describe_validation_error, is_number_field
 
 ENV_PREFIX = "HETERO_"
 COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
@@ -162,7 +162,17 @@ class HeteroSettings(BaseSettings, _SeamFields):
         return getattr(self, seam).name
 
 
-class HeteroEnvSource(EnvSettingsSource):
+class NumberEnvSource(EnvSettingsSource):
+    """``HETERO_*`` variables, a number setting's text read as the number it spells: its error then
+    shows a number (``got -4``), as a flag's and the settings file's do."""
+
+    def prepare_field_value(self, field_name, field, value, value_is_complex):
+        if isinstance(value, str) and is_number_field(field.annotation):
+            return as_number(value)
+        return super().prepare_field_value(field_name, field, value, value_is_complex)
+
+
+class HeteroEnvSource(NumberEnvSource):
     """HETERO_* variables; a component may be a bare name and ``plugins`` a comma-separated list."""
 
     def prepare_field_value(self, field_name, field, value, value_is_complex):

@@ -14,7 +14,11 @@ def closest(name: str, choices: Iterable[str]) -> str | None:
 
 def did_you_mean(name: str, choices: Iterable[str], quote: bool = True) -> str:
     """``"; did you mean 'x'?"`` for the closest choice, or "" when none is close."""
-    match = closest(name, choices)
+    return meant(closest(name, choices), quote)
+
+
+def meant(match: str | None, quote: bool = True) -> str:
+    """``"; did you mean 'x'?"`` for a match found (``closest``), or "" for None."""
     if match is None:
         return ""
     return f"; did you mean {match!r}?" if quote else f"; did you mean {match}?"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
@@ -23,3 +24,21 @@ def describe_validation_error(exc: ValidationError, where: str, known: Iterable[
             shown = f" (got {value!r})" if not isinstance(value, dict) else ""
             problems.append(f"{loc}: {error['msg']}{shown}")
     return f"invalid {where}: " + "; ".join(problems)
+
+
+def is_number_field(annotation: Any) -> bool:
+    """Whether a setting of this type holds a number (``int``, ``float``, ``int | None``; not ``bool``)."""
+    kinds = set(get_args(annotation) or (annotation,)) - {type(None)}
+    return bool(kinds) and kinds <= {int, float}
+
+
+def as_number(text: str) -> int | float | str:
+    """``text`` as the number it spells (``"-4"`` -> -4, ``"0.5"`` -> 0.5), other text as it is. For a
+    number typed as text (a flag, a ``HETERO_*`` variable): its error then shows a number, ``got -4``,
+    as one from a settings file does; a string typed as a string there stays a string (``got '-4'``)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

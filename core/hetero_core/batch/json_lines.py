@@ -37,7 +37,7 @@ def decode_line(raw: bytes | str) -> Any:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise LineError(f"not UTF-8 text: {exc}") from None
-    text = text.lstrip("\ufeff")
+    text = text.lstrip("\ufeff").rstrip("\r\n")  # its newline off: errors at a column of this line
     if not text.strip():
         return None
     _check_depth(text)
@@ -45,12 +45,21 @@ def decode_line(raw: bytes | str) -> Any:
         bounded_int = _bounded_int if _LONG_DIGITS.search(text) else None  # (a callback per int is slow)
         value = json.loads(text, parse_int=bounded_int, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise LineError(f"invalid JSON: {exc}") from None
+        raise LineError(f"invalid JSON {_where(exc, text)}: {exc.msg}") from None
     except ValueError as exc:  # int() under a lower limit than ours (PYTHONINTMAXSTRDIGITS)
         raise LineError(f"invalid number: {exc}") from None
     if _SURROGATE_ESCAPE.search(text):  # a pair (an escaped emoji) is fine; a lone one is not
         _check_unicode(value, "")
     return value
+
+
+def _where(exc: json.JSONDecodeError, text: str) -> str:
+    """``at column 17`` of the line (counting characters, a byte-order mark left out), or ``at the end
+    of the line (column 17)`` for a line cut short."""
+    if "\n" in text:  # several lines in one (not a line of a file)
+        return f"at line {exc.lineno} column {exc.colno}"
+    column = exc.pos + 1
+    return f"at the end of the line (column {column})" if exc.pos >= len(text) else f"at column {column}"
 
 
 def encode_line(record: Any) -> bytes:

@@ -13,6 +13,7 @@ import warnings
 from hetero_core import __version__
 from hetero_core.cli.chat import add_chat_command
 from hetero_core.cli.plugin_commands import add_plugin_commands
+from hetero_core.cli.parser import HeteroParser
 from hetero_core.cli.plugins import add_plugins_command
 from hetero_core.cli.run import add_run_arguments, run_command
 from hetero_core.cli.settings_args import add_settings_arguments
@@ -86,7 +87,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     def wanted(command: str) -> bool:
         return only is None or only == command
 
-    parser = argparse.ArgumentParser(
+    parser = HeteroParser(
         prog="hetero",
         description="Hetero: a plugin-based LLM inference engine (paged KV cache, continuous batching).",
     )

@@ -7,6 +7,7 @@ import argparse
 from typing import get_args
 
 from hetero_core.plugin_system.seams import SEAM_TABLE
+from hetero_core.validation import as_number, is_number_field
 
 # Settings that get no generated flag: seams get --NAME flags below; the others get their own.
 _NO_FLAG = {seam.name for seam in SEAM_TABLE} | {"plugins", "chat"}
@@ -41,7 +42,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
         if choices and not all(isinstance(c, str) for c in choices):
             choices = None
         flags = [flag, SHORT_FLAGS[name]] if name in SHORT_FLAGS else [flag]
-        group.add_argument(*flags, dest=name, metavar=name.upper(), choices=choices, default=None,
+        kind = as_number if is_number_field(field.annotation) else None  # `got -4`, not `got '-4'`
+        group.add_argument(*flags, dest=name, metavar=name.upper(), choices=choices, default=None, type=kind,
                            help=shown or field.description)
 
 

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from hetero_core.async_llm import AsyncLLM
 from hetero_core.errors import ConfigError
 from hetero_core.logging import get_logger
+from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.server.app import create_app
 from hetero_core.server.metrics import EngineMetrics
 from hetero_core.server.settings import ServerSettings
@@ -27,9 +28,25 @@ def create_server_app(settings, server: ServerSettings) -> FastAPI:
     engine_metrics = EngineMetrics()
     llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests,
                                  observer=engine_metrics)
-    return create_app(llm, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                      max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True,
-                      max_pending_choices=server.max_pending_requests)
+    model_name, serving = served_model(settings, server)
+    app = create_app(llm, model_name=model_name, api_key=server.key(),
+                     max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True,
+                     max_pending_choices=server.max_pending_requests)
+    app.state.serving = serving  # what the ready line says is served
+    return app
+
+
+def served_model(settings, server: ServerSettings) -> tuple[str, str]:
+    """The model id clients see (``/v1/models``, each response's ``model``) and what the ready line says
+    is served: ``--served-model-name``, else the model; for an executor that runs none (registered
+    with ``needs_model=False``: mock), its name and ``the mock executor (no model)``, never a model it
+    did not load."""
+    if server.served_model_name:
+        return server.served_model_name, server.served_model_name
+    executor = settings.component_name("executor")
+    if load_plugins(allow=settings.plugins).registry.get("executor", executor).traits.get("needs_model"):
+        return settings.model, settings.model
+    return executor, f"the {executor} executor (no model)"
 
 
 class GracefulServer(uvicorn.Server):
@@ -71,7 +88,8 @@ def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 80
 
 
 def ready_line(model_name: str, listening: socket.socket) -> str:
-    """``hetero: serving NAME on http://HOST:PORT (OpenAI API at /v1)``, with the port actually bound."""
+    """``hetero: serving NAME on http://HOST:PORT (OpenAI API at /v1)``, with the port actually bound;
+    ``model_name``: what is served (``served_model``)."""
     host, port = listening.getsockname()[:2]
     host = f"[{host}]" if ":" in host else host
     return f"hetero: serving {model_name} on http://{host}:{port} (OpenAI API at /v1)"
@@ -81,7 +99,7 @@ def run_server(app: FastAPI, server: ServerSettings, listening: socket.socket, l
     """Serve on ``listening`` (from ``listen``) until stopped: Ctrl-C or SIGTERM (inside
     ``signals.sigterm_interrupts``) raise KeyboardInterrupt once the server has shut down; True if a
     signal stopped it without raising."""
-    line = ready_line(app.state.hetero.model_name, listening)
+    line = ready_line(getattr(app.state, "serving", app.state.hetero.model_name), listening)
     runner = make_uvicorn_server(app, host=server.host, port=server.port,
                                  drain_seconds=server.graceful_shutdown_seconds, log_level=log_level,
                                  on_ready=lambda: print(line, file=sys.stderr, flush=True))

@@ -9,7 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hetero_core.async_llm import DEFAULT_MAX_PENDING_REQUESTS
 from hetero_core.errors import ConfigError
-from hetero_core.settings import NON_SETTING_ENV_VARIABLES
+from hetero_core.settings import NON_SETTING_ENV_VARIABLES, NumberEnvSource
 from hetero_core.validation import describe_validation_error
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -21,7 +21,8 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="address to bind (default: loopback only)")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0: pick a free one)")
     api_key: SecretStr | None = Field(None, description="require 'Authorization: Bearer KEY' (all but /health, /metrics)")
-    served_model_name: str | None = Field(None, description="model id clients send (default: the model setting)")
+    served_model_name: str | None = Field(None, description="model id clients send (default: the model setting; an "
+                                             "executor that runs no model: its name)")
     max_pending_requests: int = Field(DEFAULT_MAX_PENDING_REQUESTS, ge=1,
                                       description="choices (prompts x n) run at once; beyond it, 429")
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024, description="request body limit; beyond it, 413")
@@ -43,6 +44,10 @@ class ServerSettings(BaseSettings):
     decode_url: str | None = Field(None, min_length=1, description="disaggregation: the decode role's URL (with prefill_url)")
     kv_transfer_timeout_s: float = Field(30.0, gt=0, description="disaggregation: how long a decode engine waits "
                                          "for a prompt's KV blocks, and the front end for a role to answer")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, **other_sources):
+        return (init_settings, NumberEnvSource(settings_cls))  # HETERO_PORT=-4: `got -4`, not `got '-4'`
 
     @property
     def uses_ray(self) -> bool:
