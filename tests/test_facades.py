@@ -17,7 +17,7 @@ from hetero_core.plugin_system.hookspecs import hookimpl
 
 FACADES = {
     "hetero_core.executor": ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput",
-                             "hookimpl", "slot_of"],
+                             "slot_of"],
     "hetero_core.policy": ["MAX_STEPS_HELD_BACK", "RequestView", "SchedulerPolicy", "SchedulerSnapshot",
                            "SchedulingDecision", "SortKeyPolicy", "decision_problems"],
     "hetero_core.tokenizer": ["Tokenizer", "TokenizerContext"],

@@ -1,8 +1,9 @@
 """What an executor author imports: the context a factory receives, the batch it runs, the output it
-returns, the declaration of what else it can do, the paged-layout helper and the hook marker. See
-docs/hooks.md (``register_executors``).
+returns, the declaration of what else it can do and the paged-layout helper. See docs/hooks.md
+(``register_executors``).
 
-    from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput, hookimpl
+    from hetero_core import hookimpl
+    from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput
 
     class EchoExecutor:
         capabilities = ExecutorCapabilities()  # nothing optional: no block copies, swap, prompt logits, ...
@@ -33,10 +34,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
 from hetero_core.engine.executor_capabilities import ExecutorCapabilities
-from hetero_core.plugin_system.hookspecs import hookimpl
+# ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
+from hetero_core.plugin_system.hookspecs import hookimpl  # noqa: F401
 
-__all__ = ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput", "hookimpl",
-           "slot_of"]
+__all__ = ["Batch", "Executor", "ExecutorCapabilities", "ExecutorContext", "ExecutorOutput", "slot_of"]
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """hetero-plugins-cuda: the flash-attn executor. Imports neither torch nor flash_attn here."""
 
-from hetero_core.executor import hookimpl
+from hetero_core import hookimpl
 
 
 @hookimpl

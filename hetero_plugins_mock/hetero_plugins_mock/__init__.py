@@ -2,7 +2,7 @@
 tokens through a real paged cache, for tests) and ``null`` (no per-token work, for measuring the
 engine's own time per step)."""
 
-from hetero_core.executor import hookimpl
+from hetero_core import hookimpl
 
 from hetero_plugins_mock.options import MockExecutorOptions, NullExecutorOptions
 

@@ -8,7 +8,7 @@ interpreter (``hetero bench triton-decode`` uses the three).
 
 import importlib
 
-from hetero_core.executor import hookimpl
+from hetero_core import hookimpl
 
 from hetero_plugins_triton.options import TritonExecutorOptions
 
