@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+import progress_lines
 import pytest
+import tiers
+
+
+def pytest_configure(config):
+    progress_lines.register(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the marks
+def pytest_collection_modifyitems(config, items):
+    """The slow tier (``-m "not slow"`` leaves it out): marked by hand, or by the rules in tests/tiers.py."""
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            reason = tiers.slow_reason(item.nodeid, item.fixturenames)
+            if reason is not None:
+                item.add_marker(pytest.mark.slow(reason=reason))
 
 
 @pytest.fixture(scope="session")
