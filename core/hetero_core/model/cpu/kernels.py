@@ -35,8 +35,9 @@ whatever else is in the batch and however many threads run it (batch invariance;
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
-(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's flags, with a checksum
-footer (``cache_file``) checked before it is loaded: a damaged library is rebuilt, never mapped.
+(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's own flags
+(``hardware_cpu_flags``, never the reported ones), with a checksum footer (``cache_file``) checked
+before it is loaded: a damaged library is rebuilt, never mapped.
 
 Where no C compiler works the torch path runs instead (``load_cpu_kernels`` returns None and says
 why, once). The executor option ``cpu_kernels`` chooses: ``auto`` (the kernels when they build),
@@ -56,7 +57,7 @@ from pathlib import Path
 
 from hetero_core.logging import get_logger
 from hetero_core.cache import cache_file
-from hetero_core.model.cpu.cpu_info import cpu_flags
+from hetero_core.model.cpu.cpu_info import hardware_cpu_flags
 from hetero_core.model.cpu.kernel_attention import AttentionKernels
 from hetero_core.model.cpu.kernel_int8 import Int8Kernels
 from hetero_core.model.cpu.kernel_linears import DTYPE_SUFFIXES, LinearKernels
@@ -161,7 +162,7 @@ def _build(extra_flags: tuple[str, ...] = ()) -> Path:
     except OSError as exc:
         raise KernelUnavailable(f"the kernels' sources are missing from this install: {exc}") from None
     flags = (*CFLAGS, *extra_flags)
-    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(flags), " ".join(sorted(cpu_flags())),
+    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(flags), " ".join(sorted(hardware_cpu_flags())),
                                     cache_file.FOOTER]).encode()).hexdigest()[:16]
     variant = "-variant" if extra_flags else ""
     target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels{variant}-{key}.so"
