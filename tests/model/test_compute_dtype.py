@@ -158,7 +158,7 @@ def test_reported_flags_replace_this_cpus_for_decisions_never_for_what_runs(repo
     monkeypatch.setenv(cpu_info.CPU_FLAGS_ENV, reported)
     assert cpu_info.cpu_flags() == {"avx2", "avx512f", "amx_tile", "amx_bf16"}
     assert compute_dtype.native_bf16_flags(cpu_info.cpu_flags()) == ["amx_bf16"]
-    assert cpu_info.hardware_cpu_flags() == {"fpu", "sse2", "avx2", "fma"}  # the kernels' build key, test builds
+    assert cpu_info.hardware_cpu_flags() == {"fpu", "sse2", "avx2", "fma"}  # the kernels' build key
     monkeypatch.setenv(cpu_info.CPU_FLAGS_ENV, "")
     assert cpu_info.cpu_flags() == frozenset()  # set but empty: a CPU with no flags reported
 

@@ -142,6 +142,9 @@ CANDIDATES = {"amx": ["float32", "bfloat16", "bfloat16-amx"], "avx512_bf16": ["f
               "avx512": ["float32"], "avx2": ["float32"]}
 
 
+AUTO = TorchExecutorOptions(dtype="auto", cpu_kernels="compiled")
+
+
 def candidate_of(runner) -> str:
     """The auto candidate ``runner`` is: its dtype, and whether its kernels are the AMX variant."""
     kernels = runner.backend.cpu_kernels
@@ -173,7 +176,8 @@ def test_every_cpu_flag_set_has_its_candidates(cpu_flag_set):
     candidates = torch_auto_dtype.auto_candidates(kernels)
     expected = CANDIDATES[cpu_flag_set] if kernels is not None else CANDIDATES[cpu_flag_set][:2]
     assert list(candidates) == expected
-    assert list(torch_auto_dtype.auto_candidates(kernels, amx=False)) == [c for c in expected if "amx" not in c]
+    without_amx = [c for c in expected if "amx" not in c]
+    assert list(torch_auto_dtype.auto_candidates(kernels, amx=False)) == without_amx
 
 
 @pytest.mark.parametrize("cpu_flag_set, faster", [(flags, c) for flags, cs in CANDIDATES.items() for c in cs],
@@ -185,7 +189,7 @@ def test_an_auto_executor_runs_the_candidate_its_probe_found_faster_and_says_why
     fake_probe.faster = faster
     model_dir, _ = tiny_model_dirs["llama"]
     with caplog.at_level(logging.INFO, logger="hetero"):
-        executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="auto", cpu_kernels="compiled"))
+        executor = make_executor(model_dir, options=AUTO)
     expected_dtype = torch.float32 if faster == "float32" else torch.bfloat16
     assert executor.dtype == expected_dtype and executor.kv_caches[0].key.dtype == expected_dtype
     assert candidate_of(executor.runner) == faster
@@ -196,7 +200,7 @@ def test_an_auto_executor_runs_the_candidate_its_probe_found_faster_and_says_why
         return
     assert sorted(fake_probe.runs) == sorted(candidates)  # each candidate timed once
     assert "reference workload" in line and "2.00x" in line
-    make_executor(model_dir, options=TorchExecutorOptions(dtype="auto", cpu_kernels="compiled"))
+    make_executor(model_dir, options=AUTO)
     assert len(fake_probe.runs) == len(candidates)  # the second start read the record
 
 
@@ -209,16 +213,16 @@ def test_an_explicit_dtype_is_never_probed(cpu_flag_set, fake_probe, tiny_model_
 
 
 @pytest.mark.parametrize("cpu_flag_set", ["avx512", "avx2"], indirect=True)
-def test_without_native_bf16_auto_is_float32_unmeasured(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor,
-                                                        tmp_path, monkeypatch):
+def test_without_native_bf16_auto_is_float32_unmeasured(cpu_flag_set, fake_probe, tiny_model_dirs,
+                                                        make_executor, tmp_path, monkeypatch):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.float32 and fake_probe.runs == []
 
 
 @pytest.mark.parametrize("cpu_flag_set", ["avx512_bf16"], indirect=True)
-def test_the_probe_hands_its_freed_memory_back(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path,
-                                               monkeypatch):
+def test_the_probe_hands_its_freed_memory_back(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor,
+                                               tmp_path, monkeypatch):
     """The candidates' freed weights must not stay resident in glibc's heap (malloc_trim after the probe)."""
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     calls = []
