@@ -32,16 +32,18 @@ _AVX2 = "sse2 avx avx2 fma bmi2"
 _AVX512 = f"{_AVX2} avx512f avx512bw avx512vl avx512dq avx512cd avx512_vnni"
 CPU_FLAG_SETS = {"amx": f"{_AVX512} avx512_bf16 amx_tile amx_bf16", "avx512_bf16": f"{_AVX512} avx512_bf16",
                  "avx512": _AVX512, "avx2": _AVX2}
-# Reported in every test unless it asks for another (cpu_flag_set): no native bf16, so dtype = "auto" is
-# float32 and greedy-equality tests against HF stay in fp32; no AMX, so bf16 runs on the AVX-512 kernels.
-# A run under another set: HETERO_CPU_FLAGS=<a set's name, or flags> .venv/bin/python -m pytest ...
+# Reported in every test unless it asks for another (cpu_flag_set): AVX-512 without bf16 or AMX, so bf16
+# runs on the AVX-512 kernels. A run under another set (AMX's gate on emulated tiles, for one):
+# HETERO_CPU_FLAGS=<a set's name, or flags> .venv/bin/python -m pytest ... (docs/testing.md)
 _REPORTED = os.environ.get("HETERO_CPU_FLAGS", "avx512")
 
 
 @pytest.fixture(autouse=True)
 def _reported_cpu_flags(_clean_hetero_env, monkeypatch):
-    """Every decision that reads the CPU's flags sees ``_REPORTED``'s, never this machine's."""
-    yield from _reporting(CPU_FLAG_SETS.get(_REPORTED, _REPORTED), monkeypatch)
+    """Every decision that reads the CPU's flags sees ``_REPORTED``'s, never this machine's; and
+    ``dtype = "auto"`` is float32 whatever they are (no native bf16), so greedy-equality tests against HF
+    stay in fp32 (tests of bf16 ask for it by name; cpu_flag_set decides auto by the flags)."""
+    yield from _reporting(CPU_FLAG_SETS.get(_REPORTED, _REPORTED), monkeypatch, native_bf16=False)
 
 
 @pytest.fixture(params=list(CPU_FLAG_SETS))
@@ -50,19 +52,19 @@ def cpu_flag_set(request, monkeypatch):
     yield from _reporting(CPU_FLAG_SETS[request.param], monkeypatch, request.param)
 
 
-def _reporting(flags: str, monkeypatch, name: str | None = None):
+def _reporting(flags: str, monkeypatch, name: str | None = None, native_bf16: bool | None = None):
     """Report ``flags`` (HETERO_CPU_FLAGS, which subprocesses inherit) and decide by them alone: native
-    bf16 by the flags (not by this machine's oneDNN too), and the AMX gate, where they have AMX, on the
-    emulated tiles (csrc/amx_emulation.h), so no AMX instruction runs and the bits are the same on every
-    CPU. The gate's per-process answer is forgotten before and after."""
+    bf16 by the flags (not by this machine's oneDNN too; ``native_bf16`` pins it), and the AMX gate, where
+    they have AMX, on the emulated tiles (csrc/amx_emulation.h), so no AMX instruction runs and the bits
+    are the same on every CPU. The gate's per-process answer is forgotten before and after."""
     monkeypatch.setenv("HETERO_CPU_FLAGS", flags)
     try:
         from hetero_core.model.cpu import amx, compute_dtype, cpu_info
     except ImportError:  # no torch in this environment
         yield name
         return
-    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16",
-                        lambda: bool(compute_dtype.native_bf16_flags(cpu_info.cpu_flags())))
+    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: native_bf16 if native_bf16 is not None
+                        else bool(compute_dtype.native_bf16_flags(cpu_info.cpu_flags())))
     load = amx.load_cpu_kernels
     monkeypatch.setattr(amx, "load_cpu_kernels", lambda required=False, extra_flags=(): load(
         required, amx.AMX_EMULATED_CFLAGS if extra_flags == amx.AMX_CFLAGS else extra_flags))

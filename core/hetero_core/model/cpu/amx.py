@@ -83,6 +83,8 @@ def self_check(kernels) -> str | None:
         bias = torch.randn(outputs, generator=generator) if with_bias else None
         try:
             packed = kernels.pack_bf16_linear(weight, swiglu=swiglu)
+            if packed is None:
+                return f"{rows} x {inputs} -> {outputs}: the kernels' bf16 layout refused the weight"
             got = kernels.bf16_linear(x, packed, bias, out_dtype=out_dtype, swiglu=swiglu).double()
         except (ValueError, RuntimeError) as exc:
             return f"{rows} x {inputs} -> {outputs}: {exc}"

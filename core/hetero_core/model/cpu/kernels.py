@@ -31,7 +31,8 @@ Every entry point takes any number of rows, tokens or sequences (none too) and c
 (a ValueError here, -1 from the C side); every row's result is one fixed-order computation,
 whatever else is in the batch and however many threads run it (batch invariance; no
 ``-fassociative-math``). The calls' wrappers: ``kernel_attention``, ``kernel_pointwise``,
-``kernel_linears``; this module builds and loads the library.
+``kernel_linears``; this module builds and loads the library. Its ABI is written once, in
+``csrc/hetero_kernels.h``: every source includes it and ``kernel_abi`` types the ctypes calls from it.
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
