@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import progress_lines
 import pytest
 import tiers
@@ -40,16 +42,51 @@ def _clean_hetero_env(monkeypatch, tmp_path_factory):
             monkeypatch.delenv(key)
 
 
+# The CPUs the suite must pass on, as the flags ``cpu_flags()`` reports (hetero_core.model.cpu.cpu_info):
+# an AMX Xeon, a Zen 4 (AVX-512 BF16, no AMX), a Xeon without either, an AVX2-only EPYC.
+_AVX2 = "sse2 avx avx2 fma bmi2"
+_AVX512 = f"{_AVX2} avx512f avx512bw avx512vl avx512dq avx512cd avx512_vnni"
+CPU_FLAG_SETS = {"amx": f"{_AVX512} avx512_bf16 amx_tile amx_bf16", "avx512_bf16": f"{_AVX512} avx512_bf16",
+                 "avx512": _AVX512, "avx2": _AVX2}
+# Reported in every test unless it asks for another (cpu_flag_set): AVX-512 without bf16 or AMX, so bf16
+# runs on the AVX-512 kernels. A run under another set (AMX's gate on emulated tiles, for one):
+# HETERO_CPU_FLAGS=<a set's name, or flags> .venv/bin/python -m pytest ... (docs/testing.md)
+_REPORTED = os.environ.get("HETERO_CPU_FLAGS", "avx512")
+
+
 @pytest.fixture(autouse=True)
-def _auto_dtype_is_float32(monkeypatch):
-    """``dtype = "auto"`` resolves to float32 in tests on every CPU, so greedy-equality tests against
-    HF stay in fp32 whether or not this machine has native bf16 (tests of bf16 ask for it by name;
-    tests/model/test_compute_dtype.py covers the resolution itself)."""
+def _reported_cpu_flags(_clean_hetero_env, monkeypatch):
+    """Every decision that reads the CPU's flags sees ``_REPORTED``'s, never this machine's; and
+    ``dtype = "auto"`` is float32 whatever they are (no native bf16), so greedy-equality tests against HF
+    stay in fp32 (tests of bf16 ask for it by name; cpu_flag_set decides auto by the flags)."""
+    yield from _reporting(CPU_FLAG_SETS.get(_REPORTED, _REPORTED), monkeypatch, native_bf16=False)
+
+
+@pytest.fixture(params=list(CPU_FLAG_SETS))
+def cpu_flag_set(request, monkeypatch):
+    """Each of ``CPU_FLAG_SETS`` reported in turn (parametrize it, ``indirect=True``, for fewer); its name."""
+    yield from _reporting(CPU_FLAG_SETS[request.param], monkeypatch, request.param)
+
+
+def _reporting(flags: str, monkeypatch, name: str | None = None, native_bf16: bool | None = None):
+    """Report ``flags`` (HETERO_CPU_FLAGS, which subprocesses inherit) and decide by them alone: native
+    bf16 by the flags (not by this machine's oneDNN too; ``native_bf16`` pins it), and the AMX gate, where
+    they have AMX, on the emulated tiles (csrc/amx_emulation.h), so no AMX instruction runs and the bits
+    are the same on every CPU. The gate's per-process answer is forgotten before and after."""
+    monkeypatch.setenv("HETERO_CPU_FLAGS", flags)
     try:
-        from hetero_core.model.cpu import compute_dtype
+        from hetero_core.model.cpu import amx, compute_dtype, cpu_info
     except ImportError:  # no torch in this environment
+        yield name
         return
-    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: native_bf16 if native_bf16 is not None
+                        else bool(compute_dtype.native_bf16_flags(cpu_info.cpu_flags())))
+    load = amx.load_cpu_kernels
+    monkeypatch.setattr(amx, "load_cpu_kernels", lambda required=False, extra_flags=(): load(
+        required, amx.AMX_EMULATED_CFLAGS if extra_flags == amx.AMX_CFLAGS else extra_flags))
+    amx._variant.cache_clear()
+    yield name
+    amx._variant.cache_clear()
 
 
 @pytest.fixture(autouse=True)

@@ -45,8 +45,9 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
 # HETERO_* variables that are switches read elsewhere, not settings.
 # HETERO_* variables read by something other than the settings (plugin loading, `hetero bench`, the
-# fuzz tests' example count: docs/testing.md)
-NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD", "HETERO_BENCH_VLLM_PYTHON", "HETERO_FUZZ_EXAMPLES"}
+# fuzz tests' example count, the CPU flags reported instead of this CPU's: docs/testing.md)
+NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD", "HETERO_BENCH_VLLM_PYTHON",
+                             "HETERO_FUZZ_EXAMPLES", "HETERO_CPU_FLAGS"}
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from hetero_core.model.cpu import kernels as cpu_kernels_module
-from hetero_core.model.cpu.cpu_info import cpu_flags
+from hetero_core.model.cpu.amx import AMX_EMULATED_CFLAGS
+from hetero_core.model.cpu.cpu_info import hardware_cpu_flags
 from hetero_core.model.cpu.kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
 
 BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512", "amx-emulated")
 NARROW_BUILDS = BUILDS[1:5]  # narrower vectors than AVX-512 BF16's
-AMX_EMULATED_FLAGS = ("-DHETERO_AMX=1", "-DHETERO_AMX_EMULATED=1")
 _NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"},
           "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}}
 _built: dict[str, CpuKernels] = {}
@@ -38,7 +38,7 @@ def kernels_for(build: str, cache_dir: Path) -> CpuKernels:
             pytest.skip(f"the CPU kernels cannot be built here: {exc}")
     if build == "amx-emulated":
         try:
-            kernels = load_cpu_kernels(required=True, extra_flags=AMX_EMULATED_FLAGS)
+            kernels = load_cpu_kernels(required=True, extra_flags=AMX_EMULATED_CFLAGS)
         except KernelUnavailable as exc:
             pytest.skip(f"the CPU kernels cannot be built here: {exc}")
         if not kernels.request_amx():  # emulated: granted without asking the kernel
@@ -47,7 +47,7 @@ def kernels_for(build: str, cache_dir: Path) -> CpuKernels:
         return _built[build]
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86 -march values")
-    missing = _NEEDS[build] - cpu_flags()
+    missing = _NEEDS[build] - hardware_cpu_flags()  # what runs here, never the reported flags
     if missing:
         pytest.skip(f"this CPU cannot run code built for {build} (no {', '.join(sorted(missing))})")
     flags = tuple(f"-march={build}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS)

@@ -28,17 +28,19 @@ CPUINFO_AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n"
 
 @pytest.fixture
 def cpuinfo(tmp_path, monkeypatch):
-    """Point the flag reader at a fake /proc/cpuinfo holding ``text``."""
+    """Point the flag reader at a fake /proc/cpuinfo holding ``text`` (and report its flags, not the
+    suite's pinned ones: HETERO_CPU_FLAGS unset)."""
 
     def use(text: str | None) -> None:
         path = tmp_path / "cpuinfo"
         if text is not None:
             path.write_text(text)
         monkeypatch.setattr(cpu_info, "CPUINFO", path)
-        cpu_info.cpu_flags.cache_clear()
+        monkeypatch.delenv(cpu_info.CPU_FLAGS_ENV, raising=False)
+        cpu_info.hardware_cpu_flags.cache_clear()
 
     yield use
-    cpu_info.cpu_flags.cache_clear()
+    cpu_info.hardware_cpu_flags.cache_clear()
 
 
 def test_the_default_is_auto():
@@ -148,6 +150,17 @@ def test_flags_come_from_proc_cpuinfo(cpuinfo):
     assert {"avx2", "avx512f", "avx512_bf16"} <= flags
     assert compute_dtype.native_bf16_flags(flags) == ["avx512_bf16"]
     assert compute_dtype.native_bf16_flags(frozenset({"amx_bf16", "avx512_bf16"})) == ["avx512_bf16", "amx_bf16"]
+
+
+@pytest.mark.parametrize("reported", ["avx2 avx512f amx_tile amx_bf16", "avx2,avx512f, amx_tile,amx_bf16"])
+def test_reported_flags_replace_this_cpus_for_decisions_never_for_what_runs(reported, cpuinfo, monkeypatch):
+    cpuinfo(CPUINFO_AVX2)
+    monkeypatch.setenv(cpu_info.CPU_FLAGS_ENV, reported)
+    assert cpu_info.cpu_flags() == {"avx2", "avx512f", "amx_tile", "amx_bf16"}
+    assert compute_dtype.native_bf16_flags(cpu_info.cpu_flags()) == ["amx_bf16"]
+    assert cpu_info.hardware_cpu_flags() == {"fpu", "sse2", "avx2", "fma"}  # the kernels' build key
+    monkeypatch.setenv(cpu_info.CPU_FLAGS_ENV, "")
+    assert cpu_info.cpu_flags() == frozenset()  # set but empty: a CPU with no flags reported
 
 
 @pytest.mark.parametrize("text", [CPUINFO_AVX2, "processor\t: 0\n", None])  # no bf16, no flags line, no file

@@ -13,8 +13,9 @@ from damaged_files import DAMAGE, damage, invalid_cache_warnings
 from hetero_core.cache import cache_file
 from hetero_core.default_plugins import torch_auto_dtype
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.model.cpu import compute_dtype, dtype_choice, dtype_probe
+from hetero_core.model.cpu import dtype_choice, dtype_probe
 from hetero_core.model.cpu.dtype_choice import StepTimes
+from hetero_core.model.cpu.kernels import load_cpu_kernels
 
 FAST, SLOW = StepTimes(0.1, 0.02, 0.01), StepTimes(0.2, 0.04, 0.02)
 
@@ -135,56 +136,93 @@ def test_the_probe_steps_are_a_prefill_a_batched_decode_and_a_single_decode():
     assert len(set(decode.slot_mapping)) == len(decode.slot_mapping)  # every sequence its own blocks
 
 
+# The candidates each CPU flag set offers (tests/conftest.py's CPU_FLAG_SETS): bf16 where the CPU computes it
+# natively, bf16 on AMX tiles (emulated here) beside it where it has AMX
+CANDIDATES = {"amx": ["float32", "bfloat16", "bfloat16-amx"], "avx512_bf16": ["float32", "bfloat16"],
+              "avx512": ["float32"], "avx2": ["float32"]}
+
+
+AUTO = TorchExecutorOptions(dtype="auto", cpu_kernels="compiled")
+
+
+def candidate_of(runner) -> str:
+    """The auto candidate ``runner`` is: its dtype, and whether its kernels are the AMX variant."""
+    kernels = runner.backend.cpu_kernels
+    amx = kernels is not None and kernels.amx
+    return "bfloat16-amx" if amx else str(runner.dtype).removeprefix("torch.")
+
+
 class FakeProbe:
-    """Step times by the dtype of the runner the executor built (no timing); every run recorded."""
+    """Step times by the candidate of the runner the executor built (no timing); every run recorded."""
 
     def __init__(self) -> None:
-        self.faster, self.runs = torch.float32, []
+        self.faster, self.runs = "float32", []
 
     def time_steps(self, runner) -> StepTimes:
-        self.runs.append(runner.dtype)
-        return FAST if runner.dtype == self.faster else SLOW
+        self.runs.append(candidate_of(runner))
+        return FAST if self.runs[-1] == self.faster else SLOW
 
 
 @pytest.fixture
 def fake_probe(monkeypatch):
     probe = FakeProbe()
     monkeypatch.setattr(dtype_probe, "time_steps", probe.time_steps)
-    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: True)
     return probe
 
 
-@pytest.mark.parametrize("faster", [torch.float32, torch.bfloat16])
-def test_an_auto_executor_runs_the_dtype_its_probe_found_faster_and_says_why(
-        faster, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch, caplog):
+def test_every_cpu_flag_set_has_its_candidates(cpu_flag_set):
+    """The guard that no test here depends on this machine's CPU: each flag set's candidates are its own."""
+    kernels = load_cpu_kernels()
+    candidates = torch_auto_dtype.auto_candidates(kernels)
+    expected = CANDIDATES[cpu_flag_set] if kernels is not None else CANDIDATES[cpu_flag_set][:2]
+    assert list(candidates) == expected
+    without_amx = [c for c in expected if "amx" not in c]
+    assert list(torch_auto_dtype.auto_candidates(kernels, amx=False)) == without_amx
+
+
+@pytest.mark.parametrize("cpu_flag_set, faster", [(flags, c) for flags, cs in CANDIDATES.items() for c in cs],
+                         indirect=["cpu_flag_set"])
+def test_an_auto_executor_runs_the_candidate_its_probe_found_faster_and_says_why(
+        cpu_flag_set, faster, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    candidates = CANDIDATES[cpu_flag_set]
     fake_probe.faster = faster
     model_dir, _ = tiny_model_dirs["llama"]
     with caplog.at_level(logging.INFO, logger="hetero"):
-        executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="auto"))
-    assert executor.dtype == faster and executor.kv_caches[0].key.dtype == faster
-    assert sorted(map(str, fake_probe.runs)) == ["torch.bfloat16", "torch.float32"]
+        executor = make_executor(model_dir, options=AUTO)
+    expected_dtype = torch.float32 if faster == "float32" else torch.bfloat16
+    assert executor.dtype == expected_dtype and executor.kv_caches[0].key.dtype == expected_dtype
+    assert candidate_of(executor.runner) == faster
     [line] = [r.getMessage() for r in caplog.records if "executor.dtype" in r.getMessage()]
-    assert "requested=auto" in line.replace("'", "") and "reference workload" in line and "2.00x" in line
-    make_executor(model_dir, options=TorchExecutorOptions(dtype="auto"))
-    assert len(fake_probe.runs) == 2  # the second start read the record
+    assert "requested=auto" in line.replace("'", "")
+    if len(candidates) == 1:
+        assert fake_probe.runs == [] and "only candidate" in line
+        return
+    assert sorted(fake_probe.runs) == sorted(candidates)  # each candidate timed once
+    assert "reference workload" in line and "2.00x" in line
+    make_executor(model_dir, options=AUTO)
+    assert len(fake_probe.runs) == len(candidates)  # the second start read the record
 
 
-def test_an_explicit_dtype_is_never_probed(fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cpu_flag_set", ["amx", "avx512_bf16"], indirect=True)
+def test_an_explicit_dtype_is_never_probed(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path,
+                                           monkeypatch):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="bfloat16"))
     assert executor.dtype == torch.bfloat16 and fake_probe.runs == []
 
 
-def test_without_native_bf16_auto_is_float32_unmeasured(fake_probe, tiny_model_dirs, make_executor, tmp_path,
-                                                        monkeypatch):
+@pytest.mark.parametrize("cpu_flag_set", ["avx512", "avx2"], indirect=True)
+def test_without_native_bf16_auto_is_float32_unmeasured(cpu_flag_set, fake_probe, tiny_model_dirs,
+                                                        make_executor, tmp_path, monkeypatch):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: False)
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.float32 and fake_probe.runs == []
 
 
-def test_the_probe_hands_its_freed_memory_back(fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cpu_flag_set", ["avx512_bf16"], indirect=True)
+def test_the_probe_hands_its_freed_memory_back(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor,
+                                               tmp_path, monkeypatch):
     """The candidates' freed weights must not stay resident in glibc's heap (malloc_trim after the probe)."""
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     calls = []

@@ -33,6 +33,8 @@ log = get_logger("hetero.executor")
 
 AMX_CPU_FLAGS = ("amx_tile", "amx_bf16")
 AMX_CFLAGS = ("-mamx-tile", "-mamx-bf16", "-DHETERO_AMX=1")
+# The AMX linear on tiles emulated in C (csrc/amx_emulation.h): its blocking and outputs, tested on any CPU
+AMX_EMULATED_CFLAGS = ("-DHETERO_AMX=1", "-DHETERO_AMX_EMULATED=1")
 # (rows, outputs, inputs, swiglu, out_dtype, bias): a partial block of one row, one over a block
 # boundary with an input tail (40 pairs: 2 full tiles and 8 pairs), SwiGLU, fp32 outputs
 SELF_CHECK = ((1, 64, 80, False, torch.bfloat16, True), (19, 80, 96, False, torch.float32, True),
@@ -81,6 +83,8 @@ def self_check(kernels) -> str | None:
         bias = torch.randn(outputs, generator=generator) if with_bias else None
         try:
             packed = kernels.pack_bf16_linear(weight, swiglu=swiglu)
+            if packed is None:
+                return f"{rows} x {inputs} -> {outputs}: the kernels' bf16 layout refused the weight"
             got = kernels.bf16_linear(x, packed, bias, out_dtype=out_dtype, swiglu=swiglu).double()
         except (ValueError, RuntimeError) as exc:
             return f"{rows} x {inputs} -> {outputs}: {exc}"

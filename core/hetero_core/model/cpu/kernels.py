@@ -31,12 +31,14 @@ Every entry point takes any number of rows, tokens or sequences (none too) and c
 (a ValueError here, -1 from the C side); every row's result is one fixed-order computation,
 whatever else is in the batch and however many threads run it (batch invariance; no
 ``-fassociative-math``). The calls' wrappers: ``kernel_attention``, ``kernel_pointwise``,
-``kernel_linears``; this module builds and loads the library.
+``kernel_linears``; this module builds and loads the library. Its ABI is written once, in
+``csrc/hetero_kernels.h``: every source includes it and ``kernel_abi`` types the ctypes calls from it.
 
 They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
 they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
-(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's flags, with a checksum
-footer (``cache_file``) checked before it is loaded: a damaged library is rebuilt, never mapped.
+(``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's own flags
+(``hardware_cpu_flags``, never the reported ones), with a checksum footer (``cache_file``) checked
+before it is loaded: a damaged library is rebuilt, never mapped.
 
 Where no C compiler works the torch path runs instead (``load_cpu_kernels`` returns None and says
 why, once). The executor option ``cpu_kernels`` chooses: ``auto`` (the kernels when they build),
@@ -56,10 +58,11 @@ from pathlib import Path
 
 from hetero_core.logging import get_logger
 from hetero_core.cache import cache_file
-from hetero_core.model.cpu.cpu_info import cpu_flags
+from hetero_core.model.cpu.cpu_info import hardware_cpu_flags
+from hetero_core.model.cpu.kernel_abi import kernel_signatures
 from hetero_core.model.cpu.kernel_attention import AttentionKernels
 from hetero_core.model.cpu.kernel_int8 import Int8Kernels
-from hetero_core.model.cpu.kernel_linears import DTYPE_SUFFIXES, LinearKernels
+from hetero_core.model.cpu.kernel_linears import LinearKernels
 from hetero_core.model.cpu.kernel_pointwise import PointwiseKernels
 from hetero_core.cache.cache_dir import default_cache_dir
 
@@ -68,40 +71,12 @@ log = get_logger("hetero.executor")
 SOURCE_DIR = Path(__file__).with_name("csrc")
 SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
            "bf16_linear.c", "f32_linear.c", "decode_layers.c", "bf16_linear_amx.c", "int8_linear.c")
-HEADERS = ("kernel_math.h", "attention_math.h", "amx_emulation.h")
+HEADERS = ("hetero_kernels.h", "kernel_math.h", "attention_math.h", "amx_emulation.h")
 COMPILER_ENV = "CC"
 # No -fassociative-math: the kernels' sums run in the order written, the same in every kernel and for
 # every batch (batch invariance; attention_math.h).
 CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
           "-shared", "-fPIC")
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
-_SIGNATURES = {
-    "paged_kv_write": [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, ctypes.c_int],
-    "paged_decode_attention": [_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _I64, _I64,
-                               _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
-    "paged_prefill_attention": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64,
-                                _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
-    "rms_norm": [_PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int],
-    "silu_mul": [_PTR, _I64, _PTR, _I64, _I64, _I64, ctypes.c_int],
-    "rotary": [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, ctypes.c_int],
-    "bf16_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
-    "bf16_linear_native": [],
-    "swiglu_pair_columns": [],
-    "decode_layers": [_PTR, _PTR],
-    "f32_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int],
-    "coded_linear": [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int, ctypes.c_int, ctypes.c_int],
-    "amx_request_permission": [],
-    "bf16_linear_amx_granted": [],
-    "int8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, ctypes.c_int,
-                    ctypes.c_int],
-    "w8a8_linear": [_PTR, _I64, ctypes.c_int, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64,
-                    ctypes.c_int, ctypes.c_int],
-    "w8a8_linear_vnni": [],
-}
-_UNTYPED = ("paged_kv_write", "bf16_linear", "bf16_linear_native", "swiglu_pair_columns", "f32_linear",
-            "coded_linear", "decode_layers", "amx_request_permission", "bf16_linear_amx_granted", "int8_linear",
-            "w8a8_linear", "w8a8_linear_vnni")  # one symbol for every dtype
-_VOID = ()  # every kernel returns a status (0 done, -1 refused, -2 out of memory)
 
 
 class KernelUnavailable(Exception):
@@ -143,11 +118,9 @@ def _load(extra_flags: tuple[str, ...] = ()) -> CpuKernels:
         library = ctypes.CDLL(str(path))
     except OSError as exc:
         raise KernelUnavailable(f"cannot load {path}: {exc}") from None
-    for name, argtypes in _SIGNATURES.items():
-        for symbol in [name] if name in _UNTYPED else [f"{name}_{suffix}" for suffix in DTYPE_SUFFIXES.values()]:
-            function = getattr(library, symbol)
-            function.argtypes = argtypes
-            function.restype = None if name in _VOID else ctypes.c_int  # bf16_linear_native too
+    for name, argtypes in kernel_signatures().items():  # csrc/hetero_kernels.h: every call returns a status
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, ctypes.c_int
     return CpuKernels(library, path, library.swiglu_pair_columns())
 
 
@@ -161,7 +134,8 @@ def _build(extra_flags: tuple[str, ...] = ()) -> Path:
     except OSError as exc:
         raise KernelUnavailable(f"the kernels' sources are missing from this install: {exc}") from None
     flags = (*CFLAGS, *extra_flags)
-    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(flags), " ".join(sorted(cpu_flags())),
+    cpu = " ".join(sorted(hardware_cpu_flags()))
+    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(flags), cpu,
                                     cache_file.FOOTER]).encode()).hexdigest()[:16]
     variant = "-variant" if extra_flags else ""
     target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels{variant}-{key}.so"

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 #include "kernel_math.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -238,14 +240,6 @@ static void bf16_pass(const void *x, int64_t ldx, const uint16_t *w, const float
 }
 
 #endif
-
-/* bf16_linear_amx.c (its AMX tiles run only in the AMX variant of the library, HETERO_AMX). */
-int bf16_linear_amx_granted(void);
-int bf16_linear_amx(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y,
-                    int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads);
-
-/* Whether the bf16 linear multiplies with AVX-512 BF16 (1) or widens to fp32 (0). */
-int bf16_linear_available(void) { return bf16_linear_native(); }
 
 /* x [M, K] bf16 (row stride ldx), packed weight [N / 16][K / 2][16][2], bias fp32 [N] (in the weight's
  * column order) or NULL, y [M, N] (row stride ldy) in bf16, or in fp32 with out_f32 (the sums

@@ -24,6 +24,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 #include "kernel_math.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023

@@ -11,32 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The kernels of the other translation units (cpu_kernels.py declares the same signatures). */
-#define RMS_NORM(suffix)                                                                                      \
-    int rms_norm_##suffix(void *x, int64_t x_stride, void *residual, int64_t residual_stride, const void *weight, \
-                           void *out, int64_t out_stride, int64_t rows, int64_t hidden, float eps, int num_threads)
-#define ROTARY(suffix)                                                                                 \
-    int rotary_##suffix(void *x, int64_t x_stride, const void *cos, const void *sin, int64_t tokens, \
-                         int64_t heads, int64_t head_dim, int num_threads)
-#define DECODE_ATTENTION(suffix)                                                                                 \
-    int paged_decode_attention_##suffix(                                                                         \
-        const void *query, int64_t query_token_stride, const void *new_key, const void *new_value,               \
-        int64_t new_token_stride, const int64_t *new_slots, void *key_cache, void *value_cache,                  \
-        const int64_t *block_tables, int64_t max_blocks, const int64_t *context_lens, void *out, int64_t num_seqs, \
-        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks, int64_t block_size,       \
-        float scale, int num_threads)
-RMS_NORM(f32);
-RMS_NORM(bf16);
-ROTARY(f32);
-ROTARY(bf16);
-DECODE_ATTENTION(f32);
-DECODE_ATTENTION(bf16);
-int bf16_linear(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y, int64_t ldy,
-                int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads);
-int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bias, float *y, int64_t ldy, int64_t m,
-               int64_t n, int64_t k, int swiglu, int num_threads);
-int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
-                 int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads);
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
 
 /* A linear in the layout of one of the kernels' linears: ``bits`` 0 for f32_linear's panels, 4 or 8
  * for coded_linear's block codes, 16 for bf16_linear's; ``bias`` fp32 in the packed column order, or

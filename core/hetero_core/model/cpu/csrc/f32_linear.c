@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 #include <immintrin.h>
 #include <omp.h>
 

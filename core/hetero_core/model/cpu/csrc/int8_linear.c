@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 #include "kernel_math.h"
 
 #define PANEL 16

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 /* Returns 0, or -1 (nothing written) when a slot lies outside the cache. */
 int paged_kv_write(const char *key, int64_t key_token_stride, const char *value, int64_t value_token_stride,
                    char *key_cache, char *value_cache, const int64_t *slots, int64_t num_tokens,

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 #include "attention_math.h"
 
 #define TILE_TOKENS 16

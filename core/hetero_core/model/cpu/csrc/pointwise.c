@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hetero_kernels.h" /* the ABI: every exported call's prototype */
+
 #include "kernel_math.h"
 
 #define PARALLEL_ELEMENTS (1 << 15)
