@@ -77,8 +77,10 @@ class Engine:
         ``speculation``: an ``engine.speculation.Speculation`` (speculative decoding, sync steps only),
         or None."""
         if speculation is not None and async_scheduling:
-            raise ValueError("speculative decoding runs without async scheduling; pass async_scheduling=False")
-        processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(), structured_output)
+            raise ValueError("speculative decoding runs without async scheduling; "
+                             "pass async_scheduling=False")
+        processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
+                                     structured_output)
         processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
         self.state = EngineState(processor, executor, scheduler, structured_output, speculation)
         self.guard = ThreadGuard("an Engine")
@@ -135,9 +137,10 @@ class Engine:
         return self.state.processor.default_params
 
     # -- requests in (request_intake) -------------------------------------------------------------
-    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None, request_id: str | None = None, *,
-                    priority: int = 0, tenant: str | None = None, stream: bool = True,
-                    kv_transfer: KVHandoff | None = None, export_kv: bool = False) -> str:
+    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None,
+                    request_id: str | None = None, *, priority: int = 0, tenant: str | None = None,
+                    stream: bool = True, kv_transfer: KVHandoff | None = None,
+                    export_kv: bool = False) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
         (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
         keeps nothing, for a request that is invalid or can never run within the engine's limits.
@@ -251,7 +254,7 @@ class Engine:
                     raise RuntimeError(f"engine bug: requests {missing} ended without a final output")
                 outputs = self.step()
                 self.hold_outputs(out for out in outputs if out.request_id not in own)
-                finished.update((out.request_id, out) for out in outputs if out.request_id in own and out.finished)
+                finished.update((o.request_id, o) for o in outputs if o.request_id in own and o.finished)
             return [finished[i] for i in ids]
 
     def stats(self) -> SchedulerStats:
@@ -262,7 +265,8 @@ class Engine:
         spec = self.state.speculation
         if spec is None:
             return stats
-        return dataclasses.replace(stats, spec_num_drafts=spec.num_drafts, spec_num_draft_tokens=spec.num_draft_tokens,
+        return dataclasses.replace(stats, spec_num_drafts=spec.num_drafts,
+                                   spec_num_draft_tokens=spec.num_draft_tokens,
                                    spec_num_accepted_tokens=spec.num_accepted_tokens)
 
     def running_request_ids(self) -> list[str]:

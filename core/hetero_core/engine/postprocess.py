@@ -42,9 +42,10 @@ class Postprocessor:
         tokens = iter(sampled)
         now = time.time()
         eos_token_id = self.state.tokenizer.eos_token_id
-        specs = scheduled.spec_token_ids  # None: one token a row; else each row's proposals, verified
-        for seq, num_new, epoch, sample, spec in zip(scheduled.seqs, scheduled.num_new_tokens, scheduled.kv_epochs,
-                                                     scheduled.batch.sample, repeat(None) if specs is None else specs):
+        # a plain step samples a token a row; one that verified proposals, each row's kept ones and its own
+        specs = repeat(None) if scheduled.spec_token_ids is None else scheduled.spec_token_ids
+        for seq, num_new, epoch, sample, spec in zip(scheduled.seqs, scheduled.num_new_tokens,
+                                                     scheduled.kv_epochs, scheduled.batch.sample, specs):
             if sample:
                 token, logprobs, error = next(tokens)
             if seq.status.is_done:
@@ -100,7 +101,8 @@ class Postprocessor:
         try:
             delta = self.state.detokenizers[seq.seq_id].add(token_id)
         except Exception as exc:  # a tokenizer that cannot decode this id fails this request alone
-            self.finish(seq, error=f"the tokenizer could not decode token {token_id}: {type(exc).__name__}: {exc}")
+            self.finish(seq, error=f"the tokenizer could not decode token {token_id}: "
+                                   f"{type(exc).__name__}: {exc}")
             return
         if delta:
             seq.output_text += delta
@@ -123,7 +125,8 @@ class Postprocessor:
         detokenizer = state.detokenizers.pop(seq.seq_id, None)
         if detokenizer is not None:  # the request was queued: release its place and blocks
             if seq.export_kv and error is None and reason is not FinishReason.ABORT:
-                seq.kv_export, error = export_prompt_blocks(state.executor, seq, state.scheduler.allocator.block_size)
+                block_size = state.scheduler.allocator.block_size
+                seq.kv_export, error = export_prompt_blocks(state.executor, seq, block_size)
             state.scheduler.remove(seq)
             if state.speculation is not None:
                 state.speculation.release(seq)
@@ -147,9 +150,10 @@ class Postprocessor:
         whose K/V is lost (async: even if a later step swapped them back in). The failed seq ids."""
         seqs = scheduled.seqs + scheduled.swapped_out if executor_failed else scheduled.seqs
         log.error("executor.failed", num_seqs=len(seqs), error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        error = f"the executor failed on this request's batch: {type(exc).__name__}: {exc}"
         for seq in seqs:
             if not seq.status.is_done:
-                self.finish(seq, error=f"the executor failed on this request's batch: {type(exc).__name__}: {exc}")
+                self.finish(seq, error=error)
         return {seq.seq_id for seq in seqs}
 
 

@@ -34,9 +34,10 @@ class RequestIntake:
         self.state = state
         self.postprocessor = postprocessor  # ends requests (finish) and checks a handed-over first token
 
-    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None, request_id: str | None = None, *,
-                    priority: int = 0, tenant: str | None = None, stream: bool = True,
-                    kv_transfer: KVHandoff | None = None, export_kv: bool = False) -> str:
+    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None,
+                    request_id: str | None = None, *, priority: int = 0, tenant: str | None = None,
+                    stream: bool = True, kv_transfer: KVHandoff | None = None,
+                    export_kv: bool = False) -> str:
         """Queue a request and return its id (the options and errors: ``Engine.add_request``)."""
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
@@ -94,7 +95,8 @@ class RequestIntake:
         elif self._id_in_use(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         children = [self._new_sequence(replace(request, params=child_params(request.params, i)),
-                                       child_request_id(request_id, i)) for i in range(request.params.num_samples)]
+                                       child_request_id(request_id, i))
+                    for i in range(request.params.num_samples)]
         scheduler = self.state.scheduler
         share_prompt = (scheduler.prefix_caching
                         and len(request.prompt_token_ids) > scheduler.allocator.block_size)
@@ -146,8 +148,8 @@ class RequestIntake:
         if reason is not None:
             raise InvalidRequestError(reason)
         tokenizer = state.tokenizer
-        detokenizer = IncrementalDetokenizer(tokenizer, seq.prompt_token_ids, seq.params, state.token_texts.of(tokenizer))
-        return seq, detokenizer
+        texts = state.token_texts.of(tokenizer)
+        return seq, IncrementalDetokenizer(tokenizer, seq.prompt_token_ids, seq.params, texts)
 
     def queue(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         """Hand a checked sequence to the scheduler; the engine holds it until its final output."""
@@ -170,8 +172,8 @@ class RequestIntake:
         if seq.params.logprobs is not None:
             seq.output_logprobs.append(handoff.first_logprobs)
         if seq.grammar is not None and not seq.grammar.accept_token(token_id):
-            self.postprocessor.finish(seq, error=f"the prefill engine's first token {token_id} is not allowed "
-                                                 "by the request's guided decoding")
+            self.postprocessor.finish(seq, error=f"the prefill engine's first token {token_id} is not "
+                                                 "allowed by the request's guided decoding")
             return
         self.postprocessor.check_stop(seq, token_id, self.state.tokenizer.eos_token_id)
 

@@ -32,10 +32,10 @@ class EngineState:
     processor: RequestProcessor  # checks and tokenizes requests; its tokenizer is the engine's
     executor: Any  # runs a step's batch (the executor protocol); callers may wrap or replace it
     scheduler: Scheduler  # the queues, the KV blocks and each step's batch
-    structured_output: StructuredOutput | None = None  # grammar states and bitmasks (None: no guided decoding)
+    structured_output: StructuredOutput | None = None  # grammar states, bitmasks (None: no guided decoding)
     speculation: Speculation | None = None  # proposals and their counters (None: no speculative decoding)
-    seqs: dict[str, Sequence] = field(default_factory=dict)  # request id -> sequence, until step() returns its end
-    detokenizers: dict[int, IncrementalDetokenizer] = field(default_factory=dict)  # seq id -> it, while queued
+    seqs: dict[str, Sequence] = field(default_factory=dict)  # request id -> it, until step() returns its end
+    detokenizers: dict[int, IncrementalDetokenizer] = field(default_factory=dict)  # seq id -> it, if queued
     seq_ids: Iterator[int] = field(default_factory=itertools.count)  # the next sequence number
     finished_outputs: list[RequestOutput] = field(default_factory=list)  # final outputs for the next step()
     held_outputs: dict[str, RequestOutput] = field(default_factory=dict)  # others' outputs generate() saw

@@ -79,7 +79,8 @@ class StepDriver:
             if step.batch is None and not isinstance(output, Exception):  # block transfers only, done
                 previous = None
             else:
-                sampled = output if isinstance(output, Exception) else self.sampler.sample(step, output, bitmask)
+                failed = isinstance(output, Exception)
+                sampled = output if failed else self.sampler.sample(step, output, bitmask)
                 if isinstance(sampled, Exception):  # this step's requests fail; the next runs without them
                     failed = self.postprocessor.fail_step(step, sampled, executor_failed=sampled is output)
                     scheduled = without_seqs(scheduled, failed, self.state.scheduler.batches)
@@ -134,7 +135,8 @@ class StepDriver:
         if not state.num_constrained:  # no work per step unless a request asks for structured output
             return batch
         # a sequence that ended meanwhile (async: stopped by the step before) is not constrained
-        states = [None if s.status.is_done else s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag]
+        states = [None if s.status.is_done else s.grammar
+                  for s, flag in zip(scheduled.seqs, batch.sample) if flag]
         bitmask = state.structured_output.bitmask(states)
         return batch if bitmask is None else dataclasses.replace(batch, token_bitmask=bitmask)
 
@@ -143,7 +145,8 @@ def _write_sampled_tokens(previous: ScheduledStep, sampled: Sampled, scheduled: 
     """Write the tokens ``previous`` sampled into ``scheduled``'s placeholder rows (async). A row
     whose token failed gets token 0: its request fails with ``previous``, and its result is dropped."""
     sampled_seqs = [s for s, flag in zip(previous.seqs, previous.batch.sample) if flag]
-    token_of = {seq.seq_id: (token if error is None else 0) for seq, (token, _, error) in zip(sampled_seqs, sampled)}
+    token_of = {seq.seq_id: (token if error is None else 0)
+                for seq, (token, _, error) in zip(sampled_seqs, sampled)}
     batch = scheduled.batch
     for row in scheduled.placeholder_rows:
         batch.token_ids[batch.query_start_loc[row + 1] - 1] = token_of[scheduled.seqs[row].seq_id]
