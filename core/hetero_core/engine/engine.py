@@ -175,7 +175,7 @@ class Engine:
     def has_unfinished_requests(self) -> bool:
         """Whether requests are queued or running, a step is still running (async scheduling), or
         completions of n > 1 are yet to start or merge."""
-        return self.state.scheduler.has_work or self.driver.running is not None or bool(self.state.parallel)
+        return self.state.scheduler.has_work or self.driver.is_running or bool(self.state.parallel)
 
     def has_request(self, request_id: str) -> bool:
         """Whether the engine holds the request: queued, running, or ended with its final output
@@ -197,13 +197,13 @@ class Engine:
         ``generate()`` ran but did not own). With async scheduling, the step whose outputs come
         back is the one scheduled by the call before."""
         with self.guard:
-            was_running = self.driver.running is not None
+            was_running = self.driver.is_running
             scheduled = self._schedule()
             if self.async_scheduling:  # run it on the executor thread; sample and postprocess the step before
                 progressed = self.driver.run_async(scheduled)
             else:  # run it, sample and postprocess it
                 progressed = self.driver.run_sync(scheduled)
-            if scheduled.is_stalled and not was_running and self.driver.running is None:
+            if scheduled.is_stalled and not was_running and not self.driver.is_running:
                 self.postprocessor.fail_unschedulable()  # requests wait and nothing will ever change
             started = perf_counter()
             outputs = self._outputs(progressed)
@@ -212,9 +212,10 @@ class Engine:
 
     def _schedule(self) -> ScheduledStep:
         """The next step: waiting completions of n > 1 queued, proposals asked, the scheduler run."""
-        state, started = self.state, perf_counter()
+        state = self.state
         for seq, detokenizer in state.parallel.to_queue():
             self.intake.queue(seq, detokenizer)
+        started = perf_counter()
         if state.speculation is not None:
             state.speculation.propose(state.scheduler.running)
         scheduled = state.scheduler.schedule()

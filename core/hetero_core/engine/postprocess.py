@@ -39,8 +39,7 @@ class Postprocessor:
         sequence that ended meanwhile (aborted, or stopped by the step before) is skipped."""
         if scheduled.swapped_in_tokens:
             confirm_swap_ins(scheduled)
-        tokens = iter(sampled)
-        now = time.time()
+        tokens, accept, now = iter(sampled), self.accept, time.time()
         eos_token_id = self.state.tokenizer.eos_token_id
         # a plain step samples a token a row; one that verified proposals, each row's kept ones and its own
         specs = repeat(None) if scheduled.spec_token_ids is None else scheduled.spec_token_ids
@@ -62,7 +61,7 @@ class Postprocessor:
             seq.first_token_time = seq.first_token_time or now
             if spec is None:
                 seq.output_token_ids.append(token)
-                self.accept(seq, token, logprobs, eos_token_id)
+                accept(seq, token, logprobs, eos_token_id)
             else:  # the same, a token at a time, for the proposals kept and the target's token
                 append_verified(self, seq, token, logprobs, spec, same_kv, eos_token_id)
         self._count_step(scheduled)

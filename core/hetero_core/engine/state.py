@@ -3,7 +3,8 @@
 ``Engine`` builds one and hands it to its parts: ``RequestIntake`` (requests in), ``StepDriver``
 (a scheduled step run), ``StepSampler`` (a step's tokens) and ``Postprocessor`` (tokens appended,
 stops, requests finished). What a single part keeps to itself (the async step in flight, the
-sampler) is that part's own attribute, not here.
+sampler) is that part's own attribute, not here. The fields are slots: a part cannot add state
+nobody declared.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from hetero_core.engine.token_texts import TokenTexts
 __all__ = ["EngineState"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class EngineState:
     processor: RequestProcessor  # checks and tokenizes requests; its tokenizer is the engine's
     executor: Any  # runs a step's batch (the executor protocol); callers may wrap or replace it
