@@ -66,8 +66,8 @@ class Postprocessor:
                 append_verified(self, seq, token, logprobs, spec, same_kv, eos_token_id)
         self._count_step(scheduled)
 
-    def accept(self, seq: Sequence, token_id: int, logprobs, eos_token_id: int | None) -> bool:
-        """The checks of a token just appended to ``seq``; whether ``seq`` runs on."""
+    def accept(self, seq: Sequence, token_id: int, logprobs, eos_token_id: int | None) -> None:
+        """The checks of a token just appended to ``seq`` (which may end it)."""
         if len(seq.output_token_ids) <= seq.params.max_tokens:
             self.state.num_queued_tokens -= 1
         if seq.params.logprobs is not None:
@@ -76,11 +76,10 @@ class Postprocessor:
         if grammar is not None and not grammar.accept_token(token_id):
             self.finish(seq, error=f"token {token_id} is not allowed by the request's guided decoding "
                                    "(an executor that returns token ids must honour Batch.token_bitmask)")
-            return False
+            return
         self.check_stop(seq, token_id, eos_token_id)
         if grammar is not None and not seq.status.is_done and grammar.is_terminated():
             self.finish(seq, reason=FinishReason.STOP)
-        return not seq.status.is_done
 
     def _count_step(self, scheduled: ScheduledStep) -> None:
         timings = self.state.timings
@@ -108,8 +107,8 @@ class Postprocessor:
             if params.stop and check_stop_string(seq, len(delta)) is not None:
                 self.finish(seq, reason=FinishReason.STOP, keep_held_text=False)  # text after the stop is cut
                 return
-        if (len(seq.output_token_ids) >= params.max_tokens
-                or len(seq.prompt_token_ids) + len(seq.output_token_ids) >= self.state.max_model_len):
+        num_output, max_model_len = len(seq.output_token_ids), self.state.processor.max_model_len
+        if num_output >= params.max_tokens or len(seq.prompt_token_ids) + num_output >= max_model_len:
             self.finish(seq, reason=FinishReason.LENGTH)  # stop_checker.check_length, inline (per token)
 
     def fail_unschedulable(self) -> None:

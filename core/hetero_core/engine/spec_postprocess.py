@@ -33,5 +33,6 @@ def append_verified(postprocessor, seq: Sequence, token_ids: list[int], logprobs
         seq.output_token_ids.append(token_id)
         if valid_end is not None:
             seq.num_computed_tokens = min(valid_end, seq.num_tokens)
-        if not postprocessor.accept(seq, token_id, logprobs, eos_token_id):
+        postprocessor.accept(seq, token_id, logprobs, eos_token_id)
+        if seq.status.is_done:
             break
