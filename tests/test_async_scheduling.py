@@ -72,7 +72,7 @@ def run(make_mock_engine, settings, async_scheduling, aborts=()):
             assert seen in (None, token), f"request {rid} position {position}: executor got {seen}, not {token}"
     stats = engine.stats()
     allocator = engine.scheduler.allocator
-    assert allocator.num_free_blocks == allocator.num_blocks and not engine._seqs
+    assert allocator.num_free_blocks == allocator.num_blocks and not engine.state.seqs
     engine.shutdown()
     return [finals[rid] for rid in ids], stats
 
@@ -111,7 +111,7 @@ def test_generate_is_the_same_with_and_without_async_scheduling(make_mock_engine
     engine = make_mock_engine(async_scheduling=True, max_num_blocks=40)
     overlapped = engine.generate(PROMPTS, params)
     assert [summary(o) for o in overlapped] == [summary(o) for o in plain]
-    assert engine._executor_thread is not None  # the setting did something: steps ran on the thread
+    assert engine.driver.executor_thread is not None  # the setting did something: steps ran on the thread
     engine.shutdown()
 
 

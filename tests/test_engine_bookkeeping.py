@@ -21,15 +21,15 @@ def run_all(engine):
         for out in engine.step():
             if out.finished:
                 finals.setdefault(out.request_id, []).append(out)
-        if not engine.has_unfinished_requests() and not engine._finished_outputs and not engine._held_outputs:
+        if not engine.has_unfinished_requests() and not engine.state.finished_outputs and not engine.state.held_outputs:
             return finals
     raise AssertionError("engine did not become idle")
 
 
 def assert_empty(engine):
     allocator = engine.scheduler.allocator
-    assert engine._seqs == {} and engine._detokenizers == {} and engine._held_outputs == {}
-    assert engine._finished_outputs == []
+    assert engine.state.seqs == {} and engine.state.detokenizers == {} and engine.state.held_outputs == {}
+    assert engine.state.finished_outputs == []
     assert not engine.scheduler.waiting and not engine.scheduler.running
     assert allocator.num_free_blocks == allocator.num_blocks
 

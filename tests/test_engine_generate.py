@@ -11,7 +11,7 @@ from hetero_core.errors import ConfigError, InvalidRequestError
 
 def assert_empty(engine):
     allocator = engine.scheduler.allocator
-    assert not engine.has_unfinished_requests() and engine._seqs == {}
+    assert not engine.has_unfinished_requests() and engine.state.seqs == {}
     assert allocator.num_free_blocks == allocator.num_blocks
 
 

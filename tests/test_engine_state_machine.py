@@ -274,12 +274,12 @@ class EngineMachine(RuleBasedStateMachine):
     def teardown(self):
         engine = self.engine
         for _ in range(2000):
-            if not (engine.has_unfinished_requests() or engine._finished_outputs or engine._held_outputs):
+            if not (engine.has_unfinished_requests() or engine.state.finished_outputs or engine.state.held_outputs):
                 break
             self.record(engine.step())
         assert self.accepted <= set(self.finals), f"never ended: {self.accepted - set(self.finals)}"
         assert all(n == 1 for n in self.finals.values())
-        assert engine._seqs == {} and engine._detokenizers == {} and engine._held_outputs == {}
+        assert engine.state.seqs == {} and engine.state.detokenizers == {} and engine.state.held_outputs == {}
         assert not engine.scheduler.waiting and not engine.scheduler.running
         allocator = engine.scheduler.allocator
         assert allocator.num_free_blocks == allocator.num_blocks

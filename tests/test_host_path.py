@@ -125,7 +125,7 @@ def test_async_scheduling_is_the_executors_preference_unless_set(make_mock_engin
     assert engine.async_scheduling is expected
     [out] = engine.generate(["x"], greedy(2))
     assert len(out.output_token_ids) == 2
-    assert (engine._executor_thread is not None) is expected
+    assert (engine.driver.executor_thread is not None) is expected
     engine.shutdown()
 
 

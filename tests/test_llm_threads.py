@@ -19,8 +19,8 @@ def make_llm(**settings):
 
 def assert_empty(engine):
     allocator = engine.scheduler.allocator
-    assert not engine.has_unfinished_requests() and engine._seqs == {} and engine._held_outputs == {}
-    assert engine._finished_outputs == [] and allocator.num_free_blocks == allocator.num_blocks
+    assert not engine.has_unfinished_requests() and engine.state.seqs == {} and engine.state.held_outputs == {}
+    assert engine.state.finished_outputs == [] and allocator.num_free_blocks == allocator.num_blocks
 
 
 def solo(prompts, params=PARAMS):
@@ -197,4 +197,4 @@ def test_shutdown_ends_calls_running_in_other_threads_as_aborted():
     llm.shutdown()
     worker.join(60)
     assert result["out"][0].finish_reason == "abort"
-    assert llm.engine._seqs == {} and not llm.engine.has_unfinished_requests()
+    assert llm.engine.state.seqs == {} and not llm.engine.has_unfinished_requests()

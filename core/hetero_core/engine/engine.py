@@ -31,26 +31,25 @@ The engine is single-threaded: a second thread that calls in while another is in
 several threads) and ``AsyncLLM`` (one loop thread) share an engine between threads. Checking and
 tokenizing a request (``engine.processor``) touches no engine state and is safe from any thread.
 
-The parts: ``Engine`` holds the state (set up in ``__init__``) and ``step()``; requests come in
-through ``request_intake`` (add, check, queue, abort), a scheduled step runs through
-``step_driver`` (sync, or async on the executor thread) and ends in ``postprocess`` (sampling, stop
-checks, finishing requests). Those three are mixins of ``Engine`` over the one state.
+The parts, each over the one ``EngineState`` (``state``: the request table, detokenizers, counters,
+the executor and scheduler): ``RequestIntake`` (``request_intake``: add, check, queue, abort),
+``StepDriver`` (``step_driver``: a scheduled step run, in sync or on the executor thread),
+``StepSampler`` (``step_sampler``: the executor's output to tokens) and ``Postprocessor``
+(``postprocess``: tokens appended, stop checks, requests finished). ``Engine`` builds them and
+``step()`` reads schedule -> run -> outputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterable
 from time import perf_counter
 
-from hetero_core.engine.detokenizer import IncrementalDetokenizer
-from hetero_core.engine.executor_thread import ExecutorThread
+from hetero_core.engine.kv_transfer import KVHandoff
 from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.parallel_sampling import ParallelRequests
 from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.postprocess import Postprocess
-from hetero_core.engine.processor import RequestProcessor
+from hetero_core.engine.postprocess import Postprocessor
+from hetero_core.engine.processor import EngineRequest, RequestProcessor
 from hetero_core.engine.prompt_logprobs import prompt_logprobs_refusal
 from hetero_core.engine.prompts import Prompt
 from hetero_core.engine.request_intake import Params, RequestIntake
@@ -58,77 +57,138 @@ from hetero_core.engine.scheduled_step import ScheduledStep
 from hetero_core.engine.scheduler import Scheduler
 from hetero_core.engine.scheduler_stats import SchedulerStats
 from hetero_core.engine.sequence import Sequence
+from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_driver import StepDriver
+from hetero_core.engine.step_sampler import StepSampler
 from hetero_core.engine.step_timings import StepTimings
 from hetero_core.engine.thread_guard import ThreadGuard
 
 __all__ = ["Engine", "Prompt"]
 
 
-class Engine(RequestIntake, StepDriver, Postprocess):
-    """Requests in (``request_intake``), steps run (``step_driver``), tokens out (``postprocess``)."""
+class Engine:
+    """Requests in (``intake``), steps run (``driver``), tokens out (``postprocessor``), over ``state``."""
 
     def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
                  default_params: SamplingParams | None = None, sampler_seed: int | None = None,
                  structured_output=None, async_scheduling: bool = False, speculation=None) -> None:
         """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or
         None; ``async_scheduling``: plan the next step while the executor runs this one;
-        ``speculation``: an ``engine.speculation.Speculation`` (speculative decoding, sync steps only), or None."""
+        ``speculation``: an ``engine.speculation.Speculation`` (speculative decoding, sync steps only),
+        or None."""
         if speculation is not None and async_scheduling:
-            raise ValueError("speculative decoding runs without async scheduling; pass async_scheduling=False")
-        self.processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
-                                          structured_output)
-        self.processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
-        self.structured_output = structured_output
-        self.executor = executor
-        self.scheduler = scheduler
-        self._sampler_seed = sampler_seed
-        self._sampler = None  # created on first logits output (imports torch)
-        self._seqs: dict[str, Sequence] = {}
-        self._detokenizers: dict[int, IncrementalDetokenizer] = {}
-        self._seq_counter = itertools.count()
-        self._finished_outputs: list[RequestOutput] = []
-        self._held_outputs: dict[str, RequestOutput] = {}  # other callers' outputs seen by generate()
-        self._parallel = ParallelRequests()  # requests of n > 1 completions (parallel_sampling)
+            raise ValueError("speculative decoding runs without async scheduling; "
+                             "pass async_scheduling=False")
+        processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
+                                     structured_output)
+        processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
+        self.state = EngineState(processor, executor, scheduler, structured_output, speculation)
         self.guard = ThreadGuard("an Engine")
-        self.num_steps = 0
-        self._num_queued_tokens = 0  # prompt + output tokens still to come of queued requests
-        self._num_constrained = 0  # queued requests with a structured-output grammar
         self.async_scheduling = async_scheduling
-        self.speculation = speculation
-        self._executor_thread: ExecutorThread | None = None  # started at the first async step
-        self._running: tuple[ScheduledStep, object, object] | None = None  # async: the step on the thread, its future, its bitmask
-        self.timings = StepTimings()
-        self._texts_of, self._texts = None, {}  # _token_texts()
+        self.postprocessor = Postprocessor(self.state)
+        self.intake = RequestIntake(self.state, self.postprocessor)
+        self.driver = StepDriver(self.state, StepSampler(self.state, sampler_seed), self.postprocessor)
+
+    @property
+    def executor(self):
+        """Runs the steps; callers (tests, benchmarks) may wrap or replace it."""
+        return self.state.executor
+
+    @executor.setter
+    def executor(self, executor) -> None:
+        self.state.executor = executor
+
+    @property
+    def processor(self) -> RequestProcessor:
+        """Checks and tokenizes requests; safe from any thread."""
+        return self.state.processor
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.state.scheduler
+
+    @property
+    def structured_output(self):
+        return self.state.structured_output
+
+    @property
+    def speculation(self):
+        return self.state.speculation
+
+    @property
+    def timings(self) -> StepTimings:
+        return self.state.timings
+
+    @property
+    def num_steps(self) -> int:
+        """Steps that ran a batch."""
+        return self.state.timings.num_steps
 
     @property
     def tokenizer(self):
-        return self.processor.tokenizer
+        return self.state.processor.tokenizer
 
     @property
     def max_model_len(self) -> int:
-        return self.processor.max_model_len
+        return self.state.processor.max_model_len
 
     @property
     def default_params(self) -> SamplingParams:
-        return self.processor.default_params
+        return self.state.processor.default_params
+
+    # -- requests in (request_intake) -------------------------------------------------------------
+    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None,
+                    request_id: str | None = None, *, priority: int = 0, tenant: str | None = None,
+                    stream: bool = True, kv_transfer: KVHandoff | None = None,
+                    export_kv: bool = False) -> str:
+        """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
+        (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
+        keeps nothing, for a request that is invalid or can never run within the engine's limits.
+        ``priority`` (lower first) and ``tenant`` are read by the scheduler policy. ``prompt`` may
+        be an ``EngineRequest`` from ``engine.processor`` (tokenized already, with its own params,
+        priority and tenant): then adding it does no work that grows with the prompt. ``stream``:
+        step() returns the request's output after every step that advances it (False: only its
+        final output).
+
+        Prefill/decode disaggregation (``kv_transfer.py``): ``export_kv`` makes the final output carry
+        the prompt's KV blocks (``RequestOutput.kv_blocks``); ``kv_transfer`` (a ``KVHandoff``: the
+        prompt's blocks and first token from a prefill engine) continues a request another engine
+        prefilled: the prompt is not computed again."""
+        with self.guard:
+            return self.intake.add_request(prompt, params, request_id, priority=priority, tenant=tenant,
+                                           stream=stream, kv_transfer=kv_transfer, export_kv=export_kv)
+
+    def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
+                     priority: int = 0, tenant: str | None = None, stream: bool = True) -> list[str]:
+        """Check every request, then queue them all; return their ids in order. A request that can
+        never run is queued as failed (its final output, with the error, comes from the next
+        ``step()``); anything else that goes wrong raises before any request is queued. ``stream``:
+        as for ``add_request``."""
+        with self.guard:
+            return self.intake.add_requests(prompts, params, priority=priority, tenant=tenant, stream=stream)
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request; its blocks are freed at once. False if unknown or already done."""
+        with self.guard:
+            return self.intake.abort(request_id)
 
     def has_unfinished_requests(self) -> bool:
         """Whether requests are queued or running, a step is still running (async scheduling), or
         completions of n > 1 are yet to start or merge."""
-        return self.scheduler.has_work or self._running is not None or bool(self._parallel)
+        return self.state.scheduler.has_work or self.driver.is_running or bool(self.state.parallel)
 
     def has_request(self, request_id: str) -> bool:
         """Whether the engine holds the request: queued, running, or ended with its final output
         not yet returned by ``step()``."""
-        return request_id in self._seqs or request_id in self._held_outputs or request_id in self._parallel
+        state = self.state
+        return request_id in state.seqs or request_id in state.held_outputs or request_id in state.parallel
 
     def hold_outputs(self, outputs: Iterable[RequestOutput]) -> None:
         """Keep outputs for the next ``step()`` caller (the latest per request): how ``generate()``
         and ``LLM`` pass on outputs of requests they did not add."""
         with self.guard:
             for out in outputs:
-                self._held_outputs[out.request_id] = out
+                self.state.held_outputs[out.request_id] = out
 
     # -- the loop ---------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -137,38 +197,45 @@ class Engine(RequestIntake, StepDriver, Postprocess):
         ``generate()`` ran but did not own). With async scheduling, the step whose outputs come
         back is the one scheduled by the call before."""
         with self.guard:
-            for seq, detokenizer in self._parallel.to_queue():
-                self._queue(seq, detokenizer)
-            timings, was_running = self.timings, self._running is not None
-            started = perf_counter()
-            if self.speculation is not None:
-                self.speculation.propose(self.scheduler.running)
-            scheduled = self.scheduler.schedule()
-            if self.speculation is not None:
-                for seq in scheduled.preempted:
-                    self.speculation.release(seq)
-            build_seconds = self.scheduler.batches.take_seconds()
-            timings.build_batch_s += build_seconds
-            timings.schedule_s += perf_counter() - started - build_seconds
-            if self.async_scheduling:
-                progressed = self._step_async(scheduled)
-            else:
-                progressed = self._step_sync(scheduled)
-            if scheduled.is_stalled and not was_running and self._running is None:
-                self._fail_unschedulable()  # requests wait and nothing will ever change: fail them
+            was_running = self.driver.is_running
+            scheduled = self._schedule()
+            if self.async_scheduling:  # run it on the executor thread; sample and postprocess the step before
+                progressed = self.driver.run_async(scheduled)
+            else:  # run it, sample and postprocess it
+                progressed = self.driver.run_sync(scheduled)
+            if scheduled.is_stalled and not was_running and not self.driver.is_running:
+                self.postprocessor.fail_unschedulable()  # requests wait and nothing will ever change
             started = perf_counter()
             outputs = self._outputs(progressed)
-            timings.outputs_s += perf_counter() - started
+            self.state.timings.outputs_s += perf_counter() - started
             return outputs
 
+    def _schedule(self) -> ScheduledStep:
+        """The next step: waiting completions of n > 1 queued, proposals asked, the scheduler run."""
+        state = self.state
+        for seq, detokenizer in state.parallel.to_queue():
+            self.intake.queue(seq, detokenizer)
+        started = perf_counter()
+        if state.speculation is not None:
+            state.speculation.propose(state.scheduler.running)
+        scheduled = state.scheduler.schedule()
+        if state.speculation is not None:
+            for seq in scheduled.preempted:
+                state.speculation.release(seq)
+        build_seconds = state.scheduler.batches.take_seconds()
+        state.timings.build_batch_s += build_seconds
+        state.timings.schedule_s += perf_counter() - started - build_seconds
+        return scheduled
+
     def _outputs(self, progressed: list[Sequence]) -> list[RequestOutput]:
-        outputs, self._finished_outputs = self._finished_outputs, []
+        state = self.state
+        outputs, state.finished_outputs = state.finished_outputs, []
         for out in outputs:  # reported once; the engine forgets finished requests
-            self._seqs.pop(out.request_id, None)
+            state.seqs.pop(out.request_id, None)
         outputs += [RequestOutput.from_sequence(s) for s in progressed if s.stream and not s.status.is_done]
-        outputs = self._parallel.merge(outputs)
-        if self._held_outputs:
-            held, self._held_outputs = self._held_outputs, {}
+        outputs = state.parallel.merge(outputs)
+        if state.held_outputs:
+            held, state.held_outputs = state.held_outputs, {}
             fresh = {o.request_id for o in outputs}
             outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
         return outputs
@@ -183,36 +250,34 @@ class Engine(RequestIntake, StepDriver, Postprocess):
             ids = self.add_requests(prompts, params, priority=priority, tenant=tenant, stream=False)
             own, finished = set(ids), {}
             while len(finished) < len(ids):
-                if not (self.has_unfinished_requests() or self._finished_outputs):
+                if not (self.has_unfinished_requests() or self.state.finished_outputs):
                     missing = sorted(own - set(finished))
                     raise RuntimeError(f"engine bug: requests {missing} ended without a final output")
                 outputs = self.step()
                 self.hold_outputs(out for out in outputs if out.request_id not in own)
-                finished.update((out.request_id, out) for out in outputs if out.request_id in own and out.finished)
+                finished.update((o.request_id, o) for o in outputs if o.request_id in own and o.finished)
             return [finished[i] for i in ids]
 
     def stats(self) -> SchedulerStats:
         """Counters since the start (steps, preemptions by mode, prefix-cache hit / queried tokens) and
         the state after the last step (queues, free blocks, its batch, queued tokens). Cheap: every
         field is a counter kept up to date."""
-        stats = self.scheduler.stats(num_queued_tokens=self._num_queued_tokens)
-        if self.speculation is None:
+        stats = self.state.scheduler.stats(num_queued_tokens=self.state.num_queued_tokens)
+        spec = self.state.speculation
+        if spec is None:
             return stats
-        spec = self.speculation
-        return dataclasses.replace(stats, spec_num_drafts=spec.num_drafts, spec_num_draft_tokens=spec.num_draft_tokens,
+        return dataclasses.replace(stats, spec_num_drafts=spec.num_drafts,
+                                   spec_num_draft_tokens=spec.num_draft_tokens,
                                    spec_num_accepted_tokens=spec.num_accepted_tokens)
 
     def running_request_ids(self) -> list[str]:
         """The requests that are running (holding KV blocks) now."""
-        return [seq.request_id for seq in self.scheduler.running]
+        return [seq.request_id for seq in self.state.scheduler.running]
 
     def shutdown(self) -> None:
         """Wait for a step still running (its outputs are dropped), then release the executor."""
         with self.guard:
-            if self._executor_thread is not None:
-                self._executor_thread.shutdown()
-                self._executor_thread = self._running = None
-            if self.speculation is not None:
-                self.speculation.shutdown()
-            self.executor.shutdown()
-
+            self.driver.shutdown()
+            if self.state.speculation is not None:
+                self.state.speculation.shutdown()
+            self.state.executor.shutdown()
