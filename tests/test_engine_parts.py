@@ -51,6 +51,7 @@ def test_an_executor_set_on_the_engine_runs_every_step(make_mock_engine):
 
     class Recording:
         batches = 0
+        capabilities = inner.capabilities
 
         def execute(self, batch):
             Recording.batches += 1
