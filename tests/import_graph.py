@@ -15,11 +15,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Import root -> the folder that holds it.
 PACKAGES = {
-    "hetero_core": ROOT / "core",
-    "hetero_plugins_mock": ROOT / "hetero_plugins_mock",
-    "hetero_plugins_triton": ROOT / "hetero_plugins_triton",
-    "hetero_plugins_cuda": ROOT / "hetero_plugins_cuda",
-    "hetero_bench": ROOT / "bench",
+    "hetero_core": ROOT / "core" / "src",
+    "hetero_plugins_mock": ROOT / "hetero_plugins_mock" / "src",
+    "hetero_plugins_triton": ROOT / "hetero_plugins_triton" / "src",
+    "hetero_plugins_cuda": ROOT / "hetero_plugins_cuda" / "src",
+    "hetero_bench": ROOT / "bench" / "src",
 }
 
 

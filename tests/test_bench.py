@@ -375,11 +375,11 @@ PUBLIC = {"hetero_core", "hetero_core.model.config", "hetero_core.model.fusion",
 
 def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
     root = Path(__file__).resolve().parents[1]
-    for path, names in _imports(root / "bench" / "hetero_bench").items():
+    for path, names in _imports(root / "bench" / "src" / "hetero_bench").items():
         private = {n for n in names if n.startswith(("hetero_core", "hetero_plugins")) and n not in PUBLIC}
-        assert not private, f"bench/hetero_bench/{path} imports {sorted(private)}"
-    for path, names in _imports(root / "core" / "hetero_core").items():
-        assert not {n for n in names if n.startswith("hetero_bench")}, f"core/hetero_core/{path} imports hetero_bench"
+        assert not private, f"bench/src/hetero_bench/{path} imports {sorted(private)}"
+    for path, names in _imports(root / "core" / "src" / "hetero_core").items():
+        assert not {n for n in names if n.startswith("hetero_bench")}, f"core/src/hetero_core/{path} imports hetero_bench"
 
 
 def test_parallel_sampling_runs_the_prompt_once_and_keeps_the_tokens(tmp_path, capsys):

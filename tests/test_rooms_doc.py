@@ -57,7 +57,7 @@ def test_the_table_lists_every_room_of_core_once():
     listed = [room for rooms, _ in ROWS for room in rooms]
     assert sorted(listed) == sorted(set(listed)), "a room is listed twice"
     assert set(listed) == set(ROOMS), (f"missing from docs/architecture.md: {sorted(set(ROOMS) - set(listed))}; "
-                                       f"listed but not in core/hetero_core: {sorted(set(listed) - set(ROOMS))}")
+                                       f"listed but not in core/src/hetero_core: {sorted(set(listed) - set(ROOMS))}")
 
 
 def test_imports_run_down_the_table():

@@ -104,10 +104,10 @@ def _overlap(n: int, args: argparse.Namespace) -> dict:
 
 def _baseline_core(path: str) -> str:
     root = Path(path).expanduser().resolve()
-    for candidate in (root / "core", root):
+    for candidate in (root / "core" / "src", root / "core", root):
         if (candidate / "hetero_core" / "__init__.py").is_file():
             return str(candidate)
-    raise HeteroError(f"--baseline {path}: no hetero_core/ there or in its core/; pass a checkout of Hetero "
+    raise HeteroError(f"--baseline {path}: no hetero_core/ there or in its core/src/ (or core/); pass a checkout of Hetero "
                       "(e.g. `git worktree add --detach /tmp/base main`)")
 
 
