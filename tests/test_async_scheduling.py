@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.batch_builder import PLACEHOLDER
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.scheduling.batch_builder import PLACEHOLDER
+from hetero_core.engine.requests.params import SamplingParams
 
 SYSTEM = [40 + (i * 7) % 60 for i in range(24)]  # a shared prefix of 24 tokens
 PROMPTS = [SYSTEM + [50 + i, 60 + i, 70 + i] * (1 + i % 4) for i in range(10)] + [[33 + i] * (5 + 9 * i) for i in range(4)]

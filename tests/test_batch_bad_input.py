@@ -203,7 +203,7 @@ def test_results_on_stdout_stay_utf8_json_lines_past_a_bad_id(tmp_path):
     ("-" + "9" * 4300, None),
 ])
 def test_the_line_decoder_reads_what_is_within_its_bounds(text, value):
-    from hetero_core.batch.json_lines import decode_line
+    from hetero_core.batch_files.json_lines import decode_line
 
     decoded = decode_line(text.encode())
     assert decoded == (value if value is not None else json.loads(text))
@@ -218,7 +218,7 @@ def test_the_line_decoder_reads_what_is_within_its_bounds(text, value):
     (b'{"a": 1} x\n', "invalid JSON at column 10: Extra data"),
 ])
 def test_a_line_that_is_not_json_is_refused_at_a_column_of_that_line(raw, message):
-    from hetero_core.batch.json_lines import LineError, decode_line
+    from hetero_core.batch_files.json_lines import LineError, decode_line
 
     with pytest.raises(LineError) as error:
         decode_line(raw)
@@ -226,7 +226,7 @@ def test_a_line_that_is_not_json_is_refused_at_a_column_of_that_line(raw, messag
 
 
 def test_the_line_encoder_always_writes_utf8_json():
-    from hetero_core.batch.json_lines import encode_line
+    from hetero_core.batch_files.json_lines import encode_line
 
     data = encode_line({"id": "\ud800", "logprob": float("-inf"), "top": [float("nan"), 1.5], "text": "é😀"})
     assert data.endswith(b"\n")

@@ -323,7 +323,7 @@ class _FakeTerminal:
 def test_without_tqdm_a_terminal_gets_plain_progress_lines(monkeypatch):
     import sys
 
-    from hetero_core.batch.progress import Progress
+    from hetero_core.batch_files.progress import Progress
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` now fails, as without the extra
     terminal = _FakeTerminal()
@@ -393,7 +393,7 @@ class _LogitsPlugin:
     def executor(ctx):
         import torch
 
-        from hetero_core.engine.batch import ExecutorOutput
+        from hetero_core.engine.scheduling.batch import ExecutorOutput
         from hetero_plugins_mock.executor import MockExecutor
 
         class LogitsExecutor(MockExecutor):
@@ -433,10 +433,10 @@ def test_logprob_values_reach_the_result_lines(records):
     import math
 
     torch = pytest.importorskip("torch")
-    from hetero_core.batch.input_file import read_batch_file
+    from hetero_core.batch_files.input_file import read_batch_file
     from hetero_core.builder import build_engine
     from hetero_core.cli.batch import BatchRunner
-    from hetero_core.engine.params import SamplingParams
+    from hetero_core.engine.requests.params import SamplingParams
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 

@@ -369,7 +369,7 @@ def _imports(folder: Path) -> dict[str, set[str]]:
 # What the benchmarks may import of Hetero: the package's public names, and core's model code for the
 # shapes of gpu-offline's synthetic model, and the embedded model (random models take its tokenizer).
 PUBLIC = {"hetero_core", "hetero_core.model.config", "hetero_core.model.fusion", "hetero_core.model.llama",
-          "hetero_core.model.embedded", "hetero_core.models",  # the architecture facade (hetero bench models)
+          "hetero_core.model.embedded", "hetero_core.architectures",  # the architecture facade (hetero bench models)
           "hetero_plugins_triton"}
 
 

@@ -8,7 +8,7 @@ import types
 
 from hetero_bench.architecture_models import bench_architectures, checkpoint_shapes
 from hetero_core.cli.main import main
-from hetero_core.models import ModelArchitecture, hookimpl, parse_config
+from hetero_core.architectures import ModelArchitecture, hookimpl, parse_config
 from hetero_core.plugin_system.discovery import load_plugins
 
 ROW_KEYS = {"architecture", "parameters", "num_layers", "kv_bytes_per_token", "batch_1_tokens_per_s",

@@ -11,7 +11,7 @@ from cli_helpers import hetero
 
 import hetero_core
 from hetero_core.cli.chat import converse
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 
 def test_version():

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hetero_core.default_plugins.byte_tokenizer import BOS_TOKEN_ID, EOS_TOKEN_ID, ByteTokenizer
-from hetero_core.engine.detokenizer import MAX_HELD_TOKENS, IncrementalDetokenizer
+from hetero_core.engine.requests.detokenizer import MAX_HELD_TOKENS, IncrementalDetokenizer
 
 
 def stream(tokenizer, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> tuple[list[str], str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.batch import ExecutorOutput
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.scheduling.batch import ExecutorOutput
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.executor import ExecutorCapabilities
 

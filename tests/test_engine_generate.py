@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hetero_core import LLM
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import ConfigError, InvalidRequestError
 
 

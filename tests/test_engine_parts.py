@@ -11,7 +11,7 @@ import pkgutil
 import pytest
 
 import hetero_core.engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.state import EngineState
 
 

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
 
-from hetero_core.engine.batch import ExecutorOutput
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.prompts import as_prompt_list
+from hetero_core.engine.scheduling.batch import ExecutorOutput
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.requests.prompts import as_prompt_list
 from hetero_core.engine.thread_guard import ConcurrentEngineUseError
 from hetero_core.errors import InvalidRequestError
 from hetero_core.engine.shared_engine import SharedEngine

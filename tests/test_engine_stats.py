@@ -3,8 +3,9 @@ schedule() runs once per engine step, and a step that only preempts applies its 
 
 import hetero_plugins_mock
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.policy import FcfsPolicy, SchedulingDecision
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.default_plugins.policies import FcfsPolicy
+from hetero_core.engine.scheduling.policy import SchedulingDecision
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.settings import load_settings

@@ -11,7 +11,7 @@ import pytest
 from fake_distributions import FakeDistribution
 
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError, PluginError
 from hetero_core.executor import ExecutorCapabilities
 from hetero_core.plugin_system.discovery import load_plugins

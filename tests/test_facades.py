@@ -29,7 +29,7 @@ FACADES = {
                                       "num_words"],
     "hetero_core.kv_transfer": ["KVBlocks", "KVConnector", "KVConnectorContext", "KVHandoff", "KVTensor",
                                 "KVTransferError", "kv_tensor_from_torch", "kv_tensor_to_torch"],
-    "hetero_core.models": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
+    "hetero_core.architectures": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
                            "WeightMapping", "installed_architectures", "kv_bytes_per_token", "parse_config",
                            "rope_settings", "same_kv_layout", "unused_buffers",
                            # the building blocks an architecture reuses (loaded on first use: torch)
@@ -60,7 +60,7 @@ def test_there_is_one_hook_marker_and_the_facades_keep_it_for_old_imports(module
 
 def test_facades_import_light():
     code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
-            "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, hetero_core.testing, hetero_core.models; "
+            "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, hetero_core.testing, hetero_core.architectures; "
             "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
             " 'hetero_core.engine.engine') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

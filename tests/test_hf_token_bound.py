@@ -34,8 +34,8 @@ def test_the_bound_holds_only_for_pipelines_that_keep_all_text(spec, expected):
 @pytest.mark.slow
 def test_the_embedded_model_refuses_a_huge_prompt_without_tokenizing(smollm2_dir):
     from hetero_core.default_plugins.hf_tokenizer import HFTokenizer
-    from hetero_core.engine.processor import RequestProcessor
-    from hetero_core.engine.params import SamplingParams
+    from hetero_core.engine.requests.processor import RequestProcessor
+    from hetero_core.engine.requests.params import SamplingParams
     from hetero_core.errors import InvalidRequestError
 
     tokenizer = HFTokenizer(smollm2_dir)

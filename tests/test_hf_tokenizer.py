@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from hetero_core.default_plugins.hf_tokenizer import HFTokenizer, HFTokenizerOptions, create_hf_tokenizer
-from hetero_core.engine.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.errors import ConfigError, InvalidRequestError, ModelLoadError
 from hetero_core.tokenizer import Tokenizer, TokenizerContext
 

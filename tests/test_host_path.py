@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.policy import SortKeyPolicy
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.scheduling.policy import SortKeyPolicy
 
 
 def greedy(max_tokens=5, **extra):

@@ -190,7 +190,7 @@ def test_the_policy_kit_without_hypothesis_names_the_extra_to_install():
 
 def test_the_policy_kit_runs_an_engine_without_the_mock_package():
     code = BLOCK.format(names=["hetero_plugins_mock"]) + (
-        "from hetero_core.engine.policy import FcfsPolicy\n"
+        "from hetero_core.default_plugins.policies import FcfsPolicy\n"
         "from hetero_core.testing.policy_workload import Arrival, run_workload\n"
         "result = run_workload(FcfsPolicy, [Arrival(0, 9, 4, 0, None, None), Arrival(1, 3, 2, 0, 'a', None)])\n"
         "print([len(o.output_token_ids) for o in result.outputs.values()], len(result.batches) > 1)"

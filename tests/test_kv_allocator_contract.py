@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from hetero_core.engine.kv_allocator import NO_BLOCK_COPIES, BlockAllocatorError, KVAllocator, NoPrefixCache
+from hetero_core.engine.kv.kv_allocator import NO_BLOCK_COPIES, BlockAllocatorError, KVAllocator, NoPrefixCache
 from hetero_core.kv import ContiguousBlockAllocator, PagedBlockAllocator
 from hetero_core.testing import ContractFailure
 from hetero_core.testing.kv_allocator_contract import ATTRIBUTES, MEMBERS, KVAllocatorContract

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hetero_core.engine.batch import Batch
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.scheduling.batch import Batch
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import ConfigError
 from hetero_core.executor import ExecutorContext
 from hetero_plugins_mock.executor import BatchInconsistency, MockExecutor

@@ -23,7 +23,7 @@ PUBLIC_MODULES = {
     "hetero_core",  # its __all__ (errors, SamplingParams, hookimpl, ...)
     "hetero_core.executor", "hetero_core.policy", "hetero_core.kv", "hetero_core.tokenizer",  # one facade per seam
     "hetero_core.structured_output", "hetero_core.kv_transfer", "hetero_core.speculative",
-    "hetero_core.models",  # model architectures (register_model_architectures)
+    "hetero_core.architectures",  # model architectures (register_model_architectures)
     "hetero_core.testing",  # the contract kits
     "hetero_core.logging",  # get_logger
 }
@@ -67,9 +67,9 @@ def test_the_check_sees_every_plugin_and_would_catch_a_private_import(tmp_path):
         "hetero_plugins_mock", "hetero_plugins_triton", "hetero_plugins_cuda", "plugins"}
     bad = tmp_path / "bad.py"
     bad.write_text("from hetero_core.executor import Batch\nimport hetero_core.model.config\n"
-                   "def f():\n    from hetero_core.engine.batch import slot_of\n"
+                   "def f():\n    from hetero_core.engine.scheduling.batch import slot_of\n"
                    "    import hetero_core.plugin_system.hookspecs\n")
-    assert private_imports(bad) == {"hetero_core.engine.batch", "hetero_core.plugin_system.hookspecs"}
+    assert private_imports(bad) == {"hetero_core.engine.scheduling.batch", "hetero_core.plugin_system.hookspecs"}
 
 
 OUTSIDE_SOURCES = [path for path in PLUGIN_SOURCES if path.relative_to(ROOT).parts[0] == "plugins"]
@@ -79,12 +79,12 @@ OUTSIDE_SOURCES = [path for path in PLUGIN_SOURCES if path.relative_to(ROOT).par
 def test_outside_plugins_import_only_the_root_and_the_facades(source):
     extra = non_author_imports(source)
     assert not extra, (f"{source.relative_to(ROOT)} imports {sorted(extra)}; a plugin in plugins/ imports only "
-                       f"from {sorted(AUTHOR_MODULES)} (hetero_core.models exports the architecture building blocks)")
+                       f"from {sorted(AUTHOR_MODULES)} (hetero_core.architectures exports the architecture building blocks)")
 
 
 def test_the_outside_check_sees_the_phi3_model_and_would_catch_the_model_api(tmp_path):
     assert any(p.name == "model.py" and "hetero-model-phi3" in p.parts for p in OUTSIDE_SOURCES)
     bad = tmp_path / "bad.py"
-    bad.write_text("from hetero_core import hookimpl\nfrom hetero_core.models import LlamaAttention\n"
+    bad.write_text("from hetero_core import hookimpl\nfrom hetero_core.architectures import LlamaAttention\n"
                    "def f():\n    from hetero_core.model.llama import LlamaForCausalLM\n")
     assert non_author_imports(bad) == {"hetero_core.model.llama"}

@@ -72,7 +72,7 @@ def test_fake_distribution_plugin_registers_and_is_selectable(plugin_modules):
 
 def test_third_party_policy_drives_the_engine(plugin_modules, recording):
     from hetero_core.builder import build_engine
-    from hetero_core.engine.params import SamplingParams
+    from hetero_core.engine.requests.params import SamplingParams
     from hetero_core.settings import load_settings
 
     import hetero_plugins_mock

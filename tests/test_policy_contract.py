@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from hetero_core.engine.policy import FcfsPolicy, PriorityPolicy
+from hetero_core.default_plugins.policies import FcfsPolicy, PriorityPolicy
 from hetero_core.policy import SchedulingDecision, SortKeyPolicy
 from hetero_core.testing import ContractFailure, SchedulerPolicyContract
 from hetero_core.testing.policy_contract import Arrival

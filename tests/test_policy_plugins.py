@@ -23,7 +23,7 @@ def test_fair_share_is_found_through_its_entry_point_and_selected_by_settings():
     import hetero_plugins_mock
 
     from hetero_core.builder import build_engine
-    from hetero_core.engine.params import SamplingParams
+    from hetero_core.engine.requests.params import SamplingParams
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 

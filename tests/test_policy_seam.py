@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.policy import SchedulingDecision, SortKeyPolicy
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.scheduling.policy import SchedulingDecision, SortKeyPolicy
 from hetero_core.errors import ConfigError, InvalidRequestError
 
 
@@ -109,7 +109,7 @@ def test_an_invalid_decision_is_reported_with_the_policy_name_and_the_engine_goe
 
 
 def test_a_policy_holding_everything_back_is_overridden_after_a_bounded_time(make_mock_engine, caplog):
-    from hetero_core.engine.policy import MAX_STEPS_HELD_BACK
+    from hetero_core.engine.scheduling.policy import MAX_STEPS_HELD_BACK
 
     def hold_all(s):
         ids = tuple(r.request_id for r in s.requests)
@@ -131,7 +131,7 @@ def test_a_policy_holding_everything_back_is_overridden_after_a_bounded_time(mak
 
 
 def test_a_policy_without_decide_is_a_config_error():
-    from hetero_core.engine.policy_runner import PolicyRunner
+    from hetero_core.engine.scheduling.policy_runner import PolicyRunner
 
     class Legacy:
         def priority(self, seq):

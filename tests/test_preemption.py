@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 PROMPTS = [f"request number {i} " * (1 + i % 5) for i in range(12)]
 
@@ -69,7 +69,7 @@ def test_aborting_a_swapped_request_frees_its_swap_blocks(make_mock_engine):
 def test_an_executor_without_swap_forces_recompute_with_a_startup_warning(caplog):
     from types import SimpleNamespace
 
-    from hetero_core.engine.block_transfer import block_transfer_options
+    from hetero_core.engine.kv.block_transfer import block_transfer_options
     from hetero_core.executor import ExecutorCapabilities
 
     settings = SimpleNamespace(preemption_mode="swap", num_swap_blocks=64)

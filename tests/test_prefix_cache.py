@@ -2,8 +2,8 @@
 copy-on-write, and a token comparison that makes a hash collision a miss. (Random use, with the
 counts checked against the owners after every step: the KV-allocator kit, test_kv_allocator_contract.py.)"""
 
-from hetero_core.engine import prefix_cache
-from hetero_core.engine.block_allocator import PagedBlockAllocator
+from hetero_core.engine.kv import prefix_cache
+from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
 
 BS = 4
 

@@ -1,7 +1,7 @@
 """Prefix caching through the engine on the mock executor (which reads prompts back through the
 block tables, so a wrong block reuse changes the output)."""
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 SYSTEM = "You are a helpful assistant. Answer briefly and politely. "  # 58 byte tokens
 QUESTIONS = [SYSTEM + q for q in ("What is two plus two?", "Name a colour.", "Say hi.", "Count to 3.")]

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hetero_core.builder import build_engine  # noqa: E402
-from hetero_core.engine.params import SamplingParams  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 

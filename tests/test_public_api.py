@@ -29,7 +29,7 @@ def test_public_names_are_pinned():
 
 
 def test_public_names_are_the_real_classes():
-    from hetero_core.engine.params import SamplingParams as DefinedSamplingParams
+    from hetero_core.engine.requests.params import SamplingParams as DefinedSamplingParams
     from hetero_core.plugin_system.hookspecs import hookimpl
 
     assert SamplingParams is DefinedSamplingParams and hetero_core.hookimpl is hookimpl

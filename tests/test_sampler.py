@@ -8,14 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hetero_core.engine.logits_processors import (  # noqa: E402
+from hetero_core.engine.sampling.logits_processors import (  # noqa: E402
     HEAD_SIZE,
     apply_min_p,
     apply_penalties,
     apply_top_k_top_p,
 )
-from hetero_core.engine.params import SamplingParams  # noqa: E402
-from hetero_core.engine.sampler import Sampler, SamplingRow, seeded_uniform  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
+from hetero_core.engine.sampling.sampler import Sampler, SamplingRow, seeded_uniform  # noqa: E402
 
 
 def rows_for(params: SamplingParams, n: int, output=()) -> list[SamplingRow]:

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from hetero_core.engine.params import SamplingParams  # noqa: E402
-from hetero_core.engine.sampler import Sampler, SamplingRow  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
+from hetero_core.engine.sampling.sampler import Sampler, SamplingRow  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 RANDOM = SamplingParams(temperature=0.8, top_p=0.9, seed=1)

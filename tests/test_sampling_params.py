@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from hetero_core.engine.params import GREEDY_TEMPERATURE, SamplingParams
+from hetero_core.engine.requests.params import GREEDY_TEMPERATURE, SamplingParams
 from hetero_core.errors import InvalidRequestError
 
 
@@ -115,7 +115,7 @@ def test_from_dict_names_unknown_fields_with_a_suggestion():
 @pytest.mark.parametrize("kwargs", [{"temperature": 1e-38}, {"temperature": 1e-5, "repetition_penalty": 1e-4}])
 def test_extreme_but_accepted_values_sample_in_vocabulary(kwargs):
     torch = pytest.importorskip("torch")
-    from hetero_core.engine.sampler import Sampler, SamplingRow
+    from hetero_core.engine.sampling.sampler import Sampler, SamplingRow
 
     logits = torch.randn(2, 500, generator=torch.Generator().manual_seed(1)) * 30
     rows = [SamplingRow(SamplingParams(seed=3, **kwargs), list(range(400)), list(range(50)))] * 2

@@ -1,6 +1,6 @@
 """Scheduler behaviour through the engine on the mock executor (which checks every batch)."""
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 PROMPTS = [f"request number {i} " * (1 + i % 5) for i in range(12)]
 
@@ -128,10 +128,10 @@ def test_outputs_do_not_depend_on_batch_composition(make_mock_engine):
 
 
 def test_decodes_go_before_an_older_sequence_that_is_prefilling_again():
-    from hetero_core.engine.block_allocator import PagedBlockAllocator
-    from hetero_core.engine.policy import FcfsPolicy
-    from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
-    from hetero_core.engine.sequence import Sequence, SequenceStatus
+    from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
+    from hetero_core.default_plugins.policies import FcfsPolicy
+    from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
+    from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
 
     allocator = PagedBlockAllocator(64, 4)
     limits = SchedulerLimits(max_batch_size=8, max_num_seqs=8, max_total_tokens=8, max_model_len=256,

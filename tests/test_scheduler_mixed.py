@@ -3,7 +3,7 @@
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 LONG = ["a long prompt that needs several chunks " * 3 + str(i) for i in range(3)]  # ~120 tokens each
 

@@ -12,7 +12,7 @@ import pytest
 
 import hetero_plugins_mock
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import PluginError
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.plugin_system.hookspecs import hookimpl

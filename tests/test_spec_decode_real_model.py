@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hetero_core.builder import build_engine  # noqa: E402
-from hetero_core.engine.params import SamplingParams  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 

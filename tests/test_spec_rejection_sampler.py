@@ -1,4 +1,4 @@
-"""Verification of proposals (engine/spec_verify.py): for temperature > 0 the tokens have the target's
+"""Verification of proposals (engine/speculation/spec_verify.py): for temperature > 0 the tokens have the target's
 distribution whatever is proposed (sampled many times on a small vocabulary with fixed logits, a
 fixed seed and a total-variation bound: it cannot flake); greedy keeps exactly the argmax run."""
 
@@ -11,9 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hetero_core.engine.params import SamplingParams  # noqa: E402
-from hetero_core.engine.sampler import Sampler, SamplingRow  # noqa: E402
-from hetero_core.engine.spec_verify import (  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
+from hetero_core.engine.sampling.sampler import Sampler, SamplingRow  # noqa: E402
+from hetero_core.engine.speculation.spec_verify import (  # noqa: E402
     rejection_sample,
     target_probs,
     verify_logits,

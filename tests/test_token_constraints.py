@@ -1,4 +1,4 @@
-"""SamplingParams' token constraints in the sampler (engine/logits_constraints.py): allowed_token_ids,
+"""SamplingParams' token constraints in the sampler (engine/sampling/logits_constraints.py): allowed_token_ids,
 bad_words, min_tokens and logit_bias, batched with rows that have none."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hetero_core.engine.logits_constraints import banned_words  # noqa: E402
-from hetero_core.engine.params import SamplingParams  # noqa: E402
-from hetero_core.engine.sampler import Sampler, SamplingRow  # noqa: E402
+from hetero_core.engine.sampling.logits_constraints import banned_words  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
+from hetero_core.engine.sampling.sampler import Sampler, SamplingRow  # noqa: E402
 
 EOS = 9
 VOCAB = 20

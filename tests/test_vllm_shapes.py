@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
 
 PROMPT = "x" * 40  # byte tokenizer: 40 tokens, two full blocks of 16 and a partial one
@@ -143,7 +143,7 @@ def test_token_parameters_are_checked_against_the_vocabulary(make_mock_engine):
 
 def test_bad_words_become_token_ids_at_the_start_and_after_a_space():
     from hetero_core.default_plugins.byte_tokenizer import ByteTokenizer
-    from hetero_core.engine.params_tokens import resolve_token_params
+    from hetero_core.engine.requests.params_tokens import resolve_token_params
 
     params = resolve_token_params(SamplingParams(bad_words=["ab"]), ByteTokenizer())
     assert params.bad_words_token_ids == ((97, 98), (32, 97, 98))
@@ -151,7 +151,7 @@ def test_bad_words_become_token_ids_at_the_start_and_after_a_space():
 
 def test_special_tokens_are_shown_when_asked():
     from hetero_core.default_plugins.byte_tokenizer import BOS_TOKEN_ID, ByteTokenizer
-    from hetero_core.engine.detokenizer import IncrementalDetokenizer
+    from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 
     shown = IncrementalDetokenizer(ByteTokenizer(), [65], SamplingParams(skip_special_tokens=False))
     assert shown.add(66) + shown.add(BOS_TOKEN_ID) + shown.add(67) + shown.flush() == "B <s> C"
@@ -163,7 +163,7 @@ def test_special_tokens_are_shown_when_asked():
 
 
 def test_a_tokenizer_without_the_keyword_refuses_special_tokens():
-    from hetero_core.engine.params_tokens import resolve_token_params
+    from hetero_core.engine.requests.params_tokens import resolve_token_params
 
     class Plain:
         vocab_size = 10

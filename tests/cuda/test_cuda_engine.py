@@ -11,7 +11,7 @@ import pytest
 
 from flash_attn_double import FlashAttnDouble
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import PluginError
 from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins

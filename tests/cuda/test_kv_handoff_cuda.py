@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.kv_transfer import KVHandoff
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings

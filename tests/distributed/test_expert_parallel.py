@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent.parent / "moe"))  # tiny_moe_models (workers share sys.path)
 
 from hetero_core.builder import build_engine  # noqa: E402
-from hetero_core.engine.params import SamplingParams  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.errors import ConfigError  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402

@@ -95,7 +95,7 @@ def test_one_all_reduce_per_attention_and_mlp_block_plus_the_embedding(tiny_chec
 
 def run_prompt(model, config: ModelConfig, token_ids: list[int]) -> torch.Tensor:
     """Prefill ``token_ids`` in a fresh paged cache; the logits of every position."""
-    from hetero_core.engine.batch import Batch
+    from hetero_core.engine.scheduling.batch import Batch
 
     backend = model.backend
     caches = backend.allocate_kv_cache(config.num_hidden_layers, 4, 16, model.config.num_key_value_heads,

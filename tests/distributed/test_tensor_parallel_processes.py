@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 from process_tree import live_children, still_alive  # noqa: E402
 
 from hetero_core.builder import build_engine  # noqa: E402
-from hetero_core.engine.params import SamplingParams  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.errors import ConfigError, ExecutorDeadError  # noqa: E402
 from hetero_core.plugin_system.hookspecs import hookimpl  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402

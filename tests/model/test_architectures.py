@@ -12,7 +12,7 @@ from hetero_core import ConfigError, ModelLoadError, PluginError
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.paged_kv_cache import PagedKVCache
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size
-from hetero_core.models import KVLayerSpec, ModelArchitecture, ModelConfig, hookimpl, kv_bytes_per_token, parse_config
+from hetero_core.architectures import KVLayerSpec, ModelArchitecture, ModelConfig, hookimpl, kv_bytes_per_token, parse_config
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.plugin_system.installed import install_architectures
 
@@ -73,7 +73,7 @@ def test_two_plugins_registering_one_name_are_both_named(installed):
 
 
 @pytest.mark.parametrize(("name", "value", "error"), [
-    ("TinyForCausalLM", object(), "register a hetero_core.models.ModelArchitecture, got object"),
+    ("TinyForCausalLM", object(), "register a hetero_core.architectures.ModelArchitecture, got object"),
     ("not a name", TINY, "must be the config.json 'architectures' entry"),
 ])
 def test_a_bad_registration_fails_its_plugin(name, value, error):

@@ -78,7 +78,7 @@ def test_blocks_of_another_dtype_fail_the_request_by_name(tiny_llama):
 def test_dropping_leading_blocks_keeps_the_rest_byte_for_byte(block_dim, dtype):
     import torch
 
-    from hetero_core.engine.kv_transfer import without_first_blocks
+    from hetero_core.engine.kv.kv_transfer import without_first_blocks
     from hetero_core.kv_transfer import kv_tensor_from_torch, kv_tensor_to_torch
 
     shape = [3, 4, 5, 2]

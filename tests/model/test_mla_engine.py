@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.model.mla.architecture import mha_kv_layout, mla_kv_layout
-from hetero_core.models import kv_bytes_per_token
+from hetero_core.architectures import kv_bytes_per_token
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 from hetero_core.testing import ArchitectureContract

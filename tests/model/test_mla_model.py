@@ -171,7 +171,7 @@ def test_a_backend_without_a_latent_path_is_refused():
 def test_kv_bytes_per_token_of_deepseek_v2_against_plain_mha():
     """DeepSeek-V2's shape: 60 layers of 128 heads, latent 512 + RoPE key 64, bf16."""
     from hetero_core.model.mla.architecture import mha_kv_layout, mla_kv_layout
-    from hetero_core.models import kv_bytes_per_token
+    from hetero_core.architectures import kv_bytes_per_token
 
     raw = {"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 5120, "num_hidden_layers": 60,
            "num_attention_heads": 128, "intermediate_size": 12288, "vocab_size": 102400, "kv_lora_rank": 512,

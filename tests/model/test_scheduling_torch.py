@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 

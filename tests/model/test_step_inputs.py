@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.sampler import Sampler, SamplingRow
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.sampling.sampler import Sampler, SamplingRow
 from hetero_core.model.step_inputs import ALIGN, StepInputs, fill_block_tables
 from paged_batches import BlockPool, PagedSequence, step
 from transfer_doubles import RecordingTransfers, SyncRecorder

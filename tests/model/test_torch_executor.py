@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions
-from hetero_core.engine.batch import ExecutorOutput
+from hetero_core.engine.scheduling.batch import ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import Executor, ExecutorContext
 from hetero_core.model.cpu.linear import PackedLinear, can_pack

@@ -14,7 +14,7 @@ import torch
 from hetero_core.builder import build_engine
 from hetero_core.default_plugins.torch_executor import TorchExecutor
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.executor import ExecutorContext
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings

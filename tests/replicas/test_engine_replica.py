@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from hetero_core.async_llm import EngineDeadError
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.settings import load_settings
 
 serve = pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.replicas.ledger import QUEUED_TOKENS_KEY, REPORT_TIME_KEY, QueuedTokensLedger, estimate_request_tokens
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'h
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.replicas.frontend import REPLICA_HEADER
 from hetero_core.replicas.launcher import APP_NAME, deploy, stop
 from hetero_core.server.settings import load_server_settings

@@ -14,7 +14,7 @@ from hetero_core.async_llm import (
     EngineOverloadedError,
     RequestFailedError,
 )
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
 
 SLOW = {"decode_latency_per_step": 0.002}

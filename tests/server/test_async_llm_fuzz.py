@@ -19,7 +19,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from hetero_core.async_llm import AsyncLLM, EngineOverloadedError, RequestFailedError
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
 
 HANG_GUARD_S = 60  # turns a hang into a failure; nothing here measures time

@@ -11,7 +11,7 @@ import pytest
 
 from hetero_core.async_llm import AsyncLLM, EngineOverloadedError
 from hetero_core.default_plugins.byte_tokenizer import ByteTokenizer
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.plugin_system.hookspecs import hookimpl
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.openai_api.convert import sampling_params
 from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from hetero_core.openai_api.tools import answer

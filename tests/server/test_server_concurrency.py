@@ -11,7 +11,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 LATENCY = {"decode_latency_per_step": 0.002, "prefill_latency_per_token": 0.0001}
 

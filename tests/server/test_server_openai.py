@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 
 
 def offline(make_mock_engine, prompt, mock_options=None, **params):

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from hetero_core.builder import build_engine  # noqa: E402
-from hetero_core.engine.params import SamplingParams  # noqa: E402
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 from live_server import LiveServer  # noqa: E402

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from hetero_core.default_plugins.byte_tokenizer import BOS_TOKEN_ID
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from live_server import LiveServer
 
 torch = pytest.importorskip("torch")

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hetero_core.engine.sampler import Sampler, SamplingRow  # noqa: E402
-from hetero_core.engine.token_bitmask import (  # noqa: E402
+from hetero_core.engine.sampling.sampler import Sampler, SamplingRow  # noqa: E402
+from hetero_core.engine.sampling.token_bitmask import (  # noqa: E402
     allocate_token_bitmask,
     allowed_token_ids,
     unpack_token_bitmask,

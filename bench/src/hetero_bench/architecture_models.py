@@ -1,7 +1,7 @@
 """Random-weight checkpoints of every registered architecture at its benchmark size, for
 ``hetero bench models``.
 
-Each architecture that registers a ``bench_config()`` (``hetero_core.models.ModelArchitecture``) gets
+Each architecture that registers a ``bench_config()`` (``hetero_core.architectures.ModelArchitecture``) gets
 a directory under ``<cache_dir>/random-models/``: that ``config.json`` and safetensors whose names
 and shapes come from the architecture itself (its module built on the meta device, its weight
 mapping back to checkpoint names), so an architecture registered later (MoE, MLA) is benchmarked

@@ -4,7 +4,7 @@ The public names are listed in ``__all__`` and loaded on first use, so ``import 
 every plugin does through its seam's facade) stays light and never imports torch. A plugin author
 marks its hooks with ``hetero_core.hookimpl`` and imports the rest from its seam's facade, each with its
 own ``__all__`` (``hetero_core.executor``, ``hetero_core.policy``, ``hetero_core.kv``,
-``hetero_core.tokenizer``, ...; ``hetero_core.models`` for model architectures); the contract kits are in
+``hetero_core.tokenizer``, ...; ``hetero_core.architectures`` for model architectures); the contract kits are in
 ``hetero_core.testing``.
 """
 
@@ -18,10 +18,10 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _EXPORTS = {
     "LLM": "hetero_core.llm",
-    "SamplingParams": "hetero_core.engine.params",
-    "RequestOutput": "hetero_core.engine.outputs",
-    "CompletionOutput": "hetero_core.engine.outputs",
-    "RequestMetrics": "hetero_core.engine.metrics",
+    "SamplingParams": "hetero_core.engine.requests.params",
+    "RequestOutput": "hetero_core.engine.requests.outputs",
+    "CompletionOutput": "hetero_core.engine.requests.outputs",
+    "RequestMetrics": "hetero_core.engine.requests.metrics",
     "HeteroSettings": "hetero_core.settings",
     "load_settings": "hetero_core.settings",
     "SettingsWarning": "hetero_core.settings",
@@ -33,11 +33,11 @@ _EXPORTS = {
     "ModelLoadError": "hetero_core.errors",
     "hookimpl": "hetero_core.plugin_system.hookspecs",
     "AsyncLLM": "hetero_core.async_llm",
-    "SchedulerPolicy": "hetero_core.engine.policy",
-    "SortKeyPolicy": "hetero_core.engine.policy",
-    "SchedulingDecision": "hetero_core.engine.policy",
-    "SchedulerSnapshot": "hetero_core.engine.policy",
-    "RequestView": "hetero_core.engine.policy",
+    "SchedulerPolicy": "hetero_core.engine.scheduling.policy",
+    "SortKeyPolicy": "hetero_core.engine.scheduling.policy",
+    "SchedulingDecision": "hetero_core.engine.scheduling.policy",
+    "SchedulerSnapshot": "hetero_core.engine.scheduling.policy",
+    "RequestView": "hetero_core.engine.scheduling.policy",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -58,8 +58,8 @@ _FACADE_NAMES = {
     "ProposalInput": "hetero_core.speculative",
     "ProposerContract": "hetero_core.testing",
     "TokenizerContract": "hetero_core.testing",
-    "LlamaForCausalLM": "hetero_core.models",
-    "ModelArchitecture": "hetero_core.models",
+    "LlamaForCausalLM": "hetero_core.architectures",
+    "ModelArchitecture": "hetero_core.architectures",
     "ArchitectureContract": "hetero_core.testing",
 }
 
@@ -80,10 +80,10 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads these on demand
     from hetero_core.async_llm import AsyncLLM
-    from hetero_core.engine.metrics import RequestMetrics
-    from hetero_core.engine.outputs import CompletionOutput, RequestOutput
-    from hetero_core.engine.params import SamplingParams
-    from hetero_core.engine.policy import (
+    from hetero_core.engine.requests.metrics import RequestMetrics
+    from hetero_core.engine.requests.outputs import CompletionOutput, RequestOutput
+    from hetero_core.engine.requests.params import SamplingParams
+    from hetero_core.engine.scheduling.policy import (
         RequestView,
         SchedulerPolicy,
         SchedulerSnapshot,

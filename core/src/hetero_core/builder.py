@@ -10,14 +10,14 @@ import os
 from pathlib import Path
 
 from hetero_core.distributed import engine_setup as tensor_parallel
-from hetero_core.engine.block_transfer import block_transfer_options
+from hetero_core.engine.kv.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.executor_capabilities import check_capabilities
-from hetero_core.engine.kv_transfer import KVConnectorContext
-from hetero_core.engine.structured_output import StructuredOutput
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.scheduler import Scheduler, SchedulerLimits
-from hetero_core.engine.speculation import Speculation
+from hetero_core.engine.kv.kv_transfer import KVConnectorContext
+from hetero_core.engine.sampling.structured_output import StructuredOutput
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
+from hetero_core.engine.speculation.speculation import Speculation
 from hetero_core.errors import (
     ConfigError,
     InvalidRequestError,

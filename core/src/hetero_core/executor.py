@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hetero_core.engine.batch import Batch, ExecutorOutput, slot_of
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput, slot_of
 from hetero_core.engine.executor_capabilities import ExecutorCapabilities
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl  # noqa: F401
@@ -59,7 +59,7 @@ class Executor(Protocol):
     # the methods a declaration names, each taking ``(source, destination)`` block pairs or block ids:
     # ``copy_blocks(pairs)`` copies device blocks (copy-on-write for the prefix cache, ``block_copy``);
     # ``swap_out(pairs)`` device -> CPU swap blocks and ``swap_in(pairs)`` back (``block_swap``, for
-    # swap preemption; ``hetero_core.engine.block_transfer``); ``export_blocks(block_ids) ->
+    # swap preemption; ``hetero_core.engine.kv.block_transfer``); ``export_blocks(block_ids) ->
     # list[tuple[KVTensor, ...]]`` returns whole blocks, per layer its tensors (CPU bytes in the
     # executor's own layout, blocks along ``kv_block_dim``; ``kv_export``) and ``import_blocks(block_ids,
     # layers)`` writes such blocks (from an executor of the same model, dtype and block size) into

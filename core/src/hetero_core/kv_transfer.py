@@ -19,7 +19,7 @@ Core's own connector is ``socket`` (length-prefixed frames over a local TCP sock
 with ``hetero_core.testing.KVConnectorContract``. Importing this module imports no torch.
 """
 
-from hetero_core.engine.kv_transfer import (
+from hetero_core.engine.kv.kv_transfer import (
     KVBlocks,
     KVConnector,
     KVConnectorContext,

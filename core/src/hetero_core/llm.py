@@ -22,15 +22,15 @@ from typing import Any
 
 from hetero_core.builder import build_engine, resolve_model_dir
 from hetero_core.engine.engine import Engine
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.prompts import as_prompt_list
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.requests.prompts import as_prompt_list
 from hetero_core.errors import InvalidRequestError
 from hetero_core.plugin_system.discovery import PluginSet, load_plugins
 from hetero_core.settings import HeteroSettings, load_settings
 from hetero_core.speculative_config import speculative_settings
 from hetero_core.engine.shared_engine import SharedEngine
-from hetero_core.engine.chat_options import chat_options, encode_chat
+from hetero_core.engine.requests.chat_options import chat_options, encode_chat
 from hetero_core.llm_progress import GenerateProgress
 
 # text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}

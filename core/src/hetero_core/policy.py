@@ -15,7 +15,7 @@ class. See docs/scheduling.md ("Write a scheduler policy").
         register("shortest", lambda options: ShortestFirst())
 """
 
-from hetero_core.engine.policy import (
+from hetero_core.engine.scheduling.policy import (
     MAX_STEPS_HELD_BACK,
     RequestView,
     SchedulerPolicy,

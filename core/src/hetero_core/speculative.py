@@ -25,7 +25,7 @@ Select it with ``speculative_proposer = "repeat-last"`` and ``num_speculative_to
 is ``ngram`` (prompt lookup). Test a proposer with ``hetero_core.testing.ProposerContract``.
 """
 
-from hetero_core.engine.proposer import ProposalInput, Proposer, ProposerContext
+from hetero_core.engine.speculation.proposer import ProposalInput, Proposer, ProposerContext
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 

@@ -27,7 +27,7 @@ class Tokenizer(Protocol):
     """Turns text into token ids and back.
 
     ``decode`` must be a pure function of its ids; the engine's incremental detokenizer
-    (``hetero_core.engine.detokenizer``) builds streaming text on top of it. ``encode``, ``encode_chat``
+    (``hetero_core.engine.requests.detokenizer``) builds streaming text on top of it. ``encode``, ``encode_chat``
     and ``decode`` may be called from several threads at once (``AsyncLLM`` tokenizes a request in
     its caller's thread while the engine loop decodes).
 

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def selected(args) -> list[tuple[str, object]]:
     from hetero_bench.architecture_models import bench_architectures
     from hetero_core import HeteroError
-    from hetero_core.models import installed_architectures
+    from hetero_core.architectures import installed_architectures
 
     available = bench_architectures(installed_architectures())
     if not args.architectures:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> Report:
     from hetero_bench.architecture_models import (architecture_checkpoint, bench_config, checkpoint_shapes,
                                                   num_parameters)
     from hetero_core import LLM, load_settings
-    from hetero_core.models import kv_bytes_per_token
+    from hetero_core.architectures import kv_bytes_per_token
 
     overrides = {k: v for k, v in (("num_hidden_layers", args.num_hidden_layers), ("vocab_size", args.vocab_size))
                  if v is not None}

@@ -26,8 +26,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from hetero_core.async_llm.errors import EngineDeadError, EngineOverloadedError
-from hetero_core.engine.params import SamplingParams
-from hetero_core.engine.processor import CheckedRequest, EngineRequest
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.requests.processor import CheckedRequest, EngineRequest
 from hetero_core.async_llm.engine_loop import EngineLoop, EngineStats
 from hetero_core.errors import InvalidRequestError
 from hetero_core.async_llm.request_stream import RequestDelta, RequestStream

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 
 from hetero_core.async_llm.errors import EngineDeadError, EngineStepError, RequestFailedError
-from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
 from hetero_core.async_llm.request_stream import RequestStream

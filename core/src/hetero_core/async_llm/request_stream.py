@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.processor import EngineRequest
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.requests.processor import EngineRequest
 
 
 @dataclass(frozen=True)

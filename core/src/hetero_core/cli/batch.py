@@ -61,9 +61,9 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def batch_command(args: argparse.Namespace) -> int:
-    from hetero_core.batch.input_file import read_batch_file
-    from hetero_core.batch.output_file import ResultWriter, check_output, resume_output
-    from hetero_core.batch.results import malformed_record
+    from hetero_core.batch_files.input_file import read_batch_file
+    from hetero_core.batch_files.output_file import ResultWriter, check_output, resume_output
+    from hetero_core.batch_files.results import malformed_record
     from hetero_core.builder import default_sampling_params
     from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
@@ -103,7 +103,7 @@ class BatchRunner:
     def run(self, requests: list, out, interrupt=None) -> int:
         """Run ``requests``, writing each result's record to ``out`` (a ``ResultWriter``) as it
         finishes; the number that failed."""
-        from hetero_core.batch.progress import Progress
+        from hetero_core.batch_files.progress import Progress
 
         progress = Progress(len(requests), self.err)
         started, num_failed = time.perf_counter(), 0
@@ -150,8 +150,8 @@ class BatchRunner:
         return num_failed
 
     def _write(self, request, outputs: list, out, progress) -> int:
-        from hetero_core.batch.input_file import show
-        from hetero_core.batch.results import completions, result_record
+        from hetero_core.batch_files.input_file import show
+        from hetero_core.batch_files.results import completions, result_record
 
         out.write(result_record(self.format, request, outputs, self.model_name, self.engine.tokenizer))
         failed = [o for o in outputs if o.error is not None]
@@ -195,7 +195,7 @@ class _DeferredInterrupt:
 
 
 def _token_counter(tokenizer):
-    from hetero_core.engine.prompts import tokenize_prompt
+    from hetero_core.engine.requests.prompts import tokenize_prompt
 
     def count(prompt) -> int:
         try:

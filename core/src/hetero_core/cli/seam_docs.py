@@ -26,7 +26,7 @@ NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: 
            11: "eleven", 12: "twelve"}
 ORDINALS = {5: "a fifth", 6: "a sixth", 7: "a seventh", 8: "an eighth", 9: "a ninth", 10: "a tenth",
             11: "an eleventh", 12: "a twelfth", 13: "a thirteenth"}
-ARCHITECTURES = "hetero_core.models"  # no seam (a checkpoint's config.json picks it), but a facade
+ARCHITECTURES = "hetero_core.architectures"  # no seam (a checkpoint's config.json picks it), but a facade
 
 
 def count() -> str:

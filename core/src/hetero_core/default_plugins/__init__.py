@@ -113,25 +113,25 @@ def _create_hf_tokenizer(ctx):
 
 
 def _create_fcfs_policy(options):
-    from hetero_core.engine.policy import FcfsPolicy
+    from hetero_core.default_plugins.policies import FcfsPolicy
 
     return FcfsPolicy()
 
 
 def _create_priority_policy(options):
-    from hetero_core.engine.policy import PriorityPolicy
+    from hetero_core.default_plugins.policies import PriorityPolicy
 
     return PriorityPolicy()
 
 
 def _create_paged_allocator(num_blocks, block_size, options):
-    from hetero_core.engine.block_allocator import PagedBlockAllocator
+    from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
 
     return PagedBlockAllocator(num_blocks, block_size)
 
 
 def _create_contiguous_allocator(num_blocks, block_size, options):
-    from hetero_core.engine.contiguous_allocator import ContiguousBlockAllocator
+    from hetero_core.default_plugins.contiguous_allocator import ContiguousBlockAllocator
 
     return ContiguousBlockAllocator(num_blocks, block_size, options.max_model_len)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetero_core.engine.proposer import ProposalInput, ProposerContext
+from hetero_core.engine.speculation.proposer import ProposalInput, ProposerContext
 from hetero_core.logging import get_logger
 from hetero_core.default_plugins.draft_batch import Segment, draft_batch
 from hetero_core.default_plugins.draft_blocks import DraftBlockPool, common_prefix

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetero_core.engine.batch import Batch, slot_of
+from hetero_core.engine.scheduling.batch import Batch, slot_of
 
 
 @dataclass(frozen=True)

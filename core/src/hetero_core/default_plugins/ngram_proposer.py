@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Sequence
 
 from hetero_core.default_plugins.ngram_options import NgramOptions
-from hetero_core.engine.proposer import ProposalInput, ProposerContext
+from hetero_core.engine.speculation.proposer import ProposalInput, ProposerContext
 
 __all__ = ["NgramProposer", "propose_ngram"]
 WORD = 4  # bytes per packed token id

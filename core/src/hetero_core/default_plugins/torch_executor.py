@@ -19,7 +19,7 @@ import torch
 
 from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger

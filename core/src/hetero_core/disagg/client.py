@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import httpx
 
 from hetero_core.disagg.wire import CONTENT_TYPE, FrameReader, RemoteError, RoleLostError, frame, loads
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.disagg")

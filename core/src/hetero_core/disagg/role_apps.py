@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from hetero_core.async_llm import AsyncLLM
 from hetero_core.disagg.wire import CONTENT_TYPE, RemoteError, frame, loads
-from hetero_core.engine.kv_transfer import KVHandoff, KVTransferError
+from hetero_core.engine.kv.kv_transfer import KVHandoff, KVTransferError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.disagg")

@@ -29,7 +29,7 @@ from hetero_core.distributed import process_group
 from hetero_core.distributed.failures import WorkerReport, blame, describe_failure
 from hetero_core.distributed.worker import ERROR, OK, READY, STARTED
 from hetero_core.distributed.worker_process import WorkerProcess, pickle_for_workers
-from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.engine.executor_capabilities import check_capabilities
 from hetero_core.errors import ConfigError, ExecutorDeadError, HeteroError
 from hetero_core.logging import get_logger

@@ -45,18 +45,18 @@ import dataclasses
 from collections.abc import Iterable
 from time import perf_counter
 
-from hetero_core.engine.kv_transfer import KVHandoff
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.kv.kv_transfer import KVHandoff
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.postprocess import Postprocessor
-from hetero_core.engine.processor import EngineRequest, RequestProcessor
-from hetero_core.engine.prompt_logprobs import prompt_logprobs_refusal
-from hetero_core.engine.prompts import Prompt
+from hetero_core.engine.requests.processor import EngineRequest, RequestProcessor
+from hetero_core.engine.sampling.prompt_logprobs import prompt_logprobs_refusal
+from hetero_core.engine.requests.prompts import Prompt
 from hetero_core.engine.request_intake import Params, RequestIntake
-from hetero_core.engine.scheduled_step import ScheduledStep
-from hetero_core.engine.scheduler import Scheduler
-from hetero_core.engine.scheduler_stats import SchedulerStats
-from hetero_core.engine.sequence import Sequence
+from hetero_core.engine.scheduling.scheduled_step import ScheduledStep
+from hetero_core.engine.scheduling.scheduler import Scheduler
+from hetero_core.engine.scheduling.scheduler_stats import SchedulerStats
+from hetero_core.engine.requests.sequence import Sequence
 from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_driver import StepDriver
 from hetero_core.engine.step_sampler import StepSampler

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from hetero_core.engine.block_transfer import apply_block_transfers
+from hetero_core.engine.kv.block_transfer import apply_block_transfers
 
 __all__ = ["ExecutorThread"]
 

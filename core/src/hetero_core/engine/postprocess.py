@@ -15,15 +15,15 @@ from __future__ import annotations
 import time
 from itertools import repeat
 
-from hetero_core.engine.detokenizer import IncrementalDetokenizer
-from hetero_core.engine.kv_transfer import export_prompt_blocks
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.scheduled_step import ScheduledStep, confirm_swap_ins
-from hetero_core.engine.sequence import FinishReason, Sequence, SequenceStatus
-from hetero_core.engine.spec_postprocess import append_verified
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.kv.kv_transfer import export_prompt_blocks
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, confirm_swap_ins
+from hetero_core.engine.requests.sequence import FinishReason, Sequence, SequenceStatus
+from hetero_core.engine.speculation.spec_postprocess import append_verified
 from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_sampler import Sampled
-from hetero_core.engine.stop_checker import check_stop_string, check_stop_token
+from hetero_core.engine.requests.stop_checker import check_stop_string, check_stop_token
 from hetero_core.logging import get_logger
 
 __all__ = ["Postprocessor", "queued_tokens"]

@@ -12,14 +12,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from hetero_core.engine.detokenizer import IncrementalDetokenizer
-from hetero_core.engine.kv_transfer import KVHandoff, kv_import_error
-from hetero_core.engine.parallel_sampling import ParallelRequest, child_params, child_request_id
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.kv.kv_transfer import KVHandoff, kv_import_error
+from hetero_core.engine.requests.parallel_sampling import ParallelRequest, child_params, child_request_id
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.postprocess import Postprocessor, queued_tokens
-from hetero_core.engine.processor import EngineRequest
-from hetero_core.engine.prompts import Prompt, as_prompt_list, prompt_text
-from hetero_core.engine.sequence import FinishReason, Sequence
+from hetero_core.engine.requests.processor import EngineRequest
+from hetero_core.engine.requests.prompts import Prompt, as_prompt_list, prompt_text
+from hetero_core.engine.requests.sequence import FinishReason, Sequence
 from hetero_core.engine.state import EngineState
 from hetero_core.errors import InvalidRequestError
 from hetero_core.logging import get_logger

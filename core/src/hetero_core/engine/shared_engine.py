@@ -16,7 +16,7 @@ import threading
 from collections import deque
 
 from hetero_core.engine.engine import Engine
-from hetero_core.engine.outputs import RequestOutput
+from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.logging import get_logger
 
 __all__ = ["SharedEngine"]

@@ -14,15 +14,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetero_core.engine.detokenizer import IncrementalDetokenizer
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.parallel_sampling import ParallelRequests
-from hetero_core.engine.processor import RequestProcessor
-from hetero_core.engine.scheduler import Scheduler
-from hetero_core.engine.sequence import Sequence
-from hetero_core.engine.speculation import Speculation
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.requests.parallel_sampling import ParallelRequests
+from hetero_core.engine.requests.processor import RequestProcessor
+from hetero_core.engine.scheduling.scheduler import Scheduler
+from hetero_core.engine.requests.sequence import Sequence
+from hetero_core.engine.speculation.speculation import Speculation
 from hetero_core.engine.step_timings import StepTimings
-from hetero_core.engine.structured_output import StructuredOutput
+from hetero_core.engine.sampling.structured_output import StructuredOutput
 from hetero_core.engine.token_texts import TokenTexts
 
 __all__ = ["EngineState"]

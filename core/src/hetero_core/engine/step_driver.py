@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from time import perf_counter
 
-from hetero_core.engine.block_transfer import apply_block_transfers
+from hetero_core.engine.kv.block_transfer import apply_block_transfers
 from hetero_core.engine.executor_thread import ExecutorThread
 from hetero_core.engine.postprocess import Postprocessor
-from hetero_core.engine.scheduled_step import ScheduledStep, unschedule, without_seqs
-from hetero_core.engine.sequence import Sequence
+from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, unschedule, without_seqs
+from hetero_core.engine.requests.sequence import Sequence
 from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_sampler import Sampled, StepSampler
 from hetero_core.errors import ExecutorDeadError

@@ -9,8 +9,8 @@ the way (``prompt_logprobs``).
 
 from __future__ import annotations
 
-from hetero_core.engine.prompt_logprobs import add_prompt_logprobs
-from hetero_core.engine.scheduled_step import ScheduledStep
+from hetero_core.engine.sampling.prompt_logprobs import add_prompt_logprobs
+from hetero_core.engine.scheduling.scheduled_step import ScheduledStep
 from hetero_core.engine.state import EngineState
 from hetero_core.errors import ExecutorDeadError
 
@@ -48,11 +48,11 @@ class StepSampler:
                 raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")
             vocab_size = max(tokenizer.vocab_size, state.executor.capabilities.vocab_size or 0)
             if specs is not None:
-                from hetero_core.engine.spec_verify import verify_token_ids
+                from hetero_core.engine.speculation.spec_verify import verify_token_ids
 
                 return verify_token_ids(output.token_ids, specs, vocab_size)
             return [(t, None, _token_error(t, vocab_size)) for t in output.token_ids]
-        from hetero_core.engine.sampler import Sampler, SamplingRow
+        from hetero_core.engine.sampling.sampler import Sampler, SamplingRow
 
         if self._sampler is None:
             self._sampler = Sampler(seed=self.seed, eos_token_id=tokenizer.eos_token_id)
@@ -61,7 +61,7 @@ class StepSampler:
             for s, flag in zip(scheduled.seqs, batch.sample) if flag
         ]
         if specs is not None:
-            from hetero_core.engine.spec_verify import verify_logits
+            from hetero_core.engine.speculation.spec_verify import verify_logits
 
             return verify_logits(self._sampler, output.logits, rows, specs, token_bitmask=bitmask)
         result = self._sampler.sample(output.logits, rows, token_bitmask=bitmask)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-from hetero_core.engine.batch import Batch
+from hetero_core.engine.scheduling.batch import Batch
 
 
 class KVCache(NamedTuple):

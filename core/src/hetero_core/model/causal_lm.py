@@ -1,7 +1,7 @@
 """``CausalLM``: what the engine's model code calls on a model module, whatever its architecture.
 
 ``LlamaForCausalLM`` is the reference implementation; an architecture's ``build(config, backend)``
-(``hetero_core.models.ModelArchitecture``) returns an ``nn.Module`` with these members. Every tensor
+(``hetero_core.architectures.ModelArchitecture``) returns an ``nn.Module`` with these members. Every tensor
 has the step's scheduled tokens as its first dimension (``[num_tokens, ...]``, no padding), and
 attention goes through ``backend`` with the metadata the backend built for the step.
 """

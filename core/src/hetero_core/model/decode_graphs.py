@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hetero_core.engine.batch import Batch
+from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.logging import get_logger
 from hetero_core.model.step_inputs import StepInputs, StepUpload, fill_block_tables, packed_size, packed_views
 

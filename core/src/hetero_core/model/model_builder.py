@@ -57,7 +57,7 @@ def check_causal_lm(model, config: ModelConfig) -> None:
     missing += [name for name in ("config", "backend") if not hasattr(model, name)]
     if missing:
         raise ModelLoadError(f"architecture {config.architecture}: its build() returned a {type(model).__name__} "
-                             f"without {', '.join(missing)}; it must implement hetero_core.models.CausalLM")
+                             f"without {', '.join(missing)}; it must implement hetero_core.architectures.CausalLM")
 
 
 def _is_ignored(name: str, weights, config: ModelConfig) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.model.attention import KVCache
 from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.paged_kv_cache import PagedKVCache

@@ -7,7 +7,7 @@ An executor that sets ``self.graph_runner`` (a ``decode_graphs.DecodeGraphs``, a
 cuda executors do) has every pure decode step that fits a captured size replayed from a CUDA graph.
 An executor that can do less sets its own declaration in its constructor: one whose caches cannot be
 copied or swapped ``self.capabilities = self.runner_capabilities(block_copy=False, block_swap=False)``
-(the engine then falls back as ``engine/block_transfer.py`` describes).
+(the engine then falls back as ``engine/kv/block_transfer.py`` describes).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from functools import cached_property
 
 import torch
 
-from hetero_core.engine.batch import Batch, ExecutorOutput
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.engine.executor_capabilities import ExecutorCapabilities
-from hetero_core.engine.kv_transfer import KVTensor, kv_tensor_from_torch, kv_tensor_to_torch
+from hetero_core.engine.kv.kv_transfer import KVTensor, kv_tensor_from_torch, kv_tensor_to_torch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphs
 from hetero_core.model.runner import ModelRunner

@@ -5,7 +5,7 @@ token ids (``engine/chat_options``: a tokenizer that cannot take an option refus
 
 from __future__ import annotations
 
-from hetero_core.engine.chat_options import chat_options, encode_chat
+from hetero_core.engine.requests.chat_options import chat_options, encode_chat
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.protocol import ChatCompletionRequest
 from hetero_core.openai_api.tools import chat_messages

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.async_llm.request_stream import TokenLogprob
 from hetero_core.openai_api.guided import guided_decoding
 from hetero_core.openai_api.protocol import (

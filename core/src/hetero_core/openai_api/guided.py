@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hetero_core.engine.guided import GuidedDecodingParams
+from hetero_core.engine.requests.guided import GuidedDecodingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.protocol import GuidedFields
 

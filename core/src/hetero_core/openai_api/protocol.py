@@ -23,8 +23,8 @@ from hetero_core.openai_api.tool_protocol import (
     ToolCallDelta,
     ToolCallOut,
 )
-from hetero_core.engine.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
-from hetero_core.engine.sequence import MAX_TENANT_LENGTH
+from hetero_core.engine.requests.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
+from hetero_core.engine.requests.sequence import MAX_TENANT_LENGTH
 
 MAX_N = 16
 MAX_STOP_STRINGS = 16

@@ -17,7 +17,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from hetero_core.engine.guided import GuidedDecodingParams
+from hetero_core.engine.requests.guided import GuidedDecodingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.guided import guided_decoding
 from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatMessage

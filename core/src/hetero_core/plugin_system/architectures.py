@@ -107,7 +107,7 @@ class ModelArchitecture:
 
     - ``config(raw, source) -> ModelConfig``: the parsed ``config.json`` (a frozen ``ModelConfig``
       or a subclass with extra fields); refuse what the model code cannot run (``ModelLoadError``).
-    - ``build(config, backend) -> nn.Module``: the module (``hetero_core.models.CausalLM``),
+    - ``build(config, backend) -> nn.Module``: the module (``hetero_core.architectures.CausalLM``),
       called under ``torch.device("meta")``; the loader assigns every weight afterwards.
     - ``weights``: checkpoint names <-> the module's state dict, and the checkpoint names it ignores
       (``WeightMapping``).

@@ -184,7 +184,7 @@ def _collect_architectures(manager: pluggy.PluginManager, info: PluginInfo) -> l
             raise ValueError(f"architecture name {name!r} must be the config.json 'architectures' entry, "
                              "e.g. 'Phi3ForCausalLM'")
         if not isinstance(architecture, ModelArchitecture):
-            raise ValueError(f"architecture '{name}': register a hetero_core.models.ModelArchitecture, "
+            raise ValueError(f"architecture '{name}': register a hetero_core.architectures.ModelArchitecture, "
                              f"got {type(architecture).__name__}")
         collected.append((name, architecture))
 

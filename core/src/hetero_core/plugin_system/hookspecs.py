@@ -7,7 +7,7 @@ this module (the same object; the seam facades keep it too, for older imports). 
 whose name is not one of these fails its plugin.
 ``register_commands`` adds subcommands to ``hetero`` (simonw/llm's hook of the same name).
 ``register_model_architectures`` adds model architectures, chosen by a checkpoint's ``config.json``
-rather than by settings (``hetero_core.models``).
+rather than by settings (``hetero_core.architectures``).
 """
 
 import pluggy
@@ -45,7 +45,7 @@ def register_structured_output_backends(register):
 
 @hookspec
 def register_model_architectures(register):
-    """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture (hetero_core.models)."""
+    """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture (hetero_core.architectures)."""
 
 
 @hookspec

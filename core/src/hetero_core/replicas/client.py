@@ -18,7 +18,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from hetero_core.async_llm import EngineDeadError, EngineOverloadedError
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.replicas")

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from ray import serve
 
 from hetero_core.async_llm import AsyncLLM, EngineDeadError
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.logging import configure_logging, get_logger
 from hetero_core.replicas.client import EngineInfo
 from hetero_core.replicas.ledger import QUEUED_TOKENS_KEY, REPORT_TIME_KEY

@@ -4,7 +4,7 @@ A request with several prompts or ``n > 1`` becomes one engine request per choic
 waits for every choice's first delta, so input the engine refuses becomes a 4xx before any response
 header is sent. With ``n > 1`` a prompt's first choice starts alone and the others once it has its
 first token: they find its prompt in the prefix cache and share its KV blocks, as the engine's own
-``SamplingParams(n=...)`` does (``engine/parallel_sampling.py``), instead of n prefills; ``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
+``SamplingParams(n=...)`` does (``engine/requests/parallel_sampling.py``), instead of n prefills; ``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
 Closing the generation (client gone, error, done) aborts whatever still runs.
 """
 
@@ -18,8 +18,8 @@ from fastapi import Request
 from starlette.responses import StreamingResponse
 
 from hetero_core.async_llm import AsyncLLM, RequestDelta, TokenLogprob
-from hetero_core.engine.outputs import RequestOutput
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.outputs import RequestOutput
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.openai_api.convert import finish_reason  # noqa: F401  (re-exported for the routes)
 from hetero_core.server.choices import Reservation
 from hetero_core.server.errors import ClientDisconnected

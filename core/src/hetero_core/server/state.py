@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from hetero_core.async_llm import AsyncLLM
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.server.choices import ChoiceBudget
 from hetero_core.openai_api.convert import choice_params, sampling_params
 from hetero_core.server.errors import APIError

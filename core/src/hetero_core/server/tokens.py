@@ -6,7 +6,7 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from hetero_core.engine.prompts import tokenize_prompt
+from hetero_core.engine.requests.prompts import tokenize_prompt
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.token_protocol import (
     DetokenizeRequest,

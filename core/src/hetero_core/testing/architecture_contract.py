@@ -156,7 +156,7 @@ class ArchitectureContract:
 
     def test_greedy_matches_hf_through_the_engine_with_chunks_and_preemption(self):
         from hetero_core.builder import build_engine
-        from hetero_core.engine.params import SamplingParams
+        from hetero_core.engine.requests.params import SamplingParams
         from hetero_core.settings import load_settings
 
         prompts = [self.tokens(8 + 5 * i, seed=10 + i) for i in range(self.num_prompts)]

@@ -72,7 +72,7 @@ import threading
 from typing import Any
 
 from hetero_core.engine.executor_capabilities import capabilities_problem
-from hetero_core.engine.prompt_logprobs import prompt_logprobs_refusal
+from hetero_core.engine.sampling.prompt_logprobs import prompt_logprobs_refusal
 from hetero_core.executor import ExecutorCapabilities, ExecutorContext, ExecutorOutput
 from hetero_core.kv_transfer import KVTensor
 from hetero_core.testing.contract_failure import ContractFailure

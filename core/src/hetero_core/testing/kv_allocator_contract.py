@@ -37,7 +37,7 @@ except ImportError as exc:  # an optional test dependency
         "pip install 'hetero-core[testing]'"
     ) from exc
 
-from hetero_core.engine.kv_allocator import BlockAllocatorError
+from hetero_core.engine.kv.kv_allocator import BlockAllocatorError
 from hetero_core.testing.kv_allocator_world import AllocatorMachine, Table, World, expect
 
 __all__ = ["KVAllocatorContract"]

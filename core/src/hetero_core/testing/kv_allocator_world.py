@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hetero_core.engine.kv_allocator import BlockAllocatorError, ComputedBlocks
+from hetero_core.engine.kv.kv_allocator import BlockAllocatorError, ComputedBlocks
 from hetero_core.testing.contract_failure import ContractFailure
 
 __all__ = ["DOCUMENTS", "AllocatorMachine", "Table", "World", "expect"]

@@ -29,7 +29,7 @@ import random
 import threading
 import time
 
-from hetero_core.engine.kv_transfer import KVBlocks, KVTensor, KVTransferError
+from hetero_core.engine.kv.kv_transfer import KVBlocks, KVTensor, KVTransferError
 from hetero_core.testing.contract_failure import ContractFailure
 
 __all__ = ["KVConnectorContract", "sample_blocks"]

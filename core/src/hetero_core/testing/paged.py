@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from hetero_core.engine.batch import Batch, slot_of
+from hetero_core.engine.scheduling.batch import Batch, slot_of
 
 
 class BlockPool:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetero_core.builder import build_engine
-from hetero_core.engine.params import SamplingParams
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.policy import MAX_STEPS_HELD_BACK, decision_problems

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 
-from hetero_core.engine.proposer import ProposalInput, ProposerContext
+from hetero_core.engine.speculation.proposer import ProposalInput, ProposerContext
 from hetero_core.testing.contract_failure import ContractFailure
 
 __all__ = ["ProposerContract"]

@@ -27,9 +27,9 @@ import json
 import random
 import re
 
-from hetero_core.engine.guided import GuidedDecodingParams
-from hetero_core.engine.structured_output import StructuredOutput, StructuredOutputContext
-from hetero_core.engine.token_bitmask import allowed_token_ids
+from hetero_core.engine.requests.guided import GuidedDecodingParams
+from hetero_core.engine.sampling.structured_output import StructuredOutput, StructuredOutputContext
+from hetero_core.engine.sampling.token_bitmask import allowed_token_ids
 from hetero_core.errors import InvalidRequestError
 from hetero_core.testing.contract_failure import ContractFailure
 from hetero_core.testing.structured_output_cases import CHOICES, REGEXES, SCHEMAS, schema_problems

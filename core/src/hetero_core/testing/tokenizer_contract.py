@@ -34,7 +34,7 @@ from __future__ import annotations
 import inspect
 from concurrent.futures import ThreadPoolExecutor
 
-from hetero_core.engine.detokenizer import IncrementalDetokenizer
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.errors import InvalidRequestError
 from hetero_core.testing.contract_failure import ContractFailure
 from hetero_core.tokenizer import Tokenizer

@@ -4,7 +4,7 @@ hook. The module imports no torch; the model code loads when a Phi-3 checkpoint 
 from __future__ import annotations
 
 from hetero_core import hookimpl
-from hetero_core.models import ModelArchitecture, same_kv_layout
+from hetero_core.architectures import ModelArchitecture, same_kv_layout
 
 from hetero_model_phi3.config import Phi3Config, phi3_config
 

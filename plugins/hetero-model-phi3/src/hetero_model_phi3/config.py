@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetero_core import ModelLoadError
-from hetero_core.models import ModelConfig, parse_config
+from hetero_core.architectures import ModelConfig, parse_config
 
 ROPE_TYPES = ("default", "longrope")
 _LONGROPE_ALIASES = ("su", "yarn")

@@ -3,7 +3,7 @@
 head) and Phi-3's rotary embedding (LongRoPE's short factors and attention factor). Parameter names
 are the checkpoint's: ``self_attn.qkv_proj`` and ``mlp.gate_up_proj`` are fused there too.
 
-Built on the building blocks ``hetero_core.models`` exports. Not a ``LlamaForCausalLM`` as far as the
+Built on the building blocks ``hetero_core.architectures`` exports. Not a ``LlamaForCausalLM`` as far as the
 CPU runtime is concerned: its linears are packed, its decode steps run this forward (the fused
 decode kernel applies to the built-in Llama class only).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hetero_core.models import AttentionBackend, KVCache, LlamaAttention, LlamaForCausalLM, apply_rotary
+from hetero_core.architectures import AttentionBackend, KVCache, LlamaAttention, LlamaForCausalLM, apply_rotary
 from hetero_model_phi3.config import Phi3Config
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from hetero_core.engine.batch import Batch
+from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.model.cpu.dtype_choice import CONTEXT, DECODE_SEQS, PREFILL_TOKENS, REPEATS, StepTimes
 
 BLOCK_SIZE = 16

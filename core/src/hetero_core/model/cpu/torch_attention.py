@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from hetero_core.engine.batch import Batch
+from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.torch_attention_metadata import (DecodeGroup, PrefillSegment, TorchPagedMetadata,
                                                             build_metadata)

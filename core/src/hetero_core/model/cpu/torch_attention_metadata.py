@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hetero_core.engine.batch import Batch, slot_of
+from hetero_core.engine.scheduling.batch import Batch, slot_of
 from hetero_core.model.cpu.kernel_attention import PrefillSequences
 from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, check_block_tables, fill_block_tables
 

@@ -1,0 +1,58 @@
+"""The checks of SamplingParams that need the tokenizer, made when a request is tokenized.
+
+- ``allowed_token_ids``, ``logit_bias`` and ``bad_words_token_ids`` must name ids of the vocabulary;
+- ``bad_words`` become ``bad_words_token_ids`` as vLLM makes them: each word is encoded as it
+  stands at the start of a text and, when that gives other tokens, with a leading space (as in the
+  middle of a text); the sampler bans a word's last token when the output ends with the others;
+- ``skip_special_tokens=False`` needs a tokenizer whose ``decode`` takes that keyword.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+
+from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.errors import InvalidRequestError
+
+
+def resolve_token_params(params: SamplingParams, tokenizer) -> SamplingParams:
+    """``params`` checked against the tokenizer's vocabulary, with ``bad_words`` as token ids."""
+    vocab_size = tokenizer.vocab_size
+    outside = [t for t in params.allowed_token_ids or () if t >= vocab_size]
+    outside += [t for t, _ in params.logit_bias or () if t >= vocab_size]
+    outside += [t for ids in params.bad_words_token_ids for t in ids if t >= vocab_size]
+    if outside:
+        raise InvalidRequestError(
+            f"token ids {sorted(set(outside))[:5]} in allowed_token_ids / logit_bias / bad_words_token_ids are "
+            f"outside the vocabulary [0, {vocab_size})"
+        )
+    if not params.skip_special_tokens and not decode_keeps_special_tokens(tokenizer):
+        raise InvalidRequestError(
+            f"skip_special_tokens=False: the tokenizer {type(tokenizer).__name__} cannot show special tokens "
+            "(its decode takes no skip_special_tokens); leave it True"
+        )
+    if not params.bad_words:
+        return params
+    words = list(params.bad_words_token_ids)
+    for word in params.bad_words:
+        words += [ids for ids in bad_word_token_ids(tokenizer, word) if ids not in words]
+    return replace(params, bad_words_token_ids=tuple(words), bad_words=params.bad_words)
+
+
+def bad_word_token_ids(tokenizer, word: str) -> list[tuple[int, ...]]:
+    """The token sequences that spell ``word``: at the start of a text, and after a space."""
+    word = word.lstrip()
+    plain = tuple(tokenizer.encode(word))
+    spaced = tuple(tokenizer.encode(" " + word))
+    found = [plain] if plain else []
+    if spaced and spaced != plain and (not plain or spaced[0] != plain[0]):
+        found.append(spaced)
+    return found
+
+
+def decode_keeps_special_tokens(tokenizer) -> bool:
+    try:
+        return "skip_special_tokens" in inspect.signature(tokenizer.decode).parameters
+    except (TypeError, ValueError):
+        return False
