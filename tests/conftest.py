@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-import progress_lines
+import tests.progress_lines as progress_lines
 import pytest
-import tiers
+import tests.tiers as tiers
 
 
 def pytest_configure(config):

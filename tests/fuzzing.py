@@ -1,6 +1,6 @@
 """Hypothesis settings for the fuzz tests: a short run in the default test run, a long run on demand.
 
-    HETERO_FUZZ_EXAMPLES=5000 python -m pytest -q -s tests/test_engine_state_machine.py \
+    HETERO_FUZZ_EXAMPLES=5000 python -m pytest -q -s tests/engine/test_engine_state_machine.py \
         tests/server/test_async_llm_fuzz.py -k "not real_model" --hypothesis-show-statistics
 
 The variable is read when the test modules are imported (the tests' own fixtures clear HETERO_*

@@ -2,7 +2,7 @@
 a screen of dots, and each failure named the moment it happens.
 
     [ 41%] 1266/3091   4m05s  tests/model/test_kernel_contract.py: 852 passed, 3 skipped (61.2 s)
-    FAILED tests/test_cli.py::test_run_prints_the_answer (call)
+    FAILED tests/cli/test_cli.py::test_run_prints_the_answer (call)
 
 The seconds after a file are the sum of its tests' own durations (set-up, call, tear-down), which
 under pytest-xdist is the work the file cost across every worker. pytest's own closing line

@@ -5,7 +5,7 @@ the executor plugins, which build on core and never on each other or on ``defaul
 
 from __future__ import annotations
 
-from import_graph import MODEL_ROOMS, circles, core_rooms, import_graph, room_arrows
+from tests.import_graph import MODEL_ROOMS, circles, core_rooms, import_graph, room_arrows
 
 GRAPH = import_graph()
 ARROWS = room_arrows(GRAPH, MODEL_ROOMS)

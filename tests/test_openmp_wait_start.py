@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cli_helpers import clean_env, hetero
+from tests.cli_helpers import clean_env, hetero
 from hetero_core.model.cpu.threads import SHORT_SPIN, SPIN_COUNT_ENV, WAIT_POLICY_ENV
 
 pytest.importorskip("torch")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from import_graph import core_rooms, import_graph
+from tests.import_graph import core_rooms, import_graph
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 FACADES = tuple(f"hetero_core.{m}" for m in ("executor", "policy", "kv", "structured_output", "kv_transfer",

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-import tiers
+import tests.tiers as tiers
 
 pytest_plugins = ["pytester"]
 
@@ -16,11 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("nodeid, fixtures", [
-    ("tests/test_mock_executor.py::test_tokens_depend_only_on_the_request", ["make_mock_engine"]),
-    ("tests/test_executor_contract_mock.py::TestMockExecutor::test_one_row[0]", ["executor"]),
+    ("tests/mock/test_mock_executor.py::test_tokens_depend_only_on_the_request", ["make_mock_engine"]),
+    ("tests/testing/test_executor_contract_mock.py::TestMockExecutor::test_one_row[0]", ["executor"]),
     ("tests/model/test_kernel_contract.py::test_the_kv_write_takes_any_number_of_tokens[native]", ["kernels"]),
     ("tests/server/test_server_openai.py::test_chat_completion", ["mock_server", "make_mock_engine"]),
-    ("tests/test_policy_contract.py::TestFairShare::test_budgets", []),
+    ("tests/testing/test_policy_contract.py::TestFairShare::test_budgets", []),
 ])
 def test_the_mock_the_kernel_contract_the_server_on_the_mock_and_the_kits_are_fast(nodeid, fixtures):
     assert tiers.slow_reason(nodeid, fixtures) is None

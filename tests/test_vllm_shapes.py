@@ -116,7 +116,7 @@ def test_ids_of_a_request_and_its_completions_are_taken(make_mock_engine):
 
 def test_best_of_returns_the_completions_of_best_cumulative_logprob(make_mock_engine):
     pytest.importorskip("torch")
-    from logits_executor import LogitsExecutor
+    from tests.logits_executor import LogitsExecutor
 
     def engine():
         e = make_mock_engine()

@@ -23,8 +23,9 @@ SLOW_PATHS = {
     "tests/replicas/": "starts Ray",
     "tests/speculative/": "runs draft models",
     "tests/test_install.py": "installs into fresh virtual environments",
-    "tests/test_bench.py": "runs every benchmark small, several in fresh processes",
-    "tests/test_random_models.py": "runs tiny Hugging Face models as the reference",
+    "tests/bench/test_bench.py": "runs every benchmark small, several in fresh processes",
+    "tests/bench/test_random_models.py": "runs tiny Hugging Face models as the reference",
+    "plugins/hetero-model-phi3/tests/": "runs the Phi-3 plugin against transformers' Phi-3",
 }
 
 # files inside a slow folder that stay fast (a fixture or a hand-written mark still makes a test slow)

@@ -12,15 +12,13 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 # Helper modules: this folder's (flash_attn_double) and the model tests' (tiny_models, paged_batches).
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "model"))
 
-from flash_attn_double import FlashAttnDouble  # noqa: E402
+from tests.cuda.flash_attn_double import FlashAttnDouble  # noqa: E402
 from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions  # noqa: E402
 from hetero_plugins_cuda.executor import CudaExecutor  # noqa: E402
 from hetero_plugins_cuda.options import CudaExecutorOptions  # noqa: E402
-from cuda_contexts import executor_context  # noqa: E402
-from tiny_models import save_tiny_model  # noqa: E402
+from tests.cuda.cuda_contexts import executor_context  # noqa: E402
+from tests.model.tiny_models import save_tiny_model  # noqa: E402
 
 TINY_NAMES = ("llama", "qwen3")
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import torch
 
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paged_batches import BlockPool, PagedSequence, step
+from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 TOKENS = [(7 * i + 3) % 90 + 2 for i in range(120)]
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.builder import build_engine
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import PluginError
@@ -18,7 +18,7 @@ from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
-from step_plans import TOKENS
+from tests.cuda.step_plans import TOKENS
 
 PROMPTS = [TOKENS[:37], TOKENS[5:12], TOKENS[20:90], TOKENS[40:41], TOKENS[3:60]]
 

@@ -8,12 +8,12 @@ import pydantic
 import pytest
 import torch
 
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.errors import ConfigError
 from hetero_core.model.decode_graphs import default_batch_sizes
 from hetero_plugins_cuda.options import CudaExecutorOptions
-from paged_batches import BlockPool, PagedSequence, step
-from step_plans import TOKENS, run_plan
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.cuda.step_plans import TOKENS, run_plan
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
@@ -95,7 +95,7 @@ def test_unsupported_settings_fail_before_loading_weights(kwargs, message, tiny_
 
 
 def test_kernels_limited_to_cuda_refuse_a_cpu_device(tiny_dirs):
-    from cuda_contexts import executor_context
+    from tests.cuda.cuda_contexts import executor_context
     from hetero_plugins_cuda.executor import CudaExecutor
 
     model_dir, _ = tiny_dirs["llama"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_contexts import executor_context
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.cuda_contexts import executor_context
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.errors import ConfigError
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
-from step_plans import run_plan
+from tests.cuda.step_plans import run_plan
 
 pytestmark = [
     pytest.mark.gpu,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.testing import ExecutorContract
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
-from tiny_models import VOCAB, hf_logits
+from tests.model.tiny_models import VOCAB, hf_logits
 
 
 def hf_greedy(hf_model, prompt, num_tokens):

@@ -13,13 +13,13 @@ import types
 import pytest
 import torch
 
-from flash_attn4_double import FlashAttn4Double
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.flash_attn4_double import FlashAttn4Double
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core import PluginError
 from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
 from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.preflight import has_flash_attn
-from step_plans import run_plan
+from tests.cuda.step_plans import run_plan
 
 H, HK, D = 4, 2, 16
 KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k", "page_table",

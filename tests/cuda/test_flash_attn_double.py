@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.flash_attn_double import FlashAttnDouble
 
 H, HK, D, PAGE = 4, 2, 16, 16
 

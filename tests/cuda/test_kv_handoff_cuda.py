@@ -15,8 +15,8 @@ from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.kv_transfer import KVHandoff
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from step_plans import TOKENS
-from test_cuda_engine import DoubleCudaPlugin
+from tests.cuda.step_plans import TOKENS
+from tests.cuda.test_cuda_engine import DoubleCudaPlugin
 
 PROMPTS = [TOKENS[:37], TOKENS[5:12], TOKENS[20:90], TOKENS[40:41]]
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)

@@ -10,15 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cuda_contexts import executor_context
-from flash_attn_double import FlashAttnDouble
+from tests.cuda.cuda_contexts import executor_context
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.default_plugins.torch_executor import TorchExecutor, TorchExecutorOptions
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
-from step_plans import run_plan
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "moe"))
-from tiny_moe_models import save_tiny_moe_model  # noqa: E402
+from tests.cuda.step_plans import run_plan
+from tests.moe.tiny_moe_models import save_tiny_moe_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from process_tree import live_children
+from tests.process_tree import live_children
 
 # Helper modules (tiny_models from tests/model, tp_faults here) import by name, here and in the
 # worker processes (which take rank 0's sys.path).
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parent / "model"))
-sys.path.insert(0, str(HERE))
 
 HANG_LIMIT_S = 300  # far beyond any test here: only a hang gets there
 

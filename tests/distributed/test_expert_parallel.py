@@ -11,8 +11,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "moe"))  # tiny_moe_models (workers share sys.path)
-
 from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.errors import ConfigError  # noqa: E402
@@ -25,7 +23,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def moe_dirs(tmp_path_factory):
-    from tiny_moe_models import save_tiny_moe_model
+    from tests.moe.tiny_moe_models import save_tiny_moe_model
 
     root = tmp_path_factory.mktemp("ep_models")
     for name in ("qwen3_moe", "qwen2_moe", "mixtral"):
@@ -68,7 +66,7 @@ def test_expert_parallelism_is_refused_where_it_cannot_split(moe_dirs, tmp_path)
     with pytest.raises(ConfigError, match="tensor_parallel_size 2 does not divide the model.s "
                                           "shared_expert_intermediate_size 5; set enable_expert_parallel"):
         greedy_tokens(moe_dirs / "qwen2_moe_shared_5", tensor_parallel_size=2)
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     save_tiny_model("llama", tmp_path / "llama")
     with pytest.raises(ConfigError, match="enable_expert_parallel needs a mixture-of-experts model; LlamaForCausalLM"):

@@ -25,7 +25,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory):
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     root = tmp_path_factory.mktemp("tp_engine")
     for name in ("llama", "qwen3"):
@@ -114,7 +114,7 @@ def test_a_killed_worker_fails_the_engine_naming_its_rank(tiny_dirs, when):
 
 @pytest.mark.parametrize("rank", [1, 0])
 def test_an_exception_on_any_rank_fails_the_engine_with_it(tiny_dirs, rank):
-    import tp_faults
+    import tests.distributed.tp_faults as tp_faults
 
     plugins = load_plugins(entry_points=[], extra_plugins=[("faulty", tp_faults)])
     engine = make_engine(tiny_dirs / "llama", plugins, tensor_parallel_size=2,

@@ -27,7 +27,7 @@ from hetero_core.model.cpu.torch_attention import TorchPagedAttention  # noqa: E
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     directory = tmp_path_factory.mktemp("tp_model") / "llama_bias"
     save_tiny_model("llama_bias", directory)  # biases on q/k/v/o and the MLP: the bias-once rule shows

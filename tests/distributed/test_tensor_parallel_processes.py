@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from process_tree import live_children, still_alive  # noqa: E402
+from tests.process_tree import live_children, still_alive  # noqa: E402
 
 from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
@@ -26,7 +26,7 @@ from hetero_core.plugin_system.hookspecs import hookimpl  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
 
-HERE = os.path.dirname(__file__)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the tests package's parent
 PROMPTS = [[5, 17, 33, 2, 48, 71, 9, 64], [12, 88, 40, 3], [27, 55, 61, 19, 7, 90, 14]]
 ENGINE = dict(tokenizer="byte", block_size=4, max_model_len=128)
 TORCH_FP32 = {"name": "torch", "torch": {"dtype": "float32"}}  # not "auto": the same dtype on any CPU
@@ -44,7 +44,7 @@ print(json.dumps({{"tokens": [o.output_token_ids for o in outputs], "workers": l
 
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory):
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     root = tmp_path_factory.mktemp("tp_processes")
     for name in ("llama", "llama_three_ranks"):
@@ -84,7 +84,7 @@ def test_a_script_without_a_main_guard_runs_tensor_parallel(tiny_dirs, tmp_path,
 
 
 def faulty_engine(model_dir, **faulty):
-    import tp_faults
+    import tests.distributed.tp_faults as tp_faults
 
     plugins = load_plugins(entry_points=[], extra_plugins=[("faulty", tp_faults)])
     settings = load_settings(model=str(model_dir), tensor_parallel_size=2,
@@ -116,9 +116,7 @@ def test_a_worker_that_exits_mid_run_is_named_with_its_exit_code_and_last_stderr
 def test_workers_exit_when_rank_0_is_killed(tiny_dirs, tmp_path):
     """Rank 0 killed with SIGKILL (no clean-up of its own) while a worker is busy: the worker goes."""
     script = textwrap.dedent(f"""\
-        import sys
-        sys.path.insert(0, {HERE!r})
-        import tp_faults
+        import tests.distributed.tp_faults as tp_faults
         from hetero_core import LLM
         from hetero_core.plugin_system.discovery import load_plugins
 
@@ -128,7 +126,9 @@ def test_workers_exit_when_rank_0_is_killed(tiny_dirs, tmp_path):
                 executor={{"name": "faulty", "faulty": {{"rank": 1, "after": -1, "how": "hang"}}}}, **{ENGINE!r})
         """)
     (tmp_path / "rank0.py").write_text(script)
-    rank0 = subprocess.Popen([sys.executable, str(tmp_path / "rank0.py")], stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH"))))}
+    rank0 = subprocess.Popen([sys.executable, str(tmp_path / "rank0.py")], stderr=subprocess.PIPE, text=True,
+                             env=env)
     try:
         for line in rank0.stderr:  # the worker's stderr passes through rank 0's
             if "faulty executor: rank 1 hangs" in line:
@@ -164,7 +164,7 @@ def test_hetero_serve_with_two_ranks_stops_on_sigterm_to_its_process_group(tiny_
     """A service manager's stop (SIGTERM to every process): exit 130 as after Ctrl-C, workers gone."""
     import httpx
 
-    from cli_helpers import clean_env, hetero_command
+    from tests.cli_helpers import clean_env, hetero_command
 
     port = free_port()
     server = subprocess.Popen(

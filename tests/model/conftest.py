@@ -11,11 +11,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 # Helper modules of this folder (tiny_models, paged_batches) import by name under any import mode.
-sys.path.insert(0, str(Path(__file__).parent))
 
 from hetero_core.default_plugins.torch_executor import TorchExecutor  # noqa: E402
 from hetero_core.executor import ExecutorContext  # noqa: E402
-from tiny_models import BLOCK_CODE_MODELS, TINY_MODELS, save_tiny_model  # noqa: E402
+from tests.model.tiny_models import BLOCK_CODE_MODELS, TINY_MODELS, save_tiny_model  # noqa: E402
 
 
 @pytest.fixture

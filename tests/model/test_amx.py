@@ -20,7 +20,7 @@ from hetero_core.model.cpu import amx, compute_dtype, dtype_probe, prepared_weig
 from hetero_core.model.cpu import kernels as cpu_kernels_module
 from hetero_core.model.cpu.dtype_choice import StepTimes
 from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
-from kernel_builds import kernels_for
+from tests.model.kernel_builds import kernels_for
 
 AMX_FLAGS = frozenset({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
 
@@ -140,7 +140,7 @@ def test_an_explicit_bf16_executor_runs_its_linears_on_the_amx_variant(emulated,
     """The emulated variant stands in for a granted one: the whole model runs on one library, and its
     logits are the AVX-512 path's within bf16 rounding."""
     from hetero_core.model.cpu.linear import PackedLinear
-    from paged_batches import prompt_logits
+    from tests.model.paged_batches import prompt_logits
 
     model_dir, _ = tiny_model_dirs["llama"]
     runs = {}

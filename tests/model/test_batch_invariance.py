@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from kernel_builds import kernels_for
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_models import VOCAB
+from tests.model.kernel_builds import kernels_for
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_models import VOCAB
 
 BLOCK_SIZE = 4  # small blocks: chunks and contexts cross many block boundaries
 PROMPT, TOTAL = 23, 31  # prompt tokens, then teacher-forced decodes up to TOTAL tokens
@@ -122,7 +122,7 @@ def test_every_kernel_gives_a_row_the_same_bits_alone_batched_and_on_any_threads
     """The linears (every row count takes a different pass configuration), the element-wise kernels and
     decode attention against prefill attention: each row alone, in batches of 2-70 rows, on 1-3 threads."""
     from hetero_core.model.cpu.kernel_attention import PrefillSequences
-    from kernel_weights import q4_1_weight
+    from tests.model.kernel_weights import q4_1_weight
 
     kernels = build_kernels
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import pytest
 
 from hetero_core.cache import cache_file
 from hetero_core.cache.cache_file import CacheFileInvalid
-from damaged_files import DAMAGE, damage
+from tests.model.damaged_files import DAMAGE, damage
 
 PAYLOAD = os.urandom(3 * cache_file.CHUNK_WORDS * 8 + 13)  # three whole chunks, a partial one, a ragged tail
 

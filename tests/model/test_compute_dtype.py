@@ -14,7 +14,7 @@ from hetero_core.cache import cache_file
 from hetero_core.model.cpu import compute_dtype, cpu_info
 from hetero_core.model.cpu import bf16_speed as cpu_bf16_speed
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
-from damaged_files import invalid_cache_warnings
+from tests.model.damaged_files import invalid_cache_warnings
 
 CPU = torch.device("cpu")
 CPUINFO_AVX512_BF16 = """processor\t: 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_builds import BUILDS, kernels_for
-from kernel_weights import CODED_WEIGHTS, q4_1_weight, q8_0_weight
+from tests.model.kernel_builds import BUILDS, kernels_for
+from tests.model.kernel_weights import CODED_WEIGHTS, q4_1_weight, q8_0_weight
 
 
 @pytest.fixture

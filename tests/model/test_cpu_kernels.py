@@ -13,8 +13,8 @@ from hetero_core.model.cpu import kernels as cpu_kernels_module
 from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
-from kernel_builds import NARROW_BUILDS, kernels_for
-from paged_batches import BlockPool, PagedSequence, step
+from tests.model.kernel_builds import NARROW_BUILDS, kernels_for
+from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 CPU = torch.device("cpu")
 

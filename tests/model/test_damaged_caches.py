@@ -20,9 +20,9 @@ from hetero_core.model.cpu import prepared_weights
 from hetero_core.model.cpu.linear import can_pack
 from hetero_core.model.gguf_cache import ensure_gguf_converted
 from hetero_core.model.loader import load_model
-from damaged_files import damage, invalid_cache_warnings, overwrite_tensors
-from paged_batches import prompt_logits
-from tiny_gguf import write_tiny_gguf
+from tests.model.damaged_files import damage, invalid_cache_warnings, overwrite_tensors
+from tests.model.paged_batches import prompt_logits
+from tests.model.tiny_gguf import write_tiny_gguf
 
 KERNEL_START = """
 import torch

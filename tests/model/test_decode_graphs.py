@@ -10,8 +10,8 @@ import torch
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.model.decode_graphs import DecodeGraphs, build_decode_graphs, default_batch_sizes
 from hetero_core.model.step_inputs import StepInputs
-from paged_batches import BlockPool, PagedSequence, step
-from transfer_doubles import RecordingTransfers
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.transfer_doubles import RecordingTransfers
 
 TORCH_PATH = TorchExecutorOptions(device="cpu", dtype="float32", cpu_kernels="torch")  # the GPU's code path
 NUM_BLOCKS = 64  # the pool's; the cache holds one more, the scratch block

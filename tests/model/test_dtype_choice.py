@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 
-from damaged_files import DAMAGE, damage, invalid_cache_warnings
+from tests.model.damaged_files import DAMAGE, damage, invalid_cache_warnings
 from hetero_core.cache import cache_file
 from hetero_core.default_plugins import torch_auto_dtype
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions

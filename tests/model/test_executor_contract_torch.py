@@ -7,7 +7,7 @@ import pytest
 
 from hetero_core.default_plugins.torch_executor import TorchExecutor
 from hetero_core.testing import ExecutorContract
-from tiny_models import VOCAB, hf_logits
+from tests.model.tiny_models import VOCAB, hf_logits
 
 
 def hf_greedy(hf_model, prompt: list[int], num_tokens: int) -> list[int]:

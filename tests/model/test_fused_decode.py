@@ -9,8 +9,8 @@ import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.model.cpu.fused_decode import FusedDecode
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_models import VOCAB
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_models import VOCAB
 
 BLOCK_SIZE = 16
 FP32 = {"dtype": "float32", "prepared_weights_cache": False}

@@ -15,9 +15,9 @@ from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.loader import load_model
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_mla_models import VOCAB, save_tiny_mla_model
-from tiny_models import save_tiny_model
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_mla_models import VOCAB, save_tiny_mla_model
+from tests.model.tiny_models import save_tiny_model
 
 
 def mtp_layer(state: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:

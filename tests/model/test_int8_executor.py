@@ -17,10 +17,10 @@ from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.model.cpu.int8_linear import Int8Linear
 from hetero_core.model.cpu.kernel_int8 import quantize_int8_weight
 from hetero_core.testing import ExecutorContract
-from kernel_builds import kernels_for
-from test_batch_invariance import PROMPT, TOTAL, BLOCK_SIZE, _assert_same, _prefill_then_decode, _Run, _tokens
-from paged_batches import PagedSequence
-from tiny_models import VOCAB, hf_logits
+from tests.model.kernel_builds import kernels_for
+from tests.model.test_batch_invariance import PROMPT, TOTAL, BLOCK_SIZE, _assert_same, _prefill_then_decode, _Run, _tokens
+from tests.model.paged_batches import PagedSequence
+from tests.model.tiny_models import VOCAB, hf_logits
 
 
 def _options(quantization: str, dtype: str = "bfloat16", **more) -> TorchExecutorOptions:

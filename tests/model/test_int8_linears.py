@@ -11,7 +11,7 @@ import torch
 
 from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
 from hetero_core.model.cpu.kernel_int8 import group_size_for, quantize_int8_rows, quantize_int8_weight
-from kernel_builds import kernels_for
+from tests.model.kernel_builds import kernels_for
 
 BUILDS = ("native", "x86-64", "haswell", "skylake-avx512")
 ROWS = (0, 1, 7, 13)

@@ -12,8 +12,8 @@ import ctypes
 import pytest
 import torch
 
-from kernel_builds import BUILDS, kernels_for
-from kernel_weights import CODED_WEIGHTS
+from tests.model.kernel_builds import BUILDS, kernels_for
+from tests.model.kernel_weights import CODED_WEIGHTS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ROWS = (0, 1, 7, 13)

@@ -18,7 +18,7 @@ GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     directory = tmp_path_factory.mktemp("handoff") / "llama"
     save_tiny_model("llama", directory)

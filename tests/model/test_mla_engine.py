@@ -15,7 +15,7 @@ from hetero_core.architectures import kv_bytes_per_token
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 from hetero_core.testing import ArchitectureContract
-from tiny_mla_models import YARN, build_tiny_mla_model, save_tiny_mla_model
+from tests.model.tiny_mla_models import YARN, build_tiny_mla_model, save_tiny_mla_model
 
 SYSTEM = [5, 17, 33, 2, 48, 71, 9, 64, 12, 88, 40, 3, 27, 55, 61, 19, 7, 90, 14, 36]  # 20 tokens
 PROMPTS = [SYSTEM + [10 + i, 20 + i, 30 + i] * (1 + i % 3) for i in range(4)]

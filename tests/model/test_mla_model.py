@@ -15,8 +15,8 @@ from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.loader import load_model
 from hetero_core.model.mla.config import MLAConfig
 from hetero_core.model.mla.model import DeepseekForCausalLM
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_mla_models import TINY_MLA_MODELS, VOCAB, build_tiny_mla_model
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_mla_models import TINY_MLA_MODELS, VOCAB, build_tiny_mla_model
 
 BLOCK_SIZE = 4
 

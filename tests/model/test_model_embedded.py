@@ -9,7 +9,7 @@ import pytest
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model import embedded, gguf_cache, gguf_export
-from paged_batches import BlockPool, PagedSequence, step
+from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 
 def test_cache_has_hf_layout_with_tokenizer_and_chat_template(smollm2_dir):

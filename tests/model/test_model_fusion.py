@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.fusion import checkpoint_names, fuse_checkpoint, split_state
 from hetero_core.model.loader import load_model
-from tiny_models import save_tiny_model
+from tests.model.tiny_models import save_tiny_model
 
 
 @pytest.mark.parametrize("name", ["llama_bias", "qwen2", "qwen3", "llama_mqa_tied"])

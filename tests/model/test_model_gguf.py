@@ -11,9 +11,9 @@ from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.fusion import split_state
 from hetero_core.model.gguf_checkpoint import hf_tensor_name, reverse_permute
 from hetero_core.model.loader import load_model, read_checkpoint
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_gguf import llama_cpp_permute, write_tiny_gguf
-from tiny_models import hf_logits
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_gguf import llama_cpp_permute, write_tiny_gguf
+from tests.model.tiny_models import hf_logits
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 
 

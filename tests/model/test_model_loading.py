@@ -13,7 +13,7 @@ from hetero_core.model.fusion import split_state
 from hetero_core.model.loader import load_model
 from hetero_core.model.source import resolve_model_source
 from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
-from tiny_models import save_tiny_model
+from tests.model.tiny_models import save_tiny_model
 
 
 def test_sharded_checkpoint_loads_every_shard(tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_models import TINY_MODELS, VOCAB, hf_logits
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_models import TINY_MODELS, VOCAB, hf_logits
 
 TOL = 1e-4
 BLOCK_SIZE = 16

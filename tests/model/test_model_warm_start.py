@@ -134,7 +134,7 @@ def test_loading_a_model_imports_no_dynamo(tmp_path):
     import subprocess
     import sys
 
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     save_tiny_model("llama", tmp_path)
     code = (

@@ -11,7 +11,7 @@ import torch
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.model.cpu import prepared_weights
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
-from paged_batches import prompt_logits
+from tests.model.paged_batches import prompt_logits
 
 CPU = torch.device("cpu")
 

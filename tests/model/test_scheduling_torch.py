@@ -17,7 +17,7 @@ PROMPTS = [SYSTEM + [10 + i, 20 + i, 30 + i] * (1 + i % 3) for i in range(6)]
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
-    from tiny_models import save_tiny_model
+    from tests.model.tiny_models import save_tiny_model
 
     directory = tmp_path_factory.mktemp("sched") / "llama"
     save_tiny_model("llama", directory)

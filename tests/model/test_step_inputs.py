@@ -13,8 +13,8 @@ from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.sampling.sampler import Sampler, SamplingRow
 from hetero_core.model.step_inputs import ALIGN, StepInputs, fill_block_tables
-from paged_batches import BlockPool, PagedSequence, step
-from transfer_doubles import RecordingTransfers, SyncRecorder
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.transfer_doubles import RecordingTransfers, SyncRecorder
 
 TORCH_PATH = TorchExecutorOptions(device="cpu", dtype="float32", cpu_kernels="torch")  # the GPU's code path
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
-from paged_batches import BlockPool, PagedSequence, step
+from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 BLOCK_SIZE = 16
 CPU = torch.device("cpu")

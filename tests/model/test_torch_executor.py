@@ -11,8 +11,8 @@ from hetero_core.engine.scheduling.batch import ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import Executor, ExecutorContext
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_models import VOCAB, hf_logits
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_models import VOCAB, hf_logits
 
 PROMPT = list(range(2, 42))
 

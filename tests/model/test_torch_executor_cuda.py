@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_models import hf_logits
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.model.tiny_models import hf_logits
 
 pytestmark = [
     pytest.mark.gpu,

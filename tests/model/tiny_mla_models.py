@@ -7,7 +7,7 @@ from pathlib import Path
 
 import transformers
 
-from tiny_models import random_hf_model
+from tests.model.tiny_models import random_hf_model
 
 VOCAB = 96
 _COMMON = dict(

@@ -11,10 +11,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))  # tiny_moe_models
-sys.path.insert(0, str(HERE.parent / "model"))  # paged_batches, tiny_models
 
-from tiny_moe_models import TINY_MOE_MODELS, save_tiny_moe_model  # noqa: E402
+from tests.moe.tiny_moe_models import TINY_MOE_MODELS, save_tiny_moe_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

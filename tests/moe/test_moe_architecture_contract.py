@@ -5,7 +5,7 @@ chunked prefill, preemption (recompute and swap), the executor contract."""
 from __future__ import annotations
 
 from hetero_core.testing import ArchitectureContract
-from tiny_moe_models import build_tiny_moe_model
+from tests.moe.tiny_moe_models import build_tiny_moe_model
 
 
 class TestQwen3MoeArchitecture(ArchitectureContract):

@@ -11,9 +11,9 @@ import torch
 from hetero_core.default_plugins.torch_executor import TorchExecutor
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.executor import ExecutorContext
-from paged_batches import BlockPool, PagedSequence, step
-from test_moe_models import require_cpu_kernels
-from tiny_moe_models import TINY_MOE_MODELS, VOCAB
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.moe.test_moe_models import require_cpu_kernels
+from tests.moe.tiny_moe_models import TINY_MOE_MODELS, VOCAB
 
 BLOCK_SIZE, PROMPT, TOTAL = 4, 23, 29
 

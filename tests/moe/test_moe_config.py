@@ -11,7 +11,7 @@ from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.model.moe import weights
 from hetero_core.model.moe.config import check_expert_parallel, moe_model_config
 from hetero_core.model.safetensors_checkpoint import read_safetensors
-from tiny_moe_models import TINY_MOE_MODELS
+from tests.moe.tiny_moe_models import TINY_MOE_MODELS
 
 
 def raw_config(directory) -> dict:

@@ -18,8 +18,8 @@ from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.executor import ExecutorContext
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from paged_batches import BlockPool, PagedSequence, step
-from tiny_moe_models import TINY_MOE_MODELS, VOCAB
+from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.moe.tiny_moe_models import TINY_MOE_MODELS, VOCAB
 
 TOL = 1e-4
 BLOCK_SIZE = 16

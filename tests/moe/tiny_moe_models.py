@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import transformers
 
-from tiny_models import random_hf_model
+from tests.model.tiny_models import random_hf_model
 
 VOCAB = 96
 _COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from process_tree import live_in_session, still_alive
+from tests.process_tree import live_in_session, still_alive
 
 from hetero_core.cli.main import main
 

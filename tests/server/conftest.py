@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 try:  # the server extra and the test clients; AsyncLLM's own tests need none of them
     import fastapi  # noqa: F401
     import openai  # noqa: F401
     import uvicorn  # noqa: F401
-    from live_server import LiveServer
+    from tests.server.live_server import LiveServer
 except ImportError:
     collect_ignore_glob = ["test_server_*.py", "test_cli_serve.py"]
 

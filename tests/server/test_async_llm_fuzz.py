@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import pytest
-from fuzzing import TALLY, fuzz_settings, print_tally
+from tests.fuzzing import TALLY, fuzz_settings, print_tally
 from hypothesis import event, given
 from hypothesis import strategies as st
 

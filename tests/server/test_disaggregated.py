@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from disagg_roles import FrontEnd, Role
+from tests.server.disagg_roles import FrontEnd, Role
 
 MOCK = ["--executor", "mock", "--block-size", "4", "--log-level", "warning"]
 PROMPTS = ["hello there", "a longer prompt that spans several blocks of four tokens", "x"]
@@ -139,7 +139,7 @@ def test_the_front_end_alone_serves_over_roles_started_elsewhere(roles):
     import subprocess
     import sys
 
-    from disagg_roles import free_port
+    from tests.server.disagg_roles import free_port
 
     prefill, decode = roles()
     port = free_port()

@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
-from disagg_roles import free_port
-from live_server import LiveServer
+from tests.server.disagg_roles import free_port
+from tests.server.live_server import LiveServer
 
 FLAGS = ["--dtype", "float32", "--max-model-len", "512", "--block-size", "16", "--log-level", "warning"]
 PROMPTS = ["The capital of France is", "Write a haiku about the sea. " * 6]

@@ -14,8 +14,8 @@ import time
 
 import httpx
 import pytest
-from cli_helpers import clean_env, hetero, hetero_command
-from process_tree import live_in_session, still_alive
+from tests.cli_helpers import clean_env, hetero, hetero_command
+from tests.process_tree import live_in_session, still_alive
 
 
 def free_port() -> int:

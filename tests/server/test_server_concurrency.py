@@ -111,7 +111,7 @@ def test_beyond_the_pending_limit_clients_get_429_and_the_others_finish(mock_ser
 
 
 def test_shutdown_lets_short_requests_finish_and_reports_long_ones_aborted(make_mock_engine):
-    from live_server import LiveServer
+    from tests.server.live_server import LiveServer
 
     server = LiveServer(make_mock_engine({"decode_latency_per_step": 0.01}), drain_seconds=0.5).__enter__()
     url = server.base_url + "/v1/completions"

@@ -22,7 +22,7 @@ requests = pytest.importorskip("requests")
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from hetero_core.server.app import openapi_schema  # noqa: E402
-from live_server import LiveServer  # noqa: E402
+from tests.server.live_server import LiveServer  # noqa: E402
 from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.checks import (  # noqa: E402
     not_a_server_error,

@@ -12,7 +12,7 @@ from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
-from live_server import LiveServer  # noqa: E402
+from tests.server.live_server import LiveServer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,"]

@@ -10,10 +10,10 @@ import pytest
 
 from hetero_core.default_plugins.byte_tokenizer import BOS_TOKEN_ID
 from hetero_core.engine.requests.params import SamplingParams
-from live_server import LiveServer
+from tests.server.live_server import LiveServer
 
 torch = pytest.importorskip("torch")
-from logits_executor import LogitsExecutor  # noqa: E402  (after the torch check)
+from tests.logits_executor import LogitsExecutor  # noqa: E402  (after the torch check)
 PROMPT = "x" * 40  # byte tokenizer: one token per byte
 
 

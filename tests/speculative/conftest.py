@@ -3,6 +3,3 @@ any import mode."""
 
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "model"))

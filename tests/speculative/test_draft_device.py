@@ -14,7 +14,7 @@ from hetero_core.builder import build_engine  # noqa: E402
 from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.plugin_system.discovery import load_plugins  # noqa: E402
 from hetero_core.settings import load_settings  # noqa: E402
-from tiny_models import save_tiny_model  # noqa: E402
+from tests.model.tiny_models import save_tiny_model  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PROMPTS = [list(range(3, 30)), [5, 9, 2, 77, 41] * 5, [44, 45], list(range(60, 20, -1))]

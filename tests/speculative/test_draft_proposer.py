@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from hetero_core.errors import ConfigError  # noqa: E402
 from hetero_core.testing import ProposerContract  # noqa: E402
 
-from draft_helpers import Item, make_draft_proposer  # noqa: E402
+from tests.speculative.draft_helpers import Item, make_draft_proposer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -34,8 +34,6 @@ except ConfigError as exc:
     TRITON_MODE_PROBLEM = str(exc)
 
 # tests/model's helpers (tiny random HF models, hand-built paged batches).
-sys.path.insert(0, str(Path(__file__).parent.parent / "model"))
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import torch
 
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_plugins_triton.backend import KernelSettings, TritonPagedAttention
-from paged_batches import BlockPool, PagedSequence, step
+from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE, NUM_BLOCKS = 4, 2, 16, 16, 24
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hetero_plugins_triton.kernels.decode_attention import decode_attention
-from paged_reference import TOLERANCE, gather, padded, random_cache, reference_attention, shuffled_block_tables
+from tests.triton.paged_reference import TOLERANCE, gather, padded, random_cache, reference_attention, shuffled_block_tables
 
 HEAD_DIM = 32
 

@@ -9,7 +9,7 @@ import pytest
 from hetero_core.testing import ExecutorContract
 from hetero_plugins_triton.executor import create_triton_executor
 from hetero_plugins_triton.options import TritonExecutorOptions
-from tiny_models import VOCAB, hf_logits, save_tiny_model
+from tests.model.tiny_models import VOCAB, hf_logits, save_tiny_model
 
 
 @pytest.fixture(scope="module")

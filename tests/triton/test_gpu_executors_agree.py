@@ -17,10 +17,8 @@ from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.executor import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from tiny_models import save_tiny_model
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "cuda"))
-from flash_attn_double import FlashAttnDouble  # noqa: E402
+from tests.model.tiny_models import save_tiny_model
+from tests.cuda.flash_attn_double import FlashAttnDouble  # noqa: E402
 
 PROMPTS = [list(range(3, 30)), [5, 9, 2, 77, 41] * 5, [44, 45], list(range(60, 20, -1))]
 MAX_TOKENS = (9, 6, 12, 7)

@@ -18,7 +18,7 @@ from hetero_core.builder import build_engine
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from tiny_models import save_tiny_model
+from tests.model.tiny_models import save_tiny_model
 
 PROMPTS = [list(range(3, 40)), list(range(10, 17)), [5, 9, 2, 77, 41] * 14, [44], list(range(60, 3, -1))]
 MAX_TOKENS = (6, 10, 5, 8, 7)

@@ -2,7 +2,7 @@
 
 Every engine setting with its type, default, ``HETERO_*`` variable, flag and description, then the
 options section of each component the given plugins register (``[executor.torch]``, ...), read from
-the component's own pydantic model. ``tests/test_config_reference.py`` fails when the committed file
+the component's own pydantic model. ``tests/cli/test_config_reference.py`` fails when the committed file
 differs from what this renders, so no setting goes undocumented.
 
     python -m hetero_core.cli.config_reference > docs/configuration.md

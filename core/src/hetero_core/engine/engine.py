@@ -1,6 +1,6 @@
 """Engine: requests in, tokens out. ``step()`` is schedule, execute, postprocess.
 
-Bookkeeping guarantees (tested by a hypothesis state machine, tests/test_engine_state_machine.py):
+Bookkeeping guarantees (tested by a hypothesis state machine, tests/engine/test_engine_state_machine.py):
 - every request that ``add_request`` accepted ends with exactly one final output: finished
   (length, eos, stop), aborted, or failed with a reason in ``RequestOutput.error``;
 - ``add_request`` raises ``InvalidRequestError`` for what can never run (bad prompt or parameters,
