@@ -78,7 +78,7 @@ def test_prompt_logprobs_match_hf(smollm2_dir, hf_logprobs, overrides):
 def test_prompt_logprobs_with_zero_alternatives(smollm2_dir, hf_logprobs):
     engine = make_engine(smollm2_dir)
     outputs = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0))
-    for out, (ids, expected) in zip(outputs, hf_logprobs):
+    for out, (ids, _) in zip(outputs, hf_logprobs):
         assert [list(e) for e in out.prompt_logprobs[1:]] == [[t] for t in ids[1:]]
 
 

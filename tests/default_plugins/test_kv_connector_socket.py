@@ -23,7 +23,7 @@ class TestSocketConnector(KVConnectorContract):
         accepted = []
         threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
         self._silent = listener  # accepts, never answers; closed with the test
-        return "127.0.0.1:%d" % listener.getsockname()[1]
+        return f"127.0.0.1:{listener.getsockname()[1]}"
 
     def teardown_method(self, method=None):
         super().teardown_method(method)

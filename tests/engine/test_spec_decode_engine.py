@@ -139,7 +139,7 @@ def test_prefix_hits_with_speculation():
 def test_stop_strings_and_eos_inside_a_kept_run_end_the_request_there():
     _, continuations = reference_run()  # the oracle proposes past every stop
     stop_params = []
-    for prompt, tokens in zip(PROMPTS, continuations.values()):
+    for tokens in continuations.values():
         text = bytes(tokens).decode("latin-1")
         stop_params.append(greedy(stop=[text[5:7]]))  # a stop string a few tokens in
     reference = mock_engine().generate(PROMPTS, stop_params)

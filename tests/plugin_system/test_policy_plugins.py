@@ -8,11 +8,10 @@ import pytest
 
 from tests.fake_distributions import FakeDistribution
 from hetero_core.testing import SchedulerPolicyContract
+from hetero_policy_fair_share import FairShareOptions, FairSharePolicy  # installed by scripts/setup.sh
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 FAIR_SHARE = PLUGINS / "hetero-policy-fair-share"
-
-from hetero_policy_fair_share import FairShareOptions, FairSharePolicy  # installed by scripts/setup.sh
 
 
 

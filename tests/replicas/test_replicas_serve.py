@@ -18,11 +18,11 @@ pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'h
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.replicas.frontend import REPLICA_HEADER
-from hetero_core.replicas.launcher import APP_NAME, deploy, stop
-from hetero_core.server.settings import load_server_settings
-from hetero_core.settings import load_settings
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402  (after the skips: these need Ray)
+from hetero_core.replicas.frontend import REPLICA_HEADER  # noqa: E402  (after the skips: these need Ray)
+from hetero_core.replicas.launcher import APP_NAME, deploy, stop  # noqa: E402  (after the skips: these need Ray)
+from hetero_core.server.settings import load_server_settings  # noqa: E402  (after the skips: these need Ray)
+from hetero_core.settings import load_settings  # noqa: E402  (after the skips: these need Ray)
 
 # Every step with decodes sleeps 10 ms, so a request of N tokens takes at least N / 100 seconds.
 MOCK = {"decode_latency_per_step": 0.01}

@@ -91,18 +91,18 @@ def run_cases(batches, contexts, on_gpu: bool) -> dict:
             splits = choose_num_splits(max_context_len=context, num_seqs=batch, num_kv_heads=NUM_KV_HEADS,
                                        num_sms=num_sms, block_n=block_n)
 
-            def kernel(k=key, v=value, t=tables, n=splits):
+            def kernel(k=key, v=value, t=tables, n=splits, query=query, lens=lens, qrows=qrows, out=out):
                 decode_attention(query, k, v, t, lens, qrows, out, scale=scale, num_splits=n, block_n=block_n,
                                  interpret=interpret)
 
             split_us = measure(kernel)
             reference = out.clone()
-            one_us = measure(lambda: kernel(n=1))
+            one_us = measure(lambda kernel=kernel: kernel(n=1))
             ordered = _make_case(batch, context, dtype, device, shuffled=False)
-            contig_us = measure(lambda: kernel(k=ordered[1], v=ordered[2], t=ordered[3]))
+            contig_us = measure(lambda ordered=ordered: kernel(k=ordered[1], v=ordered[2], t=ordered[3]))
             k, v = _dense(key, value, tables, context)
             q = query.unsqueeze(2)  # [batch, heads, 1, head_dim]
-            sdpa_us = measure(lambda: sdpa(q, k, v, enable_gqa=True))
+            sdpa_us = measure(lambda q=q, k=k, v=v: sdpa(q, k, v, enable_gqa=True))
             error = (sdpa(q, k, v, enable_gqa=True).squeeze(2).float() - reference.float()).abs().max().item()
             bandwidth = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * key.element_size() / (split_us * 1e-6)
             rows.append(dict(batch=batch, context=context, num_splits=splits, split_us=split_us,

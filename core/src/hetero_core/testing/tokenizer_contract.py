@@ -118,7 +118,8 @@ class TokenizerContract:
             try:
                 text = tokenizer.decode([token_id])
             except Exception as exc:  # noqa: BLE001 - any exception breaks the rule; report it
-                raise ContractFailure("every id below vocab_size decodes", f"decode([{token_id}]) raised {exc!r}")
+                raise ContractFailure(
+                    "every id below vocab_size decodes", f"decode([{token_id}]) raised {exc!r}") from exc
             if not isinstance(text, str):
                 raise ContractFailure("decode returns a str", f"decode([{token_id}]) -> {text!r:.100}")
 
