@@ -84,7 +84,18 @@ class Streams:
             assert finished or error in last["error"]["message"], last
 
 
+def _kill(server: subprocess.Popen, children) -> None:
+    """After a failed check: the server and its role processes (in sessions of their own), by pid."""
+    for pid in [*children, server.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    server.communicate(timeout=30)
+
+
 def _stop(server: subprocess.Popen, to: str) -> str:
+    children = list(live_children(server.pid))
     if to == "the process":
         server.send_signal(signal.SIGTERM)
     else:
@@ -93,8 +104,7 @@ def _stop(server: subprocess.Popen, to: str) -> str:
         return server.communicate(timeout=HANG_GUARD_S)[0]
     finally:
         if server.poll() is None:
-            server.kill()
-            server.communicate()
+            _kill(server, children)
 
 
 @pytest.mark.parametrize("to", ["the process", "its process group"])
@@ -150,13 +160,15 @@ def test_a_role_stopped_under_load_ends_its_streams_then_exits_130():
                 role.kill()
 
 
-def _role_pid(server: subprocess.Popen, role: str, other_than: int | None = None) -> int:
+def _role(server: subprocess.Popen, role: str, other_than: int | None = None) -> tuple[int, str]:
+    """The pid and URL of the launcher's ``role`` child (not ``other_than``)."""
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
-        found = [pid for pid, cmd in live_children(server.pid).items()
+        found = [(pid, cmd) for pid, cmd in live_children(server.pid).items()
                  if f"--role {role}" in cmd and pid != other_than]
         if found:
-            return found[0]
+            pid, cmd = found[0]
+            return pid, "http://127.0.0.1:" + cmd.split("--port ")[1].split()[0]
         time.sleep(0.05)
     raise AssertionError(f"no {role} child")
 
@@ -173,8 +185,9 @@ def _reaped(pid: int, timeout: float = 10.0) -> bool:
 def test_a_killed_role_is_reaped_restarted_and_served_again_until_the_last_retry(role):
     env = {"HETERO_ROLE_RESTART_RETRIES": "1", "HETERO_ROLE_RESTART_BACKOFF_SECONDS": "0.1"}
     server, base = _start(["--disaggregated", "--graceful-shutdown-seconds", "0", *MOCK], env)
+    children = list(live_children(server.pid))
     try:
-        first = _role_pid(server, role)
+        first, url = _role(server, role)
         streams = Streams(base, 1) if role == "decode" else None
         os.kill(first, signal.SIGKILL)
         assert _reaped(first), f"the killed {role} child was not reaped"
@@ -182,8 +195,9 @@ def test_a_killed_role_is_reaped_restarted_and_served_again_until_the_last_retry
             streams.join()
             streams.assert_each_ended_with_an_error_or_a_finish_then_done("decode engine")
             assert "finish_reason" not in streams.events[0][-2]
-        second = _role_pid(server, role, other_than=first)
-        _wait_health(base, 200, server)
+        second, second_url = _role(server, role, other_than=first)
+        assert second_url == url  # restarted where the front end sends its requests
+        _wait_health(second_url, 200)
         answer = httpx.post(base + "/v1/completions", json={"model": "m", "prompt": "again", "max_tokens": 3},
                             timeout=HANG_GUARD_S)
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3, answer.text
@@ -192,8 +206,7 @@ def test_a_killed_role_is_reaped_restarted_and_served_again_until_the_last_retry
         output = server.communicate(timeout=HANG_GUARD_S)[0]
     finally:
         if server.poll() is None:
-            server.kill()
-            server.communicate()
+            _kill(server, [*children, *live_children(server.pid)])
     lines = [line for line in output.splitlines() if line.startswith("hetero: error:")]
     assert server.returncode == 2 and len(lines) == 1 and f"the {role} engine process" in lines[0], output
     assert "Traceback" not in output and "killed by SIGKILL" in output, output

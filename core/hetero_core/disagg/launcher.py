@@ -18,7 +18,7 @@ from hetero_core.builder import build_kv_connector
 from hetero_core.disagg.client import DisaggregatedClient
 from hetero_core.disagg.frontend import create_frontend_app
 from hetero_core.disagg.role_apps import create_role_app
-from hetero_core.disagg.supervisor import RoleProcesses
+from hetero_core.disagg.supervisor import RoleProcesses, stop_with_launcher
 from hetero_core.errors import ConfigError
 from hetero_core.server.runner import listen, run_server
 
@@ -30,6 +30,7 @@ _OWN_FLAGS = ("--disaggregated",)
 
 def serve_role(settings, server, log_level: str = "info") -> bool:
     """Serve ``server.role`` until stopped; True if a signal stopped it."""
+    stop_with_launcher()
     with listen(server.host, server.port) as listening:
         llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests)
         connector = build_kv_connector(settings)

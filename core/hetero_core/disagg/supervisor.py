@@ -33,6 +33,8 @@ POLL_S = 0.05
 # HETERO_* variables of the launcher's own settings, not handed to the roles (which would refuse them)
 LAUNCHER_VARIABLES = ("HETERO_ROLE_RESTART_RETRIES", "HETERO_ROLE_RESTART_BACKOFF_SECONDS",
                       "HETERO_DISAGGREGATED")
+# A role's environment names its launcher: a role whose launcher is gone (killed by SIGKILL, say) stops itself.
+LAUNCHER_PID = "HETERO_LAUNCHER_PID"
 
 
 class RoleProcesses:
@@ -105,6 +107,7 @@ class RoleProcesses:
     def _spawn(self, role: str) -> subprocess.Popen:
         port = self.urls[role].rsplit(":", 1)[1]
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+        env[LAUNCHER_PID] = str(os.getpid())
         argv = [sys.executable, "-m", "hetero_core", "serve", *self.engine_argv, "--role", role,
                 "--host", "127.0.0.1", "--port", port]
         return subprocess.Popen(argv, env=env, start_new_session=True)
@@ -130,6 +133,22 @@ class RoleProcesses:
             return (f"the {role} engine process {exit_cause(child.returncode)} before it was ready; its "
                     "output above says why")
         return f"the {role} engine did not answer {self.urls[role]}/health within {START_TIMEOUT_S:.0f}s"
+
+
+def stop_with_launcher() -> None:
+    """In a role started by a launcher (``LAUNCHER_PID`` set): once the launcher is gone, stop this
+    process as SIGTERM does (its own session keeps the launcher's process group's signals away)."""
+    launcher = os.environ.get(LAUNCHER_PID)
+    if not launcher or not launcher.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(launcher):
+            time.sleep(0.5)
+        log.warning("disagg.launcher_gone", launcher_pid=int(launcher))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="hetero-disagg-launcher", daemon=True).start()
 
 
 def exit_cause(status: int) -> str:

@@ -60,6 +60,7 @@ class ServerSettings(BaseSettings):
 
 # Server settings are HETERO_* variables too: the check for misspelt engine variables must know them.
 NON_SETTING_ENV_VARIABLES.update("HETERO_" + name.upper() for name in ServerSettings.model_fields)
+NON_SETTING_ENV_VARIABLES.add("HETERO_LAUNCHER_PID")  # set by --disaggregated for its roles (disagg/supervisor.py)
 
 
 def load_server_settings(**overrides) -> ServerSettings:
