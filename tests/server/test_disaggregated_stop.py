@@ -211,3 +211,22 @@ def test_a_killed_role_is_reaped_restarted_and_served_again_until_the_last_retry
     assert server.returncode == 2 and len(lines) == 1 and f"the {role} engine process" in lines[0], output
     assert "Traceback" not in output and "killed by SIGKILL" in output, output
     assert still_alive(children, 30) == [] and still_alive(list(live_in_session(server.pid)), 30) == []
+
+
+def test_the_restart_settings_apply_to_disaggregated_only_and_a_cause_reads_as_words():
+    from hetero_core.disagg.supervisor import exit_cause
+    from hetero_core.errors import ConfigError
+    from hetero_core.server.settings import load_server_settings
+
+    with pytest.raises(ConfigError, match="--role-restart-retries applies to .* add --disaggregated"):
+        load_server_settings(role="decode", role_restart_retries=2)
+    assert load_server_settings(disaggregated=True, role_restart_retries=0).role_restart_retries == 0
+    assert exit_cause(-signal.SIGKILL) == "was killed by SIGKILL" and exit_cause(1) == "exited with status 1"
+
+
+def test_the_roles_stop_themselves_when_their_launcher_is_killed():
+    server, _ = _start(["--disaggregated", *MOCK])
+    children = list(live_children(server.pid))
+    assert len(children) == 2
+    _kill(server, [])  # the launcher alone: SIGKILL, no chance to stop its children
+    assert still_alive(children, 30) == []
