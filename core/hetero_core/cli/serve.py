@@ -37,6 +37,10 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     disagg.add_argument("--decode-url", metavar="URL", help=fields["decode_url"].description)
     disagg.add_argument("--kv-transfer-timeout", type=float, metavar="S", dest="kv_transfer_timeout_s",
                         help=fields["kv_transfer_timeout_s"].description + " [30]")
+    disagg.add_argument("--role-restart-retries", type=int, metavar="N",
+                        help=fields["role_restart_retries"].description + " [3]")
+    disagg.add_argument("--role-restart-backoff-seconds", type=float, metavar="S",
+                        help=fields["role_restart_backoff_seconds"].description + " [1]")
     ray = serve.add_argument_group("replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)")
     ray.add_argument("--replicas", type=int, metavar="N", help=fields["replicas"].description + " [1]")
     ray.add_argument("--ray-address", metavar="ADDR", help=fields["ray_address"].description)
@@ -66,6 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
         ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
         role=args.role, disaggregated=args.disaggregated, kv_transfer_timeout_s=args.kv_transfer_timeout_s,
         prefill_url=args.prefill_url, decode_url=args.decode_url,
+        role_restart_retries=args.role_restart_retries,
+        role_restart_backoff_seconds=args.role_restart_backoff_seconds,
     )
     configure_logging(settings.log_format, settings.log_level)
     with sigterm_interrupts():  # SIGTERM stops every mode as Ctrl-C does: cleanly, then exit 130
