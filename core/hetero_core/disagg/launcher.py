@@ -20,7 +20,7 @@ from hetero_core.disagg.frontend import create_frontend_app
 from hetero_core.disagg.role_apps import create_role_app
 from hetero_core.disagg.supervisor import RoleProcesses, stop_with_launcher
 from hetero_core.errors import ConfigError
-from hetero_core.server.runner import listen, run_server
+from hetero_core.server.runner import listen, run_server, served_model
 
 # flags of ``hetero serve`` that the launcher sets itself for its children (with a value, or without)
 _OWN_FLAGS_WITH_VALUE = ("--port", "--host", "--role", "--prefill-url", "--decode-url",
@@ -37,7 +37,8 @@ def serve_role(settings, server, log_level: str = "info") -> bool:
         try:
             app = create_role_app(server.role, llm, connector, kv_transfer_timeout_s=server.kv_transfer_timeout_s)
             host, port = listening.getsockname()[:2]
-            line = f"hetero: {server.role} role of {settings.model} on http://{host}:{port}"
+            serving = served_model(settings, server)[1]
+            line = f"hetero: {server.role} role of {serving} on http://{host}:{port}"
             return run_server(app, server, listening, log_level, line=line, llm=llm)
         finally:
             connector.close()
@@ -70,7 +71,7 @@ def serve_frontend(settings, server, prefill_url: str, decode_url: str, log_leve
         except httpx.HTTPError as exc:
             raise ConfigError(f"the decode role at {decode_url} did not answer /disagg/info ({exc}); start it "
                               "first, or check --decode-url") from None
-        app = create_frontend_app(client, model_name=server.served_model_name or settings.model,
+        app = create_frontend_app(client, model_name=served_model(settings, server)[0],
                                   api_key=server.key(), max_body_bytes=server.max_body_bytes,
                                   max_pending_choices=server.max_pending_requests)
         return run_server(app, server, listening, log_level=log_level, stop=stop)
