@@ -173,6 +173,9 @@ class CompletionRequest(SamplingFields):
         return list(self.prompt)
 
 
+MEDIA_PARTS = ("image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "video_url")
+
+
 class TextPart(RequestModel):
     type: Literal["text"]
     text: str
@@ -211,6 +214,20 @@ class ChatCompletionRequest(SamplingFields):
     @property
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _text_only(cls, value):
+        """An image, audio or file part is refused by name (the served models take text only)."""
+        for i, message in enumerate(value if isinstance(value, list) else ()):
+            content = message.get("content") if isinstance(message, dict) else None
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in MEDIA_PARTS:
+                    article = "an" if kind[0] in "aeiou" else "a"
+                    raise ValueError(f"messages[{i}].content[{j}] is {article} {kind} part; this model takes text only: "
+                                     "send text parts (type \"text\") or a string")
+        return value
 
 
 # -- responses ------------------------------------------------------------------------------------
