@@ -65,4 +65,6 @@ def test_streamed_echo_sends_the_prompt_in_the_first_chunk(mock_server):
 def test_echo_with_logprobs_needs_prompt_logits_and_says_so(mock_server):
     response = post(mock_server(), {"prompt": "x", "max_tokens": 1, "echo": True, "logprobs": 1})
     assert response.status_code == 400
-    assert "prompt_logprobs" in response.json()["error"]["message"]
+    error = response.json()["error"]
+    assert error["param"] == "echo" and "echo with logprobs lists the prompt's logprobs" in error["message"]
+    assert "MockExecutor" in error["message"] and "leave logprobs out, or echo" in error["message"]

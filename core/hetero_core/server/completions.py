@@ -38,6 +38,9 @@ async def create_completion(request: Request):
     if best_of > body.n and body.stream:
         raise APIError(400, "best_of above n cannot be streamed (the best n are known only when all best_of "
                             "have finished); set stream to false, or best_of equal to n", param="best_of")
+    if body.echo_logprobs and (refusal := _prompt_logprobs_refusal(state)) is not None:
+        raise APIError(400, "echo with logprobs lists the prompt's logprobs, which this executor cannot give ("
+                            f"{refusal}); leave logprobs out, or echo", param="echo")
     ranks = best_of > body.n
     num_logprobs = 0 if ranks and body.logprobs is None else body.logprobs  # drawn to rank, shown if asked
     request_id = state.new_request_id("cmpl")
@@ -52,6 +55,11 @@ async def create_completion(request: Request):
     choices = [completion_choice(body, i, r.output, r.text, r.logprobs, True, True, decode) for i, r in enumerate(results)]
     return CompletionResponse(id=request_id, model=state.model_name, choices=choices,
                               usage=echo_usage(usage(outputs, best_of), body.generates))
+
+
+def _prompt_logprobs_refusal(state: ServerState) -> str | None:
+    """Why the engine's executor cannot give prompt logprobs (None: it can)."""
+    return getattr(getattr(state.llm.engine, "processor", None), "prompt_logprobs_refusal", None)
 
 
 def _decoder(state: ServerState):
