@@ -136,3 +136,28 @@ def test_batched_and_streamed_echo_agree_with_single_requests(server, requests, 
     assert all(math.isclose(a, b, abs_tol=TOLERANCE) for a, b in zip(streamed[1:], whole[1:]))
     offsets = [o for c in chunks if c.logprobs for o in c.logprobs.text_offset]
     assert offsets == batched.choices[0].logprobs.text_offset
+
+
+def test_a_batch_file_echo_line_scores_as_the_server(server, requests, smollm2_dir, tmp_path):
+    import json
+
+    from hetero_core.cli.main import main
+
+    lines = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+              "body": {"prompt": [tokens], "temperature": 0, "max_tokens": 0, "logprobs": 1, "echo": True}}
+             for i, (tokens, _) in enumerate(requests[:4])]
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["run", "--model", str(smollm2_dir), "--executor", "torch", "--dtype", "float32",
+                 "--input-file", str(source), "--output", str(out)]) == 0
+    results = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, out.read_text().splitlines())}
+    client = server.client()
+    for i, (tokens, ctxlen) in enumerate(requests[:4]):
+        [choice] = results[f"r{i}"]["choices"]
+        [served] = client.completions.create(model="smollm2", prompt=[tokens], temperature=0, max_tokens=0,
+                                             logprobs=1, echo=True).choices
+        assert choice["text"] == served.text and choice["finish_reason"] == "length"
+        assert choice["logprobs"]["tokens"] == served.logprobs.tokens
+        assert choice["logprobs"]["token_logprobs"][0] is None
+        got, want = choice["logprobs"]["token_logprobs"][ctxlen:], served.logprobs.token_logprobs[ctxlen:]
+        assert math.isclose(sum(got), sum(want), abs_tol=TOLERANCE)
