@@ -111,8 +111,8 @@ def test_chat_template_extras_in_chat_lines(tmp_path):
 
 
 def test_echo_lines_answer_as_the_server(tmp_path):
-    code, results = run_batch(tmp_path, [line("plain", prompt="Hello there", max_tokens=3, temperature=0),
-                                         line("echo", prompt="Hello there", max_tokens=3, temperature=0, echo=True),
+    hello = {"prompt": "Hello there", "max_tokens": 3, "temperature": 0}
+    code, results = run_batch(tmp_path, [line("plain", **hello), line("echo", **hello, echo=True),
                                          line("alone", prompt=["one", "two"], max_tokens=0, echo=True),
                                          line("zero", prompt="x", max_tokens=0)])
     ran, bad = split_rows(results)

@@ -53,7 +53,8 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
 @pytest.fixture(scope="module")
 def requests(tokenizer):
     """lm-eval's loglikelihood requests: (whole token list, ctxlen), one per (question, choice)."""
-    pairs = [encode_pair(tokenizer, context, choice) for context, choices, _ in QUESTIONS for choice in choices]
+    pairs = [encode_pair(tokenizer, context, choice)
+             for context, choices, _ in QUESTIONS for choice in choices]
     return [(context + continuation, len(context)) for context, continuation in pairs]
 
 
@@ -84,7 +85,8 @@ def parse_logprobs(choice, ctxlen: int, generated: int) -> tuple[float, bool]:
     end = len(choice.logprobs.token_logprobs) - generated
     token_logprobs = choice.logprobs.token_logprobs[ctxlen:end]
     top_logprobs = choice.logprobs.top_logprobs[ctxlen:end]
-    return sum(token_logprobs), all(tok == max(top.values()) for tok, top in zip(token_logprobs, top_logprobs))
+    greedy = all(tok == max(top.values()) for tok, top in zip(token_logprobs, top_logprobs))
+    return sum(token_logprobs), greedy
 
 
 def accuracy(scores: list[tuple[float, bool]]) -> float:
@@ -101,8 +103,8 @@ def test_lm_eval_loglikelihoods_equal_hf(server, requests, hf_scores, max_tokens
     client = server.client()
     scores = []
     for tokens, ctxlen in requests:  # lm-eval's batch_size 1: one token list per request
-        answer = client.completions.create(model="smollm2", prompt=[tokens], temperature=0, max_tokens=max_tokens,
-                                           logprobs=1, seed=1234, echo=True)
+        answer = client.completions.create(model="smollm2", prompt=[tokens], temperature=0,
+                                           max_tokens=max_tokens, logprobs=1, seed=1234, echo=True)
         [choice] = answer.choices
         lp = choice.logprobs
         assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(tokens) + max_tokens
@@ -118,16 +120,16 @@ def test_lm_eval_loglikelihoods_equal_hf(server, requests, hf_scores, max_tokens
 def test_batched_and_streamed_echo_agree_with_single_requests(server, requests, tokenizer):
     client = server.client()
     prompts = [tokens for tokens, _ in requests[:3]]
-    batched = client.completions.create(model="smollm2", prompt=prompts, temperature=0, max_tokens=2, logprobs=2,
-                                        echo=True)
+    batched = client.completions.create(model="smollm2", prompt=prompts, temperature=0, max_tokens=2,
+                                        logprobs=2, echo=True)
     for choice, tokens in zip(sorted(batched.choices, key=lambda c: c.index), prompts):
         lp = choice.logprobs
         assert choice.text.startswith(tokenizer.decode(tokens))
         assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
         assert all(len(top) >= 2 for top in lp.top_logprobs[1:])  # the top 2 and the prompt token
 
-    stream = client.completions.create(model="smollm2", prompt=prompts[0], temperature=0, max_tokens=2, logprobs=2,
-                                       echo=True, stream=True)
+    stream = client.completions.create(model="smollm2", prompt=prompts[0], temperature=0, max_tokens=2,
+                                       logprobs=2, echo=True, stream=True)
     chunks = [c.choices[0] for c in stream if c.choices]
     assert "".join(c.text for c in chunks) == batched.choices[0].text
     streamed = [v for c in chunks if c.logprobs for v in c.logprobs.token_logprobs]

@@ -15,7 +15,8 @@ def post(server, body):
 
 
 def streamed(server, body):
-    with httpx.stream("POST", server.base_url + COMPLETIONS, json={**body, "stream": True}, timeout=30) as response:
+    url = server.base_url + COMPLETIONS
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=30) as response:
         assert response.status_code == 200
         lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"

@@ -207,8 +207,8 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
     try:
         body = model.model_validate(value.get("body"))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg'].removeprefix('Value error, ')}"
-                             for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         raise InvalidRequestError(f"invalid body for {url}: {problems}") from None
     if body.stream:
         raise InvalidRequestError("'stream' must be false in a batch file (each answer is written whole)")

@@ -27,7 +27,8 @@ def result_record(batch_format: str, request: BatchRequest, outputs: list, model
     if batch_format == NATIVE:
         return _native(request, outputs[0], tokenizer)
     outputs = [one for output in outputs for one in completions(output)]
-    return _openai(request, outputs, model_name, [_logprobs(output, tokenizer) for output in outputs], tokenizer)
+    logprobs = [_logprobs(output, tokenizer) for output in outputs]
+    return _openai(request, outputs, model_name, logprobs, tokenizer)
 
 
 def completions(output) -> list:
@@ -139,7 +140,8 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
         if choice.logprobs is not None:
             dumped["logprobs"] = choice.logprobs.model_dump(mode="json")
         if getattr(choice, "prompt_logprobs", None) is not None:  # its first entry is null
-            dumped["prompt_logprobs"] = prompt_logprobs_out(outputs[choice.index], request.body.prompt_logprobs)
+            shown = request.body.prompt_logprobs  # a completion's echo may have run more
+            dumped["prompt_logprobs"] = prompt_logprobs_out(outputs[choice.index], shown)
     if getattr(body, "prompt_logprobs", None) is not None:
         data["prompt_logprobs"] = prompt_logprobs_out(outputs[0])
     record["response"] = {"status_code": 200, "request_id": request_id, "body": data}

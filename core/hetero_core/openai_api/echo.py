@@ -29,9 +29,10 @@ def completion_choice(body: CompletionRequest, index: int, output, text: str, lo
             logprobs = prompt_token_logprobs(output, body.logprobs, decode) + list(logprobs)
     reason = (finish_reason(output) if body.generates else "length") if finished else None
     shown = first and body.prompt_logprobs is not None  # vLLM's extra, as asked
-    return CompletionChoice(index=index, text=text, finish_reason=reason,
-                            logprobs=completion_logprobs(logprobs, 0) if body.logprobs is not None else None,
-                            prompt_logprobs=prompt_logprobs_out(output, body.prompt_logprobs) if shown else None)
+    return CompletionChoice(
+        index=index, text=text, finish_reason=reason,
+        logprobs=completion_logprobs(logprobs, 0) if body.logprobs is not None else None,
+        prompt_logprobs=prompt_logprobs_out(output, body.prompt_logprobs) if shown else None)
 
 
 def prompt_token_logprobs(output, k: int, decode) -> list[TokenLogprob]:

@@ -225,8 +225,8 @@ class ChatCompletionRequest(SamplingFields):
                 kind = part.get("type") if isinstance(part, dict) else None
                 if kind in MEDIA_PARTS:
                     article = "an" if kind[0] in "aeiou" else "a"
-                    raise ValueError(f"messages[{i}].content[{j}] is {article} {kind} part; this model takes text only: "
-                                     "send text parts (type \"text\") or a string")
+                    raise ValueError(f"messages[{i}].content[{j}] is {article} {kind} part; this model takes "
+                                     "text only: send text parts (type \"text\") or a string")
         return value
 
 

@@ -39,8 +39,8 @@ async def create_completion(request: Request):
         raise APIError(400, "best_of above n cannot be streamed (the best n are known only when all best_of "
                             "have finished); set stream to false, or best_of equal to n", param="best_of")
     if body.echo_logprobs and (refusal := _prompt_logprobs_refusal(state)) is not None:
-        raise APIError(400, "echo with logprobs lists the prompt's logprobs, which this executor cannot give ("
-                            f"{refusal}); leave logprobs out, or echo", param="echo")
+        raise APIError(400, "echo with logprobs lists the prompt's logprobs, which this executor cannot "
+                            f"give ({refusal}); leave logprobs out, or echo", param="echo")
     ranks = best_of > body.n
     num_logprobs = 0 if ranks and body.logprobs is None else body.logprobs  # drawn to rank, shown if asked
     request_id = state.new_request_id("cmpl")
@@ -52,7 +52,8 @@ async def create_completion(request: Request):
     if ranks:
         results = best_results(results, best_of, body.n)
     decode = _decoder(state)
-    choices = [completion_choice(body, i, r.output, r.text, r.logprobs, True, True, decode) for i, r in enumerate(results)]
+    choices = [completion_choice(body, i, r.output, r.text, r.logprobs, True, True, decode)
+               for i, r in enumerate(results)]
     return CompletionResponse(id=request_id, model=state.model_name, choices=choices,
                               usage=echo_usage(usage(outputs, best_of), body.generates))
 
@@ -91,8 +92,8 @@ async def _events(state: ServerState, body: CompletionRequest, request_id: str, 
     try:
         async for i, delta in generation.deltas():
             outputs[i] = delta.output
-            choice = completion_choice(body, i, delta.output, delta.text, delta.logprobs or [], not started[i],
-                             delta.finished, decode)
+            choice = completion_choice(body, i, delta.output, delta.text, delta.logprobs or [],
+                                       not started[i], delta.finished, decode)
             wants_logprobs = choice.logprobs is not None and choice.logprobs.tokens
             if not (choice.text or delta.finished or wants_logprobs or choice.prompt_logprobs is not None):
                 continue
