@@ -40,7 +40,7 @@ class ContentPart(RequestModel):
 class MessageItem(RequestModel):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
-    content: list[ContentPart]  # or a string: one text part
+    content: list[ContentPart] | str  # a string is one text part (the validator makes it one)
 
     @field_validator("content", mode="before")
     @classmethod
@@ -125,7 +125,8 @@ class TextConfig(RequestModel):
 
 class ResponsesRequest(SamplingExtras):
     model: str | None = None
-    input: list[InputItem] = Field(min_length=1)  # or a string: one user message
+    # A string is one user message (the validator makes it one); the list first, so its errors are named first.
+    input: Annotated[list[InputItem], Field(min_length=1)] | Annotated[str, Field(min_length=1)]
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
