@@ -16,7 +16,8 @@ from hetero_core.engine.params import SamplingParams
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
                          "required": ["city"], "additionalProperties": False}}]
-SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+SCHEMA = {"type": "object",
+          "properties": {"answer": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
           "required": ["answer", "n"], "additionalProperties": False}
 needs_xgrammar = pytest.mark.skipif(not importlib.util.find_spec("xgrammar"),
                                     reason="guided output needs: pip install 'hetero-core[structured]'")
@@ -48,14 +49,15 @@ def test_item_input_and_the_stream_concatenates_to_the_same_text(mock_server):
              {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
              {"role": "user", "content": "More please"}]
     whole = client.responses.create(input=items, max_output_tokens=12, temperature=0, extra_body={"seed": 1})
-    with client.responses.stream(model="test-model", input=items, max_output_tokens=12, temperature=0, extra_body={"seed": 1}) as stream:
+    with client.responses.stream(model="test-model", input=items, max_output_tokens=12, temperature=0,
+                                 extra_body={"seed": 1}) as stream:
         events = list(stream)
         final = stream.get_final_response()
     types = [e.type for e in events]
     assert types[:4] == ["response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added"]
-    assert types[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.completed"]
+    assert types[-4:] == ["response.output_text.done", "response.content_part.done",
+                          "response.output_item.done", "response.completed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert len(deltas) >= 2 and "".join(deltas) == whole.output_text == final.output_text
@@ -68,7 +70,8 @@ def test_function_tool_round_trip_and_streamed_call(mock_server):
     first = client.responses.create(input="Weather in Paris?", tools=TOOLS, tool_choice="required",
                                     parallel_tool_calls=False, max_output_tokens=1500)
     [call] = [item for item in first.output if item.type == "function_call"]
-    assert call.name == "get_weather" and "city" in json.loads(call.arguments) and call.call_id.startswith("call_")
+    assert call.name == "get_weather" and "city" in json.loads(call.arguments)
+    assert call.call_id.startswith("call_")
     second = client.responses.create(
         input=[{"role": "user", "content": "Weather in Paris?"}, call.model_dump(exclude_none=True),
                {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
@@ -92,7 +95,8 @@ def test_text_format_json_schema_is_enforced_streamed_and_not(mock_server):
     result = client.responses.create(input="Answer in JSON", text=text, max_output_tokens=200)
     value = json.loads(result.output_text)
     assert set(value) == {"answer", "n"} and isinstance(value["n"], int)
-    with client.responses.stream(model="test-model", input="Answer in JSON", text=text, max_output_tokens=200) as stream:
+    with client.responses.stream(model="test-model", input="Answer in JSON", text=text,
+                                 max_output_tokens=200) as stream:
         final = stream.get_final_response()
     assert set(json.loads(final.output_text)) == {"answer", "n"}
 
@@ -113,7 +117,8 @@ def test_previous_response_id_continues_from_the_store_and_get_retrieves(mock_se
 
 @pytest.mark.parametrize("body, message", [
     ({"input": "x", "tools": [{"type": "web_search"}]}, "only function tools"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}, "text only"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
+     "text only"),
     ({"input": "x", "text": {"format": {"type": "json_schema", "name": "r"}}}, "needs its schema"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "holds no message"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),

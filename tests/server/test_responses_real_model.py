@@ -19,9 +19,11 @@ from live_server import LiveServer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 QUESTION = "What is the capital of France?"
-TOOL = {"type": "function", "name": "get_weather", "description": "Get current temperature for a given location.",
-        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"],
-                       "additionalProperties": False}, "strict": True}
+TOOL = {"type": "function", "name": "get_weather",
+        "description": "Get current temperature for a given location.",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
+                       "required": ["location"], "additionalProperties": False},
+        "strict": True}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,8 @@ def test_plain_answer_equals_chat_streamed_and_not(client):
 def test_json_schema_and_a_required_call(client):
     schema = SCHEMAS["enum and const"]
     result = client.responses.create(model="smollm2", input="Pick a paint.", max_output_tokens=100,
-                                     text={"format": {"type": "json_schema", "name": "paint", "schema": schema}})
+                                     text={"format": {"type": "json_schema", "name": "paint",
+                                                      "schema": schema}})
     assert not schema_problems(json.loads(result.output_text), schema)
     result = client.responses.create(model="smollm2", input="What is the weather like in Paris today?",
                                      tools=[TOOL], tool_choice="required", parallel_tool_calls=False,

@@ -37,11 +37,7 @@ def input_messages(body: ResponsesRequest) -> list[dict]:
         if isinstance(item, MessageItem):
             messages.append({"role": item.role, "content": item.text})
         elif isinstance(item, FunctionCallItem):
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
-            if not (messages and messages[-1]["role"] == "assistant"):
-                messages.append({"role": "assistant", "content": None, "tool_calls": []})
-            messages[-1].setdefault("tool_calls", []).append(call)
+            _add_call(messages, item)
         elif isinstance(item, FunctionCallOutputItem):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text})
     return messages
@@ -61,10 +57,12 @@ def chat_request(body: ResponsesRequest, history: list[dict]) -> ChatCompletionR
                                                                        "function": {"name": choice.name}}
     fmt = body.text.format if body.text else None
     if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
-        raise InvalidRequestError("text.format of type json_schema needs its schema (a JSON schema) in 'schema'")
+        raise InvalidRequestError("text.format of type json_schema needs its schema (a JSON schema) "
+                                  "in 'schema'")
     if fmt is not None and fmt.type != "text":
-        fields["response_format"] = {"type": fmt.type} if fmt.type == "json_object" else {
-            "type": "json_schema", "json_schema": {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}}
+        schema = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
+        fields["response_format"] = ({"type": fmt.type} if fmt.type == "json_object"
+                                     else {"type": "json_schema", "json_schema": schema})
     if body.top_logprobs is not None:
         fields.update(logprobs=True, top_logprobs=body.top_logprobs)
     messages = system + history + input_messages(body)
@@ -81,7 +79,8 @@ def output_items(content: str | None, calls: list[Call], status: str = "complete
     items: list = []
     if content:
         items.append(OutputMessage(id=item_id("msg"), status=status, content=[OutputText(text=content)]))
-    items += [FunctionCallOutput(id=item_id("fc"), call_id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+    items += [FunctionCallOutput(id=item_id("fc"), call_id=c.id, name=c.name, arguments=c.arguments)
+              for c in calls]
     return items
 
 
@@ -92,8 +91,14 @@ def turns(items: list) -> list[dict]:
         if isinstance(item, OutputMessage):
             messages.append({"role": "assistant", "content": "".join(p.text for p in item.content)})
         else:
-            call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
-            if not (messages and messages[-1]["role"] == "assistant"):
-                messages.append({"role": "assistant", "content": None, "tool_calls": []})
-            messages[-1].setdefault("tool_calls", []).append(call)
+            _add_call(messages, item)
     return messages
+
+
+def _add_call(messages: list[dict], item) -> None:
+    """A function call joins the assistant turn before it (or opens one) as one of its tool calls."""
+    call = {"id": item.call_id, "type": "function",
+            "function": {"name": item.name, "arguments": item.arguments}}
+    if not (messages and messages[-1]["role"] == "assistant"):
+        messages.append({"role": "assistant", "content": None})
+    messages[-1].setdefault("tool_calls", []).append(call)

@@ -33,7 +33,8 @@ class ContentPart(RequestModel):
     @classmethod
     def _text_only(cls, value):
         if value in NOT_TEXT:
-            raise ValueError(f"this model takes text only: a {value} part cannot be read; send input_text parts")
+            raise ValueError(f"this model takes text only: a {value} part cannot be read; "
+                             "send input_text parts")
         return value
 
 
@@ -83,7 +84,8 @@ def _item_type(value) -> str | None:
 
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")] | Annotated[ReasoningItem, Tag("reasoning")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_type),
 ]
 
@@ -110,7 +112,8 @@ class NamedFunctionChoice(RequestModel):
 
 
 class TextFormat(RequestModel):
-    """``text.format``: ``text`` (free), ``json_object`` or ``json_schema`` (flat, as the Responses API has it)."""
+    """``text.format``: ``text`` (free), ``json_object`` or ``json_schema`` (its fields flat, as the
+    Responses API has them)."""
 
     type: Literal["text", "json_object", "json_schema"]
     name: str = Field("response", min_length=1, max_length=64)
@@ -125,7 +128,7 @@ class TextConfig(RequestModel):
 
 class ResponsesRequest(SamplingExtras):
     model: str | None = None
-    # A string is one user message (the validator makes it one); the list first, so its errors are named first.
+    # A string is one user message (the validator makes it one); the list first: its errors are named.
     input: Annotated[list[InputItem], Field(min_length=1)] | Annotated[str, Field(min_length=1)]
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)

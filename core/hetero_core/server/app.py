@@ -21,8 +21,8 @@ from hetero_core.server.state import ServerState
 
 
 TITLE = "Hetero"
-ROUTERS = (completions.router, chat.router, responses.router, models.router, models.health_router, metrics.router,
-           tokens.router)
+ROUTERS = (completions.router, chat.router, responses.router, models.router, models.health_router,
+           metrics.router, tokens.router)
 
 
 def create_app(llm: AsyncLLM, *, model_name: str, api_key: str | None = None,
@@ -66,5 +66,5 @@ def _add_routes(app: FastAPI, *, has_api_key: bool) -> None:
     for router in ROUTERS:
         app.include_router(router)
     install_openapi(app, [CompletionRequest, ChatCompletionRequest, ChatCompletionChunk, TokenizeRequest,
-                          DetokenizeRequest, ResponsesRequest, ResponseStreamEvent], public_paths=PUBLIC_PATHS,
-                    has_api_key=has_api_key)
+                          DetokenizeRequest, ResponsesRequest, ResponseStreamEvent],
+                    public_paths=PUBLIC_PATHS, has_api_key=has_api_key)

@@ -16,9 +16,15 @@ from fastapi import APIRouter, Request
 from hetero_core.openai_api.chat_prompt import chat_prompt
 from hetero_core.openai_api.convert import chat_logprobs, usage
 from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatDelta
-from hetero_core.openai_api.responses_convert import chat_request, input_messages, item_id, output_items, turns
+from hetero_core.openai_api.responses_convert import (
+    chat_request,
+    input_messages,
+    item_id,
+    output_items,
+    turns,
+)
 from hetero_core.openai_api.responses_output import Response, ResponseStreamEvent, ResponseUsage
-from hetero_core.openai_api.responses_protocol import ResponsesRequest
+from hetero_core.openai_api.responses_protocol import NamedFunctionChoice, ResponsesRequest
 from hetero_core.openai_api.tools import answer, tool_mode, with_tool_grammar
 from hetero_core.server.body import parse_body
 from hetero_core.server.errors import to_api_error
@@ -53,7 +59,7 @@ async def create_response(request: Request):
         return EventStream(_events(body, chat, mode, response, generation, store, conversation), generation)
     [result] = results
     content, calls = answer(result.text, chat, mode)
-    status = "incomplete" if not calls and finish_reason(result.output) == "length" else "completed"
+    status = _status(calls, result.output)
     response.output = output_items(content, calls, status)
     if body.top_logprobs is not None and response.output and response.output[0].type == "message":
         response.output[0].content[0].logprobs = chat_logprobs(result.logprobs).content
@@ -73,7 +79,7 @@ def _response(body: ResponsesRequest, response_id: str, model: str) -> Response:
         id=response_id, model=model, status="in_progress", instructions=body.instructions,
         max_output_tokens=body.max_output_tokens, temperature=body.temperature, top_p=body.top_p,
         tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
-        tool_choice=(choice.model_dump() if choice is not None and not isinstance(choice, str) else choice or "auto"),
+        tool_choice=choice.model_dump() if isinstance(choice, NamedFunctionChoice) else choice or "auto",
         parallel_tool_calls=body.parallel_tool_calls,
         text={"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
         if body.text and body.text.format else {"format": {"type": "text"}},
@@ -87,13 +93,19 @@ def _usage(output) -> ResponseUsage:
                          total_tokens=counts.total_tokens)
 
 
+def _status(calls, output) -> str:
+    """``incomplete`` when ``max_output_tokens`` cut a text answer."""
+    return "incomplete" if not calls and finish_reason(output) == "length" else "completed"
+
+
 def _keep(body: ResponsesRequest, store: ResponseStore, response: Response, conversation: list[dict]) -> None:
     if body.store:
         store.put(response, conversation + turns(response.output))
 
 
 async def _events(body: ResponsesRequest, chat: ChatCompletionRequest, mode: str | None, response: Response,
-                  generation: Generation, store: ResponseStore, conversation: list[dict]) -> AsyncIterator[str]:
+                  generation: Generation, store: ResponseStore, conversation: list[dict],
+                  ) -> AsyncIterator[str]:
     events = ResponseEvents(response)
     tools = ToolCallStream(chat, mode) if mode else None
     try:
@@ -110,8 +122,7 @@ async def _events(body: ResponsesRequest, chat: ChatCompletionRequest, mode: str
                     yield event
             if delta.finished:
                 calls = tools is not None and tools.num_calls
-                status = "incomplete" if not calls and finish_reason(delta.output) == "length" else "completed"
-                for event in events.finish(status, _usage(delta.output)):
+                for event in events.finish(_status(calls, delta.output), _usage(delta.output)):
                     yield event
         _keep(body, store, response, conversation)
     except Exception as exc:  # headers are sent: report the failure as events

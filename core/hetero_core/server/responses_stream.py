@@ -55,8 +55,9 @@ class ResponseEvents:
             events += self.text(delta.content, logprobs or [])
         for call in delta.tool_calls or []:
             if call.id is not None:
-                events += self._add(FunctionCallOutput(id=item_id("fc"), call_id=call.id, name=call.function.name,
-                                                       status="in_progress"))
+                item = FunctionCallOutput(id=item_id("fc"), call_id=call.id, name=call.function.name,
+                                          status="in_progress")
+                events += self._add(item)
             if call.function.arguments:
                 self._open.arguments += call.function.arguments
                 events.append(self.event("response.function_call_arguments.delta", item_id=self._open.id,
@@ -68,14 +69,15 @@ class ResponseEvents:
         if not isinstance(self._open, OutputMessage):
             events += self._add(OutputMessage(id=item_id("msg"), status="in_progress"))
             self._open.content.append(OutputText(logprobs=[] if logprobs else None))
-            events.append(self.event("response.content_part.added", item_id=self._open.id, output_index=self._index,
-                                     content_index=0, part=OutputText().model_dump(mode="json")))
+            events.append(self.event("response.content_part.added", item_id=self._open.id,
+                                     output_index=self._index, content_index=0,
+                                     part=OutputText().model_dump(mode="json")))
         part = self._open.content[0]
         part.text += text
         if part.logprobs is not None:
             part.logprobs += logprobs
-        events.append(self.event("response.output_text.delta", item_id=self._open.id, output_index=self._index,
-                                 content_index=0, delta=text, logprobs=logprobs))
+        events.append(self.event("response.output_text.delta", item_id=self._open.id,
+                                 output_index=self._index, content_index=0, delta=text, logprobs=logprobs))
         return events
 
     def finish(self, status: str, usage) -> list[str]:
@@ -113,7 +115,7 @@ class ResponseEvents:
                       self.event("response.content_part.done", item_id=item.id, output_index=self._index,
                                  content_index=0, part=part.model_dump(mode="json"))]
         else:
-            events = [self.event("response.function_call_arguments.done", item_id=item.id, output_index=self._index,
-                                 name=item.name, arguments=item.arguments)]
+            events = [self.event("response.function_call_arguments.done", item_id=item.id,
+                                 output_index=self._index, name=item.name, arguments=item.arguments)]
         return events + [self.event("response.output_item.done", output_index=self._index,
                                     item=item.model_dump(mode="json"))]
