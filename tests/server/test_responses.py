@@ -128,3 +128,18 @@ def test_bad_requests_are_openai_errors_that_say_why(mock_server, body, message)
     server = mock_server()
     answer = httpx.post(server.base_url + "/v1/responses", json=body, timeout=30)
     assert answer.status_code in (400, 404) and message in answer.json()["error"]["message"]
+
+
+def test_a_stream_the_engine_stops_ends_with_error_and_response_failed(make_mock_engine):
+    from live_server import LiveServer
+
+    server = LiveServer(make_mock_engine({"decode_latency_per_step": 0.01}), drain_seconds=0.2).__enter__()
+    body = {"input": "long", "max_output_tokens": 1500, "stream": True}
+    with httpx.stream("POST", server.base_url + "/v1/responses", json=body, timeout=30) as response:
+        lines = response.iter_lines()
+        next(line for line in lines if line.startswith("data: ") and "output_text.delta" in line)
+        server.__exit__(None, None, None)  # drain briefly, then abort the stream
+        events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "engine_unavailable" and events[-1]["response"]["status"] == "failed"
+    assert events[-1]["response"]["error"]["code"] == "engine_unavailable"
