@@ -143,3 +143,15 @@ def test_a_stream_the_engine_stops_ends_with_error_and_response_failed(make_mock
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     assert events[-2]["code"] == "engine_unavailable" and events[-1]["response"]["status"] == "failed"
     assert events[-1]["response"]["error"]["code"] == "engine_unavailable"
+
+
+def test_top_logprobs_come_back_on_the_output_text_streamed_and_not(mock_server):
+    client = mock_server().client()  # the mock has no logits: each token's logprob is null, as on chat
+    result = client.responses.create(model="test-model", input="Hi", max_output_tokens=5, top_logprobs=2)
+    logprobs = result.output[0].content[0].logprobs
+    assert len(logprobs) == 5 and "".join(entry.token for entry in logprobs) == result.output_text
+    with client.responses.stream(model="test-model", input="Hi", max_output_tokens=5, top_logprobs=2) as stream:
+        streamed = [entry for e in stream if e.type == "response.output_text.delta" for entry in e.logprobs]
+    assert [entry.token for entry in streamed] == [entry.token for entry in logprobs]
+    plain = client.responses.create(model="test-model", input="Hi", max_output_tokens=5)
+    assert plain.output[0].content[0].logprobs is None

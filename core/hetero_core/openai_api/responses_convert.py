@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import uuid
 
+from pydantic import ValidationError
+
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.extras import SamplingExtras
 from hetero_core.openai_api.protocol import ChatCompletionRequest
@@ -68,10 +70,11 @@ def chat_request(body: ResponsesRequest, history: list[dict]) -> ChatCompletionR
     messages = system + history + input_messages(body)
     if not messages:
         raise InvalidRequestError("input holds no message: give a string or at least one message item")
-    return ChatCompletionRequest.model_validate({
-        **fields, "messages": messages, "stream": body.stream,
-        "max_tokens": body.max_output_tokens,
-    })
+    try:
+        return ChatCompletionRequest.model_validate({**fields, "messages": messages, "stream": body.stream,
+                                                     "max_tokens": body.max_output_tokens})
+    except ValidationError as exc:  # a turn the chat path cannot take (a field this module maps wrong)
+        raise InvalidRequestError(f"the request cannot be served as a chat: {exc.errors()[0]['msg']}") from None
 
 
 def output_items(content: str | None, calls: list[Call], status: str = "completed") -> list:

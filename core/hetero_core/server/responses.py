@@ -112,7 +112,8 @@ async def _events(body: ResponsesRequest, chat: ChatCompletionRequest, mode: str
         for event in events.start():
             yield event
         async for _, delta in generation.deltas():
-            logprobs = chat_logprobs(delta.logprobs or []).content if body.top_logprobs is not None else None
+            logprobs = ([entry.model_dump(mode="json") for entry in chat_logprobs(delta.logprobs or []).content]
+                        if body.top_logprobs is not None else None)
             if tools is not None:
                 pieces = tools.feed(delta.text) + (tools.finish() if delta.finished else [])
             else:
