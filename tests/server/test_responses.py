@@ -31,7 +31,7 @@ def offline_chat(make_mock_engine, messages, **params):
 def test_create_with_string_input_matches_chat_and_counts_usage(mock_server, make_mock_engine):
     client = mock_server().client()
     result = client.responses.create(model="test-model", input="Hello there", instructions="Be brief.",
-                                     max_output_tokens=9, temperature=0, store=False)
+                                     max_output_tokens=9, temperature=0, store=False, metadata={"k": "v"})
     expected = offline_chat(make_mock_engine, [{"role": "system", "content": "Be brief."},
                                                {"role": "user", "content": "Hello there"}],
                             max_tokens=9, temperature=0)
@@ -41,6 +41,7 @@ def test_create_with_string_input_matches_chat_and_counts_usage(mock_server, mak
     assert result.usage.output_tokens == 9 and result.usage.input_tokens == len(expected.prompt_token_ids)
     assert result.usage.total_tokens == result.usage.input_tokens + 9
     assert result.instructions == "Be brief." and result.max_output_tokens == 9
+    assert result.metadata == {"k": "v"}
 
 
 def test_item_input_and_the_stream_concatenates_to_the_same_text(mock_server):
@@ -150,8 +151,33 @@ def test_top_logprobs_come_back_on_the_output_text_streamed_and_not(mock_server)
     result = client.responses.create(model="test-model", input="Hi", max_output_tokens=5, top_logprobs=2)
     logprobs = result.output[0].content[0].logprobs
     assert len(logprobs) == 5 and "".join(entry.token for entry in logprobs) == result.output_text
-    with client.responses.stream(model="test-model", input="Hi", max_output_tokens=5, top_logprobs=2) as stream:
+    with client.responses.stream(model="test-model", input="Hi", max_output_tokens=5,
+                                 top_logprobs=2) as stream:
         streamed = [entry for e in stream if e.type == "response.output_text.delta" for entry in e.logprobs]
     assert [entry.token for entry in streamed] == [entry.token for entry in logprobs]
     plain = client.responses.create(model="test-model", input="Hi", max_output_tokens=5)
     assert plain.output[0].content[0].logprobs is None
+
+
+# field -> a non-default value the chat request must carry (under the chat name when it differs)
+TO_CHAT = {"temperature": 0.5, "top_p": 0.9, "top_k": 5, "seed": 7, "parallel_tool_calls": False,
+           "user": "ann", "stream": True, "min_tokens": 2, "stop_token_ids": [3], "logit_bias": {"5": 1.5},
+           "bad_words": ["no"], "allowed_token_ids": [1, 2], "skip_special_tokens": False, "spaces_between_special_tokens": False,
+           "include_stop_str_in_output": True, "prompt_logprobs": 1, "top_logprobs": 2,
+           ("max_output_tokens", "max_tokens"): 7}
+ROUTED = {"model", "input", "instructions", "tools", "tool_choice", "text",  # the tests above
+          "store", "previous_response_id", "metadata"}  # the store test; metadata is given back
+
+
+def test_every_responses_field_is_placed_and_reaches_the_chat_request():
+    from hetero_core.openai_api.responses_convert import chat_request
+    from hetero_core.openai_api.responses_protocol import ResponsesRequest
+
+    names = {key[0] if isinstance(key, tuple) else key: key for key in TO_CHAT}
+    assert set(ResponsesRequest.model_fields) == set(names) | ROUTED
+    for name, key in names.items():
+        chat = chat_request(ResponsesRequest.model_validate({"input": "x", name: TO_CHAT[key]}), [])
+        assert getattr(chat, key[1] if isinstance(key, tuple) else name) == TO_CHAT[key], name
+    body = ResponsesRequest.model_validate({"input": "x", "instructions": "be brief", "metadata": {"k": "v"}})
+    assert [m.role for m in chat_request(body, [{"role": "user", "content": "before"}]).messages] == \
+        ["system", "user", "user"]
