@@ -163,8 +163,8 @@ def test_top_logprobs_come_back_on_the_output_text_streamed_and_not(mock_server)
 TO_CHAT = {"temperature": 0.5, "top_p": 0.9, "top_k": 5, "seed": 7, "parallel_tool_calls": False,
            "user": "ann", "stream": True, "min_tokens": 2, "stop_token_ids": [3], "logit_bias": {"5": 1.5},
            "bad_words": ["no"], "allowed_token_ids": [1, 2], "skip_special_tokens": False,
-           "spaces_between_special_tokens": False, "include_stop_str_in_output": True, "prompt_logprobs": 1, "top_logprobs": 2,
-           ("max_output_tokens", "max_tokens"): 7}
+           "spaces_between_special_tokens": False, "include_stop_str_in_output": True, "prompt_logprobs": 1,
+           "top_logprobs": 2, ("max_output_tokens", "max_tokens"): 7}
 ROUTED = {"model", "input", "instructions", "tools", "tool_choice", "text",  # the tests above
           "store", "previous_response_id", "metadata"}  # the store test; metadata is given back
 
