@@ -108,3 +108,18 @@ def test_chat_template_extras_in_chat_lines(tmp_path):
     usage = {r["custom_id"]: r["response"]["body"]["usage"]["prompt_tokens"] for r in ran}
     assert code == 1 and usage["with"] - usage["without"] == len("assistant: ")
     assert "takes no chat option chat_template_kwargs" in bad[3]["error"]["message"]
+
+
+def test_echo_lines_answer_as_the_server(tmp_path):
+    hello = {"prompt": "Hello there", "max_tokens": 3, "temperature": 0}
+    code, results = run_batch(tmp_path, [line("plain", **hello), line("echo", **hello, echo=True),
+                                         line("alone", prompt=["one", "two"], max_tokens=0, echo=True),
+                                         line("zero", prompt="x", max_tokens=0)])
+    ran, bad = split_rows(results)
+    assert code == 1
+    by_id = {r["custom_id"]: r for r in ran}
+    plain, echoed, alone = (choices(by_id[i]) for i in ("plain", "echo", "alone"))
+    assert echoed[0]["text"] == "Hello there" + plain[0]["text"]
+    assert [c["text"] for c in alone] == ["one", "two"] and {c["finish_reason"] for c in alone} == {"length"}
+    assert by_id["alone"]["response"]["body"]["usage"]["completion_tokens"] == 0
+    assert "max_tokens 0 generates nothing: it needs echo" in bad[4]["error"]["message"]

@@ -23,9 +23,9 @@ def example_module() -> types.ModuleType:
     return module
 
 
-def test_the_example_imports_only_the_kv_facade():
-    imports = re.findall(r"^(?:from|import) (\S+)", EXAMPLE, re.M)
-    assert imports == ["hetero_core.kv"]
+def test_the_example_imports_only_the_kv_facade_and_the_hook_marker():
+    imports = re.findall(r"^(?:from|import) (\S+) import (.+)$", EXAMPLE, re.M)
+    assert imports[0] == ("hetero_core", "hookimpl") and {m for m, _ in imports[1:]} == {"hetero_core.kv"}
 
 
 def test_the_section_names_every_member_of_the_protocol():

@@ -27,10 +27,11 @@ ROUTED = {  # read by the routes (tests named in each comment)
     "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs",  # passed per route (test_server_openai)
     "priority", "user",  # the engine's priority and tenant (test_server_openai)
     "prompt", "messages",
+    "echo",  # the prompt (and its logprobs) first (test_server_echo, test_completions_echo_real_model)
     "tools", "tool_choice", "parallel_tool_calls",  # test_server_tools, and below
     "add_generation_prompt", "chat_template_kwargs",  # the chat template (test_server_sampling_extras)
 }
-REFUSED = {"echo", "suffix"}  # a 400 naming them when set (test_server_bad_input)
+REFUSED = {"suffix"}  # a 400 naming them when set (test_server_bad_input)
 
 
 def test_every_request_field_is_placed():

@@ -54,3 +54,21 @@ def test_the_served_model_is_the_model_the_executor_loads_or_the_name_given():
     assert served_model(torch, server) == ("/models/qwen", "/models/qwen")
     named = load_server_settings(served_model_name="mock-model")
     assert served_model(load_settings(executor="mock"), named) == ("mock-model", "mock-model")
+
+
+def test_serve_says_once_at_start_that_structured_output_is_off_without_xgrammar(monkeypatch, capsys):
+    import importlib.util
+
+    from hetero_core.cli import serve
+    from hetero_core.settings import load_settings
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xgrammar"
+                        else real_find_spec(name, *a))
+    serve._say_if_structured_output_is_off(load_settings(executor="mock"))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "structured output is off" in lines[0]
+    assert "pip install 'hetero-core[structured]'" in lines[0]
+    monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)
+    serve._say_if_structured_output_is_off(load_settings(executor="mock"))  # installed here: nothing said
+    assert capsys.readouterr().err == ""

@@ -28,7 +28,15 @@ BAD = [
     (COMPLETIONS, {"prompt": ""}, 400, "prompt"),
     (COMPLETIONS, {"prompt": []}, 400, "prompt"),
     (COMPLETIONS, {"max_tokens": 3}, 400, "prompt"),
-    (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, 400, "max_tokens 0 generates nothing: it needs echo"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+    (CHAT, {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400,
+     "messages[0].content[1] is an image_url part; this model takes text only"),
+    (CHAT, {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]}, 400,
+     "messages[1].content[0] is an input_audio part; this model takes text only"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": 10**9}, 400, "max_tokens"),
     (COMPLETIONS, {"prompt": "x" * 200, "max_tokens": 1}, 400, "max_model_len"),
     (COMPLETIONS, {"prompt": "x", "top_p": 0}, 400, "top_p"),

@@ -207,7 +207,8 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
     try:
         body = model.model_validate(value.get("body"))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         raise InvalidRequestError(f"invalid body for {url}: {problems}") from None
     if body.stream:
         raise InvalidRequestError("'stream' must be false in a batch file (each answer is written whole)")
@@ -216,7 +217,7 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
         best_of = body.best_of
         if best_of is not None and best_of < body.n:
             raise InvalidRequestError(f"best_of ({best_of}) must be at least n ({body.n})")
-        prompts, max_tokens, num_logprobs = body.prompts, body.max_tokens, body.logprobs
+        prompts, max_tokens, num_logprobs = body.prompts, body.engine_max_tokens, body.logprobs
     else:  # tools as the server offers them: in the prompt, and required / named enforced by a grammar
         mode = tool_mode(body)
         prompts, max_tokens = [chat_prompt(body, mode, tokenizer)], body.max_completion_tokens or body.max_tokens

@@ -27,7 +27,8 @@ def result_record(batch_format: str, request: BatchRequest, outputs: list, model
     if batch_format == NATIVE:
         return _native(request, outputs[0], tokenizer)
     outputs = [one for output in outputs for one in completions(output)]
-    return _openai(request, outputs, model_name, [_logprobs(output, tokenizer) for output in outputs])
+    logprobs = [_logprobs(output, tokenizer) for output in outputs]
+    return _openai(request, outputs, model_name, logprobs, tokenizer)
 
 
 def completions(output) -> list:
@@ -95,14 +96,14 @@ def _native_logprob(tokenizer, token_id: int, lp) -> dict[str, Any]:
             "top_logprobs": [{**token(tid), "logprob": value} for tid, value in lp.top]}
 
 
-def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: list) -> dict[str, Any]:
-    from hetero_core.openai_api.convert import (chat_logprobs, completion_logprobs, finish_reason,
-                                                prompt_logprobs_out, usage)
+def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: list,
+            tokenizer=None) -> dict[str, Any]:
+    from hetero_core.openai_api.convert import chat_logprobs, finish_reason, prompt_logprobs_out, usage
+    from hetero_core.openai_api.echo import completion_choice, echo_usage
     from hetero_core.openai_api.protocol import (
         ChatChoice,
         ChatCompletionResponse,
         ChatMessageOut,
-        CompletionChoice,
         CompletionResponse,
     )
     from hetero_core.openai_api.tools import answer, tool_call_out, tool_mode
@@ -117,12 +118,13 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
         return record
     n = request.body.n
     if request.url == "/v1/completions":
-        choices = [CompletionChoice(index=i, text=o.text, finish_reason=finish_reason(o),
-                                    logprobs=None if lp is None else completion_logprobs(lp),
-                                    prompt_logprobs=prompt_logprobs_out(o))
+        def decode(token_id: int) -> str:
+            return tokenizer.decode([token_id])
+
+        choices = [completion_choice(request.body, i, o, o.text, lp or [], True, True, decode)
                    for i, (o, lp) in enumerate(zip(outputs, logprobs))]
         body = CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
-                                  usage=usage(outputs, n))
+                                  usage=echo_usage(usage(outputs, n), request.body.generates))
     else:
         mode = tool_mode(request.body)
         choices = []
@@ -138,7 +140,8 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
         if choice.logprobs is not None:
             dumped["logprobs"] = choice.logprobs.model_dump(mode="json")
         if getattr(choice, "prompt_logprobs", None) is not None:  # its first entry is null
-            dumped["prompt_logprobs"] = prompt_logprobs_out(outputs[choice.index])
+            shown = request.body.prompt_logprobs  # a completion's echo may have run more
+            dumped["prompt_logprobs"] = prompt_logprobs_out(outputs[choice.index], shown)
     if getattr(body, "prompt_logprobs", None) is not None:
         data["prompt_logprobs"] = prompt_logprobs_out(outputs[0])
     record["response"] = {"status_code": 200, "request_id": request_id, "body": data}

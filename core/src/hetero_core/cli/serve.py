@@ -37,6 +37,10 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     disagg.add_argument("--decode-url", metavar="URL", help=fields["decode_url"].description)
     disagg.add_argument("--kv-transfer-timeout", type=float, metavar="S", dest="kv_transfer_timeout_s",
                         help=fields["kv_transfer_timeout_s"].description + " [30]")
+    disagg.add_argument("--role-restart-retries", type=int, metavar="N",
+                        help=fields["role_restart_retries"].description + " [3]")
+    disagg.add_argument("--role-restart-backoff-seconds", type=float, metavar="S",
+                        help=fields["role_restart_backoff_seconds"].description + " [1]")
     ray = serve.add_argument_group("replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)")
     ray.add_argument("--replicas", type=int, metavar="N", help=fields["replicas"].description + " [1]")
     ray.add_argument("--ray-address", metavar="ADDR", help=fields["ray_address"].description)
@@ -66,8 +70,11 @@ def _serve(args: argparse.Namespace) -> int:
         ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
         role=args.role, disaggregated=args.disaggregated, kv_transfer_timeout_s=args.kv_transfer_timeout_s,
         prefill_url=args.prefill_url, decode_url=args.decode_url,
+        role_restart_retries=args.role_restart_retries,
+        role_restart_backoff_seconds=args.role_restart_backoff_seconds,
     )
     configure_logging(settings.log_format, settings.log_level)
+    _say_if_structured_output_is_off(settings)
     with sigterm_interrupts():  # SIGTERM stops every mode as Ctrl-C does: cleanly, then exit 130
         if server.role != "both" or server.disaggregated or server.prefill_url:
             from hetero_core.disagg.launcher import serve_disaggregated, serve_frontend, serve_role
@@ -85,6 +92,18 @@ def _serve(args: argparse.Namespace) -> int:
             app = create_server_app(settings, server)
             interrupted = run_server(app, server, listening, log_level=settings.log_level)
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
+
+
+def _say_if_structured_output_is_off(settings) -> None:
+    """One line at start when the chosen structured-output backend is core's xgrammar and xgrammar is
+    not installed: what is off and the command that turns it on (the [server] extra leaves it out, since
+    xgrammar needs torch and would pull PyPI's CUDA build into a torch-less install)."""
+    import importlib.util
+
+    if settings.component_name("structured_output") == "xgrammar" and importlib.util.find_spec("xgrammar") is None:
+        print("hetero: structured output is off (response_format json_schema/json_object, guided_*, tool_choice "
+              "\"required\" or a named tool answer 400): pip install 'hetero-core[structured]' to turn it on",
+              file=sys.stderr, flush=True)
 
 
 def _serve_argv() -> list[str]:

@@ -7,6 +7,8 @@ mid-stream fails the requests it was serving with ``RoleLostError`` (503, naming
 nothing waits longer than ``timeout_s`` for a role that went silent. A thread polls both roles'
 ``/health``: ``is_running`` is False and ``dead_reason`` names the role while one is down (the app's
 ``/health`` answers 503 with it); requests in flight on the other role are not touched.
+``shutdown`` (the server's stop, after its drain) aborts the requests still running, as
+``AsyncLLM.shutdown`` does: each fails with ``EngineDeadError``, a stream with an error event.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from dataclasses import dataclass
 
 import httpx
 
+from hetero_core.async_llm.errors import EngineDeadError
 from hetero_core.disagg.wire import CONTENT_TYPE, FrameReader, RemoteError, RoleLostError, frame, loads
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.disagg")
 HEALTH_INTERVAL_S = 0.5
+ABORTED = "the front end was shut down; the request was aborted"
+_END = object()
 # The KV transfer timings of the HTTP request being handled, one dict per choice (``frontend.py`` sends them
 # as the ``x-hetero-kv-transfer`` header).
 request_timings: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("hetero_kv_timings", default=None)
@@ -57,6 +62,7 @@ class DisaggregatedClient:
         self.num_lost: Counter[str] = Counter()
         self.timings: list[dict] = []  # per finished request: prefill_s, transfer_s (the last 1000)
         self._pending = 0
+        self._running: dict[asyncio.Future, asyncio.Queue] = {}  # each request's relay task and its deltas
         self._http: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
         self._down: dict[str, str] = {}
         self._closed = False
@@ -81,18 +87,42 @@ class DisaggregatedClient:
     async def generate(self, prompt, params: SamplingParams | None = None, request_id: str | None = None, *,
                        fit_max_tokens: bool = False, priority: int | None = None,
                        tenant: str | None = None) -> AsyncIterator:
+        """The request's deltas. Its HTTP exchanges with the roles run in a task of their own, which
+        ``shutdown`` cancels (the request then fails with ``EngineDeadError``, as ``AsyncLLM``'s do)."""
+        if self._closed:
+            raise EngineDeadError("the front end was shut down before the request started")
         params = params or self.engine.default_params
+        inbox: asyncio.Queue = asyncio.Queue()
+        request = dict(prompt=prompt, params=params, request_id=request_id, priority=priority, tenant=tenant,
+                       fit_max_tokens=fit_max_tokens)
+        worker = asyncio.ensure_future(self._relay(request, inbox))
+        self._running[worker] = inbox
         self._pending += 1
         try:
-            http = self._http_client()
-            handoff = await self._prefill(http, dict(prompt=prompt, params=params, request_id=request_id,
-                                                     priority=priority, tenant=tenant))
-            body = dict(handoff=handoff, params=params, request_id=request_id, fit_max_tokens=fit_max_tokens,
-                        priority=priority, tenant=tenant)
-            async for delta in self._decode(http, body):
-                yield delta
+            while (item := await inbox.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
         finally:
             self._pending -= 1
+            self._running.pop(worker, None)
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+
+    async def _relay(self, request: dict, inbox: asyncio.Queue) -> None:
+        """Prefill, then decode: each delta, then ``_END`` (or the error) into ``inbox``."""
+        try:
+            http = self._http_client()
+            body = {k: request[k] for k in ("prompt", "params", "request_id", "priority", "tenant")}
+            handoff = await self._prefill(http, body)
+            body = dict(handoff=handoff, **{k: request[k] for k in ("params", "request_id", "fit_max_tokens",
+                                                                     "priority", "tenant")})
+            async for delta in self._decode(http, body):
+                inbox.put_nowait(delta)
+        except Exception as exc:
+            inbox.put_nowait(exc)
+        else:
+            inbox.put_nowait(_END)
 
     def _http_client(self) -> httpx.AsyncClient:
         """One pooled client per event loop (a connection per request would cost more than the transfer)."""
@@ -103,7 +133,29 @@ class DisaggregatedClient:
         return self._http[1]
 
     def shutdown(self, timeout: float = 30.0) -> None:
+        """Refuse new requests and abort the running ones: each fails with ``EngineDeadError`` (a stream
+        ends with an error event and ``[DONE]``), and closing its stream to the decode role aborts it
+        there too. Safe from any thread (the server calls it from an executor's)."""
         self._closed = True
+        if self._http is None:
+            return
+        loop = self._http[0]
+        try:
+            running_here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            running_here = False
+        if running_here:
+            self._abort_running()
+            return
+        try:
+            loop.call_soon_threadsafe(self._abort_running)
+        except RuntimeError:  # the loop is closed: nothing can be running on it
+            pass
+
+    def _abort_running(self) -> None:
+        for worker, inbox in list(self._running.items()):
+            worker.cancel()
+            inbox.put_nowait(EngineDeadError(ABORTED))
 
     # -- the two roles ----------------------------------------------------------------------------
     async def _prefill(self, http: httpx.AsyncClient, body: dict) -> dict:

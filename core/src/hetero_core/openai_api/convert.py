@@ -85,13 +85,14 @@ def chat_logprobs(entries: list[TokenLogprob]) -> ChatLogprobs:
     ])
 
 
-def prompt_logprobs_out(output) -> list | None:
+def prompt_logprobs_out(output, k: int | None = None) -> list | None:
     """A ``RequestOutput``'s ``prompt_logprobs`` as vLLM's server writes them (token ids as keys),
-    or None when its request asked for none."""
+    or None when its request asked for none; ``k``: keep the prompt token and the top ``k`` only (the
+    engine ran more, for a completion's ``echo`` with a larger ``logprobs``)."""
     entries = getattr(output, "prompt_logprobs", None)
     if entries is None:
         return None
     return [None if entry is None else
             {str(t): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
-             for t, lp in entry.items()}
+             for i, (t, lp) in enumerate(entry.items()) if k is None or i == 0 or (lp.rank or 0) <= k}
             for entry in entries]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hetero_core.openai_api.extras import SamplingExtras
 from hetero_core.openai_api.request_model import RequestModel
@@ -104,18 +104,48 @@ class SamplingFields(GuidedFields, SamplingExtras):
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=0)  # 0: only with echo (the prompt's logprobs, no token)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = Field(False, json_schema_extra={"const": False})  # documented as refused
+    echo: bool = False  # the prompt back before the answer (openai_api/echo.py)
     suffix: None = None
     best_of: int | None = Field(None, ge=1, le=MAX_N)
 
-    @field_validator("echo", "suffix", mode="before")
+    @field_validator("suffix", mode="before")
     @classmethod
     def _unsupported(cls, value, info):
         if value:
             raise ValueError(f"{info.field_name} is not supported by this server; leave it out")
         return value
+
+    @model_validator(mode="after")
+    def _no_tokens_needs_echo(self):
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens 0 generates nothing: it needs echo true (the prompt back, with its "
+                             "logprobs if logprobs is set); or set max_tokens to 1 or more")
+        return self
+
+    @property
+    def generates(self) -> bool:
+        """Whether the answer keeps generated tokens (``max_tokens`` 0 with echo keeps none)."""
+        return self.max_tokens != 0
+
+    @property
+    def engine_max_tokens(self) -> int | None:
+        """``max_tokens`` for the engine, which runs at least one token (dropped when ``max_tokens`` is 0)."""
+        return 1 if self.max_tokens == 0 else self.max_tokens
+
+    @property
+    def echo_logprobs(self) -> bool:
+        """Whether the answer lists the prompt's tokens and logprobs (``echo`` with ``logprobs``)."""
+        return self.echo and self.logprobs is not None
+
+    def sampling_extras(self) -> dict:
+        """With echo and logprobs, the engine computes the prompt's logprobs (the top ``logprobs``, or
+        more when ``prompt_logprobs`` asks more)."""
+        extras = super().sampling_extras()
+        if self.echo_logprobs:
+            extras["prompt_logprobs"] = max(self.logprobs, self.prompt_logprobs or 0)
+        return extras
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -141,6 +171,9 @@ class CompletionRequest(SamplingFields):
         if all(isinstance(p, int) for p in self.prompt):
             return [list(self.prompt)]
         return list(self.prompt)
+
+
+MEDIA_PARTS = ("image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "video_url")
 
 
 class TextPart(RequestModel):
@@ -181,6 +214,20 @@ class ChatCompletionRequest(SamplingFields):
     @property
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _text_only(cls, value):
+        """An image, audio or file part is refused by name (the served models take text only)."""
+        for i, message in enumerate(value if isinstance(value, list) else ()):
+            content = message.get("content") if isinstance(message, dict) else None
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind in MEDIA_PARTS:
+                    article = "an" if kind[0] in "aeiou" else "a"
+                    raise ValueError(f"messages[{i}].content[{j}] is {article} {kind} part; this model takes "
+                                     "text only: send text parts (type \"text\") or a string")
+        return value
 
 
 # -- responses ------------------------------------------------------------------------------------

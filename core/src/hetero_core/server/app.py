@@ -7,19 +7,22 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from hetero_core.async_llm import DEFAULT_MAX_PENDING_REQUESTS, AsyncLLM
-from hetero_core.server import chat, completions, metrics, models, tokens
+from hetero_core.server import chat, completions, metrics, models, responses, tokens
 from hetero_core.server.choices import ChoiceBudget
 from hetero_core.server.errors import install_error_handlers
 from hetero_core.server.limits import DEFAULT_MAX_BODY_BYTES, PUBLIC_PATHS, ApiKeyGuard, BodySizeLimit
 from hetero_core.server.metrics import EngineMetrics
 from hetero_core.server.openapi import install_openapi
 from hetero_core.openai_api.protocol import ChatCompletionChunk, ChatCompletionRequest, CompletionRequest
+from hetero_core.openai_api.responses_output import ResponseStreamEvent
+from hetero_core.openai_api.responses_protocol import ResponsesRequest
 from hetero_core.openai_api.token_protocol import DetokenizeRequest, TokenizeRequest
 from hetero_core.server.state import ServerState
 
 
 TITLE = "Hetero"
-ROUTERS = (completions.router, chat.router, models.router, models.health_router, metrics.router, tokens.router)
+ROUTERS = (completions.router, chat.router, responses.router, models.router, models.health_router,
+           metrics.router, tokens.router)
 
 
 def create_app(llm: AsyncLLM, *, model_name: str, api_key: str | None = None,
@@ -63,5 +66,5 @@ def _add_routes(app: FastAPI, *, has_api_key: bool) -> None:
     for router in ROUTERS:
         app.include_router(router)
     install_openapi(app, [CompletionRequest, ChatCompletionRequest, ChatCompletionChunk, TokenizeRequest,
-                          DetokenizeRequest], public_paths=PUBLIC_PATHS,
-                    has_api_key=has_api_key)
+                          DetokenizeRequest, ResponsesRequest, ResponseStreamEvent],
+                    public_paths=PUBLIC_PATHS, has_api_key=has_api_key)

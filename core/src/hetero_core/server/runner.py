@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+import threading
 import time
 
 import uvicorn
@@ -51,12 +52,17 @@ def served_model(settings, server: ServerSettings) -> tuple[str, str]:
 
 class GracefulServer(uvicorn.Server):
     """On stop: refuse new connections, let requests finish for ``drain_seconds``, then abort the rest
-    (streams end with an error event and ``[DONE]``) before uvicorn closes connections."""
+    (``llm.shutdown()``: streams end with an error event and ``[DONE]``) before uvicorn closes connections.
+    Every serve mode stops through it: ``llm`` is an ``AsyncLLM``, a role's, or the disaggregated front
+    end's client (whose ``shutdown`` aborts the requests it relays). ``stop``: an event that stops it as
+    a signal would, without ``interrupted`` (the disaggregated launcher's, when a role is given up)."""
 
-    def __init__(self, config: uvicorn.Config, llm: AsyncLLM, drain_seconds: float, on_ready=None) -> None:
+    def __init__(self, config: uvicorn.Config, llm, drain_seconds: float, on_ready=None,
+                 stop: threading.Event | None = None) -> None:
         super().__init__(config)
         self.llm, self.drain_seconds = llm, drain_seconds
         self.on_ready = on_ready  # called once, when the server accepts connections
+        self.stop = stop
         self.interrupted = False  # stopped by SIGINT/SIGTERM (hetero serve then exits 130)
 
     async def startup(self, sockets=None) -> None:
@@ -67,6 +73,9 @@ class GracefulServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.interrupted = True
         super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        return await super().on_tick(counter) or (self.stop is not None and self.stop.is_set())
 
     async def shutdown(self, sockets=None) -> None:
         for server in self.servers:
@@ -81,10 +90,14 @@ class GracefulServer(uvicorn.Server):
 
 
 def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, drain_seconds: float = 30.0,
-                        log_level: str = "info", on_ready=None) -> GracefulServer:
+                        log_level: str = "info", on_ready=None, llm=None,
+                        stop: threading.Event | None = None) -> GracefulServer:
+    """``llm``: what the drain waits for and the stop aborts (default: the OpenAI app's,
+    ``app.state.hetero.llm``)."""
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=FINAL_WRITE_SECONDS)
-    return GracefulServer(config, app.state.hetero.llm, drain_seconds, on_ready)
+    llm = llm if llm is not None else app.state.hetero.llm
+    return GracefulServer(config, llm, drain_seconds, on_ready, stop)
 
 
 def ready_line(model_name: str, listening: socket.socket) -> str:
@@ -95,14 +108,17 @@ def ready_line(model_name: str, listening: socket.socket) -> str:
     return f"hetero: serving {model_name} on http://{host}:{port} (OpenAI API at /v1)"
 
 
-def run_server(app: FastAPI, server: ServerSettings, listening: socket.socket, log_level: str = "info") -> bool:
+def run_server(app: FastAPI, server: ServerSettings, listening: socket.socket, log_level: str = "info", *,
+               line: str | None = None, llm=None, stop: threading.Event | None = None) -> bool:
     """Serve on ``listening`` (from ``listen``) until stopped: Ctrl-C or SIGTERM (inside
     ``signals.sigterm_interrupts``) raise KeyboardInterrupt once the server has shut down; True if a
-    signal stopped it without raising."""
-    line = ready_line(getattr(app.state, "serving", app.state.hetero.model_name), listening)
+    signal stopped it without raising. ``line``: printed once it accepts connections (default:
+    ``ready_line``); ``llm`` and ``stop``: as ``make_uvicorn_server``'s."""
+    line = line or ready_line(getattr(app.state, "serving", app.state.hetero.model_name), listening)
     runner = make_uvicorn_server(app, host=server.host, port=server.port,
                                  drain_seconds=server.graceful_shutdown_seconds, log_level=log_level,
-                                 on_ready=lambda: print(line, file=sys.stderr, flush=True))
+                                 on_ready=lambda: print(line, file=sys.stderr, flush=True),
+                                 llm=llm, stop=stop)
     runner.run(sockets=[listening])
     return runner.interrupted
 

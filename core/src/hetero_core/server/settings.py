@@ -44,6 +44,11 @@ class ServerSettings(BaseSettings):
     decode_url: str | None = Field(None, min_length=1, description="disaggregation: the decode role's URL (with prefill_url)")
     kv_transfer_timeout_s: float = Field(30.0, gt=0, description="disaggregation: how long a decode engine waits "
                                          "for a prompt's KV blocks, and the front end for a role to answer")
+    role_restart_retries: int = Field(3, ge=0, description="--disaggregated: restarts of a role process that "
+                                      "dies, in a row (a minute up resets the count); then the server exits")
+    role_restart_backoff_seconds: float = Field(
+        1.0, ge=0, description="--disaggregated: wait before restarting a role process that died, doubled "
+        "with each restart in a row")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, **other_sources):
@@ -60,6 +65,7 @@ class ServerSettings(BaseSettings):
 
 # Server settings are HETERO_* variables too: the check for misspelt engine variables must know them.
 NON_SETTING_ENV_VARIABLES.update("HETERO_" + name.upper() for name in ServerSettings.model_fields)
+NON_SETTING_ENV_VARIABLES.add("HETERO_LAUNCHER_PID")  # set by --disaggregated for its roles (disagg/supervisor.py)
 
 
 def load_server_settings(**overrides) -> ServerSettings:
@@ -77,6 +83,12 @@ def load_server_settings(**overrides) -> ServerSettings:
     if (settings.disaggregated or settings.role != "both" or settings.prefill_url) and settings.uses_ray:
         raise ConfigError("disaggregation (--role, --disaggregated) and replicas on Ray (--replicas, "
                           "--ray-address) do not combine yet; choose one")
+    restart = [name for name in ("role_restart_retries", "role_restart_backoff_seconds")
+               if name in settings.model_fields_set]
+    if restart and not settings.disaggregated:
+        flags = " and ".join("--" + name.replace("_", "-") for name in restart)
+        raise ConfigError(f"{flags} {'apply' if len(restart) > 1 else 'applies'} to the role processes "
+                          "--disaggregated starts: add --disaggregated")
     unused = [name for name in ("replica_cpus", "replica_gpus") if name in settings.model_fields_set]
     if unused and not settings.uses_ray:
         flags = " and ".join("--" + name.replace("_", "-") for name in unused)
