@@ -3,7 +3,7 @@ the KV-allocator kit with the counts checked too, test_kv_allocator_contract.py.
 
 import pytest
 
-from hetero_core.default_plugins.paged_allocator import BlockAllocatorError, PagedBlockAllocator
+from hetero_core.engine.kv.block_allocator import BlockAllocatorError, PagedBlockAllocator
 
 
 def shared_pair(allocator, num_tokens):

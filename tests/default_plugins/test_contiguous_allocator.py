@@ -5,8 +5,8 @@ requests at once, no prefix cache)."""
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hetero_core.default_plugins.paged_allocator import BlockAllocatorError
-from hetero_core.default_plugins.contiguous_allocator import ContiguousBlockAllocator
+from hetero_core.engine.kv.block_allocator import BlockAllocatorError
+from hetero_core.engine.kv.contiguous_allocator import ContiguousBlockAllocator
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.default_plugins.policies import FcfsPolicy
 from hetero_core.errors import ConfigError

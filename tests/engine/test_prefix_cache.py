@@ -3,7 +3,7 @@ copy-on-write, and a token comparison that makes a hash collision a miss. (Rando
 counts checked against the owners after every step: the KV-allocator kit, test_kv_allocator_contract.py.)"""
 
 from hetero_core.engine.kv import prefix_cache
-from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
+from hetero_core.engine.kv.block_allocator import PagedBlockAllocator
 
 BS = 4
 

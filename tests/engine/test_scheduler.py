@@ -128,7 +128,7 @@ def test_outputs_do_not_depend_on_batch_composition(make_mock_engine):
 
 
 def test_decodes_go_before_an_older_sequence_that_is_prefilling_again():
-    from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
+    from hetero_core.engine.kv.block_allocator import PagedBlockAllocator
     from hetero_core.default_plugins.policies import FcfsPolicy
     from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
     from hetero_core.engine.requests.sequence import Sequence, SequenceStatus

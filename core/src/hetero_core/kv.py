@@ -15,8 +15,8 @@ Test it with ``hetero_core.testing.kv_allocator_contract.KVAllocatorContract``. 
 imports no torch.
 """
 
-from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
-from hetero_core.default_plugins.contiguous_allocator import ContiguousBlockAllocator
+from hetero_core.engine.kv.block_allocator import PagedBlockAllocator
+from hetero_core.engine.kv.contiguous_allocator import ContiguousBlockAllocator
 from hetero_core.engine.kv.kv_allocator import (
     NO_BLOCK_COPIES,
     NO_COMPUTED_BLOCKS,

@@ -125,13 +125,13 @@ def _create_priority_policy(options):
 
 
 def _create_paged_allocator(num_blocks, block_size, options):
-    from hetero_core.default_plugins.paged_allocator import PagedBlockAllocator
+    from hetero_core.engine.kv.block_allocator import PagedBlockAllocator
 
     return PagedBlockAllocator(num_blocks, block_size)
 
 
 def _create_contiguous_allocator(num_blocks, block_size, options):
-    from hetero_core.default_plugins.contiguous_allocator import ContiguousBlockAllocator
+    from hetero_core.engine.kv.contiguous_allocator import ContiguousBlockAllocator
 
     return ContiguousBlockAllocator(num_blocks, block_size, options.max_model_len)
 
