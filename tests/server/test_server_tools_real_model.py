@@ -78,7 +78,8 @@ def test_json_schema_on_smollm2(client):
 
 
 ADD = [{"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"]}}}]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -90,7 +91,7 @@ def test_required_with_parallel_calls_returns_the_add_call(client, stream):
         chunks = list(client.chat.completions.create(stream=True, **asked))
         calls = [c for chunk in chunks for choice in chunk.choices for c in choice.delta.tool_calls or []]
         names = [c.function.name for c in calls if c.function and c.function.name]
-        reason = [choice.finish_reason for chunk in chunks for choice in chunk.choices if choice.finish_reason]
+        reason = [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason]
     else:
         message = client.chat.completions.create(**asked).choices[0]
         names, reason = [c.function.name for c in message.message.tool_calls], [message.finish_reason]
@@ -100,7 +101,8 @@ def test_required_with_parallel_calls_returns_the_add_call(client, stream):
 def test_required_takes_a_tool_schema_with_defs(client):
     tool = {"type": "function", "function": {"name": "move", "parameters": {
         "type": "object", "properties": {"to": {"$ref": "#/$defs/Point"}}, "required": ["to"],
-        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+        "$defs": {"Point": {"type": "object",
+                            "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
                             "required": ["x", "y"]}}}}}
     message = client.chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": "Move to 1, 2."}], tools=[tool],

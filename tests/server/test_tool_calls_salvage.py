@@ -12,7 +12,8 @@ from hetero_core.openai_api.tools import MAX_CALLS, answer, complete_calls, tool
 from hetero_core.server.tool_stream import ToolCallStream
 
 ADD = {"type": "function", "function": {"name": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"]}}}
 POINT = {"type": "function", "function": {"name": "move", "parameters": {
     "type": "object", "properties": {"to": {"$ref": "#/$defs/Point"}}, "required": ["to"],
     "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}}}
@@ -28,7 +29,8 @@ def test_a_cut_array_keeps_its_whole_calls_and_drops_repeats():
     cut = f'[{CALL}, {CALL}, {{"name": "add", "arguments": {{"a": 4, "b": 5}}}}, {{"name": "ad'
     assert [v["arguments"] for v in complete_calls(cut)[0]] == [{"a": 2, "b": 3}] * 2 + [{"a": 4, "b": 5}]
     content, calls = answer(cut, body(tool_choice="required"), "required")
-    assert content is None and [json.loads(c.arguments) for c in calls] == [{"a": 2, "b": 3}, {"a": 4, "b": 5}]
+    assert content is None
+    assert [json.loads(c.arguments) for c in calls] == [{"a": 2, "b": 3}, {"a": 4, "b": 5}]
     assert answer('[{"name"', body(tool_choice="required"), "required") == (None, [])
 
 
@@ -64,4 +66,5 @@ def test_the_required_grammar_is_bounded_and_rebases_refs():
 
 def test_the_required_grammar_with_defs_compiles():
     xgrammar = pytest.importorskip("xgrammar")
-    xgrammar.Grammar.from_json_schema(json.dumps(tool_call_schema(body(tools=[ADD, POINT]).tools, parallel=True)))
+    schema = tool_call_schema(body(tools=[ADD, POINT]).tools, parallel=True)
+    xgrammar.Grammar.from_json_schema(json.dumps(schema))
