@@ -81,7 +81,7 @@ class Sampler:
         """The generator unseeded rows draw from (speculative verification draws from it too)."""
         return self._rng
 
-    def _reconcile_grammar(self, scores, rows: list[SamplingRow], bitmask,
+    def _reconcile_grammar(self, scores, bitmask,
                            errors: list[str | None]) -> None:
         """Rows whose grammar allows only tokens their constraints banned: a grammar that allows EOS
         (it is complete) gets it, though ``min_tokens`` is not reached (the format cannot take more);
@@ -139,7 +139,7 @@ class Sampler:
         if token_bitmask is not None:
             for i in apply_token_bitmask(scores, token_bitmask):
                 errors[i] = errors[i] or "the request's guided decoding allows no token of this model's vocabulary here"
-            self._reconcile_grammar(scores, rows, token_bitmask, errors)
+            self._reconcile_grammar(scores, token_bitmask, errors)
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
