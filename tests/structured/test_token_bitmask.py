@@ -53,3 +53,15 @@ def test_a_row_with_nothing_allowed_fails_alone():
     bitmask[0] = 0
     out = Sampler().sample(logits, [SamplingRow(SamplingParams(temperature=0), [], [])] * 2, token_bitmask=bitmask)
     assert "allows no token" in out.error(0) and out.error(1) is None
+
+
+def test_a_complete_grammar_lets_eos_through_min_tokens_and_a_contradiction_names_the_fields():
+    logits = torch.zeros(2, 40)
+    bitmask = allocate_token_bitmask(2, 40)
+    only(bitmask, 0, [7])  # the grammar is complete: only EOS (7) may come
+    only(bitmask, 1, [3])  # the grammar needs token 3, which allowed_token_ids leaves out
+    rows = [SamplingRow(SamplingParams(temperature=0, min_tokens=5, max_tokens=10), [], []),
+            SamplingRow(SamplingParams(temperature=0, allowed_token_ids=[4, 5]), [], [])]
+    out = Sampler(eos_token_id=7).sample(logits, rows, token_bitmask=bitmask)
+    assert out.token_ids[0] == 7 and out.error(0) is None
+    assert "allowed_token_ids" in out.error(1) and "executor" not in out.error(1)

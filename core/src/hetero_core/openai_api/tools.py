@@ -8,6 +8,13 @@ the ``<tool_call>`` blocks out of it; ``"required"`` and a named function are en
 structured-output seam (``tool_guided_decoding``): the model can only write the calls, as JSON
 (an array of ``{"name", "arguments"}``, or the named function's arguments), which ``calls_from_json``
 reads; ``"none"`` leaves the tools out of the prompt.
+
+No work is dropped: an answer cut by ``max_tokens`` keeps every call it completed (``complete_calls``
+reads the whole elements of a cut array; ``auto`` takes a last, unclosed ``<tool_call>`` block whose
+JSON is whole). With ``parallel_tool_calls`` the ``required`` grammar allows at most ``MAX_CALLS``
+calls, and a call repeated with the same name and arguments is kept once (small models repeat a call
+until the token limit). A tool's ``$defs`` / ``$ref`` are resolved against its own parameters schema
+(``required`` nests the schemas in one array grammar: ``tool_call_schema``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatMessage
 from hetero_core.openai_api.tool_protocol import FunctionCallOut, NamedToolChoice, ToolCallOut
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+MAX_CALLS = 8  # tool_choice "required" with parallel_tool_calls: the grammar closes the array after this many
 _BLOCK = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*(?:" + re.escape(CLOSE) + r"|$)", re.S)
 SYSTEM = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -92,13 +100,56 @@ def tool_guided_decoding(body: ChatCompletionRequest, mode: str | None) -> Guide
         [tool] = [t for t in body.tools if t.function.name == body.tool_choice.function.name]
         return GuidedDecodingParams(json=_parameters(tool))
     if mode == "required":
-        calls = [{"type": "object", "properties": {"name": {"const": t.function.name}, "arguments": _parameters(t)},
-                  "required": ["name", "arguments"], "additionalProperties": False} for t in body.tools]
-        schema = {"type": "array", "minItems": 1, "items": calls[0] if len(calls) == 1 else {"anyOf": calls}}
-        if not body.parallel_tool_calls:
-            schema["maxItems"] = 1
-        return GuidedDecodingParams(json=schema)
+        return GuidedDecodingParams(json=tool_call_schema(body.tools, body.parallel_tool_calls))
     return None
+
+
+def tool_call_schema(tools, parallel: bool) -> dict:
+    """The JSON schema of ``required``'s answer: an array of ``{"name", "arguments"}`` objects, one
+    to ``MAX_CALLS`` long (one without ``parallel``). A tool whose parameters use ``$ref`` is put under
+    the root's ``$defs`` with its references rewritten to point there, so ``#/$defs/...`` (pydantic's)
+    and ``#`` mean what they mean in the tool's own schema."""
+    defs, calls = {}, []
+    for i, tool in enumerate(tools):
+        parameters = _parameters(tool)
+        if _has_ref(parameters):
+            key = f"tool_{i}"
+            defs[key] = _rebased(parameters, f"#/$defs/{key}")
+            parameters = {"$ref": f"#/$defs/{key}"}
+        properties = {"name": {"const": tool.function.name}, "arguments": parameters}
+        calls.append({"type": "object", "properties": properties,
+                      "required": ["name", "arguments"], "additionalProperties": False})
+    schema = {"type": "array", "minItems": 1, "maxItems": MAX_CALLS if parallel else 1,
+              "items": calls[0] if len(calls) == 1 else {"anyOf": calls}}
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+_DATA_KEYWORDS = ("const", "enum", "default", "examples")  # values here are data, not schemas
+
+
+def _has_ref(schema) -> bool:
+    if isinstance(schema, dict):
+        return any(k == "$ref" or (k not in _DATA_KEYWORDS and _has_ref(v)) for k, v in schema.items())
+    return isinstance(schema, list) and any(_has_ref(v) for v in schema)
+
+
+def _rebased(schema, root: str):
+    """``schema`` with each local ``$ref`` ("#", "#/...") made relative to ``root``."""
+    if isinstance(schema, list):
+        return [_rebased(v, root) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[key] = root + value[1:]
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        else:
+            out[key] = _rebased(value, root)
+    return out
 
 
 def _parameters(tool) -> dict:
@@ -106,26 +157,68 @@ def _parameters(tool) -> dict:
 
 
 def calls_from_json(text: str, body: ChatCompletionRequest, mode: str) -> list[Call]:
-    """The calls of a guided answer (``required``: an array of calls; ``named``: the arguments)."""
-    value = _loads(text)
+    """The calls of a guided answer (``required``: an array of calls, whole or cut, each distinct call
+    once; ``named``: the arguments)."""
     if mode == "named":
+        value = _loads(text)
         return [Call(body.tool_choice.function.name, json.dumps(value), new_call_id())] if value is not None else []
-    if not isinstance(value, list):
-        return []
-    return [Call(c["name"], json.dumps(c.get("arguments", {})), new_call_id())
-            for c in value if isinstance(c, dict) and isinstance(c.get("name"), str)]
+    return calls_of(complete_calls(text)[0])
+
+
+def calls_of(values: list) -> list[Call]:
+    """Calls from ``{"name", "arguments"}`` values, a repeat of an earlier call (same name and
+    arguments) left out."""
+    calls, seen = [], set()
+    for value in values:
+        if not (isinstance(value, dict) and isinstance(value.get("name"), str)):
+            continue
+        arguments = json.dumps(value.get("arguments", {}))
+        if (value["name"], arguments) not in seen:
+            seen.add((value["name"], arguments))
+            calls.append(Call(value["name"], arguments, new_call_id()))
+    return calls
+
+
+def complete_calls(text: str) -> tuple[list, int]:
+    """The whole elements at the start of a JSON array that may be cut (``[{..}, {..}, {"na``), and
+    where the text after the last of them begins."""
+    decoder, values = json.JSONDecoder(), []
+    pos = _skip(text, 0)
+    if not text.startswith("[", pos):
+        return values, 0
+    pos = end = pos + 1
+    while True:
+        pos = _skip(text, pos)
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            return values, end
+        values.append(value)
+        end = pos
+        pos = _skip(text, pos)
+        if not text.startswith(",", pos):
+            return values, end
+        pos += 1
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
 
 
 def parse_tool_calls(text: str) -> tuple[str | None, list[Call]]:
     """Free text with ``<tool_call>`` blocks -> (the text around them, or None; the calls). A block that
-    is not a JSON object with a name stays in the text."""
+    is not a JSON object with a name stays in the text; a repeated call (same name and arguments) is
+    taken once; a last block the output cut before ``</tool_call>`` counts if its JSON is whole."""
     calls, kept, last = [], [], 0
     for match in _BLOCK.finditer(text):
         value = _loads(match.group(1))
         if not (isinstance(value, dict) and isinstance(value.get("name"), str)):
             continue
-        arguments = value.get("arguments", value.get("parameters", {}))
-        calls.append(Call(value["name"], json.dumps(arguments), new_call_id()))
+        arguments = json.dumps(value.get("arguments", value.get("parameters", {})))
+        if all((c.name, c.arguments) != (value["name"], arguments) for c in calls):
+            calls.append(Call(value["name"], arguments, new_call_id()))
         kept.append(text[last:match.start()])
         last = match.end()
     kept.append(text[last:])

@@ -2,15 +2,26 @@
 ``function.name``, empty ``arguments``), then ``function.arguments`` in pieces.
 
 A named function streams its arguments as the model writes them; ``required`` (a JSON array of
-calls) sends each call whole at the end; ``auto`` streams content until a ``<tool_call>`` tag
-begins (holding back text that may be the start of one), then sends the calls at the end.
+calls) sends each call whole as soon as its array element is complete; ``auto`` streams content until
+a ``<tool_call>`` tag begins (holding back text that may be the start of one), then sends each call
+when its ``</tool_call>`` closes, and the text around the calls at the end. A repeated call is sent
+once, and the calls completed before a cut are all sent (``hetero_core.openai_api.tools``).
 """
 
 from __future__ import annotations
 
 from hetero_core.openai_api.protocol import ChatCompletionRequest, ChatDelta
 from hetero_core.openai_api.tool_protocol import FunctionCallDelta, ToolCallDelta
-from hetero_core.openai_api.tools import OPEN, Call, auto_calls, calls_from_json, new_call_id
+from hetero_core.openai_api.tools import (
+    CLOSE,
+    OPEN,
+    Call,
+    auto_calls,
+    calls_from_json,
+    calls_of,
+    complete_calls,
+    new_call_id,
+)
 
 
 class ToolCallStream:
@@ -31,15 +42,16 @@ class ToolCallStream:
             return deltas + [_arguments(0, text)]
         self.held += text
         if self.mode == "required" or not self.streaming_content:
-            return []
+            return self._send(self._completed()[self.num_calls:])
         start = self.held.find(OPEN)
-        if start >= 0:
-            self.streaming_content = False
-            content, self.held = self.held[:start], self.held[start:]
-        else:
+        if start < 0:
             keep = _partial_tag(self.held)
             content, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
-        return [ChatDelta(content=content)] if content else []
+            return [ChatDelta(content=content)] if content else []
+        self.streaming_content = False
+        content, self.held = self.held[:start], self.held[start:]
+        deltas = [ChatDelta(content=content)] if content else []
+        return deltas + self._send(self._completed()[self.num_calls:])
 
     def finish(self) -> list[ChatDelta]:
         """The calls still to send, and any held content."""
@@ -51,10 +63,22 @@ class ToolCallStream:
             content, calls = auto_calls(self.held, self.body)
             content = content if calls else self.held
         deltas = [ChatDelta(content=content)] if content else []
+        deltas += self._send(calls[self.num_calls:])
+        self.held = ""
+        return deltas
+
+    def _completed(self) -> list[Call]:
+        """The calls complete in the text so far (auto: the blocks up to the last ``</tool_call>``)."""
+        if self.mode == "required":
+            return calls_of(complete_calls(self.held)[0])
+        end = self.held.rfind(CLOSE)
+        return auto_calls(self.held[:end + len(CLOSE)], self.body)[1] if end >= 0 else []
+
+    def _send(self, calls: list[Call]) -> list[ChatDelta]:
+        deltas = []
         for call in calls:
             deltas += [_open(self.num_calls, call), _arguments(self.num_calls, call.arguments)]
             self.num_calls += 1
-        self.held = ""
         return deltas
 
 

@@ -36,7 +36,7 @@ from hetero_core.engine.sampling.logits_processors import (
 )
 from hetero_core.engine.sampling.logprobs import TokenLogprobs
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.engine.sampling.token_bitmask import apply_token_bitmask
+from hetero_core.engine.sampling.token_bitmask import FORBIDDEN, apply_token_bitmask
 
 
 @dataclass
@@ -81,6 +81,23 @@ class Sampler:
         """The generator unseeded rows draw from (speculative verification draws from it too)."""
         return self._rng
 
+    def _reconcile_grammar(self, scores, bitmask,
+                           errors: list[str | None]) -> None:
+        """Rows whose grammar allows only tokens their constraints banned: a grammar that allows EOS
+        (it is complete) gets it, though ``min_tokens`` is not reached (the format cannot take more);
+        other rows fail with the fields that contradict."""
+        best = scores.max(dim=-1).values.tolist()
+        eos = self._eos_token_id
+        for i, value in enumerate(best):
+            if errors[i] is not None or value > -FORBIDDEN / 2:
+                continue
+            if eos is not None and eos < scores.shape[1] and int(bitmask[i, eos // 32]) >> (eos % 32) & 1:
+                scores[i, eos] = 0.0
+            else:
+                errors[i] = ("the request's guided output (response_format, guided_*, tool_choice) and its "
+                             "allowed_token_ids / bad_words / logit_bias leave no token here; allow the tokens "
+                             "the format needs, or drop one of them")
+
     def sample(self, logits: torch.Tensor, rows: list[SamplingRow], token_bitmask=None) -> SamplerOutput:
         """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
 
@@ -122,6 +139,7 @@ class Sampler:
         if token_bitmask is not None:
             for i in apply_token_bitmask(scores, token_bitmask):
                 errors[i] = errors[i] or "the request's guided decoding allows no token of this model's vocabulary here"
+            self._reconcile_grammar(scores, token_bitmask, errors)
         for i in _broken_rows(scores):
             scores[i] = 0.0
             errors[i] = errors[i] or (
