@@ -28,6 +28,10 @@ def hetero_command(*args: str) -> list[str]:
 def hetero(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 120):
     """Run ``hetero ARGS``; stdin is empty (not a terminal) unless text is given."""
     return subprocess.run(
-        hetero_command(*args), capture_output=True, text=True, env=clean_env(env), timeout=timeout,
+        hetero_command(*args),
+        capture_output=True,
+        text=True,
+        env=clean_env(env),
+        timeout=timeout,
         input=stdin if stdin is not None else "",
     )

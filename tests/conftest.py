@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-import tests.progress_lines as progress_lines
 import pytest
+
+import tests.progress_lines as progress_lines
 import tests.tiers as tiers
 
 
@@ -46,8 +47,12 @@ def _clean_hetero_env(monkeypatch, tmp_path_factory):
 # an AMX Xeon, a Zen 4 (AVX-512 BF16, no AMX), a Xeon without either, an AVX2-only EPYC.
 _AVX2 = "sse2 avx avx2 fma bmi2"
 _AVX512 = f"{_AVX2} avx512f avx512bw avx512vl avx512dq avx512cd avx512_vnni"
-CPU_FLAG_SETS = {"amx": f"{_AVX512} avx512_bf16 amx_tile amx_bf16", "avx512_bf16": f"{_AVX512} avx512_bf16",
-                 "avx512": _AVX512, "avx2": _AVX2}
+CPU_FLAG_SETS = {
+    "amx": f"{_AVX512} avx512_bf16 amx_tile amx_bf16",
+    "avx512_bf16": f"{_AVX512} avx512_bf16",
+    "avx512": _AVX512,
+    "avx2": _AVX2,
+}
 # Reported in every test unless it asks for another (cpu_flag_set): AVX-512 without bf16 or AMX, so bf16
 # runs on the AVX-512 kernels. A run under another set (AMX's gate on emulated tiles, for one):
 # HETERO_CPU_FLAGS=<a set's name, or flags> .venv/bin/python -m pytest ... (docs/testing.md)
@@ -79,11 +84,23 @@ def _reporting(flags: str, monkeypatch, name: str | None = None, native_bf16: bo
     except ImportError:  # no torch in this environment
         yield name
         return
-    monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: native_bf16 if native_bf16 is not None
-                        else bool(compute_dtype.native_bf16_flags(cpu_info.cpu_flags())))
+    monkeypatch.setattr(
+        compute_dtype,
+        "cpu_has_native_bf16",
+        lambda: (
+            native_bf16
+            if native_bf16 is not None
+            else bool(compute_dtype.native_bf16_flags(cpu_info.cpu_flags()))
+        ),
+    )
     load = amx.load_cpu_kernels
-    monkeypatch.setattr(amx, "load_cpu_kernels", lambda required=False, extra_flags=(): load(
-        required, amx.AMX_EMULATED_CFLAGS if extra_flags == amx.AMX_CFLAGS else extra_flags))
+    monkeypatch.setattr(
+        amx,
+        "load_cpu_kernels",
+        lambda required=False, extra_flags=(): load(
+            required, amx.AMX_EMULATED_CFLAGS if extra_flags == amx.AMX_CFLAGS else extra_flags
+        ),
+    )
     amx._variant.cache_clear()
     yield name
     amx._variant.cache_clear()
@@ -108,11 +125,10 @@ def _restore_hetero_logger():
 @pytest.fixture
 def make_mock_engine():
     """Build an engine on the mock executor with a fresh plugin set; keyword args are settings."""
+    import hetero_plugins_mock
     from hetero_core.builder import build_engine
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
-
-    import hetero_plugins_mock
 
     def make(mock_options=None, **overrides):
         executor = {"name": "mock", "mock": mock_options or {}}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 
 class FakeDistribution(importlib.metadata.Distribution):
@@ -17,7 +18,7 @@ class FakeDistribution(importlib.metadata.Distribution):
         }
 
     @classmethod
-    def from_pyproject(cls, folder: Path) -> "FakeDistribution":
+    def from_pyproject(cls, folder: Path) -> FakeDistribution:
         """The distribution a plugin folder's pyproject.toml declares, as pip would install it."""
         project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
         return cls(project["name"], project["version"], project["entry-points"]["hetero"])

@@ -23,8 +23,13 @@ TALLY: Counter = Counter()
 def fuzz_settings(default_examples: int, **kwargs) -> settings:
     """``default_examples`` unless HETERO_FUZZ_EXAMPLES says otherwise; no deadline (CPU speed varies)."""
     examples = int(os.environ.get(FUZZ_EXAMPLES_VARIABLE) or default_examples)
-    return settings(max_examples=examples, deadline=None, derandomize=FUZZ_EXAMPLES_VARIABLE not in os.environ,
-                    suppress_health_check=[HealthCheck.too_slow], **kwargs)
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=FUZZ_EXAMPLES_VARIABLE not in os.environ,
+        suppress_health_check=[HealthCheck.too_slow],
+        **kwargs,
+    )
 
 
 def print_tally(title: str) -> None:

@@ -131,6 +131,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def core_rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """Core's rooms (a subpackage such as ``hetero_core.engine``, or a module at the package root) and
     the rooms each imports; the package face ``hetero_core`` (lazy public re-exports) is left out."""
+
     def room_of(module: str) -> str | None:
         parts = module.split(".")
         return ".".join(parts[:2]) if parts[0] == "hetero_core" and len(parts) > 1 else None
@@ -150,8 +151,13 @@ def core_rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 # The rooms around the model code, bottom to top as the tests read them.
 MODEL_ROOMS = (
-    "hetero_core.model", "hetero_core.model.cpu", "hetero_core.default_plugins", "hetero_core.distributed",
-    "hetero_plugins_triton", "hetero_plugins_cuda", "hetero_plugins_mock",
+    "hetero_core.model",
+    "hetero_core.model.cpu",
+    "hetero_core.default_plugins",
+    "hetero_core.distributed",
+    "hetero_plugins_triton",
+    "hetero_plugins_cuda",
+    "hetero_plugins_mock",
 )
 
 if __name__ == "__main__":

@@ -42,8 +42,10 @@ def file_line(done: int, total: int, elapsed_s: float, path: str, counts: Counte
     minutes, secs = divmod(int(elapsed_s), 60)
     tally = ", ".join(f"{counts[kind]} {kind}" for kind in ORDER if counts[kind])
     width = len(str(total))
-    return (f"[{percent:3d}%] {done:>{width}}/{total} {minutes:3d}m{secs:02d}s  {path}: {tally or 'no tests'}"
-            f" ({seconds:.1f} s)")
+    return (
+        f"[{percent:3d}%] {done:>{width}}/{total} {minutes:3d}m{secs:02d}s  {path}: {tally or 'no tests'}"
+        f" ({seconds:.1f} s)"
+    )
 
 
 class FileProgress:
@@ -101,8 +103,11 @@ class FileProgress:
         counts = self.counts.setdefault(path, Counter())
         counts[self.outcomes.pop(nodeid, "passed")] += 1
         if sum(counts.values()) == self.per_file.get(path, 0):
-            self.write(file_line(self.done, self.total, time.monotonic() - self.started, path, counts,
-                                 self.seconds[path]))
+            self.write(
+                file_line(
+                    self.done, self.total, time.monotonic() - self.started, path, counts, self.seconds[path]
+                )
+            )
 
     def write(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

@@ -5,13 +5,12 @@ import types
 
 import pytest
 
+import hetero_plugins_mock
 from hetero_core.builder import build_engine
 from hetero_core.errors import ConfigError, PluginError, UnknownComponentError
-from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins
+from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.settings import load_settings
-
-import hetero_plugins_mock
 from hetero_plugins_mock.executor import MockExecutor
 
 
@@ -33,12 +32,15 @@ def model_dir(tmp_path):
 
 def build(contexts, model_dir, **settings):
     plugins = load_plugins(entry_points=[], extra_plugins=[("needs-model", model_executor_plugin(contexts))])
-    return build_engine(load_settings(model=str(model_dir), executor="needs-model", tokenizer="byte", **settings),
-                        plugins)
+    return build_engine(
+        load_settings(model=str(model_dir), executor="needs-model", tokenizer="byte", **settings), plugins
+    )
 
 
 def test_max_model_len_beyond_the_model_limit_is_refused_with_both_numbers(model_dir):
-    with pytest.raises(ConfigError, match="max_model_len 100 exceeds the model's position limit of 64") as err:
+    with pytest.raises(
+        ConfigError, match="max_model_len 100 exceeds the model's position limit of 64"
+    ) as err:
         build([], model_dir, max_model_len=100)
     assert "max_position_embeddings" in str(err.value) and "--max-model-len 64" in str(err.value)
 
@@ -63,8 +65,11 @@ def test_an_unreadable_config_is_one_clear_error(model_dir):
 
 def test_the_allow_list_must_name_installed_plugins():
     plugins = load_plugins(allow=["mock", "nonexistent"])
-    with pytest.raises(PluginError, match="names 'nonexistent', which is not installed; installed plugins: "
-                                          "bench, cuda, mock, phi3, triton"):
+    with pytest.raises(
+        PluginError,
+        match="names 'nonexistent', which is not installed; installed plugins: "
+        "bench, cuda, mock, phi3, triton",
+    ):
         build_engine(load_settings(executor="mock", plugins=["mock", "nonexistent"]), plugins)
     engine = build_engine(load_settings(executor="mock", plugins=["core", "mock"]))  # core always loads
     assert engine.generate(["hi"])[0].finished
@@ -79,8 +84,10 @@ def test_an_unknown_executor_says_which_plugins_the_allow_list_disabled():
         "plugins allow-list (HETERO_PLUGINS / --plugins); add it to the list"
     )
     plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
-    with pytest.raises(UnknownComponentError, match="^unknown executor 'mokc'; available: mock, null, torch; "
-                                                    "did you mean 'mock'\\?$"):
+    with pytest.raises(
+        UnknownComponentError,
+        match="^unknown executor 'mokc'; available: mock, null, torch; did you mean 'mock'\\?$",
+    ):
         build_engine(load_settings(executor="mokc"), plugins)
 
 
@@ -93,10 +100,15 @@ def test_the_dtype_setting_sets_the_executors_dtype_option():
     plugins = load_plugins(entry_points=[])
     _, options = select(load_settings(dtype="bfloat16", executor="torch"), plugins, "executor")
     assert options.dtype == "bfloat16"
-    _, options = select(load_settings(executor={"name": "torch", "torch": {"dtype": "float16"}}), plugins, "executor")
+    _, options = select(
+        load_settings(executor={"name": "torch", "torch": {"dtype": "float16"}}), plugins, "executor"
+    )
     assert options.dtype == "float16"  # unset: the executor's own option stands
-    _, options = select(load_settings(dtype="float32", executor={"name": "torch", "torch": {"dtype": "float16"}}),
-                        plugins, "executor")
+    _, options = select(
+        load_settings(dtype="float32", executor={"name": "torch", "torch": {"dtype": "float16"}}),
+        plugins,
+        "executor",
+    )
     assert options.dtype == "float32"  # like any flag, the top-level setting wins over the section
 
     import hetero_plugins_mock

@@ -18,8 +18,19 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 def test_gpu_offline_dry_run_reports_host_and_device_time_per_step(tmp_path, capsys):
     from hetero_core.cli.main import main
 
-    code = main(["bench", "gpu-offline", "--executor", "torch", "--dry-run", "--model-dir", str(tmp_path / "model"),
-                 "--json", str(tmp_path / "out.json")])
+    code = main(
+        [
+            "bench",
+            "gpu-offline",
+            "--executor",
+            "torch",
+            "--dry-run",
+            "--model-dir",
+            str(tmp_path / "model"),
+            "--json",
+            str(tmp_path / "out.json"),
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "dry run: CPU, tiny model" in out and "host ms/step" in out and "device ms/step" in out
@@ -29,10 +40,13 @@ def test_gpu_offline_dry_run_reports_host_and_device_time_per_step(tmp_path, cap
     assert results["host_ms_per_step"] == pytest.approx(results["wall_ms_per_step"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--executor", "triton"], "--dry-run runs its wiring on the CPU"),
-    (["--executor", "cuda", "--dry-run"], "the cuda executor's start-up needs CUDA"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--executor", "triton"], "--dry-run runs its wiring on the CPU"),
+        (["--executor", "cuda", "--dry-run"], "the cuda executor's start-up needs CUDA"),
+    ],
+)
 def test_gpu_offline_without_a_gpu_says_what_runs_instead(capsys, argv, message):
     import torch
 
@@ -54,8 +68,13 @@ def test_the_script_names_its_options_on_a_mistake():
 def test_the_script_runs_dry_on_the_cpu(tmp_path):
     """Every phase on the CPU: the packages, a few tests, a tiny run per executor, results in $OUT."""
     env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    result = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--wheels", str(tmp_path / "no-wheels"),
-                             "--budget", "600"], capture_output=True, text=True, timeout=900, env=env)
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--wheels", str(tmp_path / "no-wheels"), "--budget", "600"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "tests passed" in summary, summary
@@ -79,15 +98,20 @@ def _split_wheel(root: Path) -> str:
     (root / ".whl").mkdir()
     (root / ".whl-2").mkdir()
     (root / ".whl" / f"{name}.part-aa").write_bytes(data[: len(data) // 2])
-    (root / ".whl-2" / f"{name}.part-ab").write_bytes(data[len(data) // 2:])
+    (root / ".whl-2" / f"{name}.part-ab").write_bytes(data[len(data) // 2 :])
     wheel.unlink()
     return name
 
 
 def _run_script(tmp_path, *args):
     env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
-    return subprocess.run(["bash", str(SCRIPT), "--dry-run", "--wheels", str(tmp_path / ".whl"), *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--wheels", str(tmp_path / ".whl"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_the_script_stops_in_one_line_when_a_split_wheel_misses_its_second_carry(tmp_path):
@@ -120,7 +144,8 @@ def test_gpu_offline_records_flash_attn4_alone(monkeypatch):
 
     real = importlib.metadata.version
     monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
-    monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: "4.0.0b36" if name == "flash-attn-4" else real(name))
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "4.0.0b36" if name == "flash-attn-4" else real(name)
+    )
     found = versions(argparse.Namespace(executor="cuda", flash_attn_double=None))
     assert found["flash_attn"] is None and found["attention_kernels"] == "flash-attn-4 4.0.0b36"

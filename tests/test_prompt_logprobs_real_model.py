@@ -63,12 +63,16 @@ def check_against_hf(outputs, hf_logprobs, k):
                 assert math.isclose(got, best, abs_tol=TOLERANCE)
 
 
-@pytest.mark.parametrize("overrides", [
-    {},
-    {"max_total_tokens": 8},  # chunked prefill: 8 tokens a step
-    {"max_prefill_chunk": 5, "enable_prefix_caching": True},
-    {"max_total_tokens": 8, "async_scheduling": True},
-], ids=["whole", "chunked", "chunked-small", "chunked-async"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"max_total_tokens": 8},  # chunked prefill: 8 tokens a step
+        {"max_prefill_chunk": 5, "enable_prefix_caching": True},
+        {"max_total_tokens": 8, "async_scheduling": True},
+    ],
+    ids=["whole", "chunked", "chunked-small", "chunked-async"],
+)
 def test_prompt_logprobs_match_hf(smollm2_dir, hf_logprobs, overrides):
     engine = make_engine(smollm2_dir, **overrides)
     outputs = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=3))
@@ -97,8 +101,14 @@ def test_prompt_logprobs_skip_the_prefix_cache(smollm2_dir, hf_logprobs):
 
 
 def test_prompt_logprobs_survive_preemption_by_recompute(smollm2_dir, hf_logprobs):
-    engine = make_engine(smollm2_dir, block_size=8, max_num_blocks=10, max_total_tokens=40, memory_threshold=1.0,
-                         preemption_mode="recompute")
+    engine = make_engine(
+        smollm2_dir,
+        block_size=8,
+        max_num_blocks=10,
+        max_total_tokens=40,
+        memory_threshold=1.0,
+        preemption_mode="recompute",
+    )
     outputs = engine.generate(PROMPTS * 2, SamplingParams(temperature=0, max_tokens=24, prompt_logprobs=1))
     assert sum(o.num_preemptions for o in outputs) > 0
     check_against_hf(outputs, hf_logprobs * 2, 1)
@@ -114,6 +124,8 @@ def test_prompt_logprobs_off_leave_outputs_alone(smollm2_dir):
 
 def test_prompt_logprobs_with_n_completions(smollm2_dir, hf_logprobs):
     engine = make_engine(smollm2_dir)
-    outputs = engine.generate(PROMPTS, SamplingParams(n=2, temperature=0.8, seed=1, max_tokens=3, prompt_logprobs=1))
+    outputs = engine.generate(
+        PROMPTS, SamplingParams(n=2, temperature=0.8, seed=1, max_tokens=3, prompt_logprobs=1)
+    )
     assert all(len(o.outputs) == 2 for o in outputs)
     check_against_hf(outputs, hf_logprobs, 1)

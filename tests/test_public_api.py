@@ -144,7 +144,8 @@ def test_executor_comes_from_settings_when_not_given(monkeypatch):
     monkeypatch.setenv("HETERO_EXECUTOR", "mock")
     with LLM() as llm:
         assert llm.settings.executor.name == "mock" and repr(llm) == (
-            "LLM(model='smollm2-135m-instruct', executor='mock')")
+            "LLM(model='smollm2-135m-instruct', executor='mock')"
+        )
         assert llm.model_dir is None  # the mock runs no model
 
 
@@ -153,8 +154,10 @@ def test_the_real_model_answers_a_chat_and_returns_logprobs(smollm2_dir):
     with LLM(model=str(smollm2_dir)) as llm:
         assert llm.has_chat_template and llm.model_dir == smollm2_dir
         params = SamplingParams(temperature=0, max_tokens=12, logprobs=2)
-        chat, raw = llm.chat([{"role": "user", "content": "What is the capital of France?"}], params)[0], \
-            llm.generate("What is the capital of France?", params)[0]
+        chat, raw = (
+            llm.chat([{"role": "user", "content": "What is the capital of France?"}], params)[0],
+            llm.generate("What is the capital of France?", params)[0],
+        )
         assert "Paris" in chat.text
         assert chat.prompt_token_ids != raw.prompt_token_ids  # the template was applied
         assert len(chat.logprobs) == len(chat.output_token_ids) and all(chat.logprobs)

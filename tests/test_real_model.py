@@ -46,7 +46,7 @@ def hf_greedy(hf_model, hf_tokenizer):
         ids = hf_tokenizer(prompt, return_tensors="pt").input_ids
         with torch.inference_mode():
             out = hf_model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False)
-        results.append((ids[0].tolist(), out[0, ids.shape[1]:].tolist()))
+        results.append((ids[0].tolist(), out[0, ids.shape[1] :].tolist()))
     return results
 
 
@@ -70,7 +70,9 @@ def test_greedy_matches_hf_generate_token_for_token(smollm2_dir, hf_greedy):
 def test_preemption_and_chunked_mixed_steps_give_the_same_greedy_tokens(smollm2_dir, hf_greedy):
     # 12 blocks of 8 tokens cannot hold all nine requests at once; 48 tokens per step chunks the
     # long prompts and mixes prefill chunks with decodes.
-    engine = make_engine(smollm2_dir, block_size=8, max_num_blocks=12, max_total_tokens=48, memory_threshold=1.0)
+    engine = make_engine(
+        smollm2_dir, block_size=8, max_num_blocks=12, max_total_tokens=48, memory_threshold=1.0
+    )
     outputs = engine.generate(PROMPTS, greedy())
     assert sum(o.num_preemptions for o in outputs) > 0
     assert [o.output_token_ids for o in outputs] == [expected for _, expected in hf_greedy]
@@ -80,14 +82,17 @@ def test_preemption_and_chunked_mixed_steps_give_the_same_greedy_tokens(smollm2_
 def test_seeded_sampling_depends_only_on_prompt_params_and_seed(smollm2_dir):
     params = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, max_tokens=16, seed=1234, ignore_eos=True)
     alone = make_engine(smollm2_dir).generate([PROMPTS[3]], params)[0]
-    crowded_engine = make_engine(smollm2_dir, block_size=8, max_num_blocks=14, max_total_tokens=40,
-                                 memory_threshold=1.0)
+    crowded_engine = make_engine(
+        smollm2_dir, block_size=8, max_num_blocks=14, max_total_tokens=40, memory_threshold=1.0
+    )
     others = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True)
     crowd = crowded_engine.generate(PROMPTS, [others] * 3 + [params] + [others] * 5)
     assert sum(o.num_preemptions for o in crowd) > 0
     assert crowd[3].output_token_ids == alone.output_token_ids
-    other_seed = make_engine(smollm2_dir).generate([PROMPTS[3]], SamplingParams(
-        temperature=0.9, top_p=0.95, top_k=50, max_tokens=16, seed=4321, ignore_eos=True))[0]
+    other_seed = make_engine(smollm2_dir).generate(
+        [PROMPTS[3]],
+        SamplingParams(temperature=0.9, top_p=0.95, top_k=50, max_tokens=16, seed=4321, ignore_eos=True),
+    )[0]
     assert other_seed.output_token_ids != alone.output_token_ids
 
 
@@ -104,7 +109,9 @@ def test_logprobs_stop_strings_and_chat(smollm2_dir, hf_model, hf_tokenizer):
     assert [t for t, _ in first.top] == expected.topk(3).indices.tolist()
 
     stopped = engine.generate([PROMPTS[4]], greedy(stop=[" 7"]))[0]
-    assert stopped.finish_reason == "stop" and " 7" not in stopped.text and stopped.text.strip().startswith("5")
+    assert (
+        stopped.finish_reason == "stop" and " 7" not in stopped.text and stopped.text.strip().startswith("5")
+    )
 
     chat = engine.generate([[{"role": "user", "content": "What is the capital of France?"}]], greedy())[0]
     assert "Paris" in chat.text and chat.finish_reason == "eos"
@@ -154,6 +161,9 @@ def test_bfloat16_logits_stay_close_to_hf_float32(smollm2_dir, hf_model, hf_toke
 def test_bfloat16_answers_questions_like_float32(smollm2_dir):
     """Decode in bf16 through the whole answer: the chat answers name the right thing."""
     engine = make_engine(smollm2_dir, executor=BF16)
-    outputs = engine.generate([[{"role": "user", "content": q}] for q in BF16_QUESTIONS], SamplingParams(temperature=0, max_tokens=32))
+    outputs = engine.generate(
+        [[{"role": "user", "content": q}] for q in BF16_QUESTIONS],
+        SamplingParams(temperature=0, max_tokens=32),
+    )
     for (question, answer), out in zip(BF16_QUESTIONS.items(), outputs, strict=True):
         assert answer in out.text, (question, out.text)

@@ -11,8 +11,19 @@ from pathlib import Path
 from tests.import_graph import core_rooms, import_graph
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
-FACADES = tuple(f"hetero_core.{m}" for m in ("executor", "policy", "kv", "structured_output", "kv_transfer",
-                                               "speculative", "models", "tokenizer"))
+FACADES = tuple(
+    f"hetero_core.{m}"
+    for m in (
+        "executor",
+        "policy",
+        "kv",
+        "structured_output",
+        "kv_transfer",
+        "speculative",
+        "models",
+        "tokenizer",
+    )
+)
 NOT_ROOMS = {"hetero_core.__main__"}  # ``python -m hetero_core``: the CLI's entry
 
 
@@ -34,7 +45,7 @@ def documented_rows() -> list[tuple[list[str], set[str]]]:
     text = DOC.read_text(encoding="utf-8")
     start = text.index("| room | what it holds | imports (rooms) |")
     rows = []
-    for line in text[start:text.index("\n\n", start)].splitlines()[2:]:
+    for line in text[start : text.index("\n\n", start)].splitlines()[2:]:
         cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
         rooms = [f"hetero_core.{name}" for name in re.findall(r"`([a-z_]+)(?:/|\.py)`", cells[0])]
         imports: set[str] = set()
@@ -56,8 +67,10 @@ ROW_OF = {room: index for index, (rooms, _) in enumerate(ROWS) for room in rooms
 def test_the_table_lists_every_room_of_core_once():
     listed = [room for rooms, _ in ROWS for room in rooms]
     assert sorted(listed) == sorted(set(listed)), "a room is listed twice"
-    assert set(listed) == set(ROOMS), (f"missing from docs/architecture.md: {sorted(set(ROOMS) - set(listed))}; "
-                                       f"listed but not in core/src/hetero_core: {sorted(set(listed) - set(ROOMS))}")
+    assert set(listed) == set(ROOMS), (
+        f"missing from docs/architecture.md: {sorted(set(ROOMS) - set(listed))}; "
+        f"listed but not in core/src/hetero_core: {sorted(set(listed) - set(ROOMS))}"
+    )
 
 
 def test_imports_run_down_the_table():
@@ -72,7 +85,9 @@ def test_each_row_names_the_rooms_it_imports():
         missing = actual - documented - floor
         assert not missing, f"docs/architecture.md: the row of {rooms} does not name {sorted(missing)}"
         stale = documented - actual - set(FACADES)  # "the facades": any of them
-        assert not stale, f"docs/architecture.md: the row of {rooms} names {sorted(stale)}, which it does not import"
+        assert not stale, (
+            f"docs/architecture.md: the row of {rooms} names {sorted(stale)}, which it does not import"
+        )
 
 
 def test_the_parser_reads_the_rows():

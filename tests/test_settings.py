@@ -1,11 +1,11 @@
 """Settings: precedence (CLI > env > file > defaults), file formats, per-plugin sections, errors."""
 
 import re
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from hetero_core.builder import check_sections
 from hetero_core.errors import ConfigError
@@ -20,7 +20,11 @@ def test_defaults_match_hetero_paged_infer():
     assert (s.block_size, s.max_num_blocks, s.max_batch_size, s.max_num_seqs) == (16, 1024, 32, 256)
     assert (s.max_model_len, s.max_total_tokens, s.memory_threshold) == (2048, 4096, 0.9)
     assert (s.executor.name, s.tokenizer.name, s.scheduler_policy.name, s.kv_allocator.name) == (
-        "torch", "auto", "fcfs", "paged")
+        "torch",
+        "auto",
+        "fcfs",
+        "paged",
+    )
 
 
 def test_run_defaults_answer_rather_than_ramble():
@@ -122,9 +126,15 @@ def test_plugin_sections_are_validated_by_the_plugin_model(tmp_path):
     bad = load_settings(executor={"name": "mock", "mock": {"eos_after": 0, "colour": "red"}})
     with pytest.raises(ConfigError) as err:
         check_sections(bad, plugins.registry)
-    assert "executor.mock" in str(err.value) and "eos_after" in str(err.value) and "colour: unknown setting" in str(err.value)
+    assert (
+        "executor.mock" in str(err.value)
+        and "eos_after" in str(err.value)
+        and "colour: unknown setting" in str(err.value)
+    )
     typo = load_settings(executor={"name": "mock", "mokc": {}})
-    with pytest.raises(ConfigError, match=r"\[executor.mokc\]: unknown executor 'mokc'; available: cuda, mock"):
+    with pytest.raises(
+        ConfigError, match=r"\[executor.mokc\]: unknown executor 'mokc'; available: cuda, mock"
+    ):
         check_sections(typo, plugins.registry)
 
 

@@ -32,8 +32,14 @@ MAX_TOKENS = 32
 
 
 def make_engine(smollm2_dir, k: int = 0, **overrides):
-    settings = load_settings(model=str(smollm2_dir), executor="torch", chat=False, dtype="float32",
-                             num_speculative_tokens=k, **overrides)
+    settings = load_settings(
+        model=str(smollm2_dir),
+        executor="torch",
+        chat=False,
+        dtype="float32",
+        num_speculative_tokens=k,
+        **overrides,
+    )
     engine = build_engine(settings, load_plugins(entry_points=[]))
     if engine.executor.backend.cpu_kernels is None:
         engine.shutdown()
@@ -58,12 +64,16 @@ def tokens(outputs):
     return [(o.output_token_ids, o.finish_reason) for o in outputs]
 
 
-@pytest.mark.parametrize("k, setting", [
-    (3, {}),
-    (2, {"max_prefill_chunk": 8}),  # chunked prefill
-    (4, {"max_num_blocks": 10, "preemption_mode": "recompute"}),
-    (4, {"max_num_blocks": 10, "preemption_mode": "swap"}),
-], ids=["batched", "chunked", "recompute", "swap"])
+@pytest.mark.parametrize(
+    "k, setting",
+    [
+        (3, {}),
+        (2, {"max_prefill_chunk": 8}),  # chunked prefill
+        (4, {"max_num_blocks": 10, "preemption_mode": "recompute"}),
+        (4, {"max_num_blocks": 10, "preemption_mode": "swap"}),
+    ],
+    ids=["batched", "chunked", "recompute", "swap"],
+)
 def test_greedy_output_equals_the_output_without_speculation(smollm2_dir, reference, k, setting):
     engine = make_engine(smollm2_dir, k, memory_threshold=1.0, **setting)
     try:

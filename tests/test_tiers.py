@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 import tests.tiers as tiers
 
 pytest_plugins = ["pytester"]
@@ -15,13 +16,19 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("nodeid, fixtures", [
-    ("tests/mock/test_mock_executor.py::test_tokens_depend_only_on_the_request", ["make_mock_engine"]),
-    ("tests/testing/test_executor_contract_mock.py::TestMockExecutor::test_one_row[0]", ["executor"]),
-    ("tests/model/test_kernel_contract.py::test_the_kv_write_takes_any_number_of_tokens[native]", ["kernels"]),
-    ("tests/server/test_server_openai.py::test_chat_completion", ["mock_server", "make_mock_engine"]),
-    ("tests/testing/test_policy_contract.py::TestFairShare::test_budgets", []),
-])
+@pytest.mark.parametrize(
+    "nodeid, fixtures",
+    [
+        ("tests/mock/test_mock_executor.py::test_tokens_depend_only_on_the_request", ["make_mock_engine"]),
+        ("tests/testing/test_executor_contract_mock.py::TestMockExecutor::test_one_row[0]", ["executor"]),
+        (
+            "tests/model/test_kernel_contract.py::test_the_kv_write_takes_any_number_of_tokens[native]",
+            ["kernels"],
+        ),
+        ("tests/server/test_server_openai.py::test_chat_completion", ["mock_server", "make_mock_engine"]),
+        ("tests/testing/test_policy_contract.py::TestFairShare::test_budgets", []),
+    ],
+)
 def test_the_mock_the_kernel_contract_the_server_on_the_mock_and_the_kits_are_fast(nodeid, fixtures):
     assert tiers.slow_reason(nodeid, fixtures) is None
 
@@ -47,8 +54,11 @@ def test_every_slow_path_exists_and_its_tests_are_slow(path):
 
 
 def test_a_folder_rule_does_not_catch_a_file_that_only_starts_like_it():
-    assert all(tiers.slow_reason(f"{path.rstrip('/')}_more.py::test_y", []) is None
-               for path in tiers.SLOW_PATHS if path.endswith("/"))
+    assert all(
+        tiers.slow_reason(f"{path.rstrip('/')}_more.py::test_y", []) is None
+        for path in tiers.SLOW_PATHS
+        if path.endswith("/")
+    )
 
 
 def test_the_fast_tier_is_declared_and_documented():

@@ -16,7 +16,7 @@ import pytest
 
 from hetero_core import LLM, SamplingParams
 
-BASIC = '''
+BASIC = """
 from vllm import LLM, SamplingParams
 
 prompts = [
@@ -32,9 +32,9 @@ for output in outputs:
     prompt = output.prompt
     generated_text = output.outputs[0].text
     print(f"Prompt: {prompt!r}, Generated text: {generated_text!r}")
-'''
+"""
 
-PARALLEL = '''
+PARALLEL = """
 from vllm import LLM, SamplingParams
 
 llm = LLM(model="facebook/opt-125m")
@@ -44,9 +44,9 @@ for output in outputs:
     print(len(output.outputs), output.num_cached_tokens, output.finished)
     for completion in output.outputs:
         print(completion.index, repr(completion.text), completion.finish_reason, completion.token_ids)
-'''
+"""
 
-LOGPROBS = '''
+LOGPROBS = """
 from vllm import LLM, SamplingParams
 
 llm = LLM(model="facebook/opt-125m")
@@ -57,9 +57,9 @@ for token_id, position in zip(completion.token_ids, completion.logprobs):
     best = max(position.items(), key=lambda item: item[1].logprob)
     print(token_id, position[token_id].logprob, position[token_id].rank, best[0], len(position))
 print(completion.cumulative_logprob)
-'''
+"""
 
-CHAT = '''
+CHAT = """
 from vllm import LLM, SamplingParams
 
 llm = LLM(model="facebook/opt-125m")
@@ -76,7 +76,7 @@ for output in outputs:
 conversations = [conversation for _ in range(3)]
 outputs = llm.chat(conversations, sampling_params, use_tqdm=True)
 print(len({output.outputs[0].text for output in outputs}))
-'''
+"""
 
 
 def run(script: str, **llm_kwargs) -> str:
@@ -114,7 +114,9 @@ def model(request):
 
 def test_the_basic_script(model, capsys):
     lines = run(BASIC, **model).splitlines()
-    assert len(lines) == 4 and all(line.startswith("Prompt: '") and ", Generated text: " in line for line in lines)
+    assert len(lines) == 4 and all(
+        line.startswith("Prompt: '") and ", Generated text: " in line for line in lines
+    )
     err = capsys.readouterr().err
     assert "Processed prompts: 100%" in err and "4/4" in err
 
@@ -123,8 +125,9 @@ def test_the_parallel_sampling_script_matches_single_runs(model):
     lines = run(PARALLEL, **model).splitlines()
     assert lines[0].split()[0] == "2" and lines[0].split()[2] == "True"
     with LLM(**model) as llm:
-        [single] = llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=8),
-                                use_tqdm=False)
+        [single] = llm.generate(
+            "The capital of France is", SamplingParams(temperature=0, max_tokens=8), use_tqdm=False
+        )
     for line in lines[1:]:
         assert line.endswith(str(single.output_token_ids)) and repr(single.text) in line
 
@@ -164,10 +167,17 @@ def test_chat_options_reach_the_template(smollm2_dir):
         [out] = llm.chat(messages, SamplingParams(max_tokens=2), use_tqdm=False, add_generation_prompt=False)
         assert out.prompt_token_ids == tokenizer.encode_chat(messages, add_generation_prompt=False)
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
-        template = "{% for t in tools %}{{ t.function.name }}{% endfor %}|{{ flavour }}|{{ messages[0].content }}"
+        template = (
+            "{% for t in tools %}{{ t.function.name }}{% endfor %}|{{ flavour }}|{{ messages[0].content }}"
+        )
         tokenizer._template = _compile(template)
-        [out] = llm.chat(messages, SamplingParams(max_tokens=2), use_tqdm=False, tools=tools,
-                         chat_template_kwargs={"flavour": "plain"})
+        [out] = llm.chat(
+            messages,
+            SamplingParams(max_tokens=2),
+            use_tqdm=False,
+            tools=tools,
+            chat_template_kwargs={"flavour": "plain"},
+        )
         assert out.prompt == "get_weather|plain|Hi"
 
 
@@ -195,4 +205,7 @@ def test_the_hf_tokenizer_shows_special_tokens_when_asked(smollm2_dir):
     eos = tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False)
     assert eos.startswith("<|") and tokenizer.decode(ids) == "Hithere"
     assert tokenizer.decode(ids, skip_special_tokens=False) == f"Hi {eos} there"
-    assert tokenizer.decode(ids, skip_special_tokens=False, spaces_between_special_tokens=False) == f"Hi{eos}there"
+    assert (
+        tokenizer.decode(ids, skip_special_tokens=False, spaces_between_special_tokens=False)
+        == f"Hi{eos}there"
+    )

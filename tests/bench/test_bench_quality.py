@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import math
 
-from hetero_bench.quality import agreement, first_divergence, perplexity, quality_prompts, quality_text, text_windows
+from hetero_bench.quality import (
+    agreement,
+    first_divergence,
+    perplexity,
+    quality_prompts,
+    quality_text,
+    text_windows,
+)
 
 
 def test_first_divergence_is_the_first_differing_index_or_the_common_length():

@@ -13,8 +13,13 @@ from hetero_core import HeteroError
 
 torch = pytest.importorskip("torch")
 
-TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "intermediate_size": 96}
+TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 96,
+}
 
 
 @pytest.fixture
@@ -46,8 +51,13 @@ def test_the_shapes_match_the_model_code_and_the_weights_are_seeded_by_name():
     from hetero_core.model.llama import LlamaForCausalLM
 
     config, _, _ = random_models.parse_spec("random:smollm2-360m")
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
-            config["num_key_value_heads"], config["intermediate_size"]) == (960, 32, 15, 5, 2560)
+    assert (
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["intermediate_size"],
+    ) == (960, 32, 15, 5, 2560)
     small = {**config, **TINY}
     names = dict(random_models.tensor_shapes(small))
     with torch.device("meta"):
@@ -85,7 +95,9 @@ def test_large_checkpoints_are_sharded_with_an_index(cache, monkeypatch):
 
 def test_the_engine_flag_resolves_random_specs_and_passes_others(cache):
     assert model_path("some/dir") == "some/dir"
-    assert model_path(f"random:{cache}").endswith("-bfloat16-" + model_path(f"random:{cache}").rsplit("-", 1)[1])
+    assert model_path(f"random:{cache}").endswith(
+        "-bfloat16-" + model_path(f"random:{cache}").rsplit("-", 1)[1]
+    )
 
 
 @pytest.mark.parametrize("spec", ["random:nope", "random:smollm2-360m:float16", "random:/no/such.json"])

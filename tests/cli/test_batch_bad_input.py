@@ -46,8 +46,14 @@ def native(request_id, **fields):
 
 
 def openai(custom_id, **body):
-    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/completions",
-                       "body": {"prompt": "hi", "max_tokens": 2, **body}})
+    return json.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "hi", "max_tokens": 2, **body},
+        }
+    )
 
 
 def run_file(tmp_path, lines, *extra, out_name="out.jsonl"):
@@ -118,11 +124,18 @@ def test_a_fixed_line_runs_on_resume_and_its_error_row_goes(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-@pytest.mark.parametrize("extra, message", [
-    ((), "hetero: error: cannot write --output /dev/full: No space left on device (after 0 complete result line(s)"),
-    # on main this read /dev/full until memory ran out
-    (("--resume",), "hetero: error: cannot resume from --output /dev/full: not a regular file"),
-], ids=["write", "resume"])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            (),
+            "hetero: error: cannot write --output /dev/full: No space left on device (after 0 complete result line(s)",
+        ),
+        # on main this read /dev/full until memory ran out
+        (("--resume",), "hetero: error: cannot resume from --output /dev/full: not a regular file"),
+    ],
+    ids=["write", "resume"],
+)
 def test_a_full_disk_is_one_line_and_exit_2(tmp_path, extra, message):
     source = tmp_path / "in.jsonl"
     source.write_text(native("a") + "\n")
@@ -136,9 +149,14 @@ def test_an_output_directory_to_resume_from_is_one_line_and_exit_2(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text(native("a") + "\n")
     (tmp_path / "results").mkdir()
-    proc = hetero("run", *MOCK, "--input-file", str(source), "--output", str(tmp_path / "results"), "--resume")
+    proc = hetero(
+        "run", *MOCK, "--input-file", str(source), "--output", str(tmp_path / "results"), "--resume"
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"hetero: error: cannot write --output {tmp_path / 'results'}: it is a directory; give a file name"
+    assert (
+        proc.stderr.strip()
+        == f"hetero: error: cannot write --output {tmp_path / 'results'}: it is a directory; give a file name"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes files without permission")
@@ -156,7 +174,9 @@ def test_an_output_without_permission_is_refused_before_anything_runs(tmp_path):
 
 def _file_size_limit(limit):
     def apply():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+        signal.signal(
+            signal.SIGXFSZ, signal.SIG_IGN
+        )  # a write past the limit fails (EFBIG) instead of killing
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return apply
@@ -166,9 +186,15 @@ def test_a_disk_that_fills_mid_run_keeps_every_complete_line_and_resume_finishes
     source = tmp_path / "in.jsonl"
     source.write_text("".join(native(i, max_tokens=1 + i % 3) + "\n" for i in range(30)))
     out = tmp_path / "out.jsonl"
-    proc = subprocess.run(hetero_command("run", *MOCK, "--input-file", str(source), "--output", str(out)),
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
-                          env=clean_env({"PYTHONDONTWRITEBYTECODE": "1"}), preexec_fn=_file_size_limit(1000))
+    proc = subprocess.run(
+        hetero_command("run", *MOCK, "--input-file", str(source), "--output", str(out)),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=clean_env({"PYTHONDONTWRITEBYTECODE": "1"}),
+        preexec_fn=_file_size_limit(1000),
+    )
     assert proc.returncode == 2, proc.stderr
     error = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(error) == 1 and "Traceback" not in proc.stderr
@@ -179,29 +205,39 @@ def test_a_disk_that_fills_mid_run_keeps_every_complete_line_and_resume_finishes
     proc = hetero("run", *MOCK, "--input-file", str(source), "--output", str(out), "--resume")
     assert proc.returncode == 0, proc.stderr
     rows = strict_rows(out)
-    assert rows[:len(kept)] == kept and sorted(r["id"] for r in rows) == list(range(30))
+    assert rows[: len(kept)] == kept and sorted(r["id"] for r in rows) == list(range(30))
 
 
 def test_results_on_stdout_stay_utf8_json_lines_past_a_bad_id(tmp_path):
     source = tmp_path / "in.jsonl"
-    source.write_text(native("a") + "\n" + native("b").replace('"b"', '"\\udfff"') + "\n" + native("c") + "\n")
-    proc = subprocess.run(hetero_command("run", *MOCK, "--input-file", str(source), "--output", "-"),
-                          capture_output=True, stdin=subprocess.DEVNULL, env=clean_env(), timeout=120)
+    source.write_text(
+        native("a") + "\n" + native("b").replace('"b"', '"\\udfff"') + "\n" + native("c") + "\n"
+    )
+    proc = subprocess.run(
+        hetero_command("run", *MOCK, "--input-file", str(source), "--output", "-"),
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        env=clean_env(),
+        timeout=120,
+    )
     assert proc.returncode == 1 and b"Traceback" not in proc.stderr
     rows = [json.loads(line) for line in proc.stdout.decode("utf-8").splitlines()]
     ran, bad = split_rows(rows)
     assert sorted(ran) == ["a", "c"] and bad[2]["id"] is None
 
 
-@pytest.mark.parametrize("text, value", [
-    ('{"t": 1e400}', {"t": float("inf")}),  # a huge float reads as infinity; the field's check judges it
-    ('{"t": -' + "1" * 400 + ".5}", {"t": float("-inf")}),
-    ('{"p": "\\ud83d\\ude00"}', {"p": "\U0001F600"}),  # an escaped pair is one character
-    ('{"p": "\\\\ud800"}', {"p": "\\ud800"}),  # an escaped backslash, then text
-    ('{"p": "' + "[" * 500 + '"}', {"p": "[" * 500}),  # brackets inside a string do not nest
-    ("[" * 128 + "]" * 128, None),
-    ("-" + "9" * 4300, None),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ('{"t": 1e400}', {"t": float("inf")}),  # a huge float reads as infinity; the field's check judges it
+        ('{"t": -' + "1" * 400 + ".5}", {"t": float("-inf")}),
+        ('{"p": "\\ud83d\\ude00"}', {"p": "\U0001f600"}),  # an escaped pair is one character
+        ('{"p": "\\\\ud800"}', {"p": "\\ud800"}),  # an escaped backslash, then text
+        ('{"p": "' + "[" * 500 + '"}', {"p": "[" * 500}),  # brackets inside a string do not nest
+        ("[" * 128 + "]" * 128, None),
+        ("-" + "9" * 4300, None),
+    ],
+)
 def test_the_line_decoder_reads_what_is_within_its_bounds(text, value):
     from hetero_core.batch_files.json_lines import decode_line
 
@@ -209,14 +245,21 @@ def test_the_line_decoder_reads_what_is_within_its_bounds(text, value):
     assert decoded == (value if value is not None else json.loads(text))
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b'{"prompt": "hi"\n', "invalid JSON at the end of the line (column 16): Expecting ',' delimiter"),
-    (b'{"prompt": "x", max_tokens: 3}\r\n',
-     "invalid JSON at column 17: Expecting property name enclosed in double quotes"),
-    ('\ufeff{"prompt": "hi",}\n'.encode(), "invalid JSON at column 17: Expecting property name enclosed "
-                                          "in double quotes"),  # the byte-order mark is no column
-    (b'{"a": 1} x\n', "invalid JSON at column 10: Extra data"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b'{"prompt": "hi"\n', "invalid JSON at the end of the line (column 16): Expecting ',' delimiter"),
+        (
+            b'{"prompt": "x", max_tokens: 3}\r\n',
+            "invalid JSON at column 17: Expecting property name enclosed in double quotes",
+        ),
+        (
+            '\ufeff{"prompt": "hi",}\n'.encode(),
+            "invalid JSON at column 17: Expecting property name enclosed in double quotes",
+        ),  # the byte-order mark is no column
+        (b'{"a": 1} x\n', "invalid JSON at column 10: Extra data"),
+    ],
+)
 def test_a_line_that_is_not_json_is_refused_at_a_column_of_that_line(raw, message):
     from hetero_core.batch_files.json_lines import LineError, decode_line
 
@@ -230,4 +273,9 @@ def test_the_line_encoder_always_writes_utf8_json():
 
     data = encode_line({"id": "\ud800", "logprob": float("-inf"), "top": [float("nan"), 1.5], "text": "é😀"})
     assert data.endswith(b"\n")
-    assert json.loads(data.decode("utf-8")) == {"id": "\ufffd", "logprob": None, "top": [None, 1.5], "text": "é😀"}
+    assert json.loads(data.decode("utf-8")) == {
+        "id": "\ufffd",
+        "logprob": None,
+        "top": [None, 1.5],
+        "text": "é😀",
+    }

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests.cli_helpers import clean_env, hetero, hetero_command
 from hetero_core.cli.main import main
+from tests.cli_helpers import clean_env, hetero, hetero_command
 
 MOCK = ("--executor", "mock")
 
@@ -64,7 +64,9 @@ def test_every_line_answered_under_its_id_with_the_same_text_as_offline_generate
 
 def test_a_malformed_lines_error_names_its_line_and_a_column_of_it(tmp_path, capsys):
     """Not ``line 2 column 1`` of a document: the line's own column (its newline is no part of it)."""
-    code, results = run_batch(tmp_path, [{"prompt": "ok", "max_tokens": 2}, '{"prompt": "cut"', '{"prompt": x}'])
+    code, results = run_batch(
+        tmp_path, [{"prompt": "ok", "max_tokens": 2}, '{"prompt": "cut"', '{"prompt": x}']
+    )
     err = capsys.readouterr().err
     assert code == 1
     _, bad = split_rows(results)
@@ -74,7 +76,9 @@ def test_a_malformed_lines_error_names_its_line_and_a_column_of_it(tmp_path, cap
 
 
 def test_id_defaults_to_the_line_number_and_per_line_max_tokens_is_honoured(tmp_path):
-    code, results = run_batch(tmp_path, [{"prompt": "a", "max_tokens": 2}, "", {"prompt": [5, 6, 7], "max_tokens": 4}])
+    code, results = run_batch(
+        tmp_path, [{"prompt": "a", "max_tokens": 2}, "", {"prompt": [5, 6, 7], "max_tokens": 4}]
+    )
     assert code == 0
     by_id = {r["id"]: r for r in results}
     assert set(by_id) == {1, 3}  # the blank line 2 is no request
@@ -107,20 +111,27 @@ def test_malformed_lines_are_reported_with_their_line_number_and_the_rest_run(tm
 
 def test_undecodable_bytes_and_a_line_of_the_other_format_are_skipped(tmp_path, capsys):
     source = tmp_path / "in.jsonl"
-    source.write_bytes(b'{"id": "ok", "prompt": "hi", "max_tokens": 1}\n{"prompt": "\xff\xfe"}\n'
-                       b'{"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x"}}\n')
+    source.write_bytes(
+        b'{"id": "ok", "prompt": "hi", "max_tokens": 1}\n{"prompt": "\xff\xfe"}\n'
+        b'{"custom_id": "c", "url": "/v1/completions", "body": {"prompt": "x"}}\n'
+    )
     out = tmp_path / "out.jsonl"
     assert main(["run", *MOCK, "--input-file", str(source), "--output", str(out)]) == 1
     ran, bad = split_rows(read_results(out))
     assert [r["id"] for r in ran] == ["ok"]
-    assert {line: row["id"] for line, row in bad.items()} == {2: None, 3: 3}  # 3: the line number, the default id
+    assert {line: row["id"] for line, row in bad.items()} == {
+        2: None,
+        3: 3,
+    }  # 3: the line number, the default id
     err = capsys.readouterr().err
     assert "in.jsonl:2: skipped: not UTF-8 text: 'utf-8' codec can't decode" in err
     assert "in.jsonl:3: skipped: an OpenAI batch line in a file of Hetero lines" in err
 
 
 def test_a_request_the_engine_refuses_gets_an_error_result(tmp_path, capsys):
-    code, results = run_batch(tmp_path, [{"id": "big", "prompt": [10**6]}, {"id": "ok", "prompt": "x", "max_tokens": 1}])
+    code, results = run_batch(
+        tmp_path, [{"id": "big", "prompt": [10**6]}, {"id": "ok", "prompt": "x", "max_tokens": 1}]
+    )
     assert code == 1
     by_id = {r["id"]: r for r in results}
     assert "out of range" in by_id["big"]["error"] and by_id["big"]["finish_reason"] is None
@@ -129,7 +140,9 @@ def test_a_request_the_engine_refuses_gets_an_error_result(tmp_path, capsys):
 
 
 def test_duplicate_ids_are_an_error_naming_both_lines(tmp_path, capsys):
-    code, results = run_batch(tmp_path, [{"id": "x", "prompt": "a"}, {"prompt": "b"}, {"id": "x", "prompt": "c"}])
+    code, results = run_batch(
+        tmp_path, [{"id": "x", "prompt": "a"}, {"prompt": "b"}, {"id": "x", "prompt": "c"}]
+    )
     assert code == 2 and results is None  # nothing ran, no output file
     assert "duplicate id 'x' on lines 1 and 3" in capsys.readouterr().err
 
@@ -138,12 +151,25 @@ def test_openai_batch_format_in_and_out(tmp_path, capsys):
     from hetero_core.openai_api.protocol import ChatCompletionResponse, CompletionResponse
 
     records = [
-        {"custom_id": "chat-1", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}},
-        {"custom_id": "cmpl-1", "method": "POST", "url": "/v1/completions",
-         "body": {"model": "any", "prompt": "Once", "max_tokens": 3, "n": 2}},
+        {
+            "custom_id": "chat-1",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        },
+        {
+            "custom_id": "cmpl-1",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"model": "any", "prompt": "Once", "max_tokens": 3, "n": 2},
+        },
         {"custom_id": "emb", "method": "POST", "url": "/v1/embeddings", "body": {"input": "x"}},
-        {"custom_id": "hot", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "temperature": 9}},
+        {
+            "custom_id": "hot",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "x", "temperature": 9},
+        },
         {"custom_id": "far", "method": "POST", "url": "/v1/completions", "body": {"prompt": [10**6]}},
     ]
     code, results = run_batch(tmp_path, records)
@@ -153,8 +179,11 @@ def test_openai_batch_format_in_and_out(tmp_path, capsys):
     by_id = {r["custom_id"]: r for r in ran}
     assert set(by_id) == {"chat-1", "cmpl-1", "far"}
     assert {line: row["custom_id"] for line, row in bad.items()} == {3: "emb", 4: "hot"}
-    assert all(row["response"] == {"status_code": 400, "request_id": row["response"]["request_id"], "body": None}
-               and row["error"]["code"] == 400 for row in bad.values())
+    assert all(
+        row["response"] == {"status_code": 400, "request_id": row["response"]["request_id"], "body": None}
+        and row["error"]["code"] == 400
+        for row in bad.values()
+    )
     assert bad[3]["error"]["message"].startswith("unsupported 'url' '/v1/embeddings'")
     chat = by_id["chat-1"]
     assert chat["error"] is None and chat["response"]["status_code"] == 200 and chat["id"]
@@ -172,8 +201,15 @@ def test_openai_batch_format_in_and_out(tmp_path, capsys):
 def test_openai_completion_text_matches_offline_generate(tmp_path):
     from hetero_core import LLM, SamplingParams
 
-    records = [{"custom_id": str(i), "url": "/v1/completions", "method": "POST",
-                "body": {"prompt": p, "max_tokens": 5, "temperature": 0}} for i, p in enumerate(PROMPTS)]
+    records = [
+        {
+            "custom_id": str(i),
+            "url": "/v1/completions",
+            "method": "POST",
+            "body": {"prompt": p, "max_tokens": 5, "temperature": 0},
+        }
+        for i, p in enumerate(PROMPTS)
+    ]
     code, results = run_batch(tmp_path, records)
     assert code == 0
     expected = LLM(executor="mock").generate(PROMPTS, SamplingParams(max_tokens=5, temperature=0))
@@ -198,7 +234,9 @@ def test_resume_runs_only_the_missing_ids_and_drops_a_cut_off_last_line(tmp_path
 
 
 def test_output_to_stdout_is_only_result_lines(tmp_path):
-    source = write_lines(tmp_path / "in.jsonl", [{"id": i, "prompt": "hi", "max_tokens": 2} for i in range(25)])
+    source = write_lines(
+        tmp_path / "in.jsonl", [{"id": i, "prompt": "hi", "max_tokens": 2} for i in range(25)]
+    )
     proc = hetero("run", *MOCK, "--input-file", str(source), "--output", "-")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -209,11 +247,19 @@ def test_output_to_stdout_is_only_result_lines(tmp_path):
 def test_progress_bar_on_a_terminal_stays_off_stdout(tmp_path):
     pytest.importorskip("tqdm")
     pty = pytest.importorskip("pty")
-    source = write_lines(tmp_path / "in.jsonl", [{"id": i, "prompt": "hi", "max_tokens": 2} for i in range(5)])
+    source = write_lines(
+        tmp_path / "in.jsonl", [{"id": i, "prompt": "hi", "max_tokens": 2} for i in range(5)]
+    )
     controller, terminal = pty.openpty()
-    proc = subprocess.run(hetero_command("run", *MOCK, "--input-file", str(source), "--output", "-"),
-                          stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL, env=clean_env(),
-                          timeout=120, text=True)
+    proc = subprocess.run(
+        hetero_command("run", *MOCK, "--input-file", str(source), "--output", "-"),
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        stdin=subprocess.DEVNULL,
+        env=clean_env(),
+        timeout=120,
+        text=True,
+    )
     os.close(terminal)
     shown = b""
     try:
@@ -232,8 +278,14 @@ def test_ctrl_c_leaves_a_valid_file_and_exits_130(tmp_path):
     source = write_lines(tmp_path / "in.jsonl", records)
     out = tmp_path / "out.jsonl"
     env = clean_env({"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.05"})
-    proc = subprocess.Popen(hetero_command("run", *MOCK, "--input-file", str(source), "--output", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True)
+    proc = subprocess.Popen(
+        hetero_command("run", *MOCK, "--input-file", str(source), "--output", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
         time.sleep(0.02)
@@ -248,16 +300,25 @@ def test_ctrl_c_leaves_a_valid_file_and_exits_130(tmp_path):
     assert sorted(r["id"] for r in read_results(out)) == list(range(8))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--output", "o.jsonl"], "--output and --resume go with --input-file"),
-    (["--input-file", "in.jsonl"], "--input-file needs --output FILE"),
-    (["--input-file", "in.jsonl", "--output", "-", "--resume"], "'-' (stdout) cannot be resumed"),
-    (["hi", "--input-file", "in.jsonl", "--output", "o"], "not both"),
-    (["--input-file", "missing.jsonl", "--output", "o"], "cannot read --input-file missing.jsonl"),
-    (["--input-file", "folder", "--output", "o"], "cannot read --input-file folder: Is a directory"),
-    (["--input-file", "in.jsonl", "--output", "folder"], "cannot write --output folder: it is a directory"),
-    (["--input-file", "in.jsonl", "--output", "in.jsonl/o"], "cannot write --output in.jsonl/o: there is no folder"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--output", "o.jsonl"], "--output and --resume go with --input-file"),
+        (["--input-file", "in.jsonl"], "--input-file needs --output FILE"),
+        (["--input-file", "in.jsonl", "--output", "-", "--resume"], "'-' (stdout) cannot be resumed"),
+        (["hi", "--input-file", "in.jsonl", "--output", "o"], "not both"),
+        (["--input-file", "missing.jsonl", "--output", "o"], "cannot read --input-file missing.jsonl"),
+        (["--input-file", "folder", "--output", "o"], "cannot read --input-file folder: Is a directory"),
+        (
+            ["--input-file", "in.jsonl", "--output", "folder"],
+            "cannot write --output folder: it is a directory",
+        ),
+        (
+            ["--input-file", "in.jsonl", "--output", "in.jsonl/o"],
+            "cannot write --output in.jsonl/o: there is no folder",
+        ),
+    ],
+)
 def test_flag_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder").mkdir()
@@ -271,16 +332,20 @@ def test_flag_mistakes_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, ar
 def test_real_model_batch_file(tmp_path, smollm2_dir):
     from hetero_core import LLM, SamplingParams
 
-    records = [{"id": "fr", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "logprobs": 2},
-               {"id": "n", "prompt": "1, 2, 3,", "max_tokens": 3, "temperature": 0, "prompt_logprobs": 1}]
+    records = [
+        {"id": "fr", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0, "logprobs": 2},
+        {"id": "n", "prompt": "1, 2, 3,", "max_tokens": 3, "temperature": 0, "prompt_logprobs": 1},
+    ]
     source = write_lines(tmp_path / "in.jsonl", records)
     out = tmp_path / "out.jsonl"
     assert main(["run", "--no-chat", "--input-file", str(source), "--output", str(out)]) == 0
     by_id = {r["id"]: r for r in read_results(out)}
     llm = LLM()
     try:
-        expected = llm.generate(["The capital of France is", "1, 2, 3,"],
-                                [SamplingParams(max_tokens=4, temperature=0), SamplingParams(max_tokens=3, temperature=0)])
+        expected = llm.generate(
+            ["The capital of France is", "1, 2, 3,"],
+            [SamplingParams(max_tokens=4, temperature=0), SamplingParams(max_tokens=3, temperature=0)],
+        )
     finally:
         llm.shutdown()
     assert by_id["fr"]["text"] == expected[0].text and by_id["fr"]["num_output_tokens"] == 4
@@ -297,13 +362,21 @@ def test_real_model_batch_file(tmp_path, smollm2_dir):
     for entry, token_id in zip(prompt[1:], expected[1].prompt_token_ids[1:]):
         assert str(token_id) in entry and min(v["rank"] for v in entry.values()) == 1
         assert entry[str(token_id)]["logprob"] <= 0
-    openai_lines = [{"custom_id": "c", "method": "POST", "url": "/v1/completions",
-                     "body": {"prompt": "1, 2, 3,", "max_tokens": 2, "temperature": 0, "prompt_logprobs": 0}}]
+    openai_lines = [
+        {
+            "custom_id": "c",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "1, 2, 3,", "max_tokens": 2, "temperature": 0, "prompt_logprobs": 0},
+        }
+    ]
     source = write_lines(tmp_path / "openai.jsonl", openai_lines)
     assert main(["run", "--no-chat", "--input-file", str(source), "--output", str(out)]) == 0
     [record] = read_results(out)
     prompt = record["response"]["body"]["choices"][0]["prompt_logprobs"]
-    assert prompt[0] is None and [list(e) for e in prompt[1:]] == [[str(t)] for t in expected[1].prompt_token_ids[1:]]
+    assert prompt[0] is None and [list(e) for e in prompt[1:]] == [
+        [str(t)] for t in expected[1].prompt_token_ids[1:]
+    ]
 
 
 class _FakeTerminal:
@@ -347,9 +420,11 @@ def test_resume_refuses_a_file_that_is_not_results(tmp_path, capsys):
 
 # -- logprobs ---------------------------------------------------------------------------------------
 def test_native_lines_get_logprobs_when_they_ask(tmp_path):
-    records = [{"id": "n", "prompt": "hi", "max_tokens": 3, "logprobs": 2},
-               {"id": "chat-style", "prompt": "x", "max_tokens": 2, "logprobs": True, "top_logprobs": 1},
-               {"id": "none", "prompt": "y", "max_tokens": 2}]
+    records = [
+        {"id": "n", "prompt": "hi", "max_tokens": 3, "logprobs": 2},
+        {"id": "chat-style", "prompt": "x", "max_tokens": 2, "logprobs": True, "top_logprobs": 1},
+        {"id": "none", "prompt": "y", "max_tokens": 2},
+    ]
     code, results = run_batch(tmp_path, records)
     assert code == 0
     by_id = {r["id"]: r for r in results}
@@ -359,18 +434,39 @@ def test_native_lines_get_logprobs_when_they_ask(tmp_path):
         assert len(entries) == count == by_id[key]["num_output_tokens"]
         assert "".join(e["token"] for e in entries) == by_id[key]["text"]
         # the mock executor returns token ids, not logits: the tokens are there, their logprobs are not
-        assert all(set(e) == {"token", "token_id", "logprob", "top_logprobs"} and e["logprob"] is None for e in entries)
+        assert all(
+            set(e) == {"token", "token_id", "logprob", "top_logprobs"} and e["logprob"] is None
+            for e in entries
+        )
 
 
 def test_openai_lines_get_logprobs_in_the_servers_shape(tmp_path):
     from hetero_core.openai_api.protocol import ChatCompletionResponse, CompletionResponse
 
     records = [
-        {"custom_id": "cmpl", "method": "POST", "url": "/v1/completions",
-         "body": {"prompt": "Once", "max_tokens": 3, "n": 2, "logprobs": 2}},
-        {"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "logprobs": True, "top_logprobs": 2}},
-        {"custom_id": "plain", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x", "max_tokens": 2}},
+        {
+            "custom_id": "cmpl",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "Once", "max_tokens": 3, "n": 2, "logprobs": 2},
+        },
+        {
+            "custom_id": "chat",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 4,
+                "logprobs": True,
+                "top_logprobs": 2,
+            },
+        },
+        {
+            "custom_id": "plain",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": "x", "max_tokens": 2},
+        },
     ]
     code, results = run_batch(tmp_path, records)
     assert code == 0
@@ -382,7 +478,9 @@ def test_openai_lines_get_logprobs_in_the_servers_shape(tmp_path):
         assert choice.logprobs.text_offset == [0, 1, 2]
     chat = ChatCompletionResponse.model_validate(by_id["chat"])
     assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens == 4
-    assert "logprobs" not in by_id["plain"]["choices"][0]  # not asked: not written (as the server leaves it out)
+    assert (
+        "logprobs" not in by_id["plain"]["choices"][0]
+    )  # not asked: not written (as the server leaves it out)
 
 
 class _LogitsPlugin:
@@ -422,12 +520,31 @@ class Records(list):
     write = list.append
 
 
-@pytest.mark.parametrize("records", [
-    [{"id": "n", "prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}],
-    [{"custom_id": "c", "url": "/v1/completions", "method": "POST", "body": {"prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}},
-     {"custom_id": "t", "url": "/v1/chat/completions", "method": "POST",
-      "body": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True, "top_logprobs": 2}}],
-])
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"id": "n", "prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2}],
+        [
+            {
+                "custom_id": "c",
+                "url": "/v1/completions",
+                "method": "POST",
+                "body": {"prompt": [5, 6, 7], "max_tokens": 3, "logprobs": 2},
+            },
+            {
+                "custom_id": "t",
+                "url": "/v1/chat/completions",
+                "method": "POST",
+                "body": {
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 3,
+                    "logprobs": True,
+                    "top_logprobs": 2,
+                },
+            },
+        ],
+    ],
+)
 def test_logprob_values_reach_the_result_lines(records):
     import io
     import math
@@ -440,25 +557,38 @@ def test_logprob_values_reach_the_result_lines(records):
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
-    engine = build_engine(load_settings(executor="logits"), load_plugins(entry_points=[], extra_plugins=[("logits", _LogitsPlugin())]))
+    engine = build_engine(
+        load_settings(executor="logits"),
+        load_plugins(entry_points=[], extra_plugins=[("logits", _LogitsPlugin())]),
+    )
     row = torch.full((engine.tokenizer.vocab_size,), -5.0)
     row[0], row[1] = 3.0, 2.0
     best, second = torch.log_softmax(row, 0)[:2].tolist()
-    batch = read_batch_file([json.dumps(r) for r in records], SamplingParams(temperature=0), chat=True,
-                            max_model_len=engine.max_model_len)
+    batch = read_batch_file(
+        [json.dumps(r) for r in records],
+        SamplingParams(temperature=0),
+        chat=True,
+        max_model_len=engine.max_model_len,
+    )
     out = Records()
     assert BatchRunner(engine, batch.format, "m", io.StringIO()).run(batch.requests, out) == 0
     for result in out:
         if "custom_id" not in result:
             for entry in result["logprobs"]:
                 assert math.isclose(entry["logprob"], best, rel_tol=1e-5)
-                assert [t["token_id"] for t in entry["top_logprobs"]] == [entry["token_id"], entry["token_id"] + 1]
+                assert [t["token_id"] for t in entry["top_logprobs"]] == [
+                    entry["token_id"],
+                    entry["token_id"] + 1,
+                ]
                 assert math.isclose(entry["top_logprobs"][1]["logprob"], second, rel_tol=1e-5)
             continue
         choice = result["response"]["body"]["choices"][0]
         if "text_offset" in choice["logprobs"]:  # /v1/completions
             assert all(math.isclose(v, best, rel_tol=1e-5) for v in choice["logprobs"]["token_logprobs"])
-            assert all(sorted(top.values()) == pytest.approx([second, best]) for top in choice["logprobs"]["top_logprobs"])
+            assert all(
+                sorted(top.values()) == pytest.approx([second, best])
+                for top in choice["logprobs"]["top_logprobs"]
+            )
         else:
             for entry in choice["logprobs"]["content"]:
                 assert math.isclose(entry["logprob"], best, rel_tol=1e-5)
@@ -466,11 +596,13 @@ def test_logprob_values_reach_the_result_lines(records):
 
 
 def test_logprobs_mistakes_fail_their_line(tmp_path, capsys):
-    records = [{"id": "both", "prompt": "x", "logprobs": 3, "top_logprobs": 2},
-               {"id": "top-alone", "prompt": "x", "top_logprobs": 2},
-               {"id": "many", "prompt": "x", "logprobs": 99},
-               {"custom_id": "o", "url": "/v1/completions", "body": {"prompt": "x"}},
-               {"id": "ok", "prompt": "x", "max_tokens": 1, "logprobs": 0}]
+    records = [
+        {"id": "both", "prompt": "x", "logprobs": 3, "top_logprobs": 2},
+        {"id": "top-alone", "prompt": "x", "top_logprobs": 2},
+        {"id": "many", "prompt": "x", "logprobs": 99},
+        {"custom_id": "o", "url": "/v1/completions", "body": {"prompt": "x"}},
+        {"id": "ok", "prompt": "x", "max_tokens": 1, "logprobs": 0},
+    ]
     code, results = run_batch(tmp_path, records)
     err = capsys.readouterr().err
     ran, bad = split_rows(results)

@@ -7,11 +7,11 @@ import io
 import json
 
 import pytest
-from tests.cli_helpers import hetero
 
 import hetero_core
 from hetero_core.cli.chat import converse
 from hetero_core.engine.requests.params import SamplingParams
+from tests.cli_helpers import hetero
 
 
 def test_version():
@@ -33,8 +33,15 @@ def test_chat_keeps_the_conversation_and_leaves_on_end_of_input(make_mock_engine
 
 
 def test_hetero_chat_streams_answers_from_stdin():
-    result = hetero("chat", "--executor", "mock", "-s", "be brief", stdin="hi\nthere\n",
-                    env={"HETERO_EXECUTOR__MOCK__EOS_AFTER": "5"})
+    result = hetero(
+        "chat",
+        "--executor",
+        "mock",
+        "-s",
+        "be brief",
+        stdin="hi\nthere\n",
+        env={"HETERO_EXECUTOR__MOCK__EOS_AFTER": "5"},
+    )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 2
 
@@ -53,22 +60,30 @@ def test_settings_shows_each_seam_and_its_plugin():
     assert "  executor = mock: mock (hetero-plugins-mock" in result.stdout
     assert "  max_tokens = 7" in result.stdout
     data = json.loads(hetero("settings", "--executor", "mock", "--json").stdout)
-    assert data["seams"]["structured_output"]["name"] == "xgrammar" and data["seams"]["kv_allocator"]["plugin"] == "core"
-
+    assert (
+        data["seams"]["structured_output"]["name"] == "xgrammar"
+        and data["seams"]["kv_allocator"]["plugin"] == "core"
+    )
 
 
 def test_settings_show_the_dtype_the_executor_gets(monkeypatch):
     from hetero_core.cli import show_settings
 
     data = json.loads(hetero("settings", "--executor", "torch", "--dtype", "bfloat16", "--json").stdout)
-    assert data["seams"]["executor"]["options"]["dtype"] == "bfloat16" and "dtype" not in data["seams"]["executor"]
+    assert (
+        data["seams"]["executor"]["options"]["dtype"] == "bfloat16"
+        and "dtype" not in data["seams"]["executor"]
+    )
     monkeypatch.setattr("hetero_core.model.cpu.cpu_info.cpu_flags", lambda: frozenset({"avx2"}))
-    assert show_settings.auto_dtype("torch", {"device": "cpu"}).startswith("float32: this CPU has no native bf16")
+    assert show_settings.auto_dtype("torch", {"device": "cpu"}).startswith(
+        "float32: this CPU has no native bf16"
+    )
     monkeypatch.setattr("hetero_core.model.cpu.cpu_info.cpu_flags", lambda: frozenset({"avx512_bf16"}))
     assert show_settings.auto_dtype("torch", {"device": "cpu"}).startswith("decided when the executor starts")
     assert show_settings.auto_dtype("cuda", {}) == "decided when the executor starts"
     text = hetero("settings", "--executor", "torch").stdout
     assert '    dtype = "auto"  # ' in text
+
 
 @pytest.mark.parametrize("args, message", [
     (["run", "--executor", "mock", ""], "hetero: error: the prompt is empty; give some text"),
@@ -82,6 +97,8 @@ def test_an_empty_prompt_is_one_refusal_before_any_engine(args, message):
 def test_output_that_is_the_input_is_refused(tmp_path):
     batch = tmp_path / "p.jsonl"
     batch.write_text('{"id": "a", "prompt": "x"}\n')
-    result = hetero("run", "--executor", "mock", "--input-file", str(batch), "--output", str(tmp_path / "." / "p.jsonl"))
+    result = hetero(
+        "run", "--executor", "mock", "--input-file", str(batch), "--output", str(tmp_path / "." / "p.jsonl")
+    )
     assert result.returncode == 2 and "is the --input-file" in result.stderr
     assert batch.read_text() == '{"id": "a", "prompt": "x"}\n'

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli_helpers import hetero
 from hetero_core.cli.main import main
 from hetero_core.cli.parser import HeteroParser
 from hetero_core.validation import as_number, is_number_field
+from tests.cli_helpers import hetero
 
 
 def fails(capsys, *argv: str) -> list[str]:
@@ -23,20 +23,41 @@ def fails(capsys, *argv: str) -> list[str]:
     return err.strip().splitlines()
 
 
-@pytest.mark.parametrize("argv, usage, message", [
-    (["run", "--max-tokns", "5", "hi"], "usage: hetero run ",
-     "hetero run: error: unrecognized arguments: --max-tokns; did you mean --max-tokens?"),
-    (["run", "--max-tokns=5", "hi"], "usage: hetero run ",
-     "hetero run: error: unrecognized arguments: --max-tokns=5; did you mean --max-tokens?"),
-    (["serve", "--executor", "mock", "--prot", "9"], "usage: hetero serve ",
-     "hetero serve: error: unrecognized arguments: --prot 9; did you mean --port?"),
-    (["chat", "--sytem", "be brief"], "usage: hetero chat ",
-     "hetero chat: error: unrecognized arguments: --sytem be brief; did you mean --system?"),
-    (["plugins", "--jsn"], "usage: hetero plugins ", "hetero plugins: error: unrecognized arguments: --jsn; "
-                                                     "did you mean --json?"),
-    (["settings", "--executr", "mock"], "usage: hetero settings ",
-     "hetero settings: error: unrecognized arguments: --executr mock; did you mean --executor?"),
-])
+@pytest.mark.parametrize(
+    "argv, usage, message",
+    [
+        (
+            ["run", "--max-tokns", "5", "hi"],
+            "usage: hetero run ",
+            "hetero run: error: unrecognized arguments: --max-tokns; did you mean --max-tokens?",
+        ),
+        (
+            ["run", "--max-tokns=5", "hi"],
+            "usage: hetero run ",
+            "hetero run: error: unrecognized arguments: --max-tokns=5; did you mean --max-tokens?",
+        ),
+        (
+            ["serve", "--executor", "mock", "--prot", "9"],
+            "usage: hetero serve ",
+            "hetero serve: error: unrecognized arguments: --prot 9; did you mean --port?",
+        ),
+        (
+            ["chat", "--sytem", "be brief"],
+            "usage: hetero chat ",
+            "hetero chat: error: unrecognized arguments: --sytem be brief; did you mean --system?",
+        ),
+        (
+            ["plugins", "--jsn"],
+            "usage: hetero plugins ",
+            "hetero plugins: error: unrecognized arguments: --jsn; did you mean --json?",
+        ),
+        (
+            ["settings", "--executr", "mock"],
+            "usage: hetero settings ",
+            "hetero settings: error: unrecognized arguments: --executr mock; did you mean --executor?",
+        ),
+    ],
+)
 def test_a_misspelt_flag_is_named_under_its_commands_usage(capsys, argv, usage, message):
     lines = fails(capsys, *argv)
     assert lines[0].startswith(usage)  # the command's usage, not `usage: hetero [-h] [--version] COMMAND`
@@ -55,7 +76,8 @@ def test_a_flag_far_from_every_flag_gets_no_guess(capsys):
 def test_an_abbreviated_flag_is_a_mistake_that_names_the_flag(capsys):
     # argparse would take --max-tok for --max-tokens until a new setting also began with it
     assert fails(capsys, "run", "--max-tok", "5", "hi")[-1].endswith(
-        "unrecognized arguments: --max-tok; did you mean --max-tokens?")
+        "unrecognized arguments: --max-tok; did you mean --max-tokens?"
+    )
 
 
 def test_a_misspelt_command_names_the_command(capsys):
@@ -68,20 +90,23 @@ def test_a_misspelt_command_names_the_command(capsys):
 def test_a_misspelt_choice_names_the_choice(capsys):
     assert fails(capsys, "run", "--log-format", "jsn", "hi")[-1] == (
         "hetero run: error: argument --log-format: invalid choice: 'jsn' (choose from 'console', 'json'); "
-        "did you mean 'json'?")
+        "did you mean 'json'?"
+    )
 
 
 def test_a_commands_flag_given_before_the_command_says_where_it_goes(capsys):
     assert fails(capsys, "-v", "run", "hi")[-1] == (
-        "hetero: error: unrecognized arguments: -v; -v is an option of `hetero run`: put it after the "
-        "command")
+        "hetero: error: unrecognized arguments: -v; -v is an option of `hetero run`: put it after the command"
+    )
 
 
 def test_a_benchmarks_misspelt_flag_is_one_line_naming_the_flag(capsys):
     assert main(["bench", "offline", "--executr", "mock"]) == 2
     err = capsys.readouterr().err
-    assert err == ("hetero: error: hetero bench offline: unrecognized arguments: --executr mock; "
-                   "did you mean --executor?\n")
+    assert err == (
+        "hetero: error: hetero bench offline: unrecognized arguments: --executr mock; "
+        "did you mean --executor?\n"
+    )
 
 
 def test_a_plugins_own_subcommands_report_their_mistakes_themselves(capsys):
@@ -107,13 +132,21 @@ def test_the_console_script_exits_2_with_the_suggestion():
 
 
 # -- numbers are shown as numbers ------------------------------------------------------------------
-@pytest.mark.parametrize("argv, shown", [
-    (["--max-tokens", "-4"], "max_tokens: Input should be greater than or equal to 1 (got -4)"),
-    (["--temperature", "-0.5"], "temperature: Input should be greater than or equal to 0 (got -0.5)"),
-    (["--max-prefill-chunk", "0"], "max_prefill_chunk: Input should be greater than or equal to 1 (got 0)"),
-    (["--max-tokens", "x"], "max_tokens: Input should be a valid integer, unable to parse string as an "
-                            "integer (got 'x')"),  # text the user typed stays text
-])
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (["--max-tokens", "-4"], "max_tokens: Input should be greater than or equal to 1 (got -4)"),
+        (["--temperature", "-0.5"], "temperature: Input should be greater than or equal to 0 (got -0.5)"),
+        (
+            ["--max-prefill-chunk", "0"],
+            "max_prefill_chunk: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            ["--max-tokens", "x"],
+            "max_tokens: Input should be a valid integer, unable to parse string as an integer (got 'x')",
+        ),  # text the user typed stays text
+    ],
+)
 def test_a_number_given_as_a_flag_is_shown_as_a_number(capsys, argv, shown):
     assert main(["run", *argv, "hi"]) == 2
     assert capsys.readouterr().err == f"hetero: error: invalid settings: {shown}\n"
@@ -148,5 +181,6 @@ def test_a_number_in_a_server_variable_is_shown_as_a_number(capsys, monkeypatch)
     monkeypatch.setenv("HETERO_PORT", "-4")
     assert main(["serve", "--executor", "mock"]) == 2
     err = capsys.readouterr().err
-    assert err == ("hetero: error: invalid server settings: port: Input should be greater than or equal to 0 "
-                   "(got -4)\n")
+    assert err == (
+        "hetero: error: invalid server settings: port: Input should be greater than or equal to 0 (got -4)\n"
+    )

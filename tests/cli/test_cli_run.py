@@ -7,10 +7,10 @@ import signal
 import subprocess
 
 import pytest
-from tests.cli_helpers import clean_env, default_sigint, hetero, hetero_command
 
 from hetero_core import LLM, SamplingParams
 from hetero_core.cli.run import print_each_when_done, read_prompts, stream_one
+from tests.cli_helpers import clean_env, default_sigint, hetero, hetero_command
 
 
 def mock_llm(**settings):
@@ -68,8 +68,9 @@ def test_several_prompts_print_in_input_order_each_labelled():
 
 
 def test_a_failed_prompt_among_several_fails_alone_with_exit_1():
-    result = hetero("run", "--executor", "mock", "--max-model-len", "40", "--max-tokens", "8",
-                    "ok", "x" * 80, "fine")
+    result = hetero(
+        "run", "--executor", "mock", "--max-model-len", "40", "--max-tokens", "8", "ok", "x" * 80, "fine"
+    )
     assert result.returncode == 1, result.stderr
     labels = [line for line in result.stdout.splitlines() if line.startswith("=== ")]
     assert labels == ["=== [1] ok", f"=== [2] {'x' * 59}…", "=== [3] fine"]
@@ -107,9 +108,14 @@ def test_chat_template_is_used_only_when_the_model_has_one_unless_asked():
 def test_ctrl_c_stops_at_once_keeps_what_was_printed_and_exits_130():
     env = clean_env({"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.1"})
     # 1000 tokens at 0.1 s each: only streaming can show text before the end, and only Ctrl-C ends it soon.
-    proc = subprocess.Popen(hetero_command("run", "--executor", "mock", "--max-tokens", "1000", "hi"),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=default_sigint)
+    proc = subprocess.Popen(
+        hetero_command("run", "--executor", "mock", "--max-tokens", "1000", "hi"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=default_sigint,
+    )
     try:
         first = b""
         while len(first) < 3:

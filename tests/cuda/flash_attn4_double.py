@@ -21,8 +21,8 @@ from dataclasses import replace
 
 import torch
 
-from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
+from tests.cuda.flash_attn_double import FlashAttnDouble
 
 
 class FlashAttn4Double:
@@ -36,26 +36,64 @@ class FlashAttn4Double:
         kernels = flash_attn4_kernels(self.flash_attn_varlen_func, "test double (PyTorch)")
         return replace(kernels, dtypes=self.dtypes, device_types=tuple(device_types))
 
-    def flash_attn_varlen_func(self, q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                               max_seqlen_q=None, max_seqlen_k=None, min_seqlen_k=None, seqused_q=None,
-                               seqused_k=None,
-                               gather_kv_indices=None, page_table=None, softmax_scale=None, causal=False,
-                               window_size=(None, None), learnable_sink=None, softcap=0.0, num_splits=1,
-                               pack_gqa=None, deterministic=False, score_mod=None, score_mod_bwd=None,
-                               mask_mod=None, block_sparse_tensors=None, aux_tensors=None, aux_scalars=None,
-                               return_lse=False, **rest):
-        unused = dict(qv=qv, min_seqlen_k=min_seqlen_k, seqused_q=seqused_q,
-                      gather_kv_indices=gather_kv_indices, learnable_sink=learnable_sink, score_mod=score_mod, mask_mod=mask_mod,
-                      block_sparse_tensors=block_sparse_tensors, aux_tensors=aux_tensors, **rest)
-        _unsupported(window_size=tuple(window_size) != (None, None), softcap=softcap != 0.0,
-                     num_splits=num_splits != 1, return_lse=return_lse,
-                     **{name: value is not None for name, value in unused.items()})
+    def flash_attn_varlen_func(
+        self,
+        q,
+        k,
+        v,
+        qv=None,
+        cu_seqlens_q=None,
+        cu_seqlens_k=None,
+        max_seqlen_q=None,
+        max_seqlen_k=None,
+        min_seqlen_k=None,
+        seqused_q=None,
+        seqused_k=None,
+        gather_kv_indices=None,
+        page_table=None,
+        softmax_scale=None,
+        causal=False,
+        window_size=(None, None),
+        learnable_sink=None,
+        softcap=0.0,
+        num_splits=1,
+        pack_gqa=None,
+        deterministic=False,
+        score_mod=None,
+        score_mod_bwd=None,
+        mask_mod=None,
+        block_sparse_tensors=None,
+        aux_tensors=None,
+        aux_scalars=None,
+        return_lse=False,
+        **rest,
+    ):
+        unused = dict(
+            qv=qv,
+            min_seqlen_k=min_seqlen_k,
+            seqused_q=seqused_q,
+            gather_kv_indices=gather_kv_indices,
+            learnable_sink=learnable_sink,
+            score_mod=score_mod,
+            mask_mod=mask_mod,
+            block_sparse_tensors=block_sparse_tensors,
+            aux_tensors=aux_tensors,
+            **rest,
+        )
+        _unsupported(
+            window_size=tuple(window_size) != (None, None),
+            softcap=softcap != 0.0,
+            num_splits=num_splits != 1,
+            return_lse=return_lse,
+            **{name: value is not None for name, value in unused.items()},
+        )
         if not (q.dtype == k.dtype == v.dtype) or v.dtype not in self.dtypes:
             raise AssertionError(f"inputs must be {self.dtypes}; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
         for tensor in (cu_seqlens_q, cu_seqlens_k, seqused_k):
             if tensor is not None and (tensor.dtype != torch.int32 or tensor.stride(0) != 1):
-                raise AssertionError("cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k must be int32 and "
-                                     "contiguous")
+                raise AssertionError(
+                    "cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k must be int32 and contiguous"
+                )
         batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
         if q.shape[-2] % v.shape[-2]:
             raise AssertionError("num_head must be divisible by num_head_kv")
@@ -69,8 +107,10 @@ class FlashAttn4Double:
             if page_table.stride(-1) != 1:
                 raise AssertionError("page_table must be contiguous in the last dimension")
             if page_table.dim() != 2 or page_table.shape[0] != batch or k.dim() != 4 or k.shape != v.shape:
-                raise AssertionError("page_table must be (batch, max_num_pages_per_seq), k / v (num_pages, "
-                                     "page_size, nheads_k, headdim)")
+                raise AssertionError(
+                    "page_table must be (batch, max_num_pages_per_seq), k / v (num_pages, "
+                    "page_size, nheads_k, headdim)"
+                )
             if seqused_k is None:
                 raise NotImplementedError("the flash-attn-4 double reads a paged cache by seqused_k only")
             self.page_sizes.add(k.shape[1])
@@ -78,8 +118,15 @@ class FlashAttn4Double:
             if page_table is None or q.dim() != 4:
                 raise NotImplementedError("the flash-attn-4 double takes batched q with a page table only")
             self.calls["batched_paged"] += 1
-            out = self._math.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqused_k, block_table=page_table,
-                                                     softmax_scale=softmax_scale, causal=causal)
+            out = self._math.flash_attn_with_kvcache(
+                q,
+                k,
+                v,
+                cache_seqlens=seqused_k,
+                block_table=page_table,
+                softmax_scale=softmax_scale,
+                causal=causal,
+            )
             return out, None
         if q.dim() != 3:
             raise AssertionError("with cu_seqlens_q, q must be (total_q, nheads, headdim)")
@@ -93,9 +140,18 @@ class FlashAttn4Double:
             self.calls["varlen"] += 1
         max_seqlen_q = max_seqlen_q if max_seqlen_q is not None else q.shape[0]
         max_seqlen_k = max_seqlen_k if max_seqlen_k is not None else k.shape[0]
-        out = self._math.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
-                                                block_table=page_table)
+        out = self._math.flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            block_table=page_table,
+        )
         return out, None
 
 

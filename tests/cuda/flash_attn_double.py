@@ -47,13 +47,32 @@ class FlashAttnDouble:
             device_types=tuple(device_types),
         )
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                               softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                               block_table=None):
-        _unsupported(dropout_p=dropout_p != 0.0, window_size=tuple(window_size) != (-1, -1),
-                     softcap=softcap != 0.0, alibi_slopes=alibi_slopes is not None,
-                     return_attn_probs=return_attn_probs)
+    def flash_attn_varlen_func(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p=0.0,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        alibi_slopes=None,
+        deterministic=False,
+        return_attn_probs=False,
+        block_table=None,
+    ):
+        _unsupported(
+            dropout_p=dropout_p != 0.0,
+            window_size=tuple(window_size) != (-1, -1),
+            softcap=softcap != 0.0,
+            alibi_slopes=alibi_slopes is not None,
+            return_attn_probs=return_attn_probs,
+        )
         self._check_qkv(q, k, v, paged=block_table is not None)
         _check_int32(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table)
         self.calls["varlen_paged" if block_table is not None else "varlen"] += 1
@@ -67,30 +86,60 @@ class FlashAttnDouble:
         for b in range(len(cu_q) - 1):
             num_q, num_k = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
             if num_q > max_seqlen_q or num_k > max_seqlen_k:
-                raise RuntimeError(f"sequence {b}: seqlens ({num_q}, {num_k}) exceed max_seqlen "
-                                   f"({max_seqlen_q}, {max_seqlen_k})")
+                raise RuntimeError(
+                    f"sequence {b}: seqlens ({num_q}, {num_k}) exceed max_seqlen "
+                    f"({max_seqlen_q}, {max_seqlen_k})"
+                )
             if block_table is None:
-                keys, values = k[cu_k[b]:cu_k[b + 1]], v[cu_k[b]:cu_k[b + 1]]
+                keys, values = k[cu_k[b] : cu_k[b + 1]], v[cu_k[b] : cu_k[b + 1]]
             else:
                 num_blocks = -(-num_k // k.shape[1])
                 if num_blocks > block_table.shape[1]:
-                    raise RuntimeError(f"sequence {b}: {num_k} keys need {num_blocks} blocks; block_table has "
-                                       f"{block_table.shape[1]}")
+                    raise RuntimeError(
+                        f"sequence {b}: {num_k} keys need {num_blocks} blocks; block_table has "
+                        f"{block_table.shape[1]}"
+                    )
                 blocks = block_table[b, :num_blocks].long()
                 keys, values = k[blocks].flatten(0, 1)[:num_k], v[blocks].flatten(0, 1)[:num_k]
             mask = _causal_mask(num_q, num_k, q.device) if causal else None
-            out[cu_q[b]:cu_q[b + 1]] = _attend(q[cu_q[b]:cu_q[b + 1]][None], keys[None], values[None], mask, scale)[0]
+            out[cu_q[b] : cu_q[b + 1]] = _attend(
+                q[cu_q[b] : cu_q[b + 1]][None], keys[None], values[None], mask, scale
+            )[0]
         return out
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
-                                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
-                                softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                                rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                                return_softmax_lse=False):
-        _unsupported(k=k is not None, v=v is not None, rotary_cos=rotary_cos is not None,
-                     cache_batch_idx=cache_batch_idx is not None, cache_leftpad=cache_leftpad is not None,
-                     window_size=tuple(window_size) != (-1, -1), softcap=softcap != 0.0,
-                     alibi_slopes=alibi_slopes is not None, return_softmax_lse=return_softmax_lse)
+    def flash_attn_with_kvcache(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        k=None,
+        v=None,
+        rotary_cos=None,
+        rotary_sin=None,
+        cache_seqlens=None,
+        cache_batch_idx=None,
+        cache_leftpad=None,
+        block_table=None,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        rotary_interleaved=True,
+        alibi_slopes=None,
+        num_splits=0,
+        return_softmax_lse=False,
+    ):
+        _unsupported(
+            k=k is not None,
+            v=v is not None,
+            rotary_cos=rotary_cos is not None,
+            cache_batch_idx=cache_batch_idx is not None,
+            cache_leftpad=cache_leftpad is not None,
+            window_size=tuple(window_size) != (-1, -1),
+            softcap=softcap != 0.0,
+            alibi_slopes=alibi_slopes is not None,
+            return_softmax_lse=return_softmax_lse,
+        )
         if q.dim() != 4:
             raise RuntimeError("q must be (batch_size, seqlen, nheads, headdim)")
         self._check_qkv(q, k_cache, v_cache, paged=block_table is not None)
@@ -105,7 +154,7 @@ class FlashAttnDouble:
         else:
             keys, values = k_cache[:batch], v_cache[:batch]
         num_k = keys.shape[1]
-        lengths = (cache_seqlens if cache_seqlens is not None else torch.full((batch,), num_k, device=q.device))
+        lengths = cache_seqlens if cache_seqlens is not None else torch.full((batch,), num_k, device=q.device)
         key_pos = torch.arange(num_k, device=q.device)
         mask = key_pos[None, None, :] < lengths.long()[:, None, None]  # (batch, 1, num_k)
         if causal:
@@ -116,7 +165,9 @@ class FlashAttnDouble:
 
     def _check_qkv(self, q, k, v, *, paged: bool) -> None:
         if not (q.dtype == k.dtype == v.dtype) or q.dtype not in self.dtypes:
-            raise RuntimeError(f"FlashAttention only supports {self.dtypes}; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+            raise RuntimeError(
+                f"FlashAttention only supports {self.dtypes}; got q {q.dtype}, k {k.dtype}, v {v.dtype}"
+            )
         if not (q.device == k.device == v.device):
             raise RuntimeError("q, k and v must be on the same device")
         if any(t.stride(-1) != 1 for t in (q, k, v)):
@@ -131,7 +182,11 @@ def _attend(q, k, v, mask, scale):
     """``q`` (batch, sq, h, d), ``k``/``v`` (batch, sk, hk, d), ``mask`` broadcastable to
     (batch, h, sq, sk) or None -> (batch, sq, h, d) in ``q``'s dtype."""
     out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale,
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        attn_mask=mask,
+        scale=scale,
         enable_gqa=q.shape[2] != k.shape[2],
     )
     return out.transpose(1, 2)
@@ -139,7 +194,10 @@ def _attend(q, k, v, mask, scale):
 
 def _causal_mask(num_q: int, num_k: int, device) -> torch.Tensor:
     """Bottom-right aligned: query ``i`` sees keys ``j <= i + num_k - num_q``."""
-    return torch.arange(num_k, device=device)[None, :] <= torch.arange(num_q, device=device)[:, None] + num_k - num_q
+    return (
+        torch.arange(num_k, device=device)[None, :]
+        <= torch.arange(num_q, device=device)[:, None] + num_k - num_q
+    )
 
 
 def _check_int32(**tensors) -> None:

@@ -10,7 +10,11 @@ TOKENS = [(7 * i + 3) % 90 + 2 for i in range(120)]
 def mixed_plan():
     """Sequences and steps covering every path: fresh prefills (one not sampled: a first chunk),
     a continued prefill beside a decode, then pure decodes of 3 sequences (padded to 4)."""
-    seqs = [PagedSequence(1, TOKENS[:46], 40), PagedSequence(2, TOKENS[10:66], 50), PagedSequence(3, TOKENS[30:53], 17)]
+    seqs = [
+        PagedSequence(1, TOKENS[:46], 40),
+        PagedSequence(2, TOKENS[10:66], 50),
+        PagedSequence(3, TOKENS[30:53], 17),
+    ]
     a, b, c = seqs
     steps = [[(a, 40), (b, 20)], [(a, 1), (b, 30), (c, 17)]] + [[(a, 1), (b, 1), (c, 1)]] * 5
     return seqs, steps

@@ -9,15 +9,15 @@ import sys
 
 import pytest
 
-from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.builder import build_engine
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import PluginError
-from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins
+from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.settings import load_settings
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from tests.cuda.step_plans import TOKENS
 
 PROMPTS = [TOKENS[:37], TOKENS[5:12], TOKENS[20:90], TOKENS[40:41], TOKENS[3:60]]
@@ -31,13 +31,26 @@ class DoubleCudaPlugin:
 
     @hookimpl
     def register_executors(self, register):
-        register("cuda", lambda ctx: CudaExecutor(ctx, kernels=self.double.kernels()),
-                 options=CudaExecutorOptions, needs_model=True)
+        register(
+            "cuda",
+            lambda ctx: CudaExecutor(ctx, kernels=self.double.kernels()),
+            options=CudaExecutorOptions,
+            needs_model=True,
+        )
 
 
 def greedy_tokens(model_dir, executor: dict, plugins, **extra) -> list[list[int]]:
-    settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_num_blocks=40, max_batch_size=4, max_model_len=160, max_total_tokens=48, **extra)
+    settings = load_settings(
+        model=str(model_dir),
+        tokenizer="byte",
+        executor=executor,
+        block_size=16,
+        max_num_blocks=40,
+        max_batch_size=4,
+        max_model_len=160,
+        max_total_tokens=48,
+        **extra,
+    )
     engine = build_engine(settings, plugins)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (12, 20, 9, 16, 14)]
     outputs = engine.generate(PROMPTS, params)
@@ -61,7 +74,9 @@ def test_greedy_tokens_equal_the_torch_executors(cuda_graphs, tiny_dirs):
 def test_speculative_decoding_keeps_the_torch_executors_greedy_tokens(tiny_dirs):
     """Verification rows (1 + n per speculating sequence) on the cuda executor: never a decode graph."""
     model_dir, _ = tiny_dirs["llama"]
-    expected = greedy_tokens(model_dir, {"name": "torch", "torch": {"dtype": "float32"}}, load_plugins(entry_points=[]))
+    expected = greedy_tokens(
+        model_dir, {"name": "torch", "torch": {"dtype": "float32"}}, load_plugins(entry_points=[])
+    )
     plugin = DoubleCudaPlugin()
     cuda = {"name": "cuda", "cuda": {"device": "cpu", "dtype": "float32", "cuda_graphs": True}}
     ngram = {"name": "ngram", "ngram": {"prompt_lookup_min": 1}}  # a random model repeats little
@@ -96,4 +111,7 @@ def test_missing_cuda_or_flash_attn_is_one_clear_message():
     try:
         import flash_attn  # noqa: F401
     except ImportError:
-        assert "flash-attn is not installed (pip install 'hetero-plugins-cuda[flash-attn]' --no-build-isolation" in message
+        assert (
+            "flash-attn is not installed (pip install 'hetero-plugins-cuda[flash-attn]' --no-build-isolation"
+            in message
+        )

@@ -8,18 +8,19 @@ import pydantic
 import pytest
 import torch
 
-from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.errors import ConfigError
 from hetero_core.model.decode_graphs import default_batch_sizes
 from hetero_plugins_cuda.options import CudaExecutorOptions
-from tests.model.paged_batches import BlockPool, PagedSequence, step
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from tests.cuda.step_plans import TOKENS, run_plan
+from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 @pytest.mark.parametrize("cuda_graphs", [True, False])
-def test_every_step_path_matches_the_torch_executor(name, cuda_graphs, tiny_dirs, make_cuda_executor,
-                                                    make_torch_executor):
+def test_every_step_path_matches_the_torch_executor(
+    name, cuda_graphs, tiny_dirs, make_cuda_executor, make_torch_executor
+):
     model_dir, _ = tiny_dirs[name]
     executor = make_cuda_executor(model_dir, cuda_graphs=cuda_graphs)
     got, expected = run_plan(executor), run_plan(make_torch_executor(model_dir))
@@ -41,7 +42,7 @@ def test_graph_padding_rows_write_only_the_scratch_block(tiny_dirs, make_cuda_ex
     assert runner.scratch_block == 16 and executor.kv_caches[0].key.shape[0] == 17
     assert [runner.padded_size(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 4, None]
     pool = BlockPool(16, shuffle=True)
-    seqs = [PagedSequence(i, TOKENS[i:i + 20], 19) for i in range(3)]
+    seqs = [PagedSequence(i, TOKENS[i : i + 20], 19) for i in range(3)]
     executor.execute(step([(s, 19) for s in seqs], pool, 16))
     used = sorted({b for s in seqs for b in s.block_table})
     scratch = executor.kv_caches[0].key[16]
@@ -74,18 +75,26 @@ def test_default_batch_sizes():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(double=FlashAttnDouble(), dtype="bfloat16", block_size=16),
-         "block_size 16 is not a multiple of 256, which flash-attn test double \\(PyTorch\\)'s paged KV cache "
-         "requires; set block_size = 256"),
-        (dict(double=FlashAttnDouble(page_block_multiple=16), dtype="float32"),
-         "executor.cuda.dtype float32 is not supported by .* \\(supported: float16, bfloat16\\)"),
+        (
+            dict(double=FlashAttnDouble(), dtype="bfloat16", block_size=16),
+            "block_size 16 is not a multiple of 256, which flash-attn test double \\(PyTorch\\)'s paged KV cache "
+            "requires; set block_size = 256",
+        ),
+        (
+            dict(double=FlashAttnDouble(page_block_multiple=16), dtype="float32"),
+            "executor.cuda.dtype float32 is not supported by .* \\(supported: float16, bfloat16\\)",
+        ),
         (dict(cuda_graph_batch_sizes=[4, 16]), "cuda_graph_batch_sizes \\[16\\] exceed max_batch_size 8"),
-        (dict(cuda_graph_batch_sizes=[4], cuda_graphs=False), "cuda_graph_batch_sizes is set but cuda_graphs"),
+        (
+            dict(cuda_graph_batch_sizes=[4], cuda_graphs=False),
+            "cuda_graph_batch_sizes is set but cuda_graphs",
+        ),
         (dict(gpu_memory_utilization=0.5), "gpu_memory_utilization needs a CUDA device"),
     ],
 )
-def test_unsupported_settings_fail_before_loading_weights(kwargs, message, tiny_dirs, make_cuda_executor,
-                                                          monkeypatch):
+def test_unsupported_settings_fail_before_loading_weights(
+    kwargs, message, tiny_dirs, make_cuda_executor, monkeypatch
+):
     import hetero_plugins_cuda.executor as module
 
     model_dir, _ = tiny_dirs["llama"]
@@ -95,8 +104,8 @@ def test_unsupported_settings_fail_before_loading_weights(kwargs, message, tiny_
 
 
 def test_kernels_limited_to_cuda_refuse_a_cpu_device(tiny_dirs):
-    from tests.cuda.cuda_contexts import executor_context
     from hetero_plugins_cuda.executor import CudaExecutor
+    from tests.cuda.cuda_contexts import executor_context
 
     model_dir, _ = tiny_dirs["llama"]
     kernels = FlashAttnDouble(page_block_multiple=16).kernels(device_types=("cuda",))

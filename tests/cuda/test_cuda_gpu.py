@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.cuda.cuda_contexts import executor_context
-from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.errors import ConfigError
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
+from tests.cuda.cuda_contexts import executor_context
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from tests.cuda.step_plans import run_plan
 
 pytestmark = [
@@ -37,7 +37,9 @@ def kernels(provider: str, dtypes=(torch.float16, torch.bfloat16)):
     return FlashAttnDouble(page_block_multiple=16, dtypes=dtypes).kernels(("cuda",)), 16
 
 
-def cuda_executor(model_dir, provider, *, dtype="bfloat16", cuda_graphs=True, dtypes=(torch.float16, torch.bfloat16)):
+def cuda_executor(
+    model_dir, provider, *, dtype="bfloat16", cuda_graphs=True, dtypes=(torch.float16, torch.bfloat16)
+):
     found, block_size = kernels(provider, dtypes)
     ctx = executor_context(model_dir, block_size=block_size, num_blocks=64 if block_size == 16 else 8)
     options = CudaExecutorOptions(device="cuda", dtype=dtype, cuda_graphs=cuda_graphs)
@@ -46,14 +48,21 @@ def cuda_executor(model_dir, provider, *, dtype="bfloat16", cuda_graphs=True, dt
 
 @pytest.mark.parametrize("provider", ["flash_attn", "flash_attn_16", "double"])
 @pytest.mark.parametrize("cuda_graphs", [True, False])
-def test_bf16_logits_then_tokens_match_the_torch_executor(provider, cuda_graphs, tiny_dirs, make_torch_executor):
+def test_bf16_logits_then_tokens_match_the_torch_executor(
+    provider, cuda_graphs, tiny_dirs, make_torch_executor
+):
     model_dir, _ = tiny_dirs["qwen3"]
     executor, block_size = cuda_executor(model_dir, provider, cuda_graphs=cuda_graphs)
     assert (executor.graph_runner is not None and executor.graph_runner.graphs != {}) == cuda_graphs
     num_blocks = executor.num_kv_blocks
     got = run_plan(executor, block_size, num_blocks)
-    expected = run_plan(make_torch_executor(model_dir, device="cuda", dtype="bfloat16", block_size=block_size,
-                                            num_blocks=num_blocks), block_size, num_blocks)
+    expected = run_plan(
+        make_torch_executor(
+            model_dir, device="cuda", dtype="bfloat16", block_size=block_size, num_blocks=num_blocks
+        ),
+        block_size,
+        num_blocks,
+    )
     for g, e in zip(got, expected):
         assert (g - e).abs().max() < 0.1 * e.abs().max()  # bf16: close, not equal
         top2 = e.topk(2).values

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core.testing import ExecutorContract
 from hetero_plugins_cuda.executor import CudaExecutor
 from hetero_plugins_cuda.options import CudaExecutorOptions
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from tests.model.tiny_models import VOCAB, hf_logits
 
 
@@ -16,7 +16,7 @@ def hf_greedy(hf_model, prompt, num_tokens):
     tokens = list(prompt)
     for _ in range(num_tokens):
         tokens.append(int(hf_logits(hf_model, tokens)[-1].argmax()))
-    return tokens[len(prompt):]
+    return tokens[len(prompt) :]
 
 
 class TestCudaExecutorContract(ExecutorContract):
@@ -30,7 +30,9 @@ class TestCudaExecutorContract(ExecutorContract):
     def make_executor(self, ctx):
         import torch
 
-        double = FlashAttnDouble(page_block_multiple=16, dtypes=(torch.float32, torch.float16, torch.bfloat16))
+        double = FlashAttnDouble(
+            page_block_multiple=16, dtypes=(torch.float32, torch.float16, torch.bfloat16)
+        )
         options = CudaExecutorOptions(device="cpu", dtype="float32", cuda_graphs=self.cuda_graphs)
         return CudaExecutor(ctx, options, kernels=double.kernels())
 

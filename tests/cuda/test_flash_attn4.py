@@ -13,23 +13,32 @@ import types
 import pytest
 import torch
 
-from tests.cuda.flash_attn4_double import FlashAttn4Double
-from tests.cuda.flash_attn_double import FlashAttnDouble
 from hetero_core import PluginError
 from hetero_plugins_cuda.flash_attn4 import flash_attn4_kernels
 from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.preflight import has_flash_attn
+from tests.cuda.flash_attn4_double import FlashAttn4Double
+from tests.cuda.flash_attn_double import FlashAttnDouble
 from tests.cuda.step_plans import run_plan
 
 H, HK, D = 4, 2, 16
-KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k", "page_table",
-            "softmax_scale", "causal")  # what the adapter passes flash-attn-4, all by keyword
+KEYWORDS = (
+    "cu_seqlens_q",
+    "cu_seqlens_k",
+    "max_seqlen_q",
+    "max_seqlen_k",
+    "seqused_k",
+    "page_table",
+    "softmax_scale",
+    "causal",
+)  # what the adapter passes flash-attn-4, all by keyword
 
 
 @pytest.mark.parametrize("block_size", [16, 12])  # any page size: 12 is no power of two
 @pytest.mark.parametrize("cuda_graphs", [True, False])
-def test_every_step_path_on_flash_attn4_matches_the_torch_executor(block_size, cuda_graphs, tiny_dirs,
-                                                                   make_cuda_executor, make_torch_executor):
+def test_every_step_path_on_flash_attn4_matches_the_torch_executor(
+    block_size, cuda_graphs, tiny_dirs, make_cuda_executor, make_torch_executor
+):
     model_dir, _ = tiny_dirs["qwen3"]
     double = FlashAttn4Double(dtypes=(torch.float32,))
     executor = make_cuda_executor(model_dir, double=double, block_size=block_size, cuda_graphs=cuda_graphs)
@@ -75,10 +84,14 @@ def test_flash_attn4_kernels_take_any_block_size_on_hopper_and_blackwell_only():
         assert kernels.problems(block_size=block_size, capability=(9, 0), **args) == []
     assert kernels.problems(block_size=128, capability=(10, 0), **args) == []
     [reason] = kernels.problems(block_size=128, capability=(8, 0), **args)
-    assert reason == ("executor.cuda.device 'cuda' has compute capability 8.0; flash-attn-4 4.0.0b36's paged "
-                      "KV cache runs on 9.x, 10.x, 11.x only; install flash-attn 2.x for this GPU")
-    assert "float32 is not supported" in kernels.problems(block_size=128, capability=(9, 0),
-                                                          **{**args, "dtype": torch.float32})[0]
+    assert reason == (
+        "executor.cuda.device 'cuda' has compute capability 8.0; flash-attn-4 4.0.0b36's paged "
+        "KV cache runs on 9.x, 10.x, 11.x only; install flash-attn 2.x for this GPU"
+    )
+    assert (
+        "float32 is not supported"
+        in kernels.problems(block_size=128, capability=(9, 0), **{**args, "dtype": torch.float32})[0]
+    )
     fa2 = FlashAttnDouble().kernels()
     assert fa2.problems(block_size=256, capability=(8, 0), **args) == []  # flash-attn 2.x: no capability list
 
@@ -93,11 +106,18 @@ def _module(name, **functions):
 def test_the_loader_takes_flash_attn2_first_then_flash_attn4(monkeypatch):
     fa2 = FlashAttnDouble()
     fa4 = FlashAttn4Double()
-    fa2_module = _module("flash_attn", __version__="2.8.3", flash_attn_varlen_func=fa2.flash_attn_varlen_func,
-                         flash_attn_with_kvcache=fa2.flash_attn_with_kvcache)
+    fa2_module = _module(
+        "flash_attn",
+        __version__="2.8.3",
+        flash_attn_varlen_func=fa2.flash_attn_varlen_func,
+        flash_attn_with_kvcache=fa2.flash_attn_with_kvcache,
+    )
     monkeypatch.setitem(sys.modules, "flash_attn", fa2_module)
-    monkeypatch.setitem(sys.modules, "flash_attn.cute",
-                        _module("flash_attn.cute", flash_attn_varlen_func=fa4.flash_attn_varlen_func))
+    monkeypatch.setitem(
+        sys.modules,
+        "flash_attn.cute",
+        _module("flash_attn.cute", flash_attn_varlen_func=fa4.flash_attn_varlen_func),
+    )
     kernels = load_flash_attn()
     assert kernels.name == "flash-attn 2.8.3" and kernels.page_block_multiple == 256 and has_flash_attn()
     monkeypatch.setitem(sys.modules, "flash_attn", _module("flash_attn"))  # flash-attn-4 alone: a namespace
@@ -106,8 +126,9 @@ def test_the_loader_takes_flash_attn2_first_then_flash_attn4(monkeypatch):
     q = torch.zeros(2, 1, H, D, dtype=torch.bfloat16)
     cache = torch.zeros(3, 5, HK, D, dtype=torch.bfloat16)
     lengths, table = torch.ones(2, dtype=torch.int32), torch.zeros(2, 1, dtype=torch.int32)
-    out = kernels.with_kvcache(q, cache, cache, cache_seqlens=lengths, block_table=table, softmax_scale=0.5,
-                               causal=True)
+    out = kernels.with_kvcache(
+        q, cache, cache, cache_seqlens=lengths, block_table=table, softmax_scale=0.5, causal=True
+    )
     assert out.shape == q.shape and fa4.calls == {"batched_paged": 1}
 
 

@@ -34,7 +34,7 @@ def paged(keys_per_seq, num_blocks=12, seed=0):
         for j in range(-(-keys.shape[0] // PAGE)):
             block = order.pop()
             table[b, j] = block
-            chunk = keys[j * PAGE:(j + 1) * PAGE]
+            chunk = keys[j * PAGE : (j + 1) * PAGE]
             cache[block, : chunk.shape[0]] = chunk
     return cache, table
 
@@ -53,14 +53,16 @@ def test_varlen_fresh_and_paged_match_the_reference():
     v_cache[:] = 0
     for b, values in enumerate(vs):  # the same pages for V
         for j in range(-(-values.shape[0] // PAGE)):
-            chunk = values[j * PAGE:(j + 1) * PAGE]
+            chunk = values[j * PAGE : (j + 1) * PAGE]
             v_cache[table[b, j], : chunk.shape[0]] = chunk
-    out = double.flash_attn_varlen_func(torch.cat(qs), k_cache, v_cache, cu_q, cu_k, 9, 33, softmax_scale=0.3,
-                                        causal=True, block_table=table)
+    out = double.flash_attn_varlen_func(
+        torch.cat(qs), k_cache, v_cache, cu_q, cu_k, 9, 33, softmax_scale=0.3, causal=True, block_table=table
+    )
     expected = torch.cat([reference(q, k, v, 0.3) for q, k, v in zip(qs, ks, vs)])
     assert (out.double() - expected).abs().max() < 1e-5
-    fresh = double.flash_attn_varlen_func(qs[0], ks[0], vs[0], cu_q[:2], cu_q[:2], 5, 5, softmax_scale=0.3,
-                                          causal=True)
+    fresh = double.flash_attn_varlen_func(
+        qs[0], ks[0], vs[0], cu_q[:2], cu_q[:2], 5, 5, softmax_scale=0.3, causal=True
+    )
     assert (fresh.double() - reference(qs[0], ks[0], vs[0], 0.3)).abs().max() < 1e-5
     assert double.calls == {"varlen_paged": 1, "varlen": 1}
 
@@ -74,8 +76,9 @@ def test_with_kvcache_reads_cache_seqlens_tokens_through_the_block_table():
     v_cache = k_cache.flip(-1).contiguous()  # V differs from K but shares the pages
     q = torch.randn(3, 1, H, D, generator=gen)
     seqlens = torch.tensor(k_lens, dtype=torch.int32)
-    out = double.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                                         softmax_scale=0.25, causal=True)
+    out = double.flash_attn_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, softmax_scale=0.25, causal=True
+    )
     assert out.shape == (3, 1, H, D)
     for b, keys in enumerate(ks):
         expected = reference(q[b], keys, keys.flip(-1), 0.25)
@@ -94,7 +97,9 @@ def test_refuses_what_flash_attn_refuses():
     with pytest.raises(RuntimeError, match="block_table must have dtype torch.int32"):
         double.flash_attn_with_kvcache(q, big, big, cache_seqlens=seqlens, block_table=table.long())
     with pytest.raises(RuntimeError, match="only supports"):
-        double.flash_attn_with_kvcache(q.float(), big.float(), big.float(), cache_seqlens=seqlens, block_table=table)
+        double.flash_attn_with_kvcache(
+            q.float(), big.float(), big.float(), cache_seqlens=seqlens, block_table=table
+        )
     with pytest.raises(NotImplementedError, match="k, v"):
         double.flash_attn_with_kvcache(q, big, big, k=q, v=q, cache_seqlens=seqlens, block_table=table)
     flat = torch.zeros(6, H, D, dtype=torch.bfloat16)

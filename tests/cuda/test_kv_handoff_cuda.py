@@ -23,8 +23,17 @@ GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 
 
 def make_engine(model_dir, executor: dict, plugins, **overrides):
-    settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_num_blocks=40, max_batch_size=4, max_model_len=160, max_total_tokens=48, **overrides)
+    settings = load_settings(
+        model=str(model_dir),
+        tokenizer="byte",
+        executor=executor,
+        block_size=16,
+        max_num_blocks=40,
+        max_batch_size=4,
+        max_model_len=160,
+        max_total_tokens=48,
+        **overrides,
+    )
     return build_engine(settings, plugins)
 
 
@@ -38,18 +47,31 @@ def run_until(engine, request_id):
 def pair(prefill, decode, prompt):
     first = run_until(prefill, prefill.add_request(prompt, replace(GREEDY, max_tokens=1), export_kv=True))
     assert first.error is None, first.error
-    return run_until(decode, decode.add_request(prompt, GREEDY, kv_transfer=KVHandoff(first.output_token_ids[0],
-                                                                                       first.kv_blocks)))
+    return run_until(
+        decode,
+        decode.add_request(prompt, GREEDY, kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks)),
+    )
 
 
 def executors():
     double = DoubleCudaPlugin()
     plugins = load_plugins(entry_points=[], extra_plugins=[("cuda", double)])
-    cases = [({"name": "cuda", "cuda": {"device": "cpu", "dtype": "float32", "cuda_graphs": graphs}}, plugins, f"double-graphs-{graphs}")
-             for graphs in (True, False)]
+    cases = [
+        (
+            {"name": "cuda", "cuda": {"device": "cpu", "dtype": "float32", "cuda_graphs": graphs}},
+            plugins,
+            f"double-graphs-{graphs}",
+        )
+        for graphs in (True, False)
+    ]
     if torch.cuda.is_available():
-        cases.append(({"name": "torch", "torch": {"device": "cuda", "dtype": "bfloat16"}},
-                      load_plugins(entry_points=[]), "torch-cuda-bf16"))
+        cases.append(
+            (
+                {"name": "torch", "torch": {"device": "cuda", "dtype": "bfloat16"}},
+                load_plugins(entry_points=[]),
+                "torch-cuda-bf16",
+            )
+        )
     return cases
 
 
@@ -68,7 +90,9 @@ def test_prefill_here_decode_there_gives_one_engines_tokens(tiny_dirs, executor,
 
 def test_blocks_of_another_layout_are_refused_by_name(tiny_dirs):
     model_dir, _ = tiny_dirs["llama"]
-    torch_engine = make_engine(model_dir, {"name": "torch", "torch": {"dtype": "float32"}}, load_plugins(entry_points=[]))
+    torch_engine = make_engine(
+        model_dir, {"name": "torch", "torch": {"dtype": "float32"}}, load_plugins(entry_points=[])
+    )
     cuda_case = executors()[1]
     cuda_engine = make_engine(model_dir, cuda_case[0], cuda_case[1])
     out = pair(torch_engine, cuda_engine, PROMPTS[0])

@@ -3,12 +3,13 @@ consistency under random use, and the engine on the mock executor (same tokens a
 requests at once, no prefix cache)."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from hetero_core.default_plugins.policies import FcfsPolicy
 from hetero_core.engine.kv.block_allocator import BlockAllocatorError
 from hetero_core.engine.kv.contiguous_allocator import ContiguousBlockAllocator
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.default_plugins.policies import FcfsPolicy
 from hetero_core.errors import ConfigError
 from hetero_core.testing.policy_contract import TIGHT, WORKLOADS, SchedulerPolicyContract
 
@@ -56,7 +57,9 @@ def test_without_a_run_that_fits_the_lowest_free_ids_are_taken():
 
 def test_free_returns_the_whole_reservation_and_it_declares_no_prefix_cache():
     allocator = ContiguousBlockAllocator(num_blocks=6, block_size=2, max_model_len=4)
-    assert not (allocator.has_prefix_cache or allocator.has_copy_on_write) and allocator.num_cached_blocks == 0
+    assert (
+        not (allocator.has_prefix_cache or allocator.has_copy_on_write) and allocator.num_cached_blocks == 0
+    )
     table = []
     allocator.allocate_slots(table, 0, 1)
     assert table == [0, 1] and allocator.num_free_blocks == 4 and allocator.ref_count(0) == 1
@@ -97,7 +100,9 @@ def test_double_free_and_foreign_blocks_are_refused():
 
 
 def test_a_reservation_larger_than_the_pool_is_a_config_error_naming_the_fix():
-    with pytest.raises(ConfigError, match=r"reserves max_model_len \(2048\).*128 blocks.*pool has 64.*max_num_blocks"):
+    with pytest.raises(
+        ConfigError, match=r"reserves max_model_len \(2048\).*128 blocks.*pool has 64.*max_num_blocks"
+    ):
         ContiguousBlockAllocator(num_blocks=64, block_size=16, max_model_len=2048)
 
 
@@ -111,8 +116,9 @@ def test_the_reservation_defaults_to_the_engines_max_model_len(make_mock_engine)
     allocator = engine.scheduler.allocator
     assert isinstance(allocator, ContiguousBlockAllocator)
     assert allocator.max_model_len == 64 and allocator.num_reserved_blocks == 16
-    set_here = make_mock_engine(kv_allocator=contiguous(max_model_len=32), max_model_len=64, max_num_blocks=64,
-                                block_size=4)
+    set_here = make_mock_engine(
+        kv_allocator=contiguous(max_model_len=32), max_model_len=64, max_num_blocks=64, block_size=4
+    )
     assert set_here.scheduler.allocator.num_reserved_blocks == 8
 
 
@@ -123,10 +129,14 @@ def test_a_bad_option_is_a_config_error(make_mock_engine):
         make_mock_engine(kv_allocator=contiguous(reserve=3))
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=0, max_tokens=20, ignore_eos=True),
-    SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=20),
-], ids=["greedy", "seeded"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0, max_tokens=20, ignore_eos=True),
+        SamplingParams(temperature=0.8, top_p=0.9, seed=7, max_tokens=20),
+    ],
+    ids=["greedy", "seeded"],
+)
 def test_contiguous_gives_the_same_tokens_as_paged(make_mock_engine, params):
     common = dict(max_num_blocks=128, block_size=4, max_model_len=128, enable_prefix_caching=False)
     paged = make_mock_engine(**common).generate(PROMPTS, params)
@@ -171,8 +181,13 @@ def test_the_scheduler_sees_no_cached_prefix(make_mock_engine):
 def test_a_short_reservation_can_preempt_and_still_gives_the_same_tokens(make_mock_engine, mode):
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     reference = make_mock_engine(max_num_blocks=1024, block_size=4).generate(PROMPTS, params)
-    engine = make_mock_engine(kv_allocator=contiguous(max_model_len=8), max_num_blocks=32, block_size=4,
-                              memory_threshold=1.0, preemption_mode=mode)
+    engine = make_mock_engine(
+        kv_allocator=contiguous(max_model_len=8),
+        max_num_blocks=32,
+        block_size=4,
+        memory_threshold=1.0,
+        preemption_mode=mode,
+    )
     outputs = engine.generate(PROMPTS, params)
     stats = engine.stats()
     assert stats.num_preemptions > 0
@@ -186,8 +201,15 @@ def test_a_swapped_reservation_copies_only_its_computed_blocks(make_mock_engine)
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     prompts, priorities = ["low one " * 3, "low two " * 3, "urgent " * 2], [5, 5, 0]
     reference = make_mock_engine(max_num_blocks=1024, block_size=4).generate(prompts, params)
-    engine = make_mock_engine(kv_allocator="contiguous", max_model_len=64, max_num_blocks=32, block_size=4,
-                              memory_threshold=1.0, scheduler_policy="priority", preemption_mode="swap")
+    engine = make_mock_engine(
+        kv_allocator="contiguous",
+        max_model_len=64,
+        max_num_blocks=32,
+        block_size=4,
+        memory_threshold=1.0,
+        scheduler_policy="priority",
+        preemption_mode="swap",
+    )
     for prompt, priority in zip(prompts[:2], priorities[:2]):
         engine.add_request(prompt, params, priority=priority)
     finished = {}
@@ -216,15 +238,22 @@ class FcfsKit(SchedulerPolicyContract):
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workload=WORKLOADS, mode=st.sampled_from(["recompute", "swap"]), reserve=st.sampled_from([None, 8, 24]))
+@given(
+    workload=WORKLOADS, mode=st.sampled_from(["recompute", "swap"]), reserve=st.sampled_from([None, 8, 24])
+)
 def test_random_workloads_keep_the_allocator_consistent_drain_and_match_paged(workload, mode, reserve):
     """Arrivals over time, aborts (also during prefill), chunked prefill, and with a short reservation
     growth, preemption and swap: after every step counts equal owners and free + used = total
     (``run_workload`` checks it); every request ends; tokens equal those of ``paged``."""
     kit = FcfsKit()
     allocator = contiguous(max_model_len=reserve) if reserve else "contiguous"
-    result = kit.run_workload(workload, **{**TIGHT, "max_num_blocks": 48}, kv_allocator=allocator,
-                              preemption_mode=mode, num_swap_blocks=8)
+    result = kit.run_workload(
+        workload,
+        **{**TIGHT, "max_num_blocks": 48},
+        kv_allocator=allocator,
+        preemption_mode=mode,
+        num_swap_blocks=8,
+    )
     paged = kit.run_workload(workload, **{**TIGHT, "max_num_blocks": 512})
     assert all(o.finished for o in result.outputs.values())
     for output, reference in zip(result.outputs.values(), paged.outputs.values()):

@@ -10,23 +10,52 @@ BPE = {"type": "BPE", "fuse_unk": False, "byte_fallback": False}
 VOCAB = ["a", "hello", "Ġworld", "<|im_start|>"]
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ({"normalizer": None, "pre_tokenizer": {"type": "ByteLevel"}, "model": BPE}, 12),
-    ({"normalizer": {"type": "Sequence", "normalizers": [
-        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
-      "pre_tokenizer": None, "model": {**BPE, "fuse_unk": True, "byte_fallback": True}}, 12),  # Llama 2
-    ({"normalizer": None, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "behavior": "Isolated"}, {"type": "ByteLevel"}]}, "model": BPE}, 12),  # Llama 3
-    # Text can disappear or merge into one token: no bound is claimed.
-    ({"normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "model": BPE}, None),
-    ({"normalizer": None, "pre_tokenizer": {"type": "Split", "behavior": "Removed"}, "model": BPE}, None),
-    ({"normalizer": {"type": "Replace", "pattern": {"String": "  "}, "content": " "}, "pre_tokenizer": None,
-      "model": BPE}, None),
-    ({"normalizer": {"type": "NFKC"}, "pre_tokenizer": None, "model": BPE}, None),
-    ({"normalizer": None, "pre_tokenizer": None, "model": {**BPE, "fuse_unk": True}}, None),
-    ({"normalizer": None, "pre_tokenizer": None, "model": {"type": "WordPiece"}}, None),
-    ({"normalizer": None, "pre_tokenizer": None, "model": {"type": "Unigram"}}, None),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ({"normalizer": None, "pre_tokenizer": {"type": "ByteLevel"}, "model": BPE}, 12),
+        (
+            {
+                "normalizer": {
+                    "type": "Sequence",
+                    "normalizers": [
+                        {"type": "Prepend", "prepend": "▁"},
+                        {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+                    ],
+                },
+                "pre_tokenizer": None,
+                "model": {**BPE, "fuse_unk": True, "byte_fallback": True},
+            },
+            12,
+        ),  # Llama 2
+        (
+            {
+                "normalizer": None,
+                "pre_tokenizer": {
+                    "type": "Sequence",
+                    "pretokenizers": [{"type": "Split", "behavior": "Isolated"}, {"type": "ByteLevel"}],
+                },
+                "model": BPE,
+            },
+            12,
+        ),  # Llama 3
+        # Text can disappear or merge into one token: no bound is claimed.
+        ({"normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "model": BPE}, None),
+        ({"normalizer": None, "pre_tokenizer": {"type": "Split", "behavior": "Removed"}, "model": BPE}, None),
+        (
+            {
+                "normalizer": {"type": "Replace", "pattern": {"String": "  "}, "content": " "},
+                "pre_tokenizer": None,
+                "model": BPE,
+            },
+            None,
+        ),
+        ({"normalizer": {"type": "NFKC"}, "pre_tokenizer": None, "model": BPE}, None),
+        ({"normalizer": None, "pre_tokenizer": None, "model": {**BPE, "fuse_unk": True}}, None),
+        ({"normalizer": None, "pre_tokenizer": None, "model": {"type": "WordPiece"}}, None),
+        ({"normalizer": None, "pre_tokenizer": None, "model": {"type": "Unigram"}}, None),
+    ],
+)
 def test_the_bound_holds_only_for_pipelines_that_keep_all_text(spec, expected):
     assert max_token_chars(spec, VOCAB) == expected
 
@@ -34,8 +63,8 @@ def test_the_bound_holds_only_for_pipelines_that_keep_all_text(spec, expected):
 @pytest.mark.slow
 def test_the_embedded_model_refuses_a_huge_prompt_without_tokenizing(smollm2_dir):
     from hetero_core.default_plugins.hf_tokenizer import HFTokenizer
-    from hetero_core.engine.requests.processor import RequestProcessor
     from hetero_core.engine.requests.params import SamplingParams
+    from hetero_core.engine.requests.processor import RequestProcessor
     from hetero_core.errors import InvalidRequestError
 
     tokenizer = HFTokenizer(smollm2_dir)

@@ -31,8 +31,6 @@ class TestSocketConnector(KVConnectorContract):
             self._silent.close()
 
 
-
-
 class TestTheKitCatchesAConnectorThatNeverForgets:
     def test_second_fetch_rule(self):
         class Broken(KVConnectorContract):
@@ -60,7 +58,9 @@ class TestTheKitCatchesAConnectorThatNeverForgets:
 
 def test_a_peer_that_is_not_there_is_named():
     with SocketConnectorClosing() as connector:
-        with pytest.raises(KVTransferError, match="cannot reach the KV connector at 127.0.0.1:1.*prefill engine running"):
+        with pytest.raises(
+            KVTransferError, match="cannot reach the KV connector at 127.0.0.1:1.*prefill engine running"
+        ):
             connector.fetch("127.0.0.1:1", "x", 1.0)
 
 

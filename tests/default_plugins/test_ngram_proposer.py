@@ -132,7 +132,9 @@ def test_the_kit_catches_too_many_tokens_and_nondeterminism():
 
 
 def test_the_packed_tokens_kept_between_steps_follow_the_sequence():
-    proposer = NgramProposer(ProposerContext(NgramOptions(prompt_lookup_min=1), 3, 100, None, "mock", 16, 512, 8))
+    proposer = NgramProposer(
+        ProposerContext(NgramOptions(prompt_lookup_min=1), 3, 100, None, "mock", 16, 512, 8)
+    )
     tokens = [1, 2, 3, 9, 1, 2]
     assert proposer.propose([ProposalInput(0, tuple(tokens), 3)]) == [[3, 9, 1]]
     tokens += [3, 9]  # grows: only the new tokens are packed

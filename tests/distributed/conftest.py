@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import faulthandler
-import sys
 from pathlib import Path
 
 import pytest
+
 from tests.process_tree import live_children
 
 # Helper modules (tiny_models from tests/model, tp_faults here) import by name, here and in the

@@ -3,9 +3,6 @@ dispatched to them and combined all-to-all, the greedy tokens of one rank; and w
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
@@ -34,9 +31,17 @@ def moe_dirs(tmp_path_factory):
 
 
 def greedy_tokens(model_dir, **overrides):
-    settings = load_settings(model=str(model_dir), tokenizer="byte", block_size=4, max_model_len=128,
-                             max_num_blocks=16, memory_threshold=1.0, max_prefill_chunk=7, dtype="float32",
-                             **overrides)
+    settings = load_settings(
+        model=str(model_dir),
+        tokenizer="byte",
+        block_size=4,
+        max_model_len=128,
+        max_num_blocks=16,
+        memory_threshold=1.0,
+        max_prefill_chunk=7,
+        dtype="float32",
+        **overrides,
+    )
     engine = build_engine(settings, load_plugins(entry_points=[]))
     try:
         return [o.output_token_ids for o in engine.generate(PROMPTS, GREEDY)], engine.stats()
@@ -63,13 +68,18 @@ def test_expert_parallelism_is_refused_where_it_cannot_split(moe_dirs, tmp_path)
         greedy_tokens(moe_dirs / "qwen3_moe", enable_expert_parallel=True)
     with pytest.raises(ConfigError, match="tensor_parallel_size 2 does not divide the model.s 5 experts"):
         greedy_tokens(moe_dirs / "qwen3_moe_5", tensor_parallel_size=2, enable_expert_parallel=True)
-    with pytest.raises(ConfigError, match="tensor_parallel_size 2 does not divide the model.s "
-                                          "shared_expert_intermediate_size 5; set enable_expert_parallel"):
+    with pytest.raises(
+        ConfigError,
+        match="tensor_parallel_size 2 does not divide the model.s "
+        "shared_expert_intermediate_size 5; set enable_expert_parallel",
+    ):
         greedy_tokens(moe_dirs / "qwen2_moe_shared_5", tensor_parallel_size=2)
     from tests.model.tiny_models import save_tiny_model
 
     save_tiny_model("llama", tmp_path / "llama")
-    with pytest.raises(ConfigError, match="enable_expert_parallel needs a mixture-of-experts model; LlamaForCausalLM"):
+    with pytest.raises(
+        ConfigError, match="enable_expert_parallel needs a mixture-of-experts model; LlamaForCausalLM"
+    ):
         greedy_tokens(tmp_path / "llama", tensor_parallel_size=2, enable_expert_parallel=True)
 
 
@@ -83,7 +93,9 @@ def one_rank_group():
     process_group.destroy_group()
 
 
-def test_a_rank_holds_only_its_experts_and_dispatches_and_combines_all_to_all(moe_dirs, one_rank_group, monkeypatch):
+def test_a_rank_holds_only_its_experts_and_dispatches_and_combines_all_to_all(
+    moe_dirs, one_rank_group, monkeypatch
+):
     import torch
     import torch.distributed as dist
 
@@ -98,14 +110,17 @@ def test_a_rank_holds_only_its_experts_and_dispatches_and_combines_all_to_all(mo
     assert (experts.first_expert, experts.num_local_experts, experts.num_global_experts) == (4, 4, 8)
     assert torch.equal(experts.down_proj[0], state["model.layers.0.mlp.experts.4.down_proj.weight"])
 
-    model = build_shard(config, dict(state), TensorParallelShard(0, 1, expert_parallel=True),
-                        backend=TorchPagedAttention())
+    model = build_shard(
+        config, dict(state), TensorParallelShard(0, 1, expert_parallel=True), backend=TorchPagedAttention()
+    )
     block = model.model.layers[0].mlp
     assert isinstance(block.experts, ExpertParallelExperts)
     calls = []
     for name in ("all_to_all_single", "all_gather", "all_reduce"):
         real = getattr(dist, name)
-        monkeypatch.setattr(dist, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+        monkeypatch.setattr(
+            dist, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k)
+        )
     hidden = torch.randn(5, config.hidden_size)
     with torch.no_grad():
         split = block(hidden)
@@ -124,8 +139,12 @@ def test_without_expert_parallelism_a_rank_holds_half_of_each_experts_columns(mo
     config, state = read_checkpoint(moe_dirs / "qwen2_moe")
     second = shard_checkpoint(state, config, TensorParallelShard(1, 2))
     layer = "model.layers.0.mlp."
-    for name, dim in (("experts.3.gate_proj.weight", 0), ("experts.3.down_proj.weight", 1),
-                      ("shared_expert.up_proj.weight", 0), ("shared_expert.down_proj.weight", 1)):
+    for name, dim in (
+        ("experts.3.gate_proj.weight", 0),
+        ("experts.3.down_proj.weight", 1),
+        ("shared_expert.up_proj.weight", 0),
+        ("shared_expert.down_proj.weight", 1),
+    ):
         whole = state[layer + name]
         half = whole.shape[dim] // 2
         assert torch.equal(second[layer + name], whole.narrow(dim, half, half)), name

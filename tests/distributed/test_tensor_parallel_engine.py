@@ -34,7 +34,9 @@ def tiny_dirs(tmp_path_factory):
 
 
 def make_engine(model_dir, plugins=None, **overrides):
-    settings = load_settings(model=str(model_dir), tokenizer="byte", block_size=4, max_model_len=128, **overrides)
+    settings = load_settings(
+        model=str(model_dir), tokenizer="byte", block_size=4, max_model_len=128, **overrides
+    )
     return build_engine(settings, plugins or load_plugins(entry_points=[]))
 
 
@@ -85,7 +87,9 @@ def test_three_ranks_on_smollm2_give_the_greedy_tokens_of_one(smollm2_dir):
 
 def test_smollm2_refuses_two_ranks_before_starting_any(smollm2_dir):
     settings = load_settings(model=str(smollm2_dir), executor="torch", tensor_parallel_size=2)
-    with pytest.raises(ConfigError, match="tensor_parallel_size 2 does not divide the model's num_attention_heads 9"):
+    with pytest.raises(
+        ConfigError, match="tensor_parallel_size 2 does not divide the model's num_attention_heads 9"
+    ):
         build_engine(settings, load_plugins(entry_points=[]))
 
 
@@ -117,8 +121,12 @@ def test_an_exception_on_any_rank_fails_the_engine_with_it(tiny_dirs, rank):
     import tests.distributed.tp_faults as tp_faults
 
     plugins = load_plugins(entry_points=[], extra_plugins=[("faulty", tp_faults)])
-    engine = make_engine(tiny_dirs / "llama", plugins, tensor_parallel_size=2,
-                         executor={"name": "faulty", "faulty": {"rank": rank, "after": 2}})
+    engine = make_engine(
+        tiny_dirs / "llama",
+        plugins,
+        tensor_parallel_size=2,
+        executor={"name": "faulty", "faulty": {"rank": rank, "after": 2}},
+    )
     try:
         with pytest.raises(ExecutorDeadError) as error:
             engine.generate(PROMPTS, GREEDY)

@@ -12,6 +12,7 @@ import torch.distributed as dist  # noqa: E402
 
 from hetero_core.distributed import process_group  # noqa: E402
 from hetero_core.model.config import ModelConfig  # noqa: E402
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention  # noqa: E402
 from hetero_core.model.loader import read_checkpoint  # noqa: E402
 from hetero_core.model.model_builder import build_model  # noqa: E402
 from hetero_core.model.tensor_parallel import (  # noqa: E402
@@ -22,7 +23,6 @@ from hetero_core.model.tensor_parallel import (  # noqa: E402
     build_shard,
     shard_checkpoint,
 )
-from hetero_core.model.cpu.torch_attention import TorchPagedAttention  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -61,21 +61,27 @@ def test_each_rank_takes_its_heads_of_q_k_and_v_and_the_ranks_add_up(tiny_checkp
     assert embed[1].untyped_storage().nbytes() < state["model.embed_tokens.weight"].untyped_storage().nbytes()
 
 
-def test_one_all_reduce_per_attention_and_mlp_block_plus_the_embedding(tiny_checkpoint, one_rank_group,
-                                                                       monkeypatch):
+def test_one_all_reduce_per_attention_and_mlp_block_plus_the_embedding(
+    tiny_checkpoint, one_rank_group, monkeypatch
+):
     config, state = tiny_checkpoint
     backend = TorchPagedAttention()
     reference = build_model(config, dict(state), backend=backend)
     sharded = build_shard(config, dict(state), TensorParallelShard(0, 1), backend=backend)
     layer = sharded.model.layers[0]
-    assert isinstance(layer.self_attn.o_proj, RowParallelLinear) and isinstance(layer.mlp.down_proj, RowParallelLinear)
+    assert isinstance(layer.self_attn.o_proj, RowParallelLinear) and isinstance(
+        layer.mlp.down_proj, RowParallelLinear
+    )
     assert isinstance(sharded.model.embed_tokens, VocabParallelEmbedding)
     assert isinstance(sharded.lm_head, VocabParallelLMHead)
-    assert layer.self_attn.o_proj.linear.bias is None and layer.self_attn.o_proj.bias is not None  # added after
+    assert (
+        layer.self_attn.o_proj.linear.bias is None and layer.self_attn.o_proj.bias is not None
+    )  # added after
 
     calls = []
     for name in ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"):
         real = getattr(dist, name)
+
         def counted_call(*a, _real=real, _name=name, **k):
             calls.append(_name)
             return _real(*a, **k)
@@ -89,7 +95,10 @@ def test_one_all_reduce_per_attention_and_mlp_block_plus_the_embedding(tiny_chec
         counted[label] = list(calls)
     assert counted["reference"] == []
     assert counted["sharded"].count("all_reduce") == 1 + 2 * config.num_hidden_layers
-    assert counted["sharded"].count("all_gather") == 1 and len(counted["sharded"]) == 2 + 2 * config.num_hidden_layers
+    assert (
+        counted["sharded"].count("all_gather") == 1
+        and len(counted["sharded"]) == 2 + 2 * config.num_hidden_layers
+    )
     torch.testing.assert_close(logits["sharded"], logits["reference"], rtol=1e-4, atol=1e-4)
 
 
@@ -98,13 +107,35 @@ def run_prompt(model, config: ModelConfig, token_ids: list[int]) -> torch.Tensor
     from hetero_core.engine.scheduling.batch import Batch
 
     backend = model.backend
-    caches = backend.allocate_kv_cache(config.num_hidden_layers, 4, 16, model.config.num_key_value_heads,
-                                       config.head_dim, torch.float32, torch.device("cpu"))
+    caches = backend.allocate_kv_cache(
+        config.num_hidden_layers,
+        4,
+        16,
+        model.config.num_key_value_heads,
+        config.head_dim,
+        torch.float32,
+        torch.device("cpu"),
+    )
     n = len(token_ids)
-    batch = Batch(seq_ids=[0], token_ids=token_ids, positions=list(range(n)), slot_mapping=list(range(n)),
-                  query_start_loc=[0, n], context_lens=[n], block_tables=[[0]], is_prefill=[True], sample=[True],
-                  num_prompt_tokens=[n], seeds=[None], block_size=16)
+    batch = Batch(
+        seq_ids=[0],
+        token_ids=token_ids,
+        positions=list(range(n)),
+        slot_mapping=list(range(n)),
+        query_start_loc=[0, n],
+        context_lens=[n],
+        block_tables=[[0]],
+        is_prefill=[True],
+        sample=[True],
+        num_prompt_tokens=[n],
+        seeds=[None],
+        block_size=16,
+    )
     with torch.inference_mode():
-        hidden = model(torch.tensor(token_ids), torch.arange(n), backend.build_metadata(batch, torch.device("cpu")),
-                       caches)
+        hidden = model(
+            torch.tensor(token_ids),
+            torch.arange(n),
+            backend.build_metadata(batch, torch.device("cpu")),
+            caches,
+        )
         return model.compute_logits(hidden)

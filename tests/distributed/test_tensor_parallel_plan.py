@@ -11,8 +11,13 @@ from hetero_core.model.config import ModelConfig
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config, working_sizes
 
 SMOLLM2_LIKE = {  # SmolLM2-135M's shape: 9 query heads, 3 KV heads
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "num_hidden_layers": 30,
-    "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152,
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 576,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "intermediate_size": 1536,
+    "vocab_size": 49152,
 }
 
 
@@ -32,7 +37,9 @@ def test_a_size_that_does_not_divide_the_heads_is_refused_with_both_numbers():
 
 @pytest.mark.parametrize("field, value", [("intermediate_size", 1537), ("vocab_size", 49153)])
 def test_the_mlp_and_vocabulary_must_divide_too(field, value):
-    with pytest.raises(ConfigError, match=f"tensor_parallel_size 3 does not divide the model's {field} {value}"):
+    with pytest.raises(
+        ConfigError, match=f"tensor_parallel_size 3 does not divide the model's {field} {value}"
+    ):
         check_tensor_parallel_size(config(**{field: value}), 3)
 
 

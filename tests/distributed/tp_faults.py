@@ -31,7 +31,9 @@ class FaultyOptions(BaseModel):
 def fail(rank: int, how: str) -> None:
     if how == "raise":
         raise RuntimeError(f"injected fault on rank {rank}")
-    print(f"faulty executor: rank {rank} {'exits' if how == 'exit' else 'hangs'}", file=sys.stderr, flush=True)
+    print(
+        f"faulty executor: rank {rank} {'exits' if how == 'exit' else 'hangs'}", file=sys.stderr, flush=True
+    )
     if how == "exit":
         os._exit(EXIT_CODE)
     while True:

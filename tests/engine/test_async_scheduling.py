@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.scheduling.batch_builder import PLACEHOLDER
 from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.scheduling.batch_builder import PLACEHOLDER
 
 SYSTEM = [40 + (i * 7) % 60 for i in range(24)]  # a shared prefix of 24 tokens
-PROMPTS = [SYSTEM + [50 + i, 60 + i, 70 + i] * (1 + i % 4) for i in range(10)] + [[33 + i] * (5 + 9 * i) for i in range(4)]
+PROMPTS = [SYSTEM + [50 + i, 60 + i, 70 + i] * (1 + i % 4) for i in range(10)] + [
+    [33 + i] * (5 + 9 * i) for i in range(4)
+]
 PARAMS = [
     SamplingParams(max_tokens=24, ignore_eos=True),
     SamplingParams(max_tokens=30, stop=["a", "Q"]),  # stop strings: the step after a stop is reconciled
@@ -69,7 +71,9 @@ def run(make_mock_engine, settings, async_scheduling, aborts=()):
         tokens = prompts[rid] + out.output_token_ids
         for position, token in enumerate(tokens[:-1]):
             seen = checker.seen.get((int(rid), position))  # automatic request ids are the sequence ids
-            assert seen in (None, token), f"request {rid} position {position}: executor got {seen}, not {token}"
+            assert seen in (None, token), (
+                f"request {rid} position {position}: executor got {seen}, not {token}"
+            )
     stats = engine.stats()
     allocator = engine.scheduler.allocator
     assert allocator.num_free_blocks == allocator.num_blocks and not engine.state.seqs

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hetero_core.engine.scheduling.batch import ExecutorOutput
 from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.scheduling.batch import ExecutorOutput
 from hetero_core.errors import InvalidRequestError
 from hetero_core.executor import ExecutorCapabilities
 
@@ -21,7 +21,11 @@ def run_all(engine):
         for out in engine.step():
             if out.finished:
                 finals.setdefault(out.request_id, []).append(out)
-        if not engine.has_unfinished_requests() and not engine.state.finished_outputs and not engine.state.held_outputs:
+        if (
+            not engine.has_unfinished_requests()
+            and not engine.state.finished_outputs
+            and not engine.state.held_outputs
+        ):
             return finals
     raise AssertionError("engine did not become idle")
 
@@ -232,7 +236,9 @@ def test_an_executor_that_raises_fails_its_batch_and_the_engine_goes_on(make_moc
 
     engine.executor = Flaky()
     first = engine.generate(["a", "b"], greedy(4))
-    assert all("the executor failed on this request's batch: RuntimeError: device lost" in o.error for o in first)
+    assert all(
+        "the executor failed on this request's batch: RuntimeError: device lost" in o.error for o in first
+    )
     assert [o.error for o in engine.generate(["c"], greedy(4))] == [None]
     assert_empty(engine)
 
@@ -246,8 +252,12 @@ def test_token_ids_outside_the_vocabulary_fail_that_request(make_mock_engine):
 
         def execute(self, batch):
             out = inner.execute(batch)
-            return ExecutorOutput(token_ids=[10**6 if batch.num_prompt_tokens[i] == 1 else t
-                                             for i, t in zip(batch.sample_indices, out.token_ids)])
+            return ExecutorOutput(
+                token_ids=[
+                    10**6 if batch.num_prompt_tokens[i] == 1 else t
+                    for i, t in zip(batch.sample_indices, out.token_ids)
+                ]
+            )
 
         def shutdown(self):
             pass

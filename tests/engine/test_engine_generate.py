@@ -51,7 +51,9 @@ def test_an_error_while_checking_a_later_prompt_queues_none_of_them(make_mock_en
     assert engine.step() == []
 
 
-@pytest.mark.parametrize("prompt_dict, text", [({"prompt": "xy"}, "xy"), ({"prompt_token_ids": [120, 121]}, "xy")])
+@pytest.mark.parametrize(
+    "prompt_dict, text", [({"prompt": "xy"}, "xy"), ({"prompt_token_ids": [120, 121]}, "xy")]
+)
 def test_engine_generate_takes_a_vllm_prompt_dict_as_one_prompt(make_mock_engine, prompt_dict, text):
     engine = make_mock_engine()
     [out] = engine.generate(prompt_dict, SamplingParams(max_tokens=2))

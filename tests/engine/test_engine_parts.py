@@ -12,7 +12,6 @@ import pytest
 
 import hetero_core.engine
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.engine.state import EngineState
 
 
 def engine_classes():
@@ -24,19 +23,27 @@ def engine_classes():
 
 
 def test_no_engine_class_has_more_than_one_base_for_behaviour():
-    mixed = [f"{cls.__module__}.{cls.__qualname__}{cls.__bases__}" for cls in engine_classes()
-             if len([base for base in cls.__bases__ if base is not object]) > 1]
+    mixed = [
+        f"{cls.__module__}.{cls.__qualname__}{cls.__bases__}"
+        for cls in engine_classes()
+        if len([base for base in cls.__bases__ if base is not object]) > 1
+    ]
     assert mixed == []
 
 
-@pytest.mark.parametrize("settings", [{}, {"async_scheduling": True}, {"num_speculative_tokens": 2}],
-                         ids=["sync", "async", "speculative"])
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"async_scheduling": True}, {"num_speculative_tokens": 2}],
+    ids=["sync", "async", "speculative"],
+)
 def test_every_part_works_on_the_one_state_and_adds_nothing_to_it(make_mock_engine, settings):
     engine = make_mock_engine(**settings)
     state = engine.state
     parts = [engine.intake, engine.driver, engine.driver.sampler, engine.postprocessor]
     assert all(part.state is state for part in parts)
-    outputs = engine.generate(["abc abc abc", "xyz"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    outputs = engine.generate(
+        ["abc abc abc", "xyz"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    )
     assert [len(o.output_token_ids) for o in outputs] == [6, 6]
     assert engine.num_steps == state.timings.num_steps > 0
     assert state.seqs == {} and state.detokenizers == {} and state.num_queued_tokens == 0

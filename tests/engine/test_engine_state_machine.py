@@ -19,17 +19,17 @@ from collections import Counter
 from functools import lru_cache
 
 import pytest
-from tests.fuzzing import TALLY, fuzz_settings, print_tally
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
 
-from hetero_core.engine.scheduling.batch import ExecutorOutput
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.requests.prompts import as_prompt_list
+from hetero_core.engine.scheduling.batch import ExecutorOutput
+from hetero_core.engine.shared_engine import SharedEngine
 from hetero_core.engine.thread_guard import ConcurrentEngineUseError
 from hetero_core.errors import InvalidRequestError
-from hetero_core.engine.shared_engine import SharedEngine
+from tests.fuzzing import TALLY, fuzz_settings, print_tally
 
 # -- input strategies: valid and invalid ------------------------------------------------------------
 TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=24)
@@ -37,8 +37,11 @@ PROMPTS = st.one_of(
     TEXT,
     TEXT.filter(bool),
     st.lists(st.integers(-3, 300), max_size=24),
-    st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", ""]), "content": TEXT}),
-             min_size=0, max_size=3),
+    st.lists(
+        st.fixed_dictionaries({"role": st.sampled_from(["user", "system", ""]), "content": TEXT}),
+        min_size=0,
+        max_size=3,
+    ),
     st.sampled_from([None, 42, "caf\ud800", [{"role": "user"}], [{"role": "user", "content": 1}], b"x", 3.5]),
 )
 PARAM_VALUES = {
@@ -87,7 +90,8 @@ THREAD_PARAMS = st.one_of(  # what one generate call in a thread sends: one para
 )
 THREAD_SCRIPTS = st.lists(  # per thread, its generate calls: (prompts, params)
     st.lists(st.tuples(st.lists(PROMPTS, min_size=1, max_size=3), THREAD_PARAMS), min_size=1, max_size=3),
-    min_size=2, max_size=3,
+    min_size=2,
+    max_size=3,
 )
 
 
@@ -177,7 +181,9 @@ class EngineMachine(RuleBasedStateMachine):
             params = as_params(raw)
         except InvalidRequestError:
             return
-        if isinstance(params, list) and len(params) != len(as_prompt_list(prompts)):  # one per prompt, or an error
+        if isinstance(params, list) and len(params) != len(
+            as_prompt_list(prompts)
+        ):  # one per prompt, or an error
             with pytest.raises(InvalidRequestError, match="sampling params for"):
                 self.engine.generate(prompts, params)
             return
@@ -199,7 +205,9 @@ class EngineMachine(RuleBasedStateMachine):
             try:
                 for prompts, params in script:
                     prompt_list = as_prompt_list(prompts)
-                    results.append((prompt_list, params, self.shared.run(prompt_list, [params] * len(prompt_list))))
+                    results.append(
+                        (prompt_list, params, self.shared.run(prompt_list, [params] * len(prompt_list)))
+                    )
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
@@ -214,8 +222,14 @@ class EngineMachine(RuleBasedStateMachine):
         assert not any(t.is_alive() for t in threads), "a generate thread hung"
         assert errors == []
         event(f"threads: {len(scripts)}, calls: {len(results)}")
-        TALLY.update({"threaded rules": 1, "threads": len(scripts), "calls": len(results),
-                      "thread requests": sum(len(outputs) for _, _, outputs in results)})
+        TALLY.update(
+            {
+                "threaded rules": 1,
+                "threads": len(scripts),
+                "calls": len(results),
+                "thread requests": sum(len(outputs) for _, _, outputs in results),
+            }
+        )
         for prompt_list, params, outputs in results:
             assert len(outputs) == len(prompt_list) and all(o.finished for o in outputs)
             self.record_own(outputs)
@@ -267,14 +281,20 @@ class EngineMachine(RuleBasedStateMachine):
         allocator = scheduler.allocator
         assert allocator.num_free_blocks + allocator.num_used_blocks == allocator.num_blocks
         owners = Counter(b for seq in scheduler.running + scheduler.waiting for b in seq.block_table)
-        assert sum(allocator.ref_count(b) > 0 for b in range(allocator.num_blocks)) == allocator.num_used_blocks
+        assert (
+            sum(allocator.ref_count(b) > 0 for b in range(allocator.num_blocks)) == allocator.num_used_blocks
+        )
         for block, count in owners.items():
-            assert allocator.ref_count(block) == count, f"block {block}: {count} owners, count {allocator.ref_count(block)}"
+            assert allocator.ref_count(block) == count, (
+                f"block {block}: {count} owners, count {allocator.ref_count(block)}"
+            )
 
     def teardown(self):
         engine = self.engine
         for _ in range(2000):
-            if not (engine.has_unfinished_requests() or engine.state.finished_outputs or engine.state.held_outputs):
+            if not (
+                engine.has_unfinished_requests() or engine.state.finished_outputs or engine.state.held_outputs
+            ):
                 break
             self.record(engine.step())
         assert self.accepted <= set(self.finals), f"never ended: {self.accepted - set(self.finals)}"
@@ -293,17 +313,24 @@ def _tally():
 
 
 def build_mock_engine(**overrides):
+    import hetero_plugins_mock
     from hetero_core.builder import build_engine
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
-    import hetero_plugins_mock
-
-    settings = load_settings(**{
-        "executor": {"name": "mock", "mock": {"eos_probability": 0.05}}, "max_num_blocks": 24, "block_size": 4,
-        "max_model_len": 96, "max_batch_size": 4, "max_total_tokens": 24, "max_num_seqs": 6, "max_tokens": 8,
-        **overrides,
-    })
+    settings = load_settings(
+        **{
+            "executor": {"name": "mock", "mock": {"eos_probability": 0.05}},
+            "max_num_blocks": 24,
+            "block_size": 4,
+            "max_model_len": 96,
+            "max_batch_size": 4,
+            "max_total_tokens": 24,
+            "max_num_seqs": 6,
+            "max_tokens": 8,
+            **overrides,
+        }
+    )
     plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
     return build_engine(settings, plugins)
 
@@ -399,8 +426,15 @@ def test_engine_on_the_real_model(smollm2_dir):
 
     @lru_cache(maxsize=1)
     def shared_engine():  # loading the model once; each example starts (and must end) empty
-        settings = load_settings(model=str(smollm2_dir), executor="torch", max_num_blocks=32, block_size=16,
-                                 max_model_len=256, max_batch_size=4, max_tokens=6)
+        settings = load_settings(
+            model=str(smollm2_dir),
+            executor="torch",
+            max_num_blocks=32,
+            block_size=16,
+            max_model_len=256,
+            max_batch_size=4,
+            max_tokens=6,
+        )
         return build_engine(settings, load_plugins(entry_points=[]))
 
     class RealEngineMachine(EngineMachine):
@@ -408,12 +442,15 @@ def test_engine_on_the_real_model(smollm2_dir):
         compare_solo = False  # one engine for all examples; sampling without a seed differs per run
 
     run = RealEngineMachine.TestCase
-    run.settings = settings(max_examples=4, stateful_step_count=10, deadline=None,
-                            suppress_health_check=list(HealthCheck))
+    run.settings = settings(
+        max_examples=4, stateful_step_count=10, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     run().runTest()
 
 
-class SpeculativeMockEngineMachine(EngineMachine):  # speculative decoding: ngram proposals verified by the mock
+class SpeculativeMockEngineMachine(
+    EngineMachine
+):  # speculative decoding: ngram proposals verified by the mock
     make_engine = staticmethod(lambda: build_mock_engine(num_speculative_tokens=3, preemption_mode="swap"))
 
 

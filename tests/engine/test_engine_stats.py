@@ -3,8 +3,8 @@ schedule() runs once per engine step, and a step that only preempts applies its 
 
 import hetero_plugins_mock
 from hetero_core.builder import build_engine
-from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.default_plugins.policies import FcfsPolicy
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.scheduling.policy import SchedulingDecision
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.plugin_system.hookspecs import hookimpl
@@ -51,17 +51,24 @@ def recount(engine) -> dict:
     scheduler = engine.scheduler
     queued = [s for q in (scheduler.running, scheduler.waiting, scheduler.swapped) for s in q]
     return dict(
-        num_running=len(scheduler.running), num_waiting=len(scheduler.waiting), num_swapped=len(scheduler.swapped),
-        num_free_blocks=scheduler.allocator.num_free_blocks, num_blocks=scheduler.allocator.num_blocks,
+        num_running=len(scheduler.running),
+        num_waiting=len(scheduler.waiting),
+        num_swapped=len(scheduler.swapped),
+        num_free_blocks=scheduler.allocator.num_free_blocks,
+        num_blocks=scheduler.allocator.num_blocks,
         num_cached_blocks=scheduler.allocator.num_cached_blocks,
-        num_queued_tokens=sum(s.num_prompt_tokens + max(0, s.params.max_tokens - s.num_output_tokens) for s in queued),
+        num_queued_tokens=sum(
+            s.num_prompt_tokens + max(0, s.params.max_tokens - s.num_output_tokens) for s in queued
+        ),
     )
 
 
 def test_stats_equal_a_recount_after_every_step(make_mock_engine):
     engine = make_mock_engine(preemption_mode="swap", mock_options={"eos_after": 9}, **TIGHT)
     calls = engine.executor = Calls(engine.executor, fail_at={6})
-    ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=6 + i)) for i, p in enumerate(PROMPTS)]
+    ids = [
+        engine.add_request(p, SamplingParams(temperature=0, max_tokens=6 + i)) for i, p in enumerate(PROMPTS)
+    ]
     while engine.has_unfinished_requests():
         calls.step += 1
         if calls.step == 4:
@@ -102,7 +109,9 @@ class PreemptEverythingOnce(FcfsPolicy):
         pending = frozenset(r.request_id for r in snapshot.waiting + snapshot.swapped)
         if self.num_held_passes is None and sum(r.state == "decode" for r in snapshot.running) >= 2:
             self.num_held_passes = 1
-            return SchedulingDecision(order, hold_back=pending, preempt=tuple(r.request_id for r in snapshot.running))
+            return SchedulingDecision(
+                order, hold_back=pending, preempt=tuple(r.request_id for r in snapshot.running)
+            )
         if self.num_held_passes == 1:
             self.num_held_passes = 2
             return SchedulingDecision(order, hold_back=pending)
@@ -117,8 +126,12 @@ class PolicyPlugin:
 
 def test_a_step_that_only_preempts_applies_its_swap_outs_at_once(make_mock_engine):
     reference = make_mock_engine().generate(PROMPTS[:4], greedy(12))
-    plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("policy", PolicyPlugin())])
-    engine = build_engine(load_settings(executor="mock", scheduler_policy="preempt-once", preemption_mode="swap"), plugins)
+    plugins = load_plugins(
+        entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("policy", PolicyPlugin())]
+    )
+    engine = build_engine(
+        load_settings(executor="mock", scheduler_policy="preempt-once", preemption_mode="swap"), plugins
+    )
     calls = engine.executor = Calls(engine.executor)
     ids = [engine.add_request(p, greedy(12)) for p in PROMPTS[:4]]
     finished = {}

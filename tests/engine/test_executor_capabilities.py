@@ -8,16 +8,14 @@ import textwrap
 
 import pytest
 
-from tests.fake_distributions import FakeDistribution
-
+import hetero_plugins_mock
 from hetero_core.builder import build_engine
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError, PluginError
 from hetero_core.executor import ExecutorCapabilities
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-
-import hetero_plugins_mock
+from tests.fake_distributions import FakeDistribution
 
 EXECUTOR = """
 from hetero_core.executor import ExecutorCapabilities
@@ -44,19 +42,23 @@ def plain_engine(tmp_path, monkeypatch):
         source = textwrap.dedent(EXECUTOR).replace("{declaration}", declaration)
         (tmp_path / f"{module}.py").write_text("from hetero_core import hookimpl\n" + source)
         dist = FakeDistribution("hetero-x", "1.0", {"x": module})
-        plugins = load_plugins(entry_points=list(dist.entry_points),
-                               extra_plugins=[("mock", hetero_plugins_mock)])
+        plugins = load_plugins(
+            entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)]
+        )
         return build_engine(load_settings(executor="plain", **settings), plugins)
 
     return build
 
 
-@pytest.mark.parametrize("field, value, wanted", [
-    ("block_swap", 1, "True or False"),
-    ("vocab_size", 0, "an int >= 1 or None"),
-    ("num_kv_blocks", True, "an int >= 1 or None"),
-    ("kv_block_dim", -1, "an int >= 0"),
-])
+@pytest.mark.parametrize(
+    "field, value, wanted",
+    [
+        ("block_swap", 1, "True or False"),
+        ("vocab_size", 0, "an int >= 1 or None"),
+        ("num_kv_blocks", True, "an int >= 1 or None"),
+        ("kv_block_dim", -1, "an int >= 0"),
+    ],
+)
 def test_a_declaration_has_typed_fields(field, value, wanted):
     with pytest.raises(TypeError, match=rf"^ExecutorCapabilities.{field} must be {wanted}, got {value!r}$"):
         ExecutorCapabilities(**{field: value})
@@ -73,14 +75,19 @@ def test_a_declared_method_the_executor_lacks_is_refused_at_build(plain_engine):
     declaration = "self.swap_in = None; self.capabilities = ExecutorCapabilities(block_swap=True)"
     with pytest.raises(PluginError) as raised:
         plain_engine(declaration)
-    assert str(raised.value) == ("executor 'plain' (Plain): it declares block_swap=True but has no callable "
-                                 "swap_in; add the method(s) or leave the capability False (docs/hooks.md)")
+    assert str(raised.value) == (
+        "executor 'plain' (Plain): it declares block_swap=True but has no callable "
+        "swap_in; add the method(s) or leave the capability False (docs/hooks.md)"
+    )
 
 
 def test_a_declaration_of_the_wrong_type_is_refused_at_build(plain_engine):
-    with pytest.raises(PluginError, match=r"^executor 'plain' \(Plain\): its capabilities is a dict, not "
-                                          r"an ExecutorCapabilities \(hetero_core.executor\) "
-                                          r"\(docs/hooks.md\)$"):
+    with pytest.raises(
+        PluginError,
+        match=r"^executor 'plain' \(Plain\): its capabilities is a dict, not "
+        r"an ExecutorCapabilities \(hetero_core.executor\) "
+        r"\(docs/hooks.md\)$",
+    ):
         plain_engine("self.capabilities = {'block_swap': True}")
 
 
@@ -96,8 +103,11 @@ def test_the_engine_acts_on_the_declaration_not_on_the_methods(plain_engine):
     finally:
         engine.shutdown()
     with pytest.raises(PluginError, match="capabilities do not declare supports_speculative_decoding=True"):
-        plain_engine("self.capabilities = ExecutorCapabilities()", num_speculative_tokens=2,
-                     speculative_proposer="ngram")
+        plain_engine(
+            "self.capabilities = ExecutorCapabilities()",
+            num_speculative_tokens=2,
+            speculative_proposer="ngram",
+        )
 
 
 def test_a_declared_kv_pool_sizes_the_allocator(plain_engine):
@@ -109,8 +119,11 @@ def test_a_declared_kv_pool_sizes_the_allocator(plain_engine):
 
 
 def test_an_executor_without_a_declaration_still_runs_with_nothing_optional(plain_engine):
-    with pytest.warns(DeprecationWarning, match=r"executor 'plain' \(Plain\) declares no capabilities: "
-                                                r"it runs with ExecutorCapabilities\(\)"):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"executor 'plain' \(Plain\) declares no capabilities: "
+        r"it runs with ExecutorCapabilities\(\)",
+    ):
         engine = plain_engine("del self.capabilities", preemption_mode="swap")
     try:
         assert engine.executor.capabilities == ExecutorCapabilities()

@@ -24,7 +24,9 @@ def test_a_request_added_without_streaming_gets_only_its_final_output(make_mock_
             seen[out.request_id].append(out)
     assert [o.finished for o in seen[quiet]] == [True] and len(seen[quiet][0].output_token_ids) == 5
     assert len(seen[loud]) == 5 and seen[loud][-1].finished
-    assert seen[quiet][0].text and seen[quiet][0].text == engine.tokenizer.decode(seen[quiet][0].output_token_ids)
+    assert seen[quiet][0].text and seen[quiet][0].text == engine.tokenizer.decode(
+        seen[quiet][0].output_token_ids
+    )
 
 
 class CountingKey(SortKeyPolicy):
@@ -38,13 +40,18 @@ class CountingKey(SortKeyPolicy):
         return getattr(request, self.field)
 
 
-@pytest.mark.parametrize("field, cache_keys, asked_every_step", [
-    ("arrival_order", True, False),  # never changes: asked once per request
-    ("priority", True, False),
-    ("num_output_tokens", True, True),  # changes every step: asked every step
-    ("arrival_order", False, True),  # the policy opted out (its key reads something else)
-])
-def test_a_sort_key_is_asked_again_only_when_it_may_change(make_mock_engine, field, cache_keys, asked_every_step):
+@pytest.mark.parametrize(
+    "field, cache_keys, asked_every_step",
+    [
+        ("arrival_order", True, False),  # never changes: asked once per request
+        ("priority", True, False),
+        ("num_output_tokens", True, True),  # changes every step: asked every step
+        ("arrival_order", False, True),  # the policy opted out (its key reads something else)
+    ],
+)
+def test_a_sort_key_is_asked_again_only_when_it_may_change(
+    make_mock_engine, field, cache_keys, asked_every_step
+):
     engine = make_mock_engine()
     policy = engine.scheduler.runner.policy = CountingKey(field, cache_keys)
     ids = [engine.add_request(f"prompt {i}", greedy(max_tokens=6)) for i in range(3)]
@@ -61,6 +68,7 @@ def test_a_sort_key_is_asked_again_only_when_it_may_change(make_mock_engine, fie
 
 def test_a_sort_key_orders_as_the_snapshot_path_does(make_mock_engine):
     """Latest-first by priority, on a pool that fits one request at a time: the key decides who runs."""
+
     class ByPriority(SortKeyPolicy):
         name = "by-priority"
 
@@ -75,7 +83,9 @@ def test_a_sort_key_orders_as_the_snapshot_path_does(make_mock_engine):
     for policy in (ByPriority(), ByPriorityWithSnapshots()):
         engine = make_mock_engine(max_batch_size=1, max_num_seqs=1)
         engine.scheduler.runner.policy = policy
-        ids = [engine.add_request(f"p{i}", greedy(max_tokens=2), priority=p) for i, p in enumerate([1, 5, 3, 5])]
+        ids = [
+            engine.add_request(f"p{i}", greedy(max_tokens=2), priority=p) for i, p in enumerate([1, 5, 3, 5])
+        ]
         finished = []
         while engine.has_unfinished_requests():
             finished += [ids.index(o.request_id) for o in engine.step() if o.finished]
@@ -84,23 +94,27 @@ def test_a_sort_key_orders_as_the_snapshot_path_does(make_mock_engine):
 
 
 def null_engine(make_mock_engine, **settings):
+    import hetero_plugins_mock
     from hetero_core.builder import build_engine
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
-
-    import hetero_plugins_mock
 
     executor = {"name": "null", "null": settings.pop("null", {})}
     plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
     return build_engine(load_settings(executor=executor, **settings), plugins)
 
 
-@pytest.mark.parametrize("settings", [
-    dict(),
-    dict(max_num_blocks=24, block_size=4, memory_threshold=1.0, preemption_mode="swap", num_swap_blocks=64),
-    dict(max_num_blocks=24, block_size=4, memory_threshold=1.0, max_prefill_chunk=3),
-    dict(async_scheduling=True),
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(
+            max_num_blocks=24, block_size=4, memory_threshold=1.0, preemption_mode="swap", num_swap_blocks=64
+        ),
+        dict(max_num_blocks=24, block_size=4, memory_threshold=1.0, max_prefill_chunk=3),
+        dict(async_scheduling=True),
+    ],
+)
 def test_the_null_executor_runs_every_engine_path_with_the_same_tokens(make_mock_engine, settings):
     prompts = ["shared prefix " * 3 + str(i) for i in range(6)]
     params = [greedy(8), greedy(8, stop=["A"]), greedy(3)] * 2
@@ -113,13 +127,18 @@ def test_the_null_executor_runs_every_engine_path_with_the_same_tokens(make_mock
     engine.shutdown()
 
 
-@pytest.mark.parametrize("step_time, setting, expected", [
-    (0.0, None, False),  # the null executor without device time prefers the plain loop
-    (0.001, None, True),  # with device time to overlap, async scheduling
-    (0.001, False, False),  # the setting wins
-    (0.0, True, True),
-])
-def test_async_scheduling_is_the_executors_preference_unless_set(make_mock_engine, step_time, setting, expected):
+@pytest.mark.parametrize(
+    "step_time, setting, expected",
+    [
+        (0.0, None, False),  # the null executor without device time prefers the plain loop
+        (0.001, None, True),  # with device time to overlap, async scheduling
+        (0.001, False, False),  # the setting wins
+        (0.0, True, True),
+    ],
+)
+def test_async_scheduling_is_the_executors_preference_unless_set(
+    make_mock_engine, step_time, setting, expected
+):
     extra = {} if setting is None else {"async_scheduling": setting}
     engine = null_engine(make_mock_engine, null={"step_time": step_time}, **extra)
     assert engine.async_scheduling is expected

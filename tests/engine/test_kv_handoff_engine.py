@@ -22,8 +22,9 @@ def prefill(engine, prompt, params):
 
 
 def decode(engine, prompt, params, first):
-    rid = engine.add_request(prompt, params, stream=False,
-                             kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks))
+    rid = engine.add_request(
+        prompt, params, stream=False, kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks)
+    )
     while True:
         for o in engine.step():
             if o.request_id == rid and o.finished:
@@ -45,13 +46,17 @@ def test_the_pair_gives_one_engines_tokens(make_mock_engine, prefix_caching):
         assert got.output_token_ids == want.output_token_ids
         assert got.text == want.text
     assert d_engine.scheduler.allocator.num_free_blocks == d_engine.scheduler.allocator.num_blocks
-    if prefix_caching:  # the prompts share prefixes: the prefill side skipped cached blocks and still exported them
+    if (
+        prefix_caching
+    ):  # the prompts share prefixes: the prefill side skipped cached blocks and still exported them
         assert p_engine.stats().prefix_cache_hit_tokens > 0
 
 
 def test_decode_side_prefix_cache_skips_blocks_it_holds_and_registers_imported_ones(make_mock_engine):
-    p_engine, d_engine = make_mock_engine(**SETTINGS, enable_prefix_caching=True), \
-        make_mock_engine(**SETTINGS, enable_prefix_caching=True)
+    p_engine, d_engine = (
+        make_mock_engine(**SETTINGS, enable_prefix_caching=True),
+        make_mock_engine(**SETTINGS, enable_prefix_caching=True),
+    )
     params = {"max_tokens": 4, "ignore_eos": True}
     prompt = list(range(20, 33))  # 13 tokens: 3 full blocks + 1
     first = prefill(p_engine, prompt, params)
@@ -60,7 +65,10 @@ def test_decode_side_prefix_cache_skips_blocks_it_holds_and_registers_imported_o
     # the same prompt again: its full blocks hit, only the last partial block is written
     imported = []
     inner = d_engine.executor.import_blocks
-    d_engine.executor.import_blocks = lambda blocks, layers: (imported.append(len(blocks)), inner(blocks, layers))
+    d_engine.executor.import_blocks = lambda blocks, layers: (
+        imported.append(len(blocks)),
+        inner(blocks, layers),
+    )
     again = decode(d_engine, prompt, params, prefill(p_engine, prompt, params))
     assert imported == [1] and again.error is None
     # and a plain request of the same prompt on the decode side hits the imported blocks
@@ -94,8 +102,12 @@ def test_blocks_that_do_not_fit_are_refused_by_name(make_mock_engine):
 def test_an_import_that_fails_fails_its_request_alone(make_mock_engine):
     p_engine, d_engine = make_mock_engine(**SETTINGS), make_mock_engine(**SETTINGS)
     first = prefill(p_engine, PROMPTS[4], {})
-    bad = KVBlocks(4, 0, ((first.kv_blocks.layers[0][0].__class__("int64", (9, 4), b"\0" * 8 * 36),),),
-                   first.kv_blocks.token_ids)
+    bad = KVBlocks(
+        4,
+        0,
+        ((first.kv_blocks.layers[0][0].__class__("int64", (9, 4), b"\0" * 8 * 36),),),
+        first.kv_blocks.token_ids,
+    )
     d_engine.add_request(PROMPTS[4], {"max_tokens": 5}, "bad", kv_transfer=KVHandoff(1, bad))
     outputs = {}
     while d_engine.has_unfinished_requests():
@@ -105,17 +117,24 @@ def test_an_import_that_fails_fails_its_request_alone(make_mock_engine):
     assert good.error is None and len(good.output_token_ids) >= 1
 
 
-@pytest.mark.parametrize("decode_settings", [
-    {},
-    {"max_num_blocks": 14, "memory_threshold": 1.0, "preemption_mode": "recompute"},
-    {"max_num_blocks": 14, "memory_threshold": 1.0, "preemption_mode": "swap", "num_swap_blocks": 64},
-    {"async_scheduling": True, "enable_prefix_caching": True},
-], ids=["batched", "recompute", "swap", "async+prefix"])
+@pytest.mark.parametrize(
+    "decode_settings",
+    [
+        {},
+        {"max_num_blocks": 14, "memory_threshold": 1.0, "preemption_mode": "recompute"},
+        {"max_num_blocks": 14, "memory_threshold": 1.0, "preemption_mode": "swap", "num_swap_blocks": 64},
+        {"async_scheduling": True, "enable_prefix_caching": True},
+    ],
+    ids=["batched", "recompute", "swap", "async+prefix"],
+)
 def test_imports_arriving_among_running_requests_keep_every_output(make_mock_engine, decode_settings):
     """Handoffs added while other requests (plain and imported) decode, with preemption on the decode side."""
     params = {"max_tokens": 10, "ignore_eos": True}
     prompts = [list(range(40 + i, 40 + i + n)) for i, n in enumerate((6, 13, 2, 9, 17, 5, 11))]
-    expected = {tuple(p): o.output_token_ids for p, o in zip(prompts, make_mock_engine(**SETTINGS).generate(prompts, params))}
+    expected = {
+        tuple(p): o.output_token_ids
+        for p, o in zip(prompts, make_mock_engine(**SETTINGS).generate(prompts, params))
+    }
     p_engine = make_mock_engine(**SETTINGS)
     d_engine = make_mock_engine(**{**SETTINGS, **decode_settings})
     firsts = [prefill(p_engine, prompt, params) for prompt in prompts]
@@ -124,14 +143,22 @@ def test_imports_arriving_among_running_requests_keep_every_output(make_mock_eng
         if i % 3 == 2:  # every third runs on the decode engine as a plain request
             ids[d_engine.add_request(prompt, params, stream=False)] = prompt
         else:
-            ids[d_engine.add_request(prompt, params, stream=False,
-                                     kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks))] = prompt
+            ids[
+                d_engine.add_request(
+                    prompt,
+                    params,
+                    stream=False,
+                    kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks),
+                )
+            ] = prompt
         for _ in range(2):  # the others decode a little before the next one arrives
             outputs.update((o.request_id, o) for o in d_engine.step() if o.finished)
     while d_engine.has_unfinished_requests():
         outputs.update((o.request_id, o) for o in d_engine.step() if o.finished)
     assert {rid: outputs[rid].error for rid in ids} == {rid: None for rid in ids}
-    assert {rid: outputs[rid].output_token_ids for rid in ids} == {rid: expected[tuple(p)] for rid, p in ids.items()}
+    assert {rid: outputs[rid].output_token_ids for rid in ids} == {
+        rid: expected[tuple(p)] for rid, p in ids.items()
+    }
     if "preemption_mode" in decode_settings:
         assert d_engine.stats().num_preemptions > 0
 
@@ -148,8 +175,9 @@ def test_a_step_interrupted_before_its_import_prefills_the_prompt_instead(make_m
         raise KeyboardInterrupt
 
     d_engine.executor.import_blocks = interrupted
-    rid = d_engine.add_request(PROMPTS[5], params, stream=False,
-                               kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks))
+    rid = d_engine.add_request(
+        PROMPTS[5], params, stream=False, kv_transfer=KVHandoff(first.output_token_ids[0], first.kv_blocks)
+    )
     with pytest.raises(KeyboardInterrupt):
         d_engine.step()
     outputs = {}

@@ -48,7 +48,9 @@ def test_policies_see_frozen_snapshots_with_priority_tenant_and_counts(make_mock
     assert isinstance(policy.snapshots[0].waiting, tuple)
 
 
-@pytest.mark.parametrize("priority, tenant", [(1.5, None), (True, None), ("1", None), (0, ""), (0, 7), (0, "x" * 300)])
+@pytest.mark.parametrize(
+    "priority, tenant", [(1.5, None), (True, None), ("1", None), (0, ""), (0, 7), (0, "x" * 300)]
+)
 def test_bad_priority_or_tenant_is_an_invalid_request(make_mock_engine, priority, tenant):
     engine = make_mock_engine()
     with pytest.raises(InvalidRequestError, match="priority|tenant"):
@@ -67,7 +69,9 @@ def test_the_priority_policy_serves_lower_values_first(make_mock_engine, recordi
 
 
 def test_the_priority_policy_preempts_a_less_urgent_request_for_an_urgent_one(make_mock_engine):
-    engine = make_mock_engine(scheduler_policy="priority", max_num_blocks=8, block_size=4, memory_threshold=1.0)
+    engine = make_mock_engine(
+        scheduler_policy="priority", max_num_blocks=8, block_size=4, memory_threshold=1.0
+    )
     low = engine.add_request("l" * 20, greedy(8), priority=9)
     engine.step()
     urgent = engine.add_request("u" * 20, greedy(8), priority=0)
@@ -90,15 +94,20 @@ class Broken(SortKeyPolicy):
         return self.decision(snapshot)
 
 
-@pytest.mark.parametrize("bad", [
-    lambda s: None,
-    lambda s: SchedulingDecision(order=()),
-    lambda s: SchedulingDecision(order=tuple(r.request_id for r in s.requests) * 2),
-    lambda s: SchedulingDecision(order=tuple(r.request_id for r in s.requests) + ("ghost",)),
-    lambda s: SchedulingDecision(order=tuple(r.request_id for r in s.requests), preempt=("ghost",)),
-    lambda s: 1 / 0,
-])
-def test_an_invalid_decision_is_reported_with_the_policy_name_and_the_engine_goes_on(make_mock_engine, caplog, bad):
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda s: None,
+        lambda s: SchedulingDecision(order=()),
+        lambda s: SchedulingDecision(order=tuple(r.request_id for r in s.requests) * 2),
+        lambda s: SchedulingDecision(order=tuple(r.request_id for r in s.requests) + ("ghost",)),
+        lambda s: SchedulingDecision(order=tuple(r.request_id for r in s.requests), preempt=("ghost",)),
+        lambda s: 1 / 0,
+    ],
+)
+def test_an_invalid_decision_is_reported_with_the_policy_name_and_the_engine_goes_on(
+    make_mock_engine, caplog, bad
+):
     engine = engine_with_policy(make_mock_engine, Broken(bad))
     engine.scheduler.runner.name = "broken"
     with caplog.at_level(logging.WARNING, logger="hetero"):

@@ -8,13 +8,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.engine.sampling.logits_processors import (  # noqa: E402
     HEAD_SIZE,
     apply_min_p,
     apply_penalties,
     apply_top_k_top_p,
 )
-from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
 from hetero_core.engine.sampling.sampler import Sampler, SamplingRow, seeded_uniform  # noqa: E402
 
 
@@ -255,9 +255,7 @@ def test_unseeded_rows_are_reproducible_with_a_seeded_sampler():
 def test_mixed_batch_keeps_greedy_rows_exact():
     logits = torch.randn(6, 400, generator=torch.Generator().manual_seed(12))
     greedy = SamplingParams(temperature=0)
-    rows = [
-        SamplingRow(greedy if i % 2 == 0 else SamplingParams(temperature=1.5), [], []) for i in range(6)
-    ]
+    rows = [SamplingRow(greedy if i % 2 == 0 else SamplingParams(temperature=1.5), [], []) for i in range(6)]
     out = Sampler(seed=0).sample(logits, rows)
     assert out.token_ids[0::2] == logits[0::2].argmax(dim=-1).tolist()
 

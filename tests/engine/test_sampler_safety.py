@@ -65,19 +65,32 @@ def test_clean_batches_report_no_errors():
     assert out.errors is None and out.token_ids == [7, 7, 7]
 
 
-VALUES = st.one_of(st.floats(-50, 50), st.sampled_from([float("nan"), float("inf"), float("-inf"), 3e38, -3e38]))
-PARAMS = st.sampled_from([
-    GREEDY, RANDOM, LOGPROBS, SamplingParams(temperature=1e-38), SamplingParams(temperature=1e-5, seed=3),
-    SamplingParams(repetition_penalty=1e-4, temperature=0.3), SamplingParams(repetition_penalty=1e4, top_k=3),
-    SamplingParams(min_p=0.5, frequency_penalty=2, presence_penalty=-2),
-])
+VALUES = st.one_of(
+    st.floats(-50, 50), st.sampled_from([float("nan"), float("inf"), float("-inf"), 3e38, -3e38])
+)
+PARAMS = st.sampled_from(
+    [
+        GREEDY,
+        RANDOM,
+        LOGPROBS,
+        SamplingParams(temperature=1e-38),
+        SamplingParams(temperature=1e-5, seed=3),
+        SamplingParams(repetition_penalty=1e-4, temperature=0.3),
+        SamplingParams(repetition_penalty=1e4, top_k=3),
+        SamplingParams(min_p=0.5, frequency_penalty=2, presence_penalty=-2),
+    ]
+)
 
 
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), num_rows=st.integers(1, 4), vocab=st.integers(1, 40))
 def test_every_id_is_in_the_vocabulary_or_the_row_failed(data, num_rows, vocab):
-    logits = torch.tensor(data.draw(st.lists(st.lists(VALUES, min_size=vocab, max_size=vocab),
-                                             min_size=num_rows, max_size=num_rows)), dtype=torch.float32)
+    logits = torch.tensor(
+        data.draw(
+            st.lists(st.lists(VALUES, min_size=vocab, max_size=vocab), min_size=num_rows, max_size=num_rows)
+        ),
+        dtype=torch.float32,
+    )
     params = data.draw(st.lists(PARAMS, min_size=num_rows, max_size=num_rows))
     out = Sampler(seed=0).sample(logits, [SamplingRow(p, [0, vocab - 1], [0]) for p in params])
     for i, token_id in enumerate(out.token_ids):

@@ -106,13 +106,18 @@ def test_none_means_no_stop_strings_and_no_stop_ids_as_in_vllm():
 
 def test_from_dict_names_unknown_fields_with_a_suggestion():
     assert SamplingParams.from_dict({"temperature": 0, "max_tokens": 3}).max_tokens == 3
-    with pytest.raises(InvalidRequestError, match="unknown sampling parameter 'temprature' \\(did you mean 'temperature'\\?\\); valid: temperature"):
+    with pytest.raises(
+        InvalidRequestError,
+        match="unknown sampling parameter 'temprature' \\(did you mean 'temperature'\\?\\); valid: temperature",
+    ):
         SamplingParams.from_dict({"temprature": 0})
     with pytest.raises(InvalidRequestError, match="must be a SamplingParams or a dict, got list"):
         SamplingParams.from_dict([("temperature", 0)])
 
 
-@pytest.mark.parametrize("kwargs", [{"temperature": 1e-38}, {"temperature": 1e-5, "repetition_penalty": 1e-4}])
+@pytest.mark.parametrize(
+    "kwargs", [{"temperature": 1e-38}, {"temperature": 1e-5, "repetition_penalty": 1e-4}]
+)
 def test_extreme_but_accepted_values_sample_in_vocabulary(kwargs):
     torch = pytest.importorskip("torch")
     from hetero_core.engine.sampling.sampler import Sampler, SamplingRow
@@ -129,7 +134,10 @@ def test_extreme_but_accepted_values_sample_in_vocabulary(kwargs):
         ({"temperature": 10**400}, "temperature must be a number within the float range"),
         ({"top_p": Fraction(10**400, 3)}, "top_p must be a number within the float range"),
         ({"min_p": -(10**400)}, "min_p must be a number within the float range"),
-        ({"presence_penalty": Fraction(10**5000, 7)}, "presence_penalty must be a number within the float range"),
+        (
+            {"presence_penalty": Fraction(10**5000, 7)},
+            "presence_penalty must be a number within the float range",
+        ),
         ({"max_tokens": -(10**5000)}, "max_tokens must be >= 1, got a negative integer of 16610 bits"),
         ({"top_k": -(10**400)}, "top_k must be -1 (disabled), 0 (disabled) or >= 1, got a negative integer"),
     ],

@@ -128,19 +128,30 @@ def test_outputs_do_not_depend_on_batch_composition(make_mock_engine):
 
 
 def test_decodes_go_before_an_older_sequence_that_is_prefilling_again():
-    from hetero_core.engine.kv.block_allocator import PagedBlockAllocator
     from hetero_core.default_plugins.policies import FcfsPolicy
-    from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
+    from hetero_core.engine.kv.block_allocator import PagedBlockAllocator
     from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
+    from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
 
     allocator = PagedBlockAllocator(64, 4)
-    limits = SchedulerLimits(max_batch_size=8, max_num_seqs=8, max_total_tokens=8, max_model_len=256,
-                             memory_threshold=1.0)
+    limits = SchedulerLimits(
+        max_batch_size=8, max_num_seqs=8, max_total_tokens=8, max_model_len=256, memory_threshold=1.0
+    )
     scheduler = Scheduler(FcfsPolicy(), allocator, limits)
-    older = Sequence(0, "old", "", list(range(20)), greedy(8), 0.0, output_token_ids=[1, 2],
-                     status=SequenceStatus.PREFILL)  # preempted earlier: recomputing 22 tokens
-    newer = Sequence(1, "new", "", list(range(5)), greedy(8), 0.0, output_token_ids=[3],
-                     status=SequenceStatus.DECODE, num_computed_tokens=5)
+    older = Sequence(
+        0, "old", "", list(range(20)), greedy(8), 0.0, output_token_ids=[1, 2], status=SequenceStatus.PREFILL
+    )  # preempted earlier: recomputing 22 tokens
+    newer = Sequence(
+        1,
+        "new",
+        "",
+        list(range(5)),
+        greedy(8),
+        0.0,
+        output_token_ids=[3],
+        status=SequenceStatus.DECODE,
+        num_computed_tokens=5,
+    )
     allocator.allocate_slots(newer.block_table, 0, 5)
     scheduler.running = [older, newer]
     step = scheduler.schedule()

@@ -39,10 +39,10 @@ class OracleProposer:
             self.asked.append(given)
             self.live.add(given.seq_id)
             tokens = list(given.token_ids)
-            prompt = next((p for p in self.reference if tuple(tokens[:len(p)]) == p), None)
+            prompt = next((p for p in self.reference if tuple(tokens[: len(p)]) == p), None)
             continuation = [] if prompt is None else self.reference[prompt]
             done = 0 if prompt is None else len(tokens) - len(prompt)
-            guess = continuation[done:done + given.num_tokens]
+            guess = continuation[done : done + given.num_tokens]
             out.append([t if (done + j) % 3 != 2 else (t + 1) % 100 for j, t in enumerate(guess)])
         return out
 
@@ -70,8 +70,9 @@ class OraclePlugin:
 def mock_engine(plugin=None, k=0, mock_options=None, **overrides):
     extra = [("mock", hetero_plugins_mock)] + ([("oracle", plugin)] if plugin is not None else [])
     overrides.setdefault("speculative_proposer", "oracle" if plugin is not None else "ngram")
-    settings = load_settings(executor={"name": "mock", "mock": mock_options or {}}, num_speculative_tokens=k,
-                             **overrides)
+    settings = load_settings(
+        executor={"name": "mock", "mock": mock_options or {}}, num_speculative_tokens=k, **overrides
+    )
     return build_engine(settings, load_plugins(entry_points=[], extra_plugins=extra))
 
 
@@ -81,19 +82,24 @@ def reference_run(prompts=PROMPTS, params=None, mock_options=None):
 
 
 def same(outputs, reference):
-    return ([(o.output_token_ids, o.text, o.finish_reason) for o in outputs]
-            == [(o.output_token_ids, o.text, o.finish_reason) for o in reference])
+    return [(o.output_token_ids, o.text, o.finish_reason) for o in outputs] == [
+        (o.output_token_ids, o.text, o.finish_reason) for o in reference
+    ]
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
-@pytest.mark.parametrize("setting", [
-    {},
-    {"max_prefill_chunk": 5},  # chunked prefill
-    {**TIGHT, "preemption_mode": "recompute"},
-    {**TIGHT, "preemption_mode": "swap"},
-    {**TIGHT, "preemption_mode": "recompute", "enable_prefix_caching": False},
-    {"max_total_tokens": 7},  # a token budget smaller than the proposals: fewer are verified
-], ids=["plain", "chunked", "recompute", "swap", "recompute-no-cache", "tight-budget"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {},
+        {"max_prefill_chunk": 5},  # chunked prefill
+        {**TIGHT, "preemption_mode": "recompute"},
+        {**TIGHT, "preemption_mode": "swap"},
+        {**TIGHT, "preemption_mode": "recompute", "enable_prefix_caching": False},
+        {"max_total_tokens": 7},  # a token budget smaller than the proposals: fewer are verified
+    ],
+    ids=["plain", "chunked", "recompute", "swap", "recompute-no-cache", "tight-budget"],
+)
 def test_greedy_tokens_equal_the_run_without_speculation(k, setting):
     reference, continuations = reference_run()
     plugin = OraclePlugin(continuations)
@@ -173,8 +179,12 @@ def test_requests_whose_features_do_not_compose_run_unspeculated_in_the_same_bat
     reference = mock_engine().generate(PROMPTS, params)
     outputs = engine.generate(PROMPTS, params)
     assert same(outputs, reference)
-    asked_prompts = {tuple(p.token_ids[:len(o.prompt_token_ids)]) for p in plugin.proposers[0].asked for o in outputs
-                     if tuple(p.token_ids[:len(o.prompt_token_ids)]) == tuple(o.prompt_token_ids)}
+    asked_prompts = {
+        tuple(p.token_ids[: len(o.prompt_token_ids)])
+        for p in plugin.proposers[0].asked
+        for o in outputs
+        if tuple(p.token_ids[: len(o.prompt_token_ids)]) == tuple(o.prompt_token_ids)
+    }
     assert asked_prompts == {tuple(o.prompt_token_ids) for i, o in enumerate(outputs) if i % 2 == 0}
 
 
@@ -202,8 +212,10 @@ def test_a_broken_proposer_costs_its_proposals_not_the_requests(mode, caplog):
             register("broken", lambda ctx: BrokenProposer(mode))
 
     settings = load_settings(executor="mock", num_speculative_tokens=2, speculative_proposer="broken")
-    engine = build_engine(settings, load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock),
-                                                                                    ("broken", Plugin())]))
+    engine = build_engine(
+        settings,
+        load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("broken", Plugin())]),
+    )
     with caplog.at_level(logging.WARNING, logger="hetero"):
         outputs = engine.generate(PROMPTS[:3], greedy(8))
     assert same(outputs, mock_engine().generate(PROMPTS[:3], greedy(8)))
@@ -224,8 +236,9 @@ def test_speculation_turns_async_scheduling_off():
 
 
 def test_ngram_options_reach_the_proposer():
-    engine = mock_engine(k=2, speculative_proposer={"name": "ngram", "ngram": {"prompt_lookup_max": 3,
-                                                                                "prompt_lookup_min": 2}})
+    engine = mock_engine(
+        k=2, speculative_proposer={"name": "ngram", "ngram": {"prompt_lookup_max": 3, "prompt_lookup_min": 2}}
+    )
     proposer = engine.speculation.proposer
     assert (proposer.min_n, proposer.max_n) == (2, 3)
 
@@ -246,6 +259,7 @@ def test_the_executor_kit_checks_the_rows_of_speculating_sequences():
             return super()._next_token(batch, i, None if position is None else position - shift)
 
     for executor, message in ((OneRowOnly, "3 token ids for 6"), (Shifted, "1 \\+ n rows per sequence")):
+
         class Kit(ExecutorContract):
             vocab_size = 258
 

@@ -20,9 +20,9 @@ from hetero_core.engine.speculation.spec_verify import (  # noqa: E402
     verify_token_ids,
 )
 
-LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, 1.5],
-                       [0.0, 2.5, 1.0, 1.0, 0.5, -0.5],
-                       [1.0, 1.0, 1.0, 3.0, 0.0, 0.0]])
+LOGITS = torch.tensor(
+    [[2.0, 1.0, 0.5, 0.0, -1.0, 1.5], [0.0, 2.5, 1.0, 1.0, 0.5, -0.5], [1.0, 1.0, 1.0, 3.0, 0.0, 0.0]]
+)
 NUM_DRAWS = 12000
 TV_BOUND = 0.03  # the draws' total-variation distance from the target: ~0.01 expected at 12000 draws
 
@@ -46,25 +46,31 @@ def draw_many(probs: torch.Tensor, spec: list[int], seed: int = 0) -> list[list[
     return [rejection_sample(probs, spec, lambda j, purpose: rng.random()) for _ in range(NUM_DRAWS)]
 
 
-@pytest.mark.parametrize("temperature, top_k, spec", [
-    (1.0, -1, [1, 1]),  # a likely then an unlikely proposal
-    (0.7, 4, [4, 3]),  # the first proposal is outside the top 4: always rejected
-    (1.3, -1, [0, 1]),  # the two best guesses
-    (1.0, 2, [3, 5]),  # both outside the top 2
-])
+@pytest.mark.parametrize(
+    "temperature, top_k, spec",
+    [
+        (1.0, -1, [1, 1]),  # a likely then an unlikely proposal
+        (0.7, 4, [4, 3]),  # the first proposal is outside the top 4: always rejected
+        (1.3, -1, [0, 1]),  # the two best guesses
+        (1.0, 2, [3, 5]),  # both outside the top 2
+    ],
+)
 def test_tokens_have_the_target_distribution(temperature, top_k, spec):
     params = SamplingParams(temperature=temperature, top_k=top_k)
     probs = target_probs(LOGITS.clone(), params)
     expected = reference_probs(LOGITS, temperature, top_k)
     assert torch.allclose(probs.double(), expected, atol=1e-6)
     runs = draw_many(probs, spec)
-    assert all(1 <= len(run) <= len(spec) + 1 and run[:-1] == spec[:len(run) - 1] for run in runs)
+    assert all(1 <= len(run) <= len(spec) + 1 and run[:-1] == spec[: len(run) - 1] for run in runs)
     # the first token ~ p_0; the second, given the first was the first proposal, ~ p_1; the bonus ~ p_2
     assert total_variation(Counter(run[0] for run in runs), expected[0]) < TV_BOUND
     for position in (1, 2):
         after = [run[position] for run in runs if len(run) > position]
         if len(after) >= 1500:  # enough of them to measure (a proposal outside top-k is never kept)
-            assert total_variation(Counter(after), expected[position]) < TV_BOUND * (NUM_DRAWS / len(after)) ** 0.5
+            assert (
+                total_variation(Counter(after), expected[position])
+                < TV_BOUND * (NUM_DRAWS / len(after)) ** 0.5
+            )
 
 
 def test_acceptance_is_the_target_probability_of_the_proposal():
@@ -108,9 +114,12 @@ def test_non_finite_logits_fail_the_row_alone():
 def test_token_id_executors_are_verified_by_exact_match():
     # rows: seq 0 (proposals 5, 1): 5 6 7 -> 5 kept, 1 != 6: 6; seq 1 (none): 8; seq 2 (proposal 9): 9 4 -> kept + bonus
     ids = [5, 6, 7, 8, 9, 4]
-    assert verify_token_ids(ids, [(5, 1), (), (9,)], 10) == [([5, 6], None, None), ([8], None, None),
-                                                              ([9, 4], None, None)]
-    (tokens, _, error), = verify_token_ids([3, 99], [(3,)], 10)
+    assert verify_token_ids(ids, [(5, 1), (), (9,)], 10) == [
+        ([5, 6], None, None),
+        ([8], None, None),
+        ([9, 4], None, None),
+    ]
+    ((tokens, _, error),) = verify_token_ids([3, 99], [(3,)], 10)
     assert tokens == [3, 99] and "outside the vocabulary" in error
 
 

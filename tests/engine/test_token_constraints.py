@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hetero_core.engine.sampling.logits_constraints import banned_words  # noqa: E402
 from hetero_core.engine.requests.params import SamplingParams  # noqa: E402
+from hetero_core.engine.sampling.logits_constraints import banned_words  # noqa: E402
 from hetero_core.engine.sampling.sampler import Sampler, SamplingRow  # noqa: E402
 
 EOS = 9
@@ -48,7 +48,11 @@ def test_logit_bias_moves_the_choice_and_leaves_other_rows_alone():
 def test_bad_words_ban_single_tokens_and_the_last_token_of_a_started_word():
     one_token = SamplingParams(temperature=0, bad_words_token_ids=[[7]])
     two_tokens = SamplingParams(temperature=0, bad_words_token_ids=[[4, 7]])
-    rows = [SamplingRow(one_token, [1], []), SamplingRow(two_tokens, [1], [4]), SamplingRow(two_tokens, [1], [5])]
+    rows = [
+        SamplingRow(one_token, [1], []),
+        SamplingRow(two_tokens, [1], [4]),
+        SamplingRow(two_tokens, [1], [5]),
+    ]
     assert Sampler().sample(logits(3), rows).token_ids == [EOS, EOS, 7]
     assert banned_words([[1, 2, 3], [8]], [0, 1, 2]) == [3, 8]
     assert banned_words([[1, 2, 3]], [2]) == []

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.errors import ConfigError
 from hetero_core.executor import ExecutorContext
 from hetero_plugins_mock.executor import BatchInconsistency, MockExecutor
@@ -89,17 +89,33 @@ def test_simulated_latency_sleeps_per_prefill_token_and_decode_step(make_mock_en
 
 def _context(**options):
     return ExecutorContext(
-        settings=None, options=MockExecutorOptions(**options), model_dir=None, num_blocks=4,
-        block_size=4, max_model_len=64, max_num_batched_tokens=64, max_num_seqs=4,
-        eos_token_id=257, vocab_size=258,
+        settings=None,
+        options=MockExecutorOptions(**options),
+        model_dir=None,
+        num_blocks=4,
+        block_size=4,
+        max_model_len=64,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        eos_token_id=257,
+        vocab_size=258,
     )
 
 
 def _batch(**changes):
     values = dict(
-        seq_ids=[0], token_ids=[1, 2, 3], positions=[0, 1, 2], slot_mapping=[8, 9, 10],
-        query_start_loc=[0, 3], context_lens=[3], block_tables=[[2]], is_prefill=[True],
-        sample=[True], num_prompt_tokens=[3], seeds=[None], block_size=4,
+        seq_ids=[0],
+        token_ids=[1, 2, 3],
+        positions=[0, 1, 2],
+        slot_mapping=[8, 9, 10],
+        query_start_loc=[0, 3],
+        context_lens=[3],
+        block_tables=[[2]],
+        is_prefill=[True],
+        sample=[True],
+        num_prompt_tokens=[3],
+        seeds=[None],
+        block_size=4,
     )
     values.update(changes)
     return Batch(**values)
@@ -126,8 +142,15 @@ def test_inconsistent_batches_are_caught(changes, message):
 def test_reading_a_prompt_through_a_wrong_block_table_is_caught():
     executor = MockExecutor(_context())
     executor.execute(_batch())
-    decode = _batch(token_ids=[99], positions=[3], slot_mapping=[7], query_start_loc=[0, 1],
-                    context_lens=[4], block_tables=[[1]], is_prefill=[False])
+    decode = _batch(
+        token_ids=[99],
+        positions=[3],
+        slot_mapping=[7],
+        query_start_loc=[0, 1],
+        context_lens=[4],
+        block_tables=[[1]],
+        is_prefill=[False],
+    )
     with pytest.raises(BatchInconsistency, match="unwritten slot"):
         executor.execute(decode)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,9 @@ def make_executor():
 def tiny_model_dirs(tmp_path_factory):
     """Every tiny model saved once per session: name -> (directory, HF model)."""
     root = tmp_path_factory.mktemp("tiny_models")
-    return {name: (root / name, save_tiny_model(name, root / name)) for name in [*TINY_MODELS, *BLOCK_CODE_MODELS]}
+    return {
+        name: (root / name, save_tiny_model(name, root / name)) for name in [*TINY_MODELS, *BLOCK_CODE_MODELS]
+    }
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def damage(path: Path, how: str) -> None:
     elif how == "zeros":
         data = bytearray(len(data))
     elif how == "zeroed block":
-        data[middle:middle + 4096] = bytes(len(data[middle:middle + 4096]))
+        data[middle : middle + 4096] = bytes(len(data[middle : middle + 4096]))
     elif how == "flipped bit":
         data[middle] ^= 0x10
     elif how == "extended":
@@ -50,10 +50,13 @@ def overwrite_tensors(path: Path, fill: str) -> None:
     header = json.loads(raw[8:start])
     length = max(entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__")
     new = os.urandom(length) if fill == "random" else bytes(length)
-    replace(path, raw[:start] + new + raw[start + length:])
+    replace(path, raw[:start] + new + raw[start + length :])
 
 
 def invalid_cache_warnings(caplog) -> list[str]:
     """The ``cache.file_invalid`` warnings ``caplog`` holds."""
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and "cache.file_invalid" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "cache.file_invalid" in r.getMessage()
+    ]

@@ -21,8 +21,12 @@ from hetero_core.model.cpu.kernels import CpuKernels, KernelUnavailable, load_cp
 
 BUILDS = ("native", "x86-64", "sandybridge", "haswell", "skylake-avx512", "amx-emulated")
 NARROW_BUILDS = BUILDS[1:5]  # narrower vectors than AVX-512 BF16's
-_NEEDS = {"x86-64": set(), "sandybridge": {"avx"}, "haswell": {"avx2", "fma", "bmi2"},
-          "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}}
+_NEEDS = {
+    "x86-64": set(),
+    "sandybridge": {"avx"},
+    "haswell": {"avx2", "fma", "bmi2"},
+    "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"},
+}
 _built: dict[str, CpuKernels] = {}
 
 
@@ -50,7 +54,9 @@ def kernels_for(build: str, cache_dir: Path) -> CpuKernels:
     missing = _NEEDS[build] - hardware_cpu_flags()  # what runs here, never the reported flags
     if missing:
         pytest.skip(f"this CPU cannot run code built for {build} (no {', '.join(sorted(missing))})")
-    flags = tuple(f"-march={build}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS)
+    flags = tuple(
+        f"-march={build}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HETERO_CACHE_DIR", str(cache_dir))
         patch.setattr(cpu_kernels_module, "CFLAGS", flags)

@@ -7,8 +7,9 @@ model tests use: a ``PagedSequence`` knows all its tokens up front (prompt plus 
 
 from __future__ import annotations
 
-from hetero_core.testing.paged import BlockPool, build_batch as step
+from hetero_core.testing.paged import BlockPool
 from hetero_core.testing.paged import ContractSequence as PagedSequence
+from hetero_core.testing.paged import build_batch as step
 
 __all__ = ["BlockPool", "PagedSequence", "prompt_logits", "step"]
 

@@ -46,7 +46,9 @@ def test_the_amx_variant_compiles_and_links(march, tmp_path, monkeypatch):
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("AMX is x86")
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
-    flags = tuple(f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS)
+    flags = tuple(
+        f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS
+    )
     monkeypatch.setattr(cpu_kernels_module, "CFLAGS", flags)
     try:
         path = cpu_kernels_module._build(amx.AMX_CFLAGS)
@@ -54,8 +56,13 @@ def test_the_amx_variant_compiles_and_links(march, tmp_path, monkeypatch):
         pytest.skip(f"this compiler cannot build AMX code: {exc}")
     assert path.name.startswith("hetero_cpu_kernels-variant-")
     library = ctypes.CDLL(str(path))  # loaded, never called: this CPU may lack what the build assumes
-    for symbol in ("bf16_linear", "bf16_linear_amx", "amx_request_permission", "bf16_linear_amx_granted",
-                   "decode_layers"):
+    for symbol in (
+        "bf16_linear",
+        "bf16_linear_amx",
+        "amx_request_permission",
+        "bf16_linear_amx_granted",
+        "decode_layers",
+    ):
         assert hasattr(library, symbol), symbol
 
 
@@ -110,7 +117,9 @@ class WrongLinear:
 
 def test_wrong_results_fall_back_with_one_warning(monkeypatch, caplog):
     monkeypatch.setattr(amx, "cpu_flags", lambda: AMX_FLAGS)
-    monkeypatch.setattr(amx, "load_cpu_kernels", lambda **kwargs: WrongLinear(load_cpu_kernels(required=True)))
+    monkeypatch.setattr(
+        amx, "load_cpu_kernels", lambda **kwargs: WrongLinear(load_cpu_kernels(required=True))
+    )
     with caplog.at_level(logging.INFO, logger="hetero"):
         assert amx.amx_kernels(load_cpu_kernels(required=True)) is None
         assert amx.amx_kernels(load_cpu_kernels(required=True)) is None
@@ -135,8 +144,9 @@ def test_a_granted_variant_that_passes_is_used_with_the_callers_settings(emulate
     assert calls == [{"required": True, "extra_flags": amx.AMX_CFLAGS}] and _warnings(caplog) == []
 
 
-def test_an_explicit_bf16_executor_runs_its_linears_on_the_amx_variant(emulated, tiny_model_dirs, make_executor,
-                                                                        monkeypatch):
+def test_an_explicit_bf16_executor_runs_its_linears_on_the_amx_variant(
+    emulated, tiny_model_dirs, make_executor, monkeypatch
+):
     """The emulated variant stands in for a granted one: the whole model runs on one library, and its
     logits are the AVX-512 path's within bf16 rounding."""
     from hetero_core.model.cpu.linear import PackedLinear
@@ -159,8 +169,9 @@ def test_an_explicit_bf16_executor_runs_its_linears_on_the_amx_variant(emulated,
     make_executor(model_dir, options=options)
 
 
-def test_auto_times_the_amx_variant_as_a_candidate_of_its_own(emulated, tiny_model_dirs, make_executor, tmp_path,
-                                                               monkeypatch):
+def test_auto_times_the_amx_variant_as_a_candidate_of_its_own(
+    emulated, tiny_model_dirs, make_executor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(prepared_weights, "MIN_CHECKPOINT_BYTES", 0)  # the tiny model's prepared files too
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: True)
@@ -168,14 +179,20 @@ def test_auto_times_the_amx_variant_as_a_candidate_of_its_own(emulated, tiny_mod
     timed = []
 
     def time_steps(runner) -> StepTimes:
-        on_amx = any(getattr(m, "kernels", None) is not None and m.kernels.library is emulated.library
-                     for m in runner.model.modules())
+        on_amx = any(
+            getattr(m, "kernels", None) is not None and m.kernels.library is emulated.library
+            for m in runner.model.modules()
+        )
         timed.append((runner.dtype, on_amx))
         return StepTimes(0.1, 0.02, 0.01) if on_amx else StepTimes(0.2, 0.04, 0.02)
 
     monkeypatch.setattr(dtype_probe, "time_steps", time_steps)
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
-    assert sorted(map(str, timed)) == ["(torch.bfloat16, False)", "(torch.bfloat16, True)", "(torch.float32, False)"]
+    assert sorted(map(str, timed)) == [
+        "(torch.bfloat16, False)",
+        "(torch.bfloat16, True)",
+        "(torch.float32, False)",
+    ]
     assert executor.dtype == torch.bfloat16 and executor.backend.cpu_kernels.library is emulated.library
     [kept] = (tmp_path / "prepared").iterdir()  # the winner's (both bf16 candidates'), not fp32's
     assert "-bfloat16-" in kept.name

@@ -26,7 +26,9 @@ def _tokens(n: int, seed: int) -> list[int]:
     return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-@pytest.fixture(params=["native", "haswell", "skylake-avx512", "x86-64", "amx-emulated"])  # + AVX2; AVX-512 without
+@pytest.fixture(
+    params=["native", "haswell", "skylake-avx512", "x86-64", "amx-emulated"]
+)  # + AVX2; AVX-512 without
 # BF16; SSE, no FMA; the AMX variant's bf16 linear on emulated tiles
 def build_kernels(request, tmp_path_factory, monkeypatch):
     """The executor's kernels: this CPU's build, or one for a narrower ISA."""
@@ -39,7 +41,9 @@ def build_kernels(request, tmp_path_factory, monkeypatch):
 
 def _executor(make_executor, model_dir, dtype: str):
     # amx_linears off: the build under test runs, never the AMX variant an AMX machine would pick
-    options = TorchExecutorOptions(dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, amx_linears=False)
+    options = TorchExecutorOptions(
+        dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, amx_linears=False
+    )
     return make_executor(model_dir, num_blocks=128, block_size=BLOCK_SIZE, options=options)
 
 
@@ -51,7 +55,9 @@ class _Run:
 
     def step(self, work: list[tuple[PagedSequence, int]]) -> None:
         sampled = [seq for seq, n in work if seq.num_computed + n >= seq.num_prompt_tokens]
-        positions = [seq.num_computed + n - 1 for seq, n in work if seq.num_computed + n >= seq.num_prompt_tokens]
+        positions = [
+            seq.num_computed + n - 1 for seq, n in work if seq.num_computed + n >= seq.num_prompt_tokens
+        ]
         out = self.executor.execute(step(work, self.pool, BLOCK_SIZE)).logits
         assert out.shape == (len(sampled), VOCAB)
         for row, (seq, position) in enumerate(zip(sampled, positions, strict=True)):
@@ -78,9 +84,13 @@ def _assert_same(first: dict, second: dict) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", ["llama_wide_heads", "llama", "qwen2_wide_heads", "llama_q4_1", "qwen3", "llama_mqa_tied", "llama3_rope"])
-def test_logits_do_not_depend_on_chunking_batch_mates_or_preemption(build_kernels, tiny_model_dirs, make_executor,
-                                                                   dtype, name):
+@pytest.mark.parametrize(
+    "name",
+    ["llama_wide_heads", "llama", "qwen2_wide_heads", "llama_q4_1", "qwen3", "llama_mqa_tied", "llama3_rope"],
+)
+def test_logits_do_not_depend_on_chunking_batch_mates_or_preemption(
+    build_kernels, tiny_model_dirs, make_executor, dtype, name
+):
     model_dir, _ = tiny_model_dirs[name]
     token_ids = _tokens(TOTAL, seed=3)
     reference = _Run(_executor(make_executor, model_dir, dtype))
@@ -98,7 +108,9 @@ def test_logits_do_not_depend_on_chunking_batch_mates_or_preemption(build_kernel
     _prefill_then_decode(run, PagedSequence(1, token_ids, PROMPT), chunk=7, mates=mates)
     _assert_same(run.logits[1], expected)
 
-    run = _Run(_executor(make_executor, model_dir, dtype))  # preempted after 3 decodes, recomputed in new blocks
+    run = _Run(
+        _executor(make_executor, model_dir, dtype)
+    )  # preempted after 3 decodes, recomputed in new blocks
     seq = PagedSequence(1, token_ids, PROMPT)
     run.step([(seq, PROMPT)])
     for _ in range(3):
@@ -129,15 +141,19 @@ def test_every_kernel_gives_a_row_the_same_bits_alone_batched_and_on_any_threads
     x = torch.randn(70, 96).to(dtype)
     linears = [(kernels.bf16_linear, kernels.pack_bf16_linear(torch.randn(96, 96).bfloat16()), {})]
     if dtype == torch.float32:
-        linears = [(kernels.f32_linear, kernels.pack_f32_linear(torch.randn(96, 96)), {}),
-                   (kernels.coded_linear, kernels.pack_coded_linear(q4_1_weight(96, 96)), {})]
+        linears = [
+            (kernels.f32_linear, kernels.pack_f32_linear(torch.randn(96, 96)), {}),
+            (kernels.coded_linear, kernels.pack_coded_linear(q4_1_weight(96, 96)), {}),
+        ]
     for linear, packed, _ in list(linears):
         linears.append((linear, packed, {"swiglu": True}))
     for linear, packed, swiglu in linears:
         whole = linear(x, packed, None, **swiglu)
         for rows in (slice(0, 1), slice(5, 7), slice(3, 16), slice(1, 70)):
             for threads in (1, 2, 3):
-                assert torch.equal(_with_threads(threads, lambda: linear(x[rows], packed, None, **swiglu)), whole[rows])
+                assert torch.equal(
+                    _with_threads(threads, lambda: linear(x[rows], packed, None, **swiglu)), whole[rows]
+                )
     weight = torch.rand(96).to(dtype)
     assert torch.equal(kernels.rms_norm(x[9:10], weight, 1e-6), kernels.rms_norm(x, weight, 1e-6)[9:10])
 
@@ -149,22 +165,38 @@ def test_every_kernel_gives_a_row_the_same_bits_alone_batched_and_on_any_threads
     seqs = PrefillSequences(torch.tensor([0]), torch.tensor([130]), torch.tensor([130]), table)
     _with_threads(2, lambda: kernels.attend_prefill(query, key_cache, value_cache, seqs, 0.125, whole))
     for position in (0, 1, 63, 64, 65, 129):
-        decoded = _with_threads(position % 3 + 1, lambda: kernels.attend_decode(
-            query[position:position + 1], key_cache, value_cache, table, torch.tensor([position + 1]), 0.125))
+        decoded = _with_threads(
+            position % 3 + 1,
+            lambda: kernels.attend_decode(
+                query[position : position + 1],
+                key_cache,
+                value_cache,
+                table,
+                torch.tensor([position + 1]),
+                0.125,
+            ),
+        )
         assert torch.equal(decoded[0], whole[position]), position
     chunked = torch.empty_like(query)
     for start, end in ((0, 5), (5, 70), (70, 71), (71, 130)):
-        part = PrefillSequences(torch.tensor([start]), torch.tensor([end - start]), torch.tensor([end]), table)
+        part = PrefillSequences(
+            torch.tensor([start]), torch.tensor([end - start]), torch.tensor([end]), table
+        )
         if end - start > 1:
             kernels.attend_prefill(query, key_cache, value_cache, part, 0.125, chunked)
         else:
-            chunked[start] = kernels.attend_decode(query[start:end], key_cache, value_cache, table,
-                                                   torch.tensor([end]), 0.125)[0]
+            chunked[start] = kernels.attend_decode(
+                query[start:end], key_cache, value_cache, table, torch.tensor([end]), 0.125
+            )[0]
     assert torch.equal(chunked, whole)
 
 
-PROMPTS = ["alpha beta gamma delta the quick brown fox jumps over", "The capital of France is",
-           "def fibonacci(n):", "Once upon a time, in a land far away,"]
+PROMPTS = [
+    "alpha beta gamma delta the quick brown fox jumps over",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away,",
+]
 
 
 def _generate(llm, prompts, alone: bool = False):
@@ -179,7 +211,9 @@ def _generate(llm, prompts, alone: bool = False):
         outputs = [out for p, sp in zip(prompts, params, strict=True) for out in llm.generate([p], [sp])]
     else:
         outputs = llm.generate(prompts, params)
-    return [(out.output_token_ids, [lp.logprob for lp in out.logprobs], out.num_preemptions) for out in outputs]
+    return [
+        (out.output_token_ids, [lp.logprob for lp in out.logprobs], out.num_preemptions) for out in outputs
+    ]
 
 
 @pytest.mark.slow
@@ -209,6 +243,8 @@ def test_the_embedded_model_answers_the_same_however_it_is_batched(smollm2_dir, 
         tight.shutdown()
         assert sum(preemptions for *_, preemptions in runs[f"preempted ({mode})"]) > 0
     for name, run in runs.items():
-        for prompt, (tokens, logprobs, _), (want_tokens, want_logprobs, _) in zip(PROMPTS, run, expected, strict=True):
+        for prompt, (tokens, logprobs, _), (want_tokens, want_logprobs, _) in zip(
+            PROMPTS, run, expected, strict=True
+        ):
             assert tokens == want_tokens, f"{name}: {prompt!r}"
             assert logprobs == want_logprobs, f"{name}: {prompt!r}"

@@ -13,7 +13,11 @@ from hetero_core.model.cpu.linear import PackedLinear
 
 
 def _linear_kinds(executor) -> Counter:
-    return Counter((m.kernel_dtype, m.kernel_weight.dtype) for m in executor.model.modules() if isinstance(m, PackedLinear))
+    return Counter(
+        (m.kernel_dtype, m.kernel_weight.dtype)
+        for m in executor.model.modules()
+        if isinstance(m, PackedLinear)
+    )
 
 
 def _logits(executor, token_ids: list[int]) -> torch.Tensor:
@@ -28,12 +32,17 @@ def _logits(executor, token_ids: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_the_embedded_model_streams_block_codes_with_identical_logits(smollm2_dir, make_executor, cpu_kernels):
+def test_the_embedded_model_streams_block_codes_with_identical_logits(
+    smollm2_dir, make_executor, cpu_kernels
+):
     options = {"dtype": "float32", "prepared_weights_cache": False}
     coded = make_executor(smollm2_dir, options=TorchExecutorOptions(**options))
     plain = make_executor(smollm2_dir, options=TorchExecutorOptions(**options, block_code_weights=False))
     layers = len(coded.model.model.layers)
-    assert _linear_kinds(coded) == {("codes", torch.uint8): 4 * layers, ("codes", torch.int8): 1}  # head: Q8_0
+    assert _linear_kinds(coded) == {
+        ("codes", torch.uint8): 4 * layers,
+        ("codes", torch.int8): 1,
+    }  # head: Q8_0
     assert _linear_kinds(plain) == {("f32", torch.float32): 4 * layers + 1}
     for rows in ([5], list(range(100, 109)), list(range(200, 240))):  # 1 row, 9 rows, 40 rows: every path
         assert torch.equal(_logits(coded, rows), _logits(plain, rows))

@@ -93,7 +93,9 @@ while not stop.exists() and time.monotonic() < deadline:
 
 def test_a_reader_never_sees_a_half_written_file_while_two_processes_write(tmp_path):
     target, stop = tmp_path / "shared.bin", tmp_path / "stop"
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(target), str(stop), str(seed)]) for seed in (1, 2)]
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(target), str(stop), str(seed)]) for seed in (1, 2)
+    ]
     reads, deadline = 0, time.monotonic() + 120
     try:
         while reads < 100 and time.monotonic() < deadline:

@@ -9,10 +9,10 @@ import logging
 import pytest
 import torch
 
-from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.cache import cache_file
-from hetero_core.model.cpu import compute_dtype, cpu_info
+from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.model.cpu import bf16_speed as cpu_bf16_speed
+from hetero_core.model.cpu import compute_dtype, cpu_info
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from tests.model.damaged_files import invalid_cache_warnings
 
@@ -54,12 +54,15 @@ def test_an_explicit_dtype_always_wins(name, native, monkeypatch):
     assert compute_dtype.resolve_dtype(name, CPU) == getattr(torch, name)
 
 
-@pytest.mark.parametrize("native, speedup, expected", [
-    (True, 4.3, torch.bfloat16),  # AMD Zen 5: bf16 matmuls ~4x fp32
-    (True, 0.53, torch.float32),  # Intel Emerald Rapids without AMX: bf16 at about half the fp32 rate
-    (True, 1.1, torch.float32),  # no clear gain: keep fp32's precision
-    (False, 4.3, torch.float32),
-])
+@pytest.mark.parametrize(
+    "native, speedup, expected",
+    [
+        (True, 4.3, torch.bfloat16),  # AMD Zen 5: bf16 matmuls ~4x fp32
+        (True, 0.53, torch.float32),  # Intel Emerald Rapids without AMX: bf16 at about half the fp32 rate
+        (True, 1.1, torch.float32),  # no clear gain: keep fp32's precision
+        (False, 4.3, torch.float32),
+    ],
+)
 def test_auto_on_the_cpu_needs_native_bf16_that_is_faster(native, speedup, expected, monkeypatch, tmp_path):
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(cpu_bf16_speed, "default_cache_dir", lambda: tmp_path)
@@ -84,7 +87,10 @@ def test_the_bf16_speed_is_measured_once_per_cpu_and_cached(cpuinfo, monkeypatch
     assert "AMD EPYC 9B45" in key and torch.__version__ in key and value == 4.0
     cpuinfo(CPUINFO_AVX512_BF16 + "model name\t: Intel(R) Xeon(R) Processor\n")  # another CPU: measured again
     assert cpu_bf16_speed.bf16_speedup(tmp_path) == 4.0
-    assert len(measured) == 2 and len(json.loads(cache_file.read_checked(tmp_path / cpu_bf16_speed.CACHE_FILE))) == 2
+    assert (
+        len(measured) == 2
+        and len(json.loads(cache_file.read_checked(tmp_path / cpu_bf16_speed.CACHE_FILE))) == 2
+    )
 
 
 def measured_speedups(tmp_path) -> dict:
@@ -105,7 +111,9 @@ def test_a_speed_that_is_not_a_positive_number_is_measured_again(value, monkeypa
 
 def test_a_checksummed_nan_is_measured_again_too(monkeypatch, tmp_path, caplog):
     key = cpu_bf16_speed._cpu_key()
-    cache_file.write_checked(tmp_path / cpu_bf16_speed.CACHE_FILE, f'{{"{key}": NaN, "other cpu": 2.0}}'.encode())
+    cache_file.write_checked(
+        tmp_path / cpu_bf16_speed.CACHE_FILE, f'{{"{key}": NaN, "other cpu": 2.0}}'.encode()
+    )
     monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 0.5)
     with caplog.at_level(logging.WARNING, logger="hetero"):
         assert cpu_bf16_speed.bf16_speedup(tmp_path) == 0.5
@@ -114,8 +122,10 @@ def test_a_checksummed_nan_is_measured_again_too(monkeypatch, tmp_path, caplog):
     assert measured_speedups(tmp_path) == {key: 0.5, "other cpu": 2.0}
 
 
-@pytest.mark.parametrize("content", [b"not json", b"[1, 2]", b'{"key": "not a number"}', b"",
-                                     pytest.param(b"\x00" * 64, id="zeros")])
+@pytest.mark.parametrize(
+    "content",
+    [b"not json", b"[1, 2]", b'{"key": "not a number"}', b"", pytest.param(b"\x00" * 64, id="zeros")],
+)
 def test_a_damaged_speed_cache_is_measured_again_with_one_warning(content, monkeypatch, tmp_path, caplog):
     (tmp_path / cpu_bf16_speed.CACHE_FILE).write_bytes(content)
     monkeypatch.setattr(cpu_bf16_speed, "measure_bf16_speedup", lambda: 0.6)
@@ -149,7 +159,10 @@ def test_flags_come_from_proc_cpuinfo(cpuinfo):
     flags = cpu_info.cpu_flags()
     assert {"avx2", "avx512f", "avx512_bf16"} <= flags
     assert compute_dtype.native_bf16_flags(flags) == ["avx512_bf16"]
-    assert compute_dtype.native_bf16_flags(frozenset({"amx_bf16", "avx512_bf16"})) == ["avx512_bf16", "amx_bf16"]
+    assert compute_dtype.native_bf16_flags(frozenset({"amx_bf16", "avx512_bf16"})) == [
+        "avx512_bf16",
+        "amx_bf16",
+    ]
 
 
 @pytest.mark.parametrize("reported", ["avx2 avx512f amx_tile amx_bf16", "avx2,avx512f, amx_tile,amx_bf16"])
@@ -179,8 +192,11 @@ def test_an_auto_executor_whose_probe_finds_bf16_faster_runs_bf16_with_packed_li
     from hetero_core.model.cpu.dtype_choice import StepTimes
 
     monkeypatch.setattr(compute_dtype, "cpu_has_native_bf16", lambda: True)
-    monkeypatch.setattr(dtype_probe, "time_steps", lambda runner: StepTimes(*[1.0 if runner.dtype == torch.float32
-                                                                              else 0.5] * 3))
+    monkeypatch.setattr(
+        dtype_probe,
+        "time_steps",
+        lambda runner: StepTimes(*[1.0 if runner.dtype == torch.float32 else 0.5] * 3),
+    )
     model_dir, _ = tiny_model_dirs["llama"]
     executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.bfloat16

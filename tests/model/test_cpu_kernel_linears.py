@@ -16,7 +16,9 @@ def kernel(cpu_kernels):
 
 
 @pytest.mark.parametrize("rows", [1, 5, 12, 13, 17, 33, 64])
-@pytest.mark.parametrize("out_features, bias", [(48, True), (96, False)])  # 48: an odd number of 16-column panels
+@pytest.mark.parametrize(
+    "out_features, bias", [(48, True), (96, False)]
+)  # 48: an odd number of 16-column panels
 def test_the_bf16_linear_matches_an_fp32_reference(kernel, rows, out_features, bias):
     torch.manual_seed(rows)
     weight = torch.randn(out_features, 200).bfloat16()
@@ -26,7 +28,9 @@ def test_the_bf16_linear_matches_an_fp32_reference(kernel, rows, out_features, b
     out = kernel.bf16_linear(x, packed, bias_f32)
     expected = x.float() @ weight.float().T + (0 if bias_f32 is None else bias_f32)
     assert out.dtype == torch.bfloat16 and out.shape == (rows, out_features)
-    assert ((out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05).all()  # bf16 rounding of the output
+    assert (
+        (out.float() - expected).abs() <= 0.01 * expected.abs() + 0.05
+    ).all()  # bf16 rounding of the output
     exact = kernel.bf16_linear(x, packed, bias_f32, torch.float32)  # fp32 sums, as for logits
     assert exact.dtype == torch.float32 and (exact - expected).abs().max().item() < 1e-3
 
@@ -51,10 +55,16 @@ def test_packed_linears_take_the_kernel_for_every_input(kernel, dtype, in_featur
     for rows in (1, 65, 300):
         x = torch.randn(rows, in_features).to(dtype)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(type(kernel), method, lambda self, *args, **kw: calls.append(rows) or original(*args, **kw))
+            patch.setattr(
+                type(kernel), method, lambda self, *args, **kw: calls.append(rows) or original(*args, **kw)
+            )
             out = linear(x)
         expected = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
-        tolerance = 1e-4 * in_features**0.5 if dtype == torch.float32 else 0.01 * expected.abs() + 0.05 * in_features**0.5 / 10
+        tolerance = (
+            1e-4 * in_features**0.5
+            if dtype == torch.float32
+            else 0.01 * expected.abs() + 0.05 * in_features**0.5 / 10
+        )
         assert out.shape == (rows, 64) and out.dtype == dtype
         assert ((out.double() - expected).abs() <= tolerance).all()
     assert calls == [1, 65, 300]
@@ -64,7 +74,7 @@ def _check_f32_linear(kernels, rows, out_features, bias, in_features=200):
     torch.manual_seed(rows)
     weight = torch.randn(out_features, in_features)
     bias = torch.randn(out_features) if bias else None
-    x = torch.randn(rows, in_features + 60)[:, 30:30 + in_features]  # strided rows
+    x = torch.randn(rows, in_features + 60)[:, 30 : 30 + in_features]  # strided rows
     out = kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias)
     expected = (x.double() @ weight.double().T + (0 if bias is None else bias.double())).float()
     assert out.dtype == torch.float32 and out.shape == (rows, out_features)
@@ -72,7 +82,9 @@ def _check_f32_linear(kernels, rows, out_features, bias, in_features=200):
 
 
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 12, 13, 17, 33, 64, 100])
-@pytest.mark.parametrize("out_features, bias", [(48, True), (96, False), (16, True)])  # 48, 16: partial panel groups
+@pytest.mark.parametrize(
+    "out_features, bias", [(48, True), (96, False), (16, True)]
+)  # 48, 16: partial panel groups
 def test_the_f32_linear_matches_a_float64_reference(kernel, rows, out_features, bias):
     _check_f32_linear(kernel, rows, out_features, bias)
 
@@ -82,7 +94,7 @@ def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes
     make, dtype = CODED_WEIGHTS[codes]
     weight = make(out_features, in_features, seed=rows)
     bias = torch.randn(out_features) if bias else None
-    x = torch.randn(rows, in_features + 20)[:, 10:10 + in_features]  # strided rows
+    x = torch.randn(rows, in_features + 20)[:, 10 : 10 + in_features]  # strided rows
     packed = kernels.pack_coded_linear(weight)
     assert packed is not None and packed.dtype == dtype
     expected = kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias)
@@ -97,7 +109,9 @@ def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes
 @pytest.mark.parametrize("codes", ["q4_1", "q8_0"])
 @pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 17, 33, 100])  # register-expanded (1-2 passes) and buffered
 @pytest.mark.parametrize("out_features, bias", [(48, True), (64, False), (16, True)])
-def test_the_coded_linear_equals_the_f32_linear_on_the_dequantized_weight(kernel, rows, out_features, bias, codes):
+def test_the_coded_linear_equals_the_f32_linear_on_the_dequantized_weight(
+    kernel, rows, out_features, bias, codes
+):
     _check_coded_linear(kernel, rows, out_features, bias, codes=codes)
 
 
@@ -164,7 +178,8 @@ def test_fp32_packed_linears_take_the_coded_kernel_for_block_code_weights(kernel
     assert swiglu.kernel_dtype == "codes" and swiglu.swiglu and swiglu(x).shape == (5, 32)
     head = PackedLinear(q8_0_weight(64, 96), None, kernel)  # an LM head tied to Q8_0 embeddings
     assert head.kernel_weight.dtype == torch.int8 and torch.equal(
-        head(x), kernel.f32_linear(x, kernel.pack_f32_linear(q8_0_weight(64, 96)), None))
+        head(x), kernel.f32_linear(x, kernel.pack_f32_linear(q8_0_weight(64, 96)), None)
+    )
 
 
 def _check_swiglu_linear(kernels, dtype, rows, intermediate, bias, in_features=200):
@@ -172,14 +187,16 @@ def _check_swiglu_linear(kernels, dtype, rows, intermediate, bias, in_features=2
     torch.manual_seed(rows + intermediate)
     weight = torch.randn(2 * intermediate, in_features).to(dtype)
     bias = torch.randn(2 * intermediate) if bias else None
-    x = torch.randn(rows, in_features + 40)[:, 20:20 + in_features].to(dtype)  # strided rows
+    x = torch.randn(rows, in_features + 40)[:, 20 : 20 + in_features].to(dtype)  # strided rows
     ordered_bias = None if bias is None else kernels.swiglu_order(bias, dtype)
     if dtype == torch.float32:
         plain = kernels.silu_mul(kernels.f32_linear(x, kernels.pack_f32_linear(weight), bias))
         fused = kernels.f32_linear(x, kernels.pack_f32_linear(weight, swiglu=True), ordered_bias, swiglu=True)
     else:
         plain = kernels.silu_mul(kernels.bf16_linear(x, kernels.pack_bf16_linear(weight), bias))
-        fused = kernels.bf16_linear(x, kernels.pack_bf16_linear(weight, swiglu=True), ordered_bias, swiglu=True)
+        fused = kernels.bf16_linear(
+            x, kernels.pack_bf16_linear(weight, swiglu=True), ordered_bias, swiglu=True
+        )
     assert fused.shape == (rows, intermediate) and fused.dtype == dtype
     assert torch.equal(fused, plain)
 
@@ -207,7 +224,9 @@ def test_a_packed_gate_up_projection_returns_the_swiglu_activation(kernel, in_fe
         gate, up = torch.nn.functional.linear(x.double(), weight.double(), bias.double()).chunk(2, dim=-1)
         expected = (torch.nn.functional.silu(gate) * up).float()
         torch.testing.assert_close(linear(x), expected, rtol=1e-2, atol=1e-2)  # fp32 sums of 4,098 terms
-    assert not PackedLinear(torch.randn(48, 64), None, kernel, swiglu=True).swiglu  # 48 rows: not pairs of panels
+    assert not PackedLinear(
+        torch.randn(48, 64), None, kernel, swiglu=True
+    ).swiglu  # 48 rows: not pairs of panels
     mlp = SwiGLU(64, 48, bias=False)
     expected = mlp(x64 := torch.randn(5, 64))
     pack_linears(mlp, kernel)

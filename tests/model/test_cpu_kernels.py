@@ -8,9 +8,9 @@ import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError
+from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu import kernel_attention
 from hetero_core.model.cpu import kernels as cpu_kernels_module
-from hetero_core.model.attention import KVCache
 from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from tests.model.kernel_builds import NARROW_BUILDS, kernels_for
@@ -42,8 +42,9 @@ def _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype,
     seqs = [PagedSequence(i, list(range(n)), n - 1) for i, n in enumerate(lengths)]
     step([(s, n - 1) for s, n in zip(seqs, lengths, strict=True) if n > 1], pool, block_size)
     batch = step([(s, 1) for s in seqs], pool, block_size)
-    cache = KVCache(*(torch.randn(num_kv_heads, num_blocks, block_size, head_dim).to(dtype)
-                      for _ in range(2)))
+    cache = KVCache(
+        *(torch.randn(num_kv_heads, num_blocks, block_size, head_dim).to(dtype) for _ in range(2))
+    )
     # query rows strided as in the model (q is a slice of the fused q/k/v projection's output)
     fused = torch.randn(len(lengths), num_kv_heads * (group_size + 2), head_dim).to(dtype)
     return batch, cache, fused[:, : num_kv_heads * group_size]
@@ -52,19 +53,26 @@ def _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype,
 def _both_paths(kernel, batch, cache, query):
     with_kernel, plain = TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()
     metadata = plain.build_metadata(batch, CPU)
-    outs = [backend._attend_decode(query, cache, metadata.decode, 0.125, backend._kernels_for(query, cache))
-            for backend in (with_kernel, plain)]
+    outs = [
+        backend._attend_decode(query, cache, metadata.decode, 0.125, backend._kernels_for(query, cache))
+        for backend in (with_kernel, plain)
+    ]
     return outs[0], outs[1].to(outs[0].dtype)
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("num_kv_heads, group_size, head_dim, block_size", [
-    (3, 3, 64, 16),  # SmolLM2-135M
-    (2, 4, 128, 16),
-    (4, 1, 32, 8),  # no grouping
-    (1, 7, 64, 1),  # MQA, one token per block
-])
-def test_kernel_matches_the_torch_path(kernel, dtype, tolerance, num_kv_heads, group_size, head_dim, block_size):
+@pytest.mark.parametrize(
+    "num_kv_heads, group_size, head_dim, block_size",
+    [
+        (3, 3, 64, 16),  # SmolLM2-135M
+        (2, 4, 128, 16),
+        (4, 1, 32, 8),  # no grouping
+        (1, 7, 64, 1),  # MQA, one token per block
+    ],
+)
+def test_kernel_matches_the_torch_path(
+    kernel, dtype, tolerance, num_kv_heads, group_size, head_dim, block_size
+):
     lengths = [1, 2, block_size, block_size + 1, 3 * block_size, 97, 300]
     batch, cache, query = _decode_step(lengths, num_kv_heads, group_size, head_dim, block_size, dtype)
     out, expected = _both_paths(kernel, batch, cache, query)
@@ -99,7 +107,9 @@ def test_mixed_steps_use_the_kernel_for_their_decodes(kernel):
         torch.manual_seed(2)
         cache.key.copy_(torch.randn(cache.key.shape))
         cache.value.copy_(torch.randn(cache.value.shape))
-        outs.append(backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=0.125))
+        outs.append(
+            backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=0.125)
+        )
     assert (outs[0] - outs[1]).abs().max().item() < 1e-5
 
 
@@ -115,20 +125,26 @@ def _forward_both(kernel, batch, num_blocks, num_kv_heads, group_size, head_dim,
     results = []
     for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
         cache = KVCache(*(tensor.clone() for tensor in contents))
-        out = backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=head_dim**-0.5)
+        out = backend.forward(
+            query, key, value, cache, backend.build_metadata(batch, CPU), scale=head_dim**-0.5
+        )
         results.append((out, cache))
     return results
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("num_kv_heads, group_size, head_dim, block_size", [
-    (3, 3, 64, 16),  # SmolLM2-135M
-    (2, 4, 128, 16),
-    (4, 1, 40, 8),  # no grouping; a head size that is not a multiple of 16
-    (1, 7, 64, 1),  # MQA, one token per block
-])
-def test_prefill_kernel_matches_the_torch_path(kernel, dtype, tolerance, num_kv_heads, group_size, head_dim,
-                                               block_size):
+@pytest.mark.parametrize(
+    "num_kv_heads, group_size, head_dim, block_size",
+    [
+        (3, 3, 64, 16),  # SmolLM2-135M
+        (2, 4, 128, 16),
+        (4, 1, 40, 8),  # no grouping; a head size that is not a multiple of 16
+        (1, 7, 64, 1),  # MQA, one token per block
+    ],
+)
+def test_prefill_kernel_matches_the_torch_path(
+    kernel, dtype, tolerance, num_kv_heads, group_size, head_dim, block_size
+):
     """Fresh prompts of many lengths (one token short of, at and past the kernel's 16-token tiles and
     64-key chunks) and prompts continuing a cached prefix, in one step over shuffled blocks."""
     num_blocks = 720  # block_size 1 needs one per token
@@ -138,7 +154,8 @@ def test_prefill_kernel_matches_the_torch_path(kernel, dtype, tolerance, num_kv_
     step([(seq, cached) for seq, cached in zip(continued, [1, 37, 128], strict=True)], pool, block_size)
     batch = step([(seq, seq.num_remaining) for seq in [*fresh, *continued]], pool, block_size)
     (out, cache), (expected, expected_cache) = _forward_both(
-        kernel, batch, num_blocks, num_kv_heads, group_size, head_dim, block_size, dtype)
+        kernel, batch, num_blocks, num_kv_heads, group_size, head_dim, block_size, dtype
+    )
     assert out.shape == expected.shape and out.dtype == dtype
     assert (out.float() - expected.float()).abs().max().item() < tolerance
     assert torch.equal(cache.key, expected_cache.key) and torch.equal(cache.value, expected_cache.value)
@@ -154,7 +171,9 @@ def test_a_non_finite_prefill_query_spoils_only_its_own_row_and_head(kernel):
     outs = []
     for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
         cache = backend.allocate_kv_cache(1, 64, 16, 3, 64, torch.float32, CPU)[0]
-        outs.append(backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=0.125))
+        outs.append(
+            backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), scale=0.125)
+        )
     out, expected = outs
     assert out[25, 4].isnan().all()
     out[25, 4], expected[25, 4] = 0.0, 0.0
@@ -192,7 +211,9 @@ def test_a_decode_step_writes_its_kv_and_attends_in_one_call(kernel, dtype, tole
     results = []
     for backend in (TorchPagedAttention(cpu_kernels=kernel), TorchPagedAttention()):
         cache = KVCache(*(tensor.clone() for tensor in contents))
-        results.append((backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), 0.125), cache))
+        results.append(
+            (backend.forward(query, key, value, cache, backend.build_metadata(batch, CPU), 0.125), cache)
+        )
     (out, cache), (expected, expected_cache) = results
     assert (out.float() - expected.float()).abs().max().item() < tolerance
     assert torch.equal(cache.key, expected_cache.key) and torch.equal(cache.value, expected_cache.value)
@@ -225,7 +246,9 @@ def test_the_library_is_built_once_into_the_cache(kernel, monkeypatch, tmp_path)
         cpu_kernels_module._load.cache_clear()
 
 
-def test_without_a_compiler_auto_falls_back_and_kernel_is_refused(no_compiler, tiny_model_dirs, make_executor):
+def test_without_a_compiler_auto_falls_back_and_kernel_is_refused(
+    no_compiler, tiny_model_dirs, make_executor
+):
     assert load_cpu_kernels() is None
     with pytest.raises(KernelUnavailable, match="C compiler"):
         load_cpu_kernels(required=True)
@@ -238,8 +261,13 @@ def test_without_a_compiler_auto_falls_back_and_kernel_is_refused(no_compiler, t
 
 def test_the_option_chooses_the_path(kernel, tiny_model_dirs, make_executor):
     model_dir, _ = tiny_model_dirs["llama"]
-    assert make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="torch")).backend.cpu_kernels is None
-    chosen = make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="compiled")).backend.cpu_kernels
+    assert (
+        make_executor(model_dir, options=TorchExecutorOptions(cpu_kernels="torch")).backend.cpu_kernels
+        is None
+    )
+    chosen = make_executor(
+        model_dir, options=TorchExecutorOptions(cpu_kernels="compiled")
+    ).backend.cpu_kernels
     assert chosen is not None and chosen.path == kernel.path
     assert make_executor(model_dir).backend.cpu_kernels.path == kernel.path  # auto, where it builds
 
@@ -254,8 +282,13 @@ def test_greedy_tokens_do_not_depend_on_the_kernels(cpu_kernels, tiny_model_dirs
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     runs = []
     for path in ("torch", cpu_kernels):
-        llm = LLM(model=str(model_dir), executor={"name": "torch", "torch": {"cpu_kernels": path}},
-                  tokenizer="byte", block_size=4, max_num_blocks=64)
+        llm = LLM(
+            model=str(model_dir),
+            executor={"name": "torch", "torch": {"cpu_kernels": path}},
+            tokenizer="byte",
+            block_size=4,
+            max_num_blocks=64,
+        )
         runs.append([out.output_token_ids for out in llm.generate(prompts, params)])
         llm.shutdown()
     assert runs[0] == runs[1]
@@ -275,7 +308,9 @@ def test_the_element_wise_kernels_match_the_torch_layers(kernel, dtype, toleranc
     expected = norm(x)
     expected_sum_norm, expected_sum = norm(x, residual.clone())
     norm.kernels = kernel
-    close = lambda got, want: (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())  # noqa: E731
+    close = lambda got, want: (
+        (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())
+    )  # noqa: E731
     assert close(norm(x), expected)
     fused_residual = residual.clone()
     got_norm, got_sum = norm(x, fused_residual)
@@ -309,7 +344,9 @@ def test_the_element_wise_kernels_take_any_width(kernel, dtype, tolerance, width
     expected, (expected_sum_norm, expected_sum) = norm(x), norm(x, residual.clone())
     norm.kernels = kernel
     assert kernel.handles(x, width) and not kernel.handles(x.half(), width) and not kernel.handles(x, 0)
-    close = lambda got, want: (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())  # noqa: E731
+    close = lambda got, want: (
+        (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())
+    )  # noqa: E731
     fused_residual = residual.clone()
     got_norm, got_sum = norm(x, fused_residual)
     assert close(norm(x), expected) and close(got_sum, expected_sum) and close(got_norm, expected_sum_norm)

@@ -13,9 +13,9 @@ import sys
 import pytest
 import torch
 
+from hetero_core.cache import cache_file
 from hetero_core.default_plugins.torch_executor import TorchExecutorOptions
 from hetero_core.errors import ModelLoadError
-from hetero_core.cache import cache_file
 from hetero_core.model.cpu import prepared_weights
 from hetero_core.model.cpu.linear import can_pack
 from hetero_core.model.gguf_cache import ensure_gguf_converted
@@ -40,8 +40,13 @@ def start_kernels(cache) -> subprocess.Popen:
     """A process that loads the kernels from ``cache`` and runs one (a crash there fails the test
     instead of killing pytest)."""
     env = {**os.environ, "HETERO_CACHE_DIR": str(cache)}
-    return subprocess.Popen([sys.executable, "-c", KERNEL_START], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", KERNEL_START],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def finished(process: subprocess.Popen) -> tuple[int, str, str]:
@@ -90,19 +95,19 @@ def test_two_starts_at_once_on_a_broken_library_both_get_working_kernels(built_k
     assert [p.name for p in library.parent.iterdir()] == [library.name]  # no temporaries left
 
 
-
-
 @pytest.mark.parametrize("how", ["random", "zeros", "truncated", "another model's"])
 def test_a_damaged_prepared_file_is_rebuilt_and_the_answer_stays_right(
-        tiny_model_dirs, make_executor, prepared_cache_dir, caplog, monkeypatch, how):
+    tiny_model_dirs, make_executor, prepared_cache_dir, caplog, monkeypatch, how
+):
     """Tensor bytes overwritten (the header intact, the size the same) used to be mapped and used:
     random bytes gave non-finite logits, zeros garbage text."""
     if not can_pack(torch.device("cpu"), torch.float32):
         pytest.skip("oneDNN does not pack float32 linears on this CPU")
     options = TorchExecutorOptions(dtype="float32")
     model_dir = tiny_model_dirs["llama"][0]
-    expected = prompt_logits(make_executor(model_dir, options=options.model_copy(
-        update={"prepared_weights_cache": False})))
+    expected = prompt_logits(
+        make_executor(model_dir, options=options.model_copy(update={"prepared_weights_cache": False}))
+    )
     make_executor(model_dir, options=options)
     [path] = prepared_cache_dir.glob("*.safetensors")
     if how == "truncated":
@@ -146,10 +151,16 @@ def assert_same_weights(model_dir, expected):
     assert all(torch.equal(state[name], expected[name]) for name in state)
 
 
-@pytest.mark.parametrize("name, how", [
-    ("config.json", "random"), ("config.json", "truncated"), ("generation_config.json", "zeros"),
-    ("model.safetensors", "truncated"), (cache_file.MANIFEST, "flipped bit"),
-])
+@pytest.mark.parametrize(
+    "name, how",
+    [
+        ("config.json", "random"),
+        ("config.json", "truncated"),
+        ("generation_config.json", "zeros"),
+        ("model.safetensors", "truncated"),
+        (cache_file.MANIFEST, "flipped bit"),
+    ],
+)
 def test_a_damaged_converted_model_is_converted_again_at_start(tiny_gguf, tmp_path, caplog, name, how):
     """A damaged config used to fail every start with a clear error and no way out but deleting it."""
     model_dir, expected = converted(tiny_gguf, tmp_path)
@@ -206,8 +217,15 @@ print(load_model(ensure_gguf_converted(sys.argv[1], sys.argv[2])).config.num_hid
 def test_two_starts_at_once_on_a_damaged_conversion_both_get_a_whole_one(tiny_gguf, tmp_path):
     model_dir, expected = converted(tiny_gguf, tmp_path)
     damage(model_dir / "config.json", "random")
-    processes = [subprocess.Popen([sys.executable, "-c", CONVERT, str(tiny_gguf), str(tmp_path / "cache")],
-                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONVERT, str(tiny_gguf), str(tmp_path / "cache")],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     for process in processes:
         out, err = process.communicate(timeout=600)
         assert process.returncode == 0 and out.strip().isdigit(), err[-3000:]

@@ -24,8 +24,13 @@ def plan():
 
 
 def graphs_for(executor, sizes):
-    return build_decode_graphs(executor.runner, scratch_block=NUM_BLOCKS, max_num_seqs=max(sizes),
-                               max_model_len=256, batch_sizes=sizes)
+    return build_decode_graphs(
+        executor.runner,
+        scratch_block=NUM_BLOCKS,
+        max_num_seqs=max(sizes),
+        max_model_len=256,
+        batch_sizes=sizes,
+    )
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
@@ -67,8 +72,15 @@ def test_a_step_returns_its_own_memory_not_the_graphs_reused_output(tiny_model_d
 def test_steps_it_cannot_replay_run_eagerly(tiny_model_dirs, make_executor):
     model_dir, _ = tiny_model_dirs["llama"]
     executor = make_executor(model_dir, options=TORCH_PATH, num_blocks=NUM_BLOCKS + 1)
-    graphs = DecodeGraphs(executor.model, executor.kv_caches, batch_sizes=[2], max_blocks_per_seq=2,
-                          scratch_block=NUM_BLOCKS, block_size=16, device=torch.device("cpu"))
+    graphs = DecodeGraphs(
+        executor.model,
+        executor.kv_caches,
+        batch_sizes=[2],
+        max_blocks_per_seq=2,
+        scratch_block=NUM_BLOCKS,
+        block_size=16,
+        device=torch.device("cpu"),
+    )
     seqs = [PagedSequence(i, list(range(3, 60)), 40) for i in range(3)]
     pool = BlockPool(NUM_BLOCKS)
     prefill = step([(s, 40) for s in seqs], pool, 16)

@@ -9,13 +9,13 @@ import logging
 import pytest
 import torch
 
-from tests.model.damaged_files import DAMAGE, damage, invalid_cache_warnings
 from hetero_core.cache import cache_file
 from hetero_core.default_plugins import torch_auto_dtype
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.model.cpu import dtype_choice, dtype_probe
 from hetero_core.model.cpu.dtype_choice import StepTimes
 from hetero_core.model.cpu.kernels import load_cpu_kernels
+from tests.model.damaged_files import DAMAGE, damage, invalid_cache_warnings
 
 FAST, SLOW = StepTimes(0.1, 0.02, 0.01), StepTimes(0.2, 0.04, 0.02)
 
@@ -50,8 +50,9 @@ def test_the_reason_gives_every_candidates_figures():
         assert figure in reason
 
 
-@pytest.mark.parametrize("bad", [StepTimes(0.0, 0.1, 0.1), StepTimes(float("nan"), 0.1, 0.1),
-                                 StepTimes(0.1, float("inf"), 0.1)])
+@pytest.mark.parametrize(
+    "bad", [StepTimes(0.0, 0.1, 0.1), StepTimes(float("nan"), 0.1, 0.1), StepTimes(0.1, float("inf"), 0.1)]
+)
 def test_times_that_are_not_positive_numbers_are_refused(bad):
     with pytest.raises(ValueError, match="positive finite"):
         dtype_choice.decide({"float32": FAST, "bfloat16": bad})
@@ -61,6 +62,7 @@ def _measure(times: dict[str, StepTimes], calls: list[str]):
     def measure(name: str) -> StepTimes:
         calls.append(name)
         return times[name]
+
     return measure
 
 
@@ -85,7 +87,9 @@ def test_one_candidate_is_never_measured(tmp_path):
 def test_a_record_of_other_candidates_is_measured_again(tmp_path):
     """An AMX machine whose kernels now pass their self-check has a third candidate."""
     calls = []
-    dtype_choice.choose(["float32", "bfloat16"], _measure({"float32": SLOW, "bfloat16": FAST}, calls), "k", tmp_path)
+    dtype_choice.choose(
+        ["float32", "bfloat16"], _measure({"float32": SLOW, "bfloat16": FAST}, calls), "k", tmp_path
+    )
     three = {"float32": SLOW, "bfloat16": FAST, "bfloat16-amx": StepTimes(0.05, 0.01, 0.005)}
     assert dtype_choice.choose(list(three), _measure(three, calls), "k", tmp_path).name == "bfloat16-amx"
     assert len(calls) == 5
@@ -103,14 +107,25 @@ def test_a_damaged_cache_is_measured_again_with_one_warning(how, tmp_path, caplo
     assert len(invalid_cache_warnings(caplog)) == 1 and len(calls) == 4
 
 
-@pytest.mark.parametrize("record", [{"times": {"float32": [1, 2, 3], "bfloat16": [0, 1, 1]}}, {"times": "fast"},
-                                    {"choice": "bfloat16"}, [1, 2], {"times": {"float32": [1, 2], "bfloat16": [1, 2]}}])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"times": {"float32": [1, 2, 3], "bfloat16": [0, 1, 1]}},
+        {"times": "fast"},
+        {"choice": "bfloat16"},
+        [1, 2],
+        {"times": {"float32": [1, 2], "bfloat16": [1, 2]}},
+    ],
+)
 def test_a_checksummed_but_unusable_record_is_measured_again(record, tmp_path, caplog):
-    cache_file.write_checked(tmp_path / dtype_choice.CACHE_FILE, json.dumps({"k": record, "other": {}}).encode())
+    cache_file.write_checked(
+        tmp_path / dtype_choice.CACHE_FILE, json.dumps({"k": record, "other": {}}).encode()
+    )
     calls = []
     with caplog.at_level(logging.WARNING, logger="hetero"):
-        choice = dtype_choice.choose(["float32", "bfloat16"], _measure({"float32": SLOW, "bfloat16": FAST}, calls),
-                                     "k", tmp_path)
+        choice = dtype_choice.choose(
+            ["float32", "bfloat16"], _measure({"float32": SLOW, "bfloat16": FAST}, calls), "k", tmp_path
+        )
     assert choice.name == "bfloat16" and len(calls) == 2
     [warning] = invalid_cache_warnings(caplog)
     assert "unusable" in warning
@@ -120,8 +135,9 @@ def test_a_checksummed_but_unusable_record_is_measured_again(record, tmp_path, c
 def test_an_unwritable_cache_still_answers(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    choice = dtype_choice.choose(["float32", "bfloat16"], _measure({"float32": SLOW, "bfloat16": FAST}, []), "k",
-                                 blocker / "cache")
+    choice = dtype_choice.choose(
+        ["float32", "bfloat16"], _measure({"float32": SLOW, "bfloat16": FAST}, []), "k", blocker / "cache"
+    )
     assert choice.name == "bfloat16"
 
 
@@ -138,8 +154,12 @@ def test_the_probe_steps_are_a_prefill_a_batched_decode_and_a_single_decode():
 
 # The candidates each CPU flag set offers (tests/conftest.py's CPU_FLAG_SETS): bf16 where the CPU computes it
 # natively, bf16 on AMX tiles (emulated here) beside it where it has AMX
-CANDIDATES = {"amx": ["float32", "bfloat16", "bfloat16-amx"], "avx512_bf16": ["float32", "bfloat16"],
-              "avx512": ["float32"], "avx2": ["float32"]}
+CANDIDATES = {
+    "amx": ["float32", "bfloat16", "bfloat16-amx"],
+    "avx512_bf16": ["float32", "bfloat16"],
+    "avx512": ["float32"],
+    "avx2": ["float32"],
+}
 
 
 AUTO = TorchExecutorOptions(dtype="auto", cpu_kernels="compiled")
@@ -180,10 +200,14 @@ def test_every_cpu_flag_set_has_its_candidates(cpu_flag_set):
     assert list(torch_auto_dtype.auto_candidates(kernels, amx=False)) == without_amx
 
 
-@pytest.mark.parametrize("cpu_flag_set, faster", [(flags, c) for flags, cs in CANDIDATES.items() for c in cs],
-                         indirect=["cpu_flag_set"])
+@pytest.mark.parametrize(
+    "cpu_flag_set, faster",
+    [(flags, c) for flags, cs in CANDIDATES.items() for c in cs],
+    indirect=["cpu_flag_set"],
+)
 def test_an_auto_executor_runs_the_candidate_its_probe_found_faster_and_says_why(
-        cpu_flag_set, faster, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch, caplog):
+    cpu_flag_set, faster, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch, caplog
+):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     candidates = CANDIDATES[cpu_flag_set]
     fake_probe.faster = faster
@@ -205,24 +229,27 @@ def test_an_auto_executor_runs_the_candidate_its_probe_found_faster_and_says_why
 
 
 @pytest.mark.parametrize("cpu_flag_set", ["amx", "avx512_bf16"], indirect=True)
-def test_an_explicit_dtype_is_never_probed(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path,
-                                           monkeypatch):
+def test_an_explicit_dtype_is_never_probed(
+    cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="bfloat16"))
     assert executor.dtype == torch.bfloat16 and fake_probe.runs == []
 
 
 @pytest.mark.parametrize("cpu_flag_set", ["avx512", "avx2"], indirect=True)
-def test_without_native_bf16_auto_is_float32_unmeasured(cpu_flag_set, fake_probe, tiny_model_dirs,
-                                                        make_executor, tmp_path, monkeypatch):
+def test_without_native_bf16_auto_is_float32_unmeasured(
+    cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     executor = make_executor(tiny_model_dirs["llama"][0], options=TorchExecutorOptions(dtype="auto"))
     assert executor.dtype == torch.float32 and fake_probe.runs == []
 
 
 @pytest.mark.parametrize("cpu_flag_set", ["avx512_bf16"], indirect=True)
-def test_the_probe_hands_its_freed_memory_back(cpu_flag_set, fake_probe, tiny_model_dirs, make_executor,
-                                               tmp_path, monkeypatch):
+def test_the_probe_hands_its_freed_memory_back(
+    cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch
+):
     """The candidates' freed weights must not stay resident in glibc's heap (malloc_trim after the probe)."""
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     calls = []

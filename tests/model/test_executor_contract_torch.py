@@ -14,7 +14,7 @@ def hf_greedy(hf_model, prompt: list[int], num_tokens: int) -> list[int]:
     tokens = list(prompt)
     for _ in range(num_tokens):
         tokens.append(int(hf_logits(hf_model, tokens)[-1].argmax()))
-    return tokens[len(prompt):]
+    return tokens[len(prompt) :]
 
 
 class TestTorchExecutorContract(ExecutorContract):

@@ -40,7 +40,9 @@ def _run_both(model_dir, make_executor, steps_of, dtype: str = "float32"):
     from both, and both executors."""
     options = {**FP32, "dtype": dtype}
     fused = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options))
-    plain = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options, fused_decode=False))
+    plain = make_executor(
+        model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options, fused_decode=False)
+    )
     assert fused.model.fused_decode is not None and plain.model.fused_decode is None
     results = []
     for executor in (fused, plain):
@@ -51,21 +53,27 @@ def _run_both(model_dir, make_executor, steps_of, dtype: str = "float32"):
 
 def _decode_steps(vocab: int = VOCAB):
     def steps_of(pool):
-        seqs = [PagedSequence(i, _tokens(n + 6, seed=i, vocab=vocab), num_prompt_tokens=n)
-                for i, n in enumerate([3, 17, 30])]
+        seqs = [
+            PagedSequence(i, _tokens(n + 6, seed=i, vocab=vocab), num_prompt_tokens=n)
+            for i, n in enumerate([3, 17, 30])
+        ]
         yield step([(s, s.num_prompt_tokens) for s in seqs], pool, BLOCK_SIZE)  # prefills: the model code
         yield step([(seqs[0], 1), (seqs[1], 1)], pool, BLOCK_SIZE)  # two decodes (seq 2 waits)
         for _ in range(4):  # all three decode, seq 1 crossing a block boundary
             yield step([(s, 1) for s in seqs], pool, BLOCK_SIZE)
+
     return steps_of
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", ["llama_wide_heads", "qwen2_wide_heads"])
-def test_fused_decode_steps_equal_the_layer_by_layer_model(name, dtype, tiny_model_dirs, make_executor, cpu_kernels,
-                                                           fused_calls):
+def test_fused_decode_steps_equal_the_layer_by_layer_model(
+    name, dtype, tiny_model_dirs, make_executor, cpu_kernels, fused_calls
+):
     model_dir, _ = tiny_model_dirs[name]
-    (fused, plain), fused_executor, plain_executor = _run_both(model_dir, make_executor, _decode_steps(), dtype)
+    (fused, plain), fused_executor, plain_executor = _run_both(
+        model_dir, make_executor, _decode_steps(), dtype
+    )
     assert fused_calls == [False, True, True, True, True, True]  # the prefill step declined, decodes fused
     for step_logits, expected in zip(fused, plain, strict=True):
         assert torch.equal(step_logits, expected)
@@ -88,10 +96,14 @@ def test_mixed_steps_take_the_model_code(tiny_model_dirs, make_executor, cpu_ker
     assert all(torch.equal(x, y) for x, y in zip(fused, plain, strict=True))
 
 
-def test_the_fused_path_applies_only_where_every_piece_is_a_kernel(tiny_model_dirs, make_executor, cpu_kernels):
+def test_the_fused_path_applies_only_where_every_piece_is_a_kernel(
+    tiny_model_dirs, make_executor, cpu_kernels
+):
     wide, _ = tiny_model_dirs["llama_wide_heads"]
     bf16 = make_executor(wide, options=TorchExecutorOptions(dtype="bfloat16", prepared_weights_cache=False))
-    assert bf16.model.fused_decode is not None  # bf16_linear on every CPU (widened where AVX-512 BF16 is missing)
+    assert (
+        bf16.model.fused_decode is not None
+    )  # bf16_linear on every CPU (widened where AVX-512 BF16 is missing)
     unpacked = make_executor(wide, options=TorchExecutorOptions(**FP32, prepack_weights=False))
     assert unpacked.model.fused_decode is None  # plain torch linears
     qwen3, _ = tiny_model_dirs["qwen3"]  # q/k norms: no kernel of the fused step
@@ -103,8 +115,9 @@ def test_the_fused_path_applies_only_where_every_piece_is_a_kernel(tiny_model_di
 
 
 @pytest.mark.slow
-def test_the_embedded_model_decodes_fused_with_identical_logits(smollm2_dir, make_executor, cpu_kernels,
-                                                               fused_calls):
+def test_the_embedded_model_decodes_fused_with_identical_logits(
+    smollm2_dir, make_executor, cpu_kernels, fused_calls
+):
     """SmolLM2's block-code linears (Q4_1 layers, the Q8_0 head) through the fused path."""
     (fused, plain), _, _ = _run_both(smollm2_dir, make_executor, _decode_steps(vocab=49152))
     assert fused_calls.count(True) == 5

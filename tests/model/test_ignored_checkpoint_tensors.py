@@ -24,11 +24,16 @@ def mtp_layer(state: dict[str, torch.Tensor], index: int) -> dict[str, torch.Ten
     """A next-token-prediction layer as DeepSeek-V3 checkpoints carry it: a decoder layer (here the
     last one's tensors, renamed) plus its own norms, projection and head."""
     last, prefix = f"model.layers.{index - 1}.", f"model.layers.{index}."
-    layer = {prefix + name[len(last):]: t.clone() for name, t in state.items() if name.startswith(last)}
+    layer = {prefix + name[len(last) :]: t.clone() for name, t in state.items() if name.startswith(last)}
     hidden = state["model.norm.weight"].shape[0]
-    return {**layer, prefix + "enorm.weight": torch.ones(hidden), prefix + "hnorm.weight": torch.ones(hidden),
-            prefix + "eh_proj.weight": torch.randn(hidden, 2 * hidden), prefix + "shared_head.norm.weight":
-            torch.ones(hidden), prefix + "shared_head.head.weight": torch.randn(VOCAB, hidden)}
+    return {
+        **layer,
+        prefix + "enorm.weight": torch.ones(hidden),
+        prefix + "hnorm.weight": torch.ones(hidden),
+        prefix + "eh_proj.weight": torch.randn(hidden, 2 * hidden),
+        prefix + "shared_head.norm.weight": torch.ones(hidden),
+        prefix + "shared_head.head.weight": torch.randn(VOCAB, hidden),
+    }
 
 
 def with_tensors(source, target, extra: dict[str, torch.Tensor], **config_changes):
@@ -45,8 +50,10 @@ def logits(model_dir) -> torch.Tensor:
     model = load_model(model_dir, backend=TorchPagedAttention())
     tokens = torch.randint(0, VOCAB, (21,), generator=torch.Generator().manual_seed(3)).tolist()
     batch = step([(PagedSequence(0, tokens, len(tokens)), len(tokens))], BlockPool(16), 4)
-    caches = [KVCache(torch.zeros(1, 16, 4, model.config.latent_dim), torch.zeros(1, 16, 4, 0))
-              for _ in range(model.config.num_hidden_layers)]
+    caches = [
+        KVCache(torch.zeros(1, 16, 4, model.config.latent_dim), torch.zeros(1, 16, 4, 0))
+        for _ in range(model.config.num_hidden_layers)
+    ]
     with torch.inference_mode():
         metadata = model.backend.build_metadata(batch, torch.device("cpu"))
         hidden = model(torch.tensor(batch.token_ids), torch.tensor(batch.positions), metadata, caches)

@@ -18,14 +18,28 @@ from hetero_core.model.cpu.int8_linear import Int8Linear
 from hetero_core.model.cpu.kernel_int8 import quantize_int8_weight
 from hetero_core.testing import ExecutorContract
 from tests.model.kernel_builds import kernels_for
-from tests.model.test_batch_invariance import PROMPT, TOTAL, BLOCK_SIZE, _assert_same, _prefill_then_decode, _Run, _tokens
 from tests.model.paged_batches import PagedSequence
+from tests.model.test_batch_invariance import (
+    BLOCK_SIZE,
+    PROMPT,
+    TOTAL,
+    _assert_same,
+    _prefill_then_decode,
+    _Run,
+    _tokens,
+)
 from tests.model.tiny_models import VOCAB, hf_logits
 
 
 def _options(quantization: str, dtype: str = "bfloat16", **more) -> TorchExecutorOptions:
-    return TorchExecutorOptions(dtype=dtype, quantization=quantization, cpu_kernels="compiled",
-                                prepared_weights_cache=False, amx_linears=False, **more)
+    return TorchExecutorOptions(
+        dtype=dtype,
+        quantization=quantization,
+        cpu_kernels="compiled",
+        prepared_weights_cache=False,
+        amx_linears=False,
+        **more,
+    )
 
 
 @pytest.fixture(params=["native", "haswell"])
@@ -40,12 +54,15 @@ def build_kernels(request, tmp_path_factory, monkeypatch):
 @pytest.mark.parametrize("quantization", ["int8", "w8a8"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", ["llama", "qwen2_wide_heads"])
-def test_quantized_logits_do_not_depend_on_chunking_batch_mates_or_preemption(build_kernels, tiny_model_dirs,
-                                                                             make_executor, quantization, dtype, name):
+def test_quantized_logits_do_not_depend_on_chunking_batch_mates_or_preemption(
+    build_kernels, tiny_model_dirs, make_executor, quantization, dtype, name
+):
     model_dir, _ = tiny_model_dirs[name]
 
     def executor():
-        made = make_executor(model_dir, num_blocks=128, block_size=BLOCK_SIZE, options=_options(quantization, dtype))
+        made = make_executor(
+            model_dir, num_blocks=128, block_size=BLOCK_SIZE, options=_options(quantization, dtype)
+        )
         assert any(isinstance(m, Int8Linear) and m.kernels is build_kernels for m in made.model.modules())
         return made
 
@@ -104,7 +121,7 @@ class TestTorchExecutorContractInt8(ExecutorContract):
         tokens = list(prompt_token_ids)
         for _ in range(num_tokens):
             tokens.append(int(hf_logits(self.hf_model, tokens)[-1].argmax()))
-        return tokens[len(prompt_token_ids):]
+        return tokens[len(prompt_token_ids) :]
 
 
 class TestTorchExecutorContractW8A8(TestTorchExecutorContractInt8):
@@ -141,26 +158,37 @@ def test_quantization_reaches_the_executor_from_settings_and_refuses_what_it_can
 def test_int8_on_the_embedded_model_keeps_its_perplexity_and_top1_choices(smollm2_dir):
     """Measured on a Zen 4: perplexity 13.14 (bf16), 13.26 (int8), 13.29 (w8a8); teacher-forced top-1
     97.5% and 97.0%. The bounds leave room for every CPU path's own rounding."""
-    from hetero_core import LLM, SamplingParams
     from hetero_bench.quality import perplexity, quality_prompts, quality_text, text_windows
+    from hetero_core import LLM, SamplingParams
 
     scoring = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
     greedy = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     results, forced, starts = {}, None, None
     for quantization in (None, "int8", "w8a8"):
         options = {"dtype": "bfloat16", "quantization": quantization, "prepared_weights_cache": False}
-        llm = LLM(model=str(smollm2_dir), executor={"name": "torch", "torch": options}, enable_prefix_caching=False)
+        llm = LLM(
+            model=str(smollm2_dir), executor={"name": "torch", "torch": options}, enable_prefix_caching=False
+        )
         try:
             ids = llm.engine.tokenizer.encode(quality_text())
             windows = [{"prompt_token_ids": w} for w in text_windows(ids, 256)]
-            logprobs = [e[t].logprob for o in llm.generate(windows, scoring, use_tqdm=False)
-                        for e, t in zip(o.prompt_logprobs[1:], o.prompt_token_ids[1:])]
+            logprobs = [
+                e[t].logprob
+                for o in llm.generate(windows, scoring, use_tqdm=False)
+                for e, t in zip(o.prompt_logprobs[1:], o.prompt_token_ids[1:])
+            ]
             if forced is None:
                 outs = llm.generate(quality_prompts()[:8], greedy, use_tqdm=False)
-                forced = [{"prompt_token_ids": list(o.prompt_token_ids) + list(o.outputs[0].token_ids)} for o in outs]
+                forced = [
+                    {"prompt_token_ids": list(o.prompt_token_ids) + list(o.outputs[0].token_ids)}
+                    for o in outs
+                ]
                 starts = [len(o.prompt_token_ids) for o in outs]
-            ranks = [e[t].rank for o, start in zip(llm.generate(forced, scoring, use_tqdm=False), starts)
-                     for e, t in zip(o.prompt_logprobs[start:], o.prompt_token_ids[start:])]
+            ranks = [
+                e[t].rank
+                for o, start in zip(llm.generate(forced, scoring, use_tqdm=False), starts)
+                for e, t in zip(o.prompt_logprobs[start:], o.prompt_token_ids[start:])
+            ]
         finally:
             llm.shutdown()
         results[quantization] = (perplexity(logprobs), sum(r == 1 for r in ranks) / len(ranks))

@@ -34,12 +34,14 @@ def _data(rows: int, out_features: int, in_features: int, seed: int):
 def _dequantized(weight: torch.Tensor, group_size: int) -> torch.Tensor:
     codes, scale = quantize_int8_weight(weight, group_size)
     groups = scale.shape[1]
-    return (codes.double().reshape(codes.shape[0], groups, -1) * scale.double()[:, :, None]).reshape(codes.shape)
+    return (codes.double().reshape(codes.shape[0], groups, -1) * scale.double()[:, :, None]).reshape(
+        codes.shape
+    )
 
 
 def _check(y: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor, out_dtype: torch.dtype) -> None:
     """``y`` within ``bound`` (the arithmetic's own error) of ``expected``, plus bf16's output rounding."""
-    rounding = expected.abs() * (2.0 ** -8) if out_dtype == torch.bfloat16 else 0
+    rounding = expected.abs() * (2.0**-8) if out_dtype == torch.bfloat16 else 0
     assert y.shape == expected.shape and y.dtype == out_dtype
     assert bool(((y.double() - expected).abs() <= bound + rounding + 1e-9).all())
 
@@ -62,9 +64,13 @@ def test_weight_only_int8_is_x_times_the_dequantized_weight(kernels, rows, group
             expected = xd @ deq.T + bias.double()
             # fp32 sums of K terms: each rounding at most 2^-24 of the running magnitude; and, where the
             # build sums int16 activations (AVX-512 VNNI), half a step of 1/32767 of each group's max |x|
-            bound = 4 * in_features * 2.0 ** -24 * (xd.abs() @ deq.abs().T + bias.double().abs())
+            bound = 4 * in_features * 2.0**-24 * (xd.abs() @ deq.abs().T + bias.double().abs())
             size = group_size_for(in_features, group_size)
-            x16_step = xd.abs().reshape(rows, in_features // size, size).amax(dim=2).repeat_interleave(size, dim=1) / 32767 / 2
+            x16_step = (
+                xd.abs().reshape(rows, in_features // size, size).amax(dim=2).repeat_interleave(size, dim=1)
+                / 32767
+                / 2
+            )
             bound = bound + x16_step @ deq.abs().T
             _check(y, expected, bound, out_dtype)
             # and within the int8 rounding of the weights (half a step per weight) of the unquantized linear
@@ -92,7 +98,7 @@ def test_w8a8_sums_the_quantized_activations_exactly(kernels, rows, group_size):
             sums = x_codes[:, part].double() @ codes[:, part].double().T  # exact integers
             term = sums * (x_scale[:, g].double()[:, None] * scale[:, g].double())
             expected += term
-            bound += 4 * 2.0 ** -24 * (term.abs() + expected.abs())  # the scaling and the sum over groups
+            bound += 4 * 2.0**-24 * (term.abs() + expected.abs())  # the scaling and the sum over groups
         _check(y, expected, bound, torch.float32)
         # within int8 rounding of the exact linear: half a step of each weight and each activation
         deq = _dequantized(weight, group_size)
@@ -105,7 +111,11 @@ def test_w8a8_sums_the_quantized_activations_exactly(kernels, rows, group_size):
 def test_w8a8_gives_the_same_bits_on_every_build_with_fused_multiply_adds(tmp_path_factory):
     weight, bias, x = _data(9, 48, 96, seed=3)
     results = []
-    for build in ("native", "haswell", "skylake-avx512"):  # VNNI (where this CPU has it), AVX2, AVX-512 without
+    for build in (
+        "native",
+        "haswell",
+        "skylake-avx512",
+    ):  # VNNI (where this CPU has it), AVX2, AVX-512 without
         try:
             kernels = kernels_for(build, tmp_path_factory.getbasetemp() / "kernel_builds")
         except pytest.skip.Exception:
@@ -126,7 +136,7 @@ def test_a_row_gets_the_same_bits_alone_batched_and_on_any_threads(kernels, acti
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        alone = [linear(x[i:i + 1]) for i in range(x.shape[0])]
+        alone = [linear(x[i : i + 1]) for i in range(x.shape[0])]
         torch.set_num_threads(2)
         batched = linear(x)
     finally:
@@ -158,11 +168,15 @@ def test_shapes_the_layout_cannot_take_are_not_packed_and_bad_inputs_are_refused
     assert linear.kernels is None and linear(torch.randn(2, 6)).shape == (2, 16)  # torch's operator instead
     linear = Int8Linear(torch.randn(32, 64), None, kernels, "int8", 32)
     with pytest.raises(ValueError, match="x must be"):
-        kernels.w8a8_linear(torch.randn(3, 60), linear.codes, linear.scale, linear.colsum, None, torch.float32)
+        kernels.w8a8_linear(
+            torch.randn(3, 60), linear.codes, linear.scale, linear.colsum, None, torch.float32
+        )
     with pytest.raises(ValueError, match="x must be"):
         kernels.int8_linear(torch.randn(3, 64).half(), linear.codes, linear.scale, None, torch.float32)
     with pytest.raises(ValueError, match="colsum"):
-        kernels.w8a8_linear(torch.randn(3, 64), linear.codes, linear.scale, linear.colsum.float(), None, torch.float32)
+        kernels.w8a8_linear(
+            torch.randn(3, 64), linear.codes, linear.scale, linear.colsum.float(), None, torch.float32
+        )
     assert linear(torch.randn(0, 64)).shape == (0, 32)
 
 

@@ -51,8 +51,9 @@ def _pack_and_run(kernels, kind: str, weight: torch.Tensor, bias, x: torch.Tenso
 @pytest.mark.parametrize("kind", LINEARS)
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("out_features, swiglu", [(16, False), (48, False), (32, True), (96, True)])
-def test_the_linears_take_any_rows_and_every_input_width_their_layout_allows(kernels, kind, rows, out_features,
-                                                                              swiglu):
+def test_the_linears_take_any_rows_and_every_input_width_their_layout_allows(
+    kernels, kind, rows, out_features, swiglu
+):
     dtype, widths = LINEARS[kind]
     for in_features in widths:
         torch.manual_seed(rows * 100 + in_features)
@@ -74,8 +75,10 @@ def test_the_linears_take_any_rows_and_every_input_width_their_layout_allows(ker
 
 def test_the_linears_refuse_what_does_not_fit_with_a_clear_error(kernels):
     weight = torch.randn(32, 64)
-    for name, dtype, pack in (("f32_linear", torch.float32, kernels.pack_f32_linear),
-                              ("bf16_linear", torch.bfloat16, kernels.pack_bf16_linear)):
+    for name, dtype, pack in (
+        ("f32_linear", torch.float32, kernels.pack_f32_linear),
+        ("bf16_linear", torch.bfloat16, kernels.pack_bf16_linear),
+    ):
         packed = pack(weight.to(dtype))
         with pytest.raises(ValueError, match=rf"{name}: x must be a CPU .* \[rows, 64\], got .* \(3, 63\)"):
             getattr(kernels, name)(torch.randn(3, 63).to(dtype), packed, None)
@@ -88,13 +91,22 @@ def test_the_linears_refuse_what_does_not_fit_with_a_clear_error(kernels):
     library, x, y = kernels.library, torch.randn(4, 64), torch.empty(4, 64)
     for n, k, swiglu in ((40, 64, 0), (48, 64, 1), (-16, 64, 0), (16, -1, 0)):  # the C entry points check too
         assert library.f32_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, n, k, swiglu, 1) == -1
-        assert library.bf16_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, n, k, 0, swiglu, 1) == -1
-    assert library.bf16_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, 16, 63, 0, 0, 1) == -1  # odd K
-    assert library.coded_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, 16, 48, 4, 0, 1) == -1  # K % 32
-    assert library.coded_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, 16, 64, 5, 0, 1) == -1  # bits
+        assert (
+            library.bf16_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, n, k, 0, swiglu, 1) == -1
+        )
+    assert (
+        library.bf16_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, 16, 63, 0, 0, 1) == -1
+    )  # odd K
+    assert (
+        library.coded_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, 16, 48, 4, 0, 1) == -1
+    )  # K % 32
+    assert (
+        library.coded_linear(x.data_ptr(), 64, None, None, y.data_ptr(), 64, 4, 16, 64, 5, 0, 1) == -1
+    )  # bits
 
 
 # ---- attention ----
+
 
 def _paged(lengths, num_kv_heads, head_dim, block_size, dtype, seed):
     """Caches holding ``lengths`` tokens per sequence over shuffled blocks, and their block tables."""
@@ -104,10 +116,12 @@ def _paged(lengths, num_kv_heads, head_dim, block_size, dtype, seed):
     order = torch.randperm(num_blocks, generator=generator).tolist()
     tables, at = [], 0
     for count in blocks:
-        tables.append(order[at:at + count])
+        tables.append(order[at : at + count])
         at += count
     width = max(blocks, default=1) or 1
-    table = torch.tensor([t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=torch.long)[:len(lengths)]
+    table = torch.tensor([t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=torch.long)[
+        : len(lengths)
+    ]
     shape = (num_kv_heads, num_blocks, block_size, head_dim)
     caches = [torch.randn(shape, generator=generator).to(dtype) for _ in range(2)]
     return caches, table.contiguous()
@@ -125,45 +139,71 @@ def _reference(query_row, key_cache, value_cache, table_row, visible, block_size
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("num_kv_heads, group, head_dim, block_size", [(1, 1, 16, 1), (3, 3, 64, 3), (1, 7, 48, 16)])
+@pytest.mark.parametrize(
+    "num_kv_heads, group, head_dim, block_size", [(1, 1, 16, 1), (3, 3, 64, 3), (1, 7, 48, 16)]
+)
 @pytest.mark.parametrize("lengths", [[], [1], [1, 17, 63, 65, 130]])  # no sequence, one token, odd contexts
-def test_decode_attention_takes_any_number_of_sequences_and_odd_shapes(kernels, dtype, num_kv_heads, group, head_dim,
-                                                                      block_size, lengths):
+def test_decode_attention_takes_any_number_of_sequences_and_odd_shapes(
+    kernels, dtype, num_kv_heads, group, head_dim, block_size, lengths
+):
     dtype = DTYPES[dtype]
-    (key_cache, value_cache), tables = _paged(lengths, num_kv_heads, head_dim, block_size, dtype, seed=len(lengths))
+    (key_cache, value_cache), tables = _paged(
+        lengths, num_kv_heads, head_dim, block_size, dtype, seed=len(lengths)
+    )
     query = torch.randn(len(lengths), num_kv_heads * group, head_dim).to(dtype)
     context_lens = torch.tensor(lengths, dtype=torch.long)
     out = kernels.attend_decode(query, key_cache, value_cache, tables, context_lens, head_dim**-0.5)
     assert out.shape == query.shape and out.dtype == dtype
     for s, length in enumerate(lengths):
-        expected = _reference(query[s], key_cache, value_cache, tables[s], length, block_size, group, head_dim**-0.5)
+        expected = _reference(
+            query[s], key_cache, value_cache, tables[s], length, block_size, group, head_dim**-0.5
+        )
         assert ((out[s].double() - expected).abs() <= _tolerance(dtype, expected)).all(), (s, length)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("num_kv_heads, group, head_dim, block_size", [(1, 1, 16, 1), (3, 3, 64, 3), (1, 7, 48, 16)])
-@pytest.mark.parametrize("chunks", [[], [(1, 1)], [(2, 2), (1, 3), (17, 40), (65, 65)]])  # (query_len, context)
-def test_prefill_attention_takes_any_number_of_sequences_and_odd_shapes(kernels, dtype, num_kv_heads, group,
-                                                                       head_dim, block_size, chunks):
+@pytest.mark.parametrize(
+    "num_kv_heads, group, head_dim, block_size", [(1, 1, 16, 1), (3, 3, 64, 3), (1, 7, 48, 16)]
+)
+@pytest.mark.parametrize(
+    "chunks", [[], [(1, 1)], [(2, 2), (1, 3), (17, 40), (65, 65)]]
+)  # (query_len, context)
+def test_prefill_attention_takes_any_number_of_sequences_and_odd_shapes(
+    kernels, dtype, num_kv_heads, group, head_dim, block_size, chunks
+):
     from hetero_core.model.cpu.kernel_attention import PrefillSequences
 
     dtype = DTYPES[dtype]
     contexts = [context for _, context in chunks]
-    (key_cache, value_cache), tables = _paged(contexts, num_kv_heads, head_dim, block_size, dtype, seed=len(chunks))
+    (key_cache, value_cache), tables = _paged(
+        contexts, num_kv_heads, head_dim, block_size, dtype, seed=len(chunks)
+    )
     lens = [query_len for query_len, _ in chunks]
     num_tokens = sum(lens) + 1  # one row of another sequence, left alone
     query = torch.randn(num_tokens, num_kv_heads * group, head_dim).to(dtype)
     starts = [sum(lens[:i]) + 1 for i in range(len(lens))]
-    seqs = PrefillSequences(torch.tensor(starts, dtype=torch.long), torch.tensor(lens, dtype=torch.long),
-                            torch.tensor(contexts, dtype=torch.long), tables)
+    seqs = PrefillSequences(
+        torch.tensor(starts, dtype=torch.long),
+        torch.tensor(lens, dtype=torch.long),
+        torch.tensor(contexts, dtype=torch.long),
+        tables,
+    )
     out = torch.full_like(query, 7.0)
     kernels.attend_prefill(query, key_cache, value_cache, seqs, head_dim**-0.5, out)
     assert out[0].eq(7.0).all()
     for s, (query_len, context) in enumerate(chunks):
         for j in range(query_len):
             row = starts[s] + j
-            expected = _reference(query[row], key_cache, value_cache, tables[s], context - query_len + j + 1,
-                                  block_size, group, head_dim**-0.5)
+            expected = _reference(
+                query[row],
+                key_cache,
+                value_cache,
+                tables[s],
+                context - query_len + j + 1,
+                block_size,
+                group,
+                head_dim**-0.5,
+            )
             assert ((out[row].double() - expected).abs() <= _tolerance(dtype, expected)).all(), (s, j)
 
 
@@ -189,20 +229,31 @@ def test_attention_refuses_inconsistent_inputs_with_a_clear_error(kernels):
     with pytest.raises(ValueError, match="refused its inputs"):  # a context beyond its block table
         kernels.attend_decode(query, key_cache, value_cache, tables, torch.tensor([5, 99]), 0.25)
     with pytest.raises(ValueError, match="refused its inputs"):  # a block outside the cache
-        kernels.attend_decode(query, key_cache, value_cache, torch.full_like(tables, 1000), torch.tensor([5, 9]), 0.25)
+        kernels.attend_decode(
+            query, key_cache, value_cache, torch.full_like(tables, 1000), torch.tensor([5, 9]), 0.25
+        )
     with pytest.raises(ValueError, match="context_lens must be a contiguous int64"):
-        kernels.attend_decode(query, key_cache, value_cache, tables, torch.tensor([5, 9], dtype=torch.int32), 0.25)
+        kernels.attend_decode(
+            query, key_cache, value_cache, tables, torch.tensor([5, 9], dtype=torch.int32), 0.25
+        )
     with pytest.raises(ValueError, match=r"the caches must be contiguous CPU bfloat16 .* got float32 \(2, "):
         kernels.attend_decode(query.bfloat16(), key_cache, value_cache, tables, torch.tensor([5, 9]), 0.25)
-    seqs = PrefillSequences(torch.tensor([0]), torch.tensor([3]), torch.tensor([2]), tables[:1])  # query > context
+    seqs = PrefillSequences(
+        torch.tensor([0]), torch.tensor([3]), torch.tensor([2]), tables[:1]
+    )  # query > context
     with pytest.raises(ValueError, match="refused its inputs"):
-        kernels.attend_prefill(torch.randn(3, 4, 16), key_cache, value_cache, seqs, 0.25, torch.empty(3, 4, 16))
+        kernels.attend_prefill(
+            torch.randn(3, 4, 16), key_cache, value_cache, seqs, 0.25, torch.empty(3, 4, 16)
+        )
     seqs = PrefillSequences(torch.tensor([2]), torch.tensor([3]), torch.tensor([5]), tables[:1])
     with pytest.raises(ValueError, match="beyond the query's 3 tokens"):
-        kernels.attend_prefill(torch.randn(3, 4, 16), key_cache, value_cache, seqs, 0.25, torch.empty(3, 4, 16))
+        kernels.attend_prefill(
+            torch.randn(3, 4, 16), key_cache, value_cache, seqs, 0.25, torch.empty(3, 4, 16)
+        )
 
 
 # ---- element-wise ----
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", ROWS)
@@ -215,7 +266,10 @@ def test_the_element_wise_kernels_take_any_rows_and_widths(kernels, dtype, rows,
     updated = residual.to(dtype)
     normed = kernels.rms_norm(x.to(dtype), weight.to(dtype), 1e-6, updated)
     reference = summed / (summed.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt() * weight.to(dtype).double()
-    assert normed.shape == (rows, width) and ((normed.double() - reference).abs() <= _tolerance(dtype, reference)).all()
+    assert (
+        normed.shape == (rows, width)
+        and ((normed.double() - reference).abs() <= _tolerance(dtype, reference)).all()
+    )
     assert ((updated.double() - summed).abs() <= _tolerance(dtype, summed)).all()
     gate_up = torch.randn(rows, 2 * width).to(dtype)
     gate, up = gate_up.double().chunk(2, dim=-1)
@@ -225,7 +279,9 @@ def test_the_element_wise_kernels_take_any_rows_and_widths(kernels, dtype, rows,
     heads = torch.randn(rows, 3, 2 * width).to(dtype)
     cos, sin = torch.randn(rows, 1, width).to(dtype), torch.randn(rows, 1, width).to(dtype)
     first, second = heads.double().chunk(2, dim=-1)
-    rotated = torch.cat([first * cos.double() - second * sin.double(), second * cos.double() + first * sin.double()], -1)
+    rotated = torch.cat(
+        [first * cos.double() - second * sin.double(), second * cos.double() + first * sin.double()], -1
+    )
     kernels.rotary_(heads, cos, sin)
     assert ((heads.double() - rotated).abs() <= _tolerance(dtype, rotated)).all()
 
@@ -241,6 +297,7 @@ def test_the_element_wise_kernels_refuse_what_does_not_fit(kernels):
 
 # ---- the fused decode step ----
 
+
 def test_the_fused_decode_step_does_nothing_for_no_rows(kernels, tiny_model_dirs, make_executor, monkeypatch):
     """``decode_layers`` at 0 rows returns at once; at 1 and 3 rows it runs (test_fused_decode.py
     compares its results with the model code's, bit for bit)."""
@@ -250,7 +307,9 @@ def test_the_fused_decode_step_does_nothing_for_no_rows(kernels, tiny_model_dirs
 
     monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: kernels)
     model_dir, _ = tiny_model_dirs["llama_wide_heads"]
-    executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="float32", prepared_weights_cache=False))
+    executor = make_executor(
+        model_dir, options=TorchExecutorOptions(dtype="float32", prepared_weights_cache=False)
+    )
     fused = executor.model.fused_decode
     assert fused is not None and fused.kernels is kernels
     empty = _Step(0, 1, None, None, None, None, None, None, None, None, None, None, None, 1)

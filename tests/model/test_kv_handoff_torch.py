@@ -26,8 +26,9 @@ def tiny_llama(tmp_path_factory):
 
 
 def make_engine(model_dir, **overrides):
-    settings = load_settings(model=str(model_dir), executor="torch", tokenizer="byte", block_size=4,
-                             max_model_len=128, **overrides)
+    settings = load_settings(
+        model=str(model_dir), executor="torch", tokenizer="byte", block_size=4, max_model_len=128, **overrides
+    )
     return build_engine(settings, load_plugins(entry_points=[]))
 
 
@@ -52,8 +53,11 @@ def _one_token(params: SamplingParams) -> SamplingParams:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("decode_settings", [{}, {"enable_prefix_caching": True, "async_scheduling": True}],
-                         ids=["plain", "prefix-cache+async"])
+@pytest.mark.parametrize(
+    "decode_settings",
+    [{}, {"enable_prefix_caching": True, "async_scheduling": True}],
+    ids=["plain", "prefix-cache+async"],
+)
 def test_prefill_here_decode_there_gives_one_engines_tokens(tiny_llama, dtype, decode_settings):
     opts = {"dtype": dtype}
     single = make_engine(tiny_llama, **opts)

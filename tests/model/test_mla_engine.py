@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hetero_core.architectures import kv_bytes_per_token
 from hetero_core.builder import build_engine
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.model.mla.architecture import mha_kv_layout, mla_kv_layout
-from hetero_core.architectures import kv_bytes_per_token
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
 from hetero_core.testing import ArchitectureContract
@@ -27,8 +27,17 @@ def tiny_mla(tmp_path_factory):
     """name -> (directory, HF model): MLA with q compression and a MoE layer; MLA without either."""
     root = tmp_path_factory.mktemp("mla")
     return {
-        "v2_moe": (root / "v2_moe", save_tiny_mla_model("deepseek_v2_q_lora", root / "v2_moe", first_k_dense_replace=1,
-                                                        topk_method="group_limited_greedy", n_group=2, topk_group=1)),
+        "v2_moe": (
+            root / "v2_moe",
+            save_tiny_mla_model(
+                "deepseek_v2_q_lora",
+                root / "v2_moe",
+                first_k_dense_replace=1,
+                topk_method="group_limited_greedy",
+                n_group=2,
+                topk_group=1,
+            ),
+        ),
         "v2": (root / "v2", save_tiny_mla_model("deepseek_v2", root / "v2")),
     }
 
@@ -40,12 +49,13 @@ def hf_greedy(hf_model, prompt: list[int], num_tokens: int) -> list[int]:
     with torch.no_grad():
         for _ in range(num_tokens):
             tokens.append(int(hf_model(torch.tensor([tokens])).logits[0, -1].argmax()))
-    return tokens[len(prompt):]
+    return tokens[len(prompt) :]
 
 
 def make_engine(model_dir, **overrides):
-    settings = load_settings(model=str(model_dir), executor="torch", tokenizer="byte", block_size=4,
-                             max_model_len=160, **overrides)
+    settings = load_settings(
+        model=str(model_dir), executor="torch", tokenizer="byte", block_size=4, max_model_len=160, **overrides
+    )
     return build_engine(settings, load_plugins(entry_points=[]))
 
 
@@ -112,7 +122,9 @@ def test_copy_and_swap_move_whole_latent_blocks(tiny_mla):
     key[:, 9].zero_()
     executor.swap_in([(2, 11)])
     assert torch.equal(key[:, 11], original)
-    assert torch.equal(executor.kv_caches[1].value[:, 11], original[..., : executor.model.config.kv_lora_rank])
+    assert torch.equal(
+        executor.kv_caches[1].value[:, 11], original[..., : executor.model.config.kv_lora_rank]
+    )
     engine.shutdown()
 
 
@@ -120,8 +132,13 @@ class TestDeepseekV2Architecture(ArchitectureContract):
     """Core's architecture kit on DeepSeek-V2: no q compression, layer 1 routed (group-limited) + shared experts."""
 
     def make_hf_model(self):
-        return build_tiny_mla_model("deepseek_v2", first_k_dense_replace=1, topk_method="group_limited_greedy",
-                                    n_group=2, topk_group=1)
+        return build_tiny_mla_model(
+            "deepseek_v2",
+            first_k_dense_replace=1,
+            topk_method="group_limited_greedy",
+            n_group=2,
+            topk_group=1,
+        )
 
 
 class TestDeepseekV3Architecture(ArchitectureContract):
@@ -143,9 +160,18 @@ def test_bf16_with_packed_linears_and_experts_tracks_hf(tiny_mla):
     from hetero_core.testing.paged import BlockPool, ContractSequence, build_batch
 
     model_dir, hf_model = tiny_mla["v2_moe"]
-    ctx = ExecutorContext(settings=None, options=TorchExecutorOptions(dtype="bfloat16"), model_dir=model_dir,
-                          num_blocks=32, block_size=4, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=4,
-                          eos_token_id=None, vocab_size=0)
+    ctx = ExecutorContext(
+        settings=None,
+        options=TorchExecutorOptions(dtype="bfloat16"),
+        model_dir=model_dir,
+        num_blocks=32,
+        block_size=4,
+        max_model_len=128,
+        max_num_batched_tokens=128,
+        max_num_seqs=4,
+        eos_token_id=None,
+        vocab_size=0,
+    )
     executor = TorchExecutor(ctx)
     assert executor.dtype == torch.bfloat16
     tokens = PROMPTS[2]

@@ -86,7 +86,9 @@ def test_recompute_after_preemption_reuses_fresh_blocks(tiny_model_dirs, make_ex
 @pytest.mark.parametrize("name", ["llama", "llama_q4_1"])  # fp32 panels; block codes (coded_linear) in fp32
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("cpu_kernels", ["auto", "torch"])
-def test_a_step_that_samples_no_row_returns_empty_logits(tiny_model_dirs, make_executor, name, dtype, cpu_kernels):
+def test_a_step_that_samples_no_row_returns_empty_logits(
+    tiny_model_dirs, make_executor, name, dtype, cpu_kernels
+):
     """A middle chunk of a chunked prefill samples nothing: the last layer's projection, MLP and the LM
     head run on zero rows (they crashed the process with SIGFPE on block-code weights), the K/V of
     every row is written, and the next chunk's logits are right."""
@@ -102,7 +104,9 @@ def test_a_step_that_samples_no_row_returns_empty_logits(tiny_model_dirs, make_e
         assert out.logits.shape == (0, VOCAB) and out.logits.dtype == torch.float32
     last = executor.execute(step([(seq, 20)], pool, BLOCK_SIZE)).logits
     expected = hf_logits(hf_model, seq.token_ids)[39]
-    assert last.shape == (1, VOCAB) and (last[0] - expected).abs().max() < (TOL if dtype == "float32" else 0.5)
+    assert last.shape == (1, VOCAB) and (last[0] - expected).abs().max() < (
+        TOL if dtype == "float32" else 0.5
+    )
 
 
 def test_the_last_layer_runs_its_mlp_on_the_sampled_rows_alone(tiny_model_dirs, make_executor, monkeypatch):
@@ -113,7 +117,9 @@ def test_the_last_layer_runs_its_mlp_on_the_sampled_rows_alone(tiny_model_dirs, 
     mlp_rows = []
     for layer in executor.model.model.layers:
         original = layer.mlp.forward
-        monkeypatch.setattr(layer.mlp, "forward", lambda x, original=original: mlp_rows.append(len(x)) or original(x))
+        monkeypatch.setattr(
+            layer.mlp, "forward", lambda x, original=original: mlp_rows.append(len(x)) or original(x)
+        )
     a = PagedSequence(1, tokens(31, seed=6), num_prompt_tokens=30)
     b = PagedSequence(2, tokens(13, seed=7), num_prompt_tokens=12)
     expected = {seq.seq_id: hf_logits(hf_model, seq.token_ids) for seq in (a, b)}

@@ -29,16 +29,32 @@ def test_defaults_and_derived_fields():
 
 
 def test_transformers4_and_transformers5_rope_spellings_agree():
-    legacy = ModelConfig.from_dict({
-        **BASE, "rope_theta": 500000.0,
-        "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192},
-    })
-    current = ModelConfig.from_dict({
-        **BASE, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                    "original_max_position_embeddings": 8192},
-    })
+    legacy = ModelConfig.from_dict(
+        {
+            **BASE,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        }
+    )
+    current = ModelConfig.from_dict(
+        {
+            **BASE,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        }
+    )
     assert legacy.rope_theta == current.rope_theta == 500000.0
     assert legacy.rope_scaling["rope_type"] == current.rope_scaling["rope_type"] == "llama3"
     assert legacy.rope_scaling["factor"] == current.rope_scaling["factor"]

@@ -14,11 +14,21 @@ from tests.model.paged_batches import BlockPool, PagedSequence, step
 
 def test_cache_has_hf_layout_with_tokenizer_and_chat_template(smollm2_dir):
     names = {p.name for p in smollm2_dir.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json", "generation_config.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    } <= names
     config = json.loads((smollm2_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"] is True
-    assert (config["num_hidden_layers"], config["num_key_value_heads"], config["vocab_size"]) == (30, 3, 49152)
+    assert (config["num_hidden_layers"], config["num_key_value_heads"], config["vocab_size"]) == (
+        30,
+        3,
+        49152,
+    )
     tokenizer_config = json.loads((smollm2_dir / "tokenizer_config.json").read_text())
     assert "<|im_start|>" in tokenizer_config["chat_template"]
     assert tokenizer_config["eos_token"] == "<|im_end|>"

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hetero_core.errors import ModelLoadError
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.fusion import split_state
 from hetero_core.model.gguf_checkpoint import hf_tensor_name, reverse_permute
@@ -14,7 +15,6 @@ from hetero_core.model.loader import load_model, read_checkpoint
 from tests.model.paged_batches import BlockPool, PagedSequence, step
 from tests.model.tiny_gguf import llama_cpp_permute, write_tiny_gguf
 from tests.model.tiny_models import hf_logits
-from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 
 
 def test_reverse_permute_undoes_llama_cpp_permute():

@@ -11,8 +11,8 @@ from safetensors.torch import load_file, save_file
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.fusion import split_state
 from hetero_core.model.loader import load_model
-from hetero_core.model.source import resolve_model_source
 from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
+from hetero_core.model.source import resolve_model_source
 from tests.model.tiny_models import save_tiny_model
 
 
@@ -65,8 +65,11 @@ def test_config_shape_disagreeing_with_weights(tmp_path):
 
 def test_unsupported_architecture_directory(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(ModelLoadError, match=r"unsupported architecture 'GPT2LMHeadModel'; supported: [^(]*LlamaForCausalLM, "
-                                             r"[^(]*\(registered by plugins: core"):
+    with pytest.raises(
+        ModelLoadError,
+        match=r"unsupported architecture 'GPT2LMHeadModel'; supported: [^(]*LlamaForCausalLM, "
+        r"[^(]*\(registered by plugins: core",
+    ):
         load_model(tmp_path)
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hetero_core.model.cpu import threads as cpu_threads
-from hetero_core.model.progress import StepProgress
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
+from hetero_core.model.progress import StepProgress
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -54,7 +54,9 @@ def _proc_stat(tmp_path, busy: int, idle: int) -> Path:
     return path
 
 
-def test_the_wait_policy_is_chosen_only_before_torch_and_never_over_the_users_choice(no_wait_policy, monkeypatch):
+def test_the_wait_policy_is_chosen_only_before_torch_and_never_over_the_users_choice(
+    no_wait_policy, monkeypatch
+):
     # torch is loaded in this process: too late for libgomp to see it, so nothing is set.
     assert cpu_threads.choose_openmp_wait() is None
     assert "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
@@ -66,7 +68,9 @@ def test_the_wait_policy_is_chosen_only_before_torch_and_never_over_the_users_ch
 
 
 @pytest.mark.parametrize("busy_ticks, expected", [(0, "spin"), (1000, "passive")])
-def test_idle_cpus_get_a_short_spin_and_busy_ones_sleep(no_wait_policy, monkeypatch, tmp_path, busy_ticks, expected):
+def test_idle_cpus_get_a_short_spin_and_busy_ones_sleep(
+    no_wait_policy, monkeypatch, tmp_path, busy_ticks, expected
+):
     """Two samples of /proc/stat, 1000 ticks apart: no busy ticks (idle CPUs) or all of them busy."""
     monkeypatch.delitem(cpu_threads.sys.modules, "torch")
     later = _proc_stat(tmp_path, busy_ticks, 1000 - busy_ticks)
@@ -154,8 +158,9 @@ def test_threads_follow_the_cpus_other_processes_leave_free(monkeypatch):
     clock, cpu_time, ticks = [0.0], [0.0], [(0, 0)]
     monkeypatch.setattr(cpu_threads, "_busy_and_total_ticks", lambda: ticks[0])
     calls = []
-    threads = cpu_threads.FreeCpuThreads(2, calls.append, interval_s=0.25, clock=lambda: clock[0],
-                                         cpu_time=lambda: cpu_time[0])
+    threads = cpu_threads.FreeCpuThreads(
+        2, calls.append, interval_s=0.25, clock=lambda: clock[0], cpu_time=lambda: cpu_time[0]
+    )
 
     def advance(wall: float, machine_busy_cpus: float, own_cpus: float) -> int:
         busy, total = ticks[0]

@@ -16,8 +16,6 @@ from tests.model.paged_batches import prompt_logits
 CPU = torch.device("cpu")
 
 
-
-
 def prepared_files(folder):
     return sorted(folder.glob("*.safetensors")) if folder.exists() else []
 
@@ -36,9 +34,12 @@ def forbid_checkpoint_loading(monkeypatch):
 
 
 @pytest.mark.parametrize("model", ["llama", "llama_mqa_tied", "llama_bias", "qwen3"])
-@pytest.mark.parametrize("dtype, cpu_kernels", [("float32", "auto"), ("bfloat16", "auto"), ("bfloat16", "torch")])
+@pytest.mark.parametrize(
+    "dtype, cpu_kernels", [("float32", "auto"), ("bfloat16", "auto"), ("bfloat16", "torch")]
+)
 def test_a_prepared_start_gives_the_same_logits_without_loading_the_checkpoint(
-        tiny_model_dirs, make_executor, prepared_cache_dir, monkeypatch, model, dtype, cpu_kernels):
+    tiny_model_dirs, make_executor, prepared_cache_dir, monkeypatch, model, dtype, cpu_kernels
+):
     model_dir, _ = tiny_model_dirs[model]
     fresh = make_executor(model_dir, options=options(dtype, cpu_kernels, prepared_weights_cache=False))
     expected = prompt_logits(fresh)
@@ -58,11 +59,15 @@ def test_a_prepared_start_gives_the_same_logits_without_loading_the_checkpoint(
 
 @pytest.mark.parametrize("dtype, layout", [("bfloat16", "bf16"), ("float32", "f32")])
 def test_layers_no_kernel_layout_takes_are_stored_plain_and_packed_again(
-        tiny_model_dirs, make_executor, prepared_cache_dir, monkeypatch, cpu_kernels, dtype, layout):
+    tiny_model_dirs, make_executor, prepared_cache_dir, monkeypatch, cpu_kernels, dtype, layout
+):
     pack = "pack_bf16_linear" if layout == "bf16" else "pack_f32_linear"
     original = getattr(type(cpu_kernels), pack)
-    monkeypatch.setattr(type(cpu_kernels), pack,  # the down projections (96 inputs) stay with oneDNN
-                        lambda self, weight, swiglu=False: None if weight.shape[1] == 96 else original(self, weight, swiglu))
+    monkeypatch.setattr(
+        type(cpu_kernels),
+        pack,  # the down projections (96 inputs) stay with oneDNN
+        lambda self, weight, swiglu=False: None if weight.shape[1] == 96 else original(self, weight, swiglu),
+    )
     model_dir, _ = tiny_model_dirs["llama"]
     expected = prompt_logits(make_executor(model_dir, options=options(dtype, prepared_weights_cache=False)))
     make_executor(model_dir, options=options(dtype))

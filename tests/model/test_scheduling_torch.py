@@ -25,8 +25,9 @@ def tiny_llama(tmp_path_factory):
 
 
 def make_engine(model_dir, **overrides):
-    settings = load_settings(model=str(model_dir), executor="torch", tokenizer="byte", block_size=4,
-                             max_model_len=128, **overrides)
+    settings = load_settings(
+        model=str(model_dir), executor="torch", tokenizer="byte", block_size=4, max_model_len=128, **overrides
+    )
     return build_engine(settings, load_plugins(entry_points=[]))
 
 
@@ -47,8 +48,13 @@ def test_same_tokens_with_cache_chunks_and_preemption(tiny_llama, params):
         "recompute": dict(max_num_blocks=24, memory_threshold=1.0, preemption_mode="recompute"),
         "swap": dict(max_num_blocks=24, memory_threshold=1.0, preemption_mode="swap", num_swap_blocks=64),
         "async, chunked": dict(async_scheduling=True, max_prefill_chunk=5, max_total_tokens=24),
-        "async, swap": dict(async_scheduling=True, max_num_blocks=24, memory_threshold=1.0, preemption_mode="swap",
-                            num_swap_blocks=64),
+        "async, swap": dict(
+            async_scheduling=True,
+            max_num_blocks=24,
+            memory_threshold=1.0,
+            preemption_mode="swap",
+            num_swap_blocks=64,
+        ),
     }
     for name, overrides in variants.items():
         if overrides is None:  # each request after the previous one: the system prompt is a hit
@@ -82,4 +88,6 @@ def test_copy_and_swap_move_whole_blocks(tiny_llama):
     key[:, 3].zero_()
     executor.swap_in([(5, 3)])
     assert torch.equal(key[:, 3], original)
-    assert executor.runner.kv_cache.swap_space[1][0].shape[1] == 8  # the swap space has num_swap_blocks blocks
+    assert (
+        executor.runner.kv_cache.swap_space[1][0].shape[1] == 8
+    )  # the swap space has num_swap_blocks blocks

@@ -82,7 +82,9 @@ def _reference_decode(query, cache, metadata, lengths):
     tables = metadata.decode.block_index.view(len(lengths), -1)
     outputs = []
     for row, length in enumerate(lengths):
-        slots = torch.stack([tables[row, p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(length)])
+        slots = torch.stack(
+            [tables[row, p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(length)]
+        )
         k = keys[slots].repeat_interleave(num_heads // num_kv_heads, dim=1)  # [length, heads, dim]
         v = values[slots].repeat_interleave(num_heads // num_kv_heads, dim=1)
         scores = torch.einsum("hd,lhd->hl", query[row].double(), k) * head_dim**-0.5
@@ -93,17 +95,18 @@ def _reference_decode(query, cache, metadata, lengths):
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 0.05)])
 @pytest.mark.parametrize("num_kv_heads, group_size", [(3, 3), (2, 1)])
 @pytest.mark.parametrize("path", ["torch", "kernel"])
-def test_decode_attention_matches_a_per_sequence_reference(dtype, tolerance, num_kv_heads, group_size, path,
-                                                           request):
+def test_decode_attention_matches_a_per_sequence_reference(
+    dtype, tolerance, num_kv_heads, group_size, path, request
+):
     """The torch path (grouped matmuls over gathered blocks) and the compiled kernel (reading the
     blocks in place) both attend exactly the sequence's context (padding and other sequences'
     blocks ignored), grouped query heads included."""
     kernels = request.getfixturevalue("cpu_kernels") if path == "kernel" else None
     backend = TorchPagedAttention(cpu_kernels=kernels)
     backend, metadata, query, key, value, cache, lengths = _random_decode_step(
-        num_kv_heads, group_size, 16, dtype, backend)
+        num_kv_heads, group_size, 16, dtype, backend
+    )
     out = backend.forward(query, key, value, cache, metadata, scale=16**-0.5)
     assert out.shape == query.shape and out.dtype == dtype
     expected = _reference_decode(query, cache, metadata, lengths)
     assert (out.double() - expected).abs().max() < tolerance
-

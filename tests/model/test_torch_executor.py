@@ -90,8 +90,18 @@ def test_unusable_device_is_a_config_error(device, tiny_model_dirs, make_executo
 
 
 def test_needs_a_model_dir():
-    ctx = ExecutorContext(None, None, None, num_blocks=4, block_size=16, max_model_len=64,
-                          max_num_batched_tokens=64, max_num_seqs=1, eos_token_id=None, vocab_size=0)
+    ctx = ExecutorContext(
+        None,
+        None,
+        None,
+        num_blocks=4,
+        block_size=16,
+        max_model_len=64,
+        max_num_batched_tokens=64,
+        max_num_seqs=1,
+        eos_token_id=None,
+        vocab_size=0,
+    )
     with pytest.raises(ModelLoadError, match="needs a model"):
         TorchExecutor(ctx)
 

@@ -17,7 +17,9 @@ PROMPT = list(range(3, 60))
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_cuda_prefill_and_decode_match_hf(name, tiny_model_dirs, make_executor):
     model_dir, hf_model = tiny_model_dirs[name]
-    executor = make_executor(model_dir, options=TorchExecutorOptions(device="cuda", dtype="float32"))  # auto: bf16 on a GPU
+    executor = make_executor(
+        model_dir, options=TorchExecutorOptions(device="cuda", dtype="float32")
+    )  # auto: bf16 on a GPU
     pool = BlockPool(64, shuffle=True)
     seq = PagedSequence(1, PROMPT[:44], 40)
     expected = hf_logits(hf_model, seq.token_ids)

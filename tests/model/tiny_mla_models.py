@@ -31,8 +31,16 @@ _COMMON = dict(
     moe_intermediate_size=32,
     n_shared_experts=1,
 )
-YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128,
-        "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 128,
+    "mscale": 0.707,
+    "mscale_all_dim": 0.707,
+    "beta_fast": 32,
+    "beta_slow": 1,
+}
 
 # name -> (config class name, extra config fields)
 TINY_MLA_MODELS = {
@@ -42,7 +50,10 @@ TINY_MLA_MODELS = {
     "deepseek_v2_q_lora_biases": ("DeepseekV2Config", {"q_lora_rank": 24, "attention_bias": True}),
     "deepseek_v2_yarn": ("DeepseekV2Config", {"q_lora_rank": 24, "rope_parameters": YARN}),
     "deepseek_v3": ("DeepseekV3Config", {"q_lora_rank": 24, "n_group": 2, "topk_group": 1}),
-    "deepseek_v3_rotate_half": ("DeepseekV3Config", {"rope_interleave": False, "n_group": 2, "topk_group": 1}),
+    "deepseek_v3_rotate_half": (
+        "DeepseekV3Config",
+        {"rope_interleave": False, "n_group": 2, "topk_group": 1},
+    ),
 }
 
 

@@ -33,21 +33,31 @@ LLAMA3_ROPE = {
 TINY_MODELS = {
     "llama": ("LlamaConfig", {}),
     "llama3_rope": ("LlamaConfig", {"rope_parameters": LLAMA3_ROPE}),
-    "llama31_rope": ("LlamaConfig", {
-        "rope_parameters": {**LLAMA3_ROPE, "original_max_position_embeddings": 8192},
-        "max_position_embeddings": 16384,
-    }),
+    "llama31_rope": (
+        "LlamaConfig",
+        {
+            "rope_parameters": {**LLAMA3_ROPE, "original_max_position_embeddings": 8192},
+            "max_position_embeddings": 16384,
+        },
+    ),
     "llama_mqa_tied": ("LlamaConfig", {"num_key_value_heads": 1, "tie_word_embeddings": True}),
     "llama_bias": ("LlamaConfig", {"attention_bias": True, "mlp_bias": True}),
     "qwen2": ("Qwen2Config", {"tie_word_embeddings": False}),
     "qwen3": ("Qwen3Config", {"head_dim": 32, "tie_word_embeddings": False}),
     # heads of 32 dims: decode steps take the fused path (fused_decode), with biases in every linear
-    "llama_wide_heads": ("LlamaConfig", {"num_attention_heads": 2, "num_key_value_heads": 1,
-                                         "attention_bias": True, "mlp_bias": True}),
-    "qwen2_wide_heads": ("Qwen2Config", {"num_attention_heads": 2, "num_key_value_heads": 1,
-                                         "tie_word_embeddings": False}),
+    "llama_wide_heads": (
+        "LlamaConfig",
+        {"num_attention_heads": 2, "num_key_value_heads": 1, "attention_bias": True, "mlp_bias": True},
+    ),
+    "qwen2_wide_heads": (
+        "Qwen2Config",
+        {"num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": False},
+    ),
     # heads, KV heads, MLP and vocabulary all divide by 3: tensor parallelism over three ranks
-    "llama_three_ranks": ("LlamaConfig", {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3}),
+    "llama_three_ranks": (
+        "LlamaConfig",
+        {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3},
+    ),
 }
 
 

@@ -55,7 +55,17 @@ class RecordingTransfers:
         return self.log.count("copy")
 
 
-SYNCING_METHODS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+SYNCING_METHODS = {
+    "item",
+    "tolist",
+    "cpu",
+    "numpy",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "nonzero",
+}
 FACTORIES = {"tensor", "as_tensor"}
 
 
@@ -82,4 +92,5 @@ class SyncRecorder(TorchFunctionMode):
 
 def _is_cpu(value) -> bool:
     return (isinstance(value, str) and value.startswith("cpu")) or (
-        isinstance(value, torch.device) and value.type == "cpu")
+        isinstance(value, torch.device) and value.type == "cpu"
+    )

@@ -19,10 +19,23 @@ BLOCK_SIZE, PROMPT, TOTAL = 4, 23, 29
 
 
 def executor(model_dir, dtype: str) -> TorchExecutor:
-    options = TorchExecutorOptions(dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, amx_linears=False)
-    return TorchExecutor(ExecutorContext(settings=None, options=options, model_dir=model_dir, num_blocks=128,
-                                         block_size=BLOCK_SIZE, max_model_len=256, max_num_batched_tokens=256,
-                                         max_num_seqs=8, eos_token_id=None, vocab_size=0))
+    options = TorchExecutorOptions(
+        dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, amx_linears=False
+    )
+    return TorchExecutor(
+        ExecutorContext(
+            settings=None,
+            options=options,
+            model_dir=model_dir,
+            num_blocks=128,
+            block_size=BLOCK_SIZE,
+            max_model_len=256,
+            max_num_batched_tokens=256,
+            max_num_seqs=8,
+            eos_token_id=None,
+            vocab_size=0,
+        )
+    )
 
 
 def run(model_dir, dtype: str, chunk: int, with_others: bool) -> dict[int, torch.Tensor]:

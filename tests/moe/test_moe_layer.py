@@ -21,8 +21,13 @@ def hf_modeling(family: str):
 
 
 def hf_config(norm_topk_prob: bool):
-    return transformers.Qwen3MoeConfig(hidden_size=HIDDEN, num_experts=EXPERTS, num_experts_per_tok=TOP_K,
-                                       moe_intermediate_size=INTER, norm_topk_prob=norm_topk_prob)
+    return transformers.Qwen3MoeConfig(
+        hidden_size=HIDDEN,
+        num_experts=EXPERTS,
+        num_experts_per_tok=TOP_K,
+        moe_intermediate_size=INTER,
+        norm_topk_prob=norm_topk_prob,
+    )
 
 
 @pytest.mark.parametrize("normalize", [False, True])
@@ -40,7 +45,9 @@ def test_the_router_picks_and_weighs_as_qwen3_moe_does(normalize):
 
 
 def test_mixtral_renormalises_and_keeps_fp32_weights():
-    config = transformers.MixtralConfig(hidden_size=HIDDEN, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K)
+    config = transformers.MixtralConfig(
+        hidden_size=HIDDEN, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K
+    )
     hf = hf_modeling("mixtral").MixtralTopKRouter(config)
     torch.nn.init.normal_(hf.weight, std=0.3)
     ours = TopKRouter(EXPERTS, HIDDEN, TOP_K, normalize=True, fp32_weights=True)
@@ -90,10 +97,13 @@ def test_experts_split_in_two_add_up_to_all_of_them():
     halves = []
     for first in (0, EXPERTS // 2):
         half = Experts(EXPERTS // 2, HIDDEN, INTER, first_expert=first, num_global_experts=EXPERTS)
-        half.load_state_dict({name: tensor[first:first + EXPERTS // 2] for name, tensor in hf.state_dict().items()})
+        half.load_state_dict(
+            {name: tensor[first : first + EXPERTS // 2] for name, tensor in hf.state_dict().items()}
+        )
         halves.append(half)
     hidden = torch.randn(17, HIDDEN)
     weights, ids = torch.rand(17, TOP_K), torch.randint(0, EXPERTS, (17, TOP_K))
     with torch.no_grad():
-        torch.testing.assert_close(halves[0](hidden, weights, ids) + halves[1](hidden, weights, ids),
-                                   whole(hidden, weights, ids))
+        torch.testing.assert_close(
+            halves[0](hidden, weights, ids) + halves[1](hidden, weights, ids), whole(hidden, weights, ids)
+        )

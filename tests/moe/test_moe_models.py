@@ -25,11 +25,22 @@ TOL = 1e-4
 BLOCK_SIZE = 16
 
 
-def make_executor(model_dir, cpu_kernels: str, num_blocks: int = 64, block_size: int = BLOCK_SIZE) -> TorchExecutor:
+def make_executor(
+    model_dir, cpu_kernels: str, num_blocks: int = 64, block_size: int = BLOCK_SIZE
+) -> TorchExecutor:
     options = TorchExecutorOptions(dtype="float32", cpu_kernels=cpu_kernels, prepared_weights_cache=False)
-    ctx = ExecutorContext(settings=None, options=options, model_dir=model_dir, num_blocks=num_blocks,
-                          block_size=block_size, max_model_len=1024, max_num_batched_tokens=1024, max_num_seqs=16,
-                          eos_token_id=None, vocab_size=0)
+    ctx = ExecutorContext(
+        settings=None,
+        options=options,
+        model_dir=model_dir,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        max_model_len=1024,
+        max_num_batched_tokens=1024,
+        max_num_seqs=16,
+        eos_token_id=None,
+        vocab_size=0,
+    )
     return TorchExecutor(ctx)
 
 
@@ -59,9 +70,14 @@ def test_prefill_then_decode_matches_hf(name, cpu_kernels, tiny_moe_dirs):
 
         assert any(isinstance(m, PackedExperts) for m in executor.model.modules())
     num_prompt, num_decode = 37, 12
-    tokens = torch.randint(0, VOCAB, (num_prompt + num_decode,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens = torch.randint(
+        0, VOCAB, (num_prompt + num_decode,), generator=torch.Generator().manual_seed(1)
+    ).tolist()
     expected = hf_logits(hf_model, tokens)
-    seq, pool = PagedSequence(seq_id=7, token_ids=tokens, num_prompt_tokens=num_prompt), BlockPool(64, shuffle=True)
+    seq, pool = (
+        PagedSequence(seq_id=7, token_ids=tokens, num_prompt_tokens=num_prompt),
+        BlockPool(64, shuffle=True),
+    )
     logits = executor.execute(step([(seq, num_prompt)], pool, BLOCK_SIZE)).logits
     assert (logits[0] - expected[num_prompt - 1]).abs().max() < TOL
     for position in range(num_prompt, num_prompt + num_decode):
@@ -70,26 +86,44 @@ def test_prefill_then_decode_matches_hf(name, cpu_kernels, tiny_moe_dirs):
     executor.shutdown()
 
 
-PROMPTS = [[5, 17, 33, 2, 48, 71, 9, 64, 12, 88, 40, 3, 27, 55, 61, 19, 7, 90, 14, 36][: 8 + 3 * i] for i in range(4)]
+PROMPTS = [
+    [5, 17, 33, 2, 48, 71, 9, 64, 12, 88, 40, 3, 27, 55, 61, 19, 7, 90, 14, 36][: 8 + 3 * i] for i in range(4)
+]
 
 
 def hf_greedy(hf_model, prompt: list[int], num_tokens: int) -> list[int]:
     with torch.no_grad():
-        out = hf_model.generate(torch.tensor([prompt]), max_new_tokens=num_tokens, min_new_tokens=num_tokens,
-                                do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = hf_model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=num_tokens,
+            min_new_tokens=num_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.mark.parametrize("name", list(TINY_MOE_MODELS))
 def test_hundreds_of_greedy_tokens_match_hf_with_chunked_prefill_and_preemption(name, tiny_moe_dirs):
     model_dir, hf_model = tiny_moe_dirs[name]
     num_tokens = 240
-    settings = load_settings(model=str(model_dir), tokenizer="byte", block_size=4, max_model_len=512,
-                             max_num_blocks=160, memory_threshold=1.0, max_prefill_chunk=5, dtype="float32",
-                             executor={"name": "torch", "torch": {"dtype": "float32", "prepared_weights_cache": False}})
+    settings = load_settings(
+        model=str(model_dir),
+        tokenizer="byte",
+        block_size=4,
+        max_model_len=512,
+        max_num_blocks=160,
+        memory_threshold=1.0,
+        max_prefill_chunk=5,
+        dtype="float32",
+        executor={"name": "torch", "torch": {"dtype": "float32", "prepared_weights_cache": False}},
+    )
     engine = build_engine(settings, load_plugins(entry_points=[]))
     try:
-        outputs = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True))
+        outputs = engine.generate(
+            PROMPTS, SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True)
+        )
         stats = engine.stats()
     finally:
         engine.shutdown()

@@ -59,10 +59,12 @@ def test_there_is_one_hook_marker_and_the_facades_keep_it_for_old_imports(module
 
 
 def test_facades_import_light():
-    code = ("import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
-            "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, hetero_core.testing, hetero_core.architectures; "
-            "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
-            " 'hetero_core.engine.engine') if m in sys.modules))")
+    code = (
+        "import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
+        "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, hetero_core.testing, hetero_core.architectures; "
+        "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
+        " 'hetero_core.engine.engine') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stderr
 
@@ -89,9 +91,14 @@ def test_the_docs_import_plugin_names_from_facades():
     assert {m for page, m, _ in imports if page in plugin_pages} <= seam_modules
     for page, module, name in imports:
         if module in seam_modules:
-            assert name in importlib.import_module(module).__all__, f"docs/{page}: {name} is not in {module}.__all__"
-    assert {(m, n) for _, m, n in imports} >= {("hetero_core.executor", "ExecutorContext"),
-                                               ("hetero_core.policy", "SortKeyPolicy"), ("hetero_core", "hookimpl")}
+            assert name in importlib.import_module(module).__all__, (
+                f"docs/{page}: {name} is not in {module}.__all__"
+            )
+    assert {(m, n) for _, m, n in imports} >= {
+        ("hetero_core.executor", "ExecutorContext"),
+        ("hetero_core.policy", "SortKeyPolicy"),
+        ("hetero_core", "hookimpl"),
+    }
     assert not [(page, m) for page, m, n in imports if n == "hookimpl" and m != "hetero_core"]
 
 

@@ -27,22 +27,35 @@ SECTION = DOCS.split("## What plugins may read", 1)[1]
 def paragraph(title: str) -> str:
     start = SECTION.index(f"**{title}**")
     end = SECTION.find("\n\n**", start + 1)
-    return SECTION[start:end if end != -1 else None]
+    return SECTION[start : end if end != -1 else None]
 
 
 def hook_section(hook: str) -> str:
     start = DOCS.index(f"## `{hook}(register)`")
-    return DOCS[start:DOCS.find("\n## ", start + 1)]
+    return DOCS[start : DOCS.find("\n## ", start + 1)]
 
 
 def documented_names(text: str) -> set[str]:
     return {re.sub(r"\(.*", "", name) for name in re.findall(r"`([A-Za-z_][A-Za-z0-9_]*(?:\(i\))?)`", text)}
 
 
-@pytest.mark.parametrize("cls", [TokenizerContext, ExecutorContext, Batch, ExecutorOutput, SchedulerSnapshot,
-                                 RequestView, SchedulingDecision, StructuredOutputContext, KVConnectorContext,
-                                 ProposerContext, ProposalInput],
-                         ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize(
+    "cls",
+    [
+        TokenizerContext,
+        ExecutorContext,
+        Batch,
+        ExecutorOutput,
+        SchedulerSnapshot,
+        RequestView,
+        SchedulingDecision,
+        StructuredOutputContext,
+        KVConnectorContext,
+        ProposerContext,
+        ProposalInput,
+    ],
+    ids=lambda cls: cls.__name__,
+)
 def test_every_field_handed_to_plugins_is_documented(cls):
     names = documented_names(paragraph(f"`{cls.__name__}`"))
     missing = [f.name for f in dataclasses.fields(cls) if f.name not in names]
@@ -52,7 +65,9 @@ def test_every_field_handed_to_plugins_is_documented(cls):
 @pytest.mark.parametrize("cls", [Batch, SchedulerSnapshot], ids=lambda cls: cls.__name__)
 def test_helpers_are_documented(cls):
     names = documented_names(paragraph(f"`{cls.__name__}`"))
-    public = [n for n, v in vars(cls).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))]
+    public = [
+        n for n, v in vars(cls).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))
+    ]
     assert set(public) <= names, set(public) - names
 
 
@@ -91,8 +106,11 @@ def test_the_documented_executor_example_passes_the_executor_kit():
     kit.teardown_method(None)
 
 
-@pytest.mark.parametrize("cls", [TokenizerContext, StructuredOutputContext, KVConnectorContext, ProposerContext],
-                         ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize(
+    "cls",
+    [TokenizerContext, StructuredOutputContext, KVConnectorContext, ProposerContext],
+    ids=lambda cls: cls.__name__,
+)
 def test_seam_contexts_carry_the_fields_their_plugins_need_not_the_whole_settings(cls):
     # ExecutorContext still carries ``settings`` (issue 35 leaves it to the executor-capabilities change)
     assert "settings" not in {f.name for f in dataclasses.fields(cls)}

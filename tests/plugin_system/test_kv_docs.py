@@ -41,8 +41,12 @@ class TestTheDocsExample(KVAllocatorContract):
 
 
 def test_an_engine_runs_on_the_example_with_the_same_tokens():
-    plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("free-list", example_module())])
-    common = dict(executor="mock", block_size=4, max_num_blocks=24, memory_threshold=1.0, enable_prefix_caching=False)
+    plugins = load_plugins(
+        entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("free-list", example_module())]
+    )
+    common = dict(
+        executor="mock", block_size=4, max_num_blocks=24, memory_threshold=1.0, enable_prefix_caching=False
+    )
     prompts = [f"request {i} " * (1 + i % 4) for i in range(8)]
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     engine = build_engine(load_settings(kv_allocator="free-list", **common), plugins)

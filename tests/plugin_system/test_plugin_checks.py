@@ -7,16 +7,13 @@ import textwrap
 
 import pytest
 
-from tests.fake_distributions import FakeDistribution
-
+import hetero_plugins_mock
 from hetero_core.builder import build_engine
 from hetero_core.errors import PluginError
 from hetero_core.plugin_system.checks import check_registration
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-
-import hetero_plugins_mock
-
+from tests.fake_distributions import FakeDistribution
 
 
 @pytest.fixture
@@ -28,7 +25,9 @@ def install(tmp_path, monkeypatch):
         module = f"checked_plugin_{tmp_path.name}"  # a fresh module per test (sys.modules caches)
         (tmp_path / f"{module}.py").write_text("from hetero_core import hookimpl\n" + textwrap.dedent(source))
         dist = FakeDistribution(f"hetero-{name}", "1.0", {name: module})
-        return load_plugins(entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)])
+        return load_plugins(
+            entry_points=list(dist.entry_points), extra_plugins=[("mock", hetero_plugins_mock)]
+        )
 
     return make
 
@@ -56,7 +55,9 @@ def test_a_policy_without_decide_fails_at_build_naming_plugin_distribution_and_f
     message = str(err.value)
     assert "scheduler policy 'old' (plugin 'x', distribution hetero-x 1.0)" in message
     assert "returned a OldStylePolicy without decide" in message
-    assert "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))" in message
+    assert (
+        "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))" in message
+    )
 
 
 def test_a_factory_with_the_wrong_arity_fails_the_plugin_at_load_with_its_signature(install):
@@ -71,7 +72,9 @@ def test_a_factory_with_the_wrong_arity_fails_the_plugin_at_load_with_its_signat
     info = plugin_info(plugins)
     assert info.status == "failed"
     assert "core calls factory(options) but the factory has the signature make_policy()" in info.error
-    with pytest.raises(PluginError, match=r"plugin 'x' \(hetero-x 1.0\) failed to load: .*signature make_policy\(\)"):
+    with pytest.raises(
+        PluginError, match=r"plugin 'x' \(hetero-x 1.0\) failed to load: .*signature make_policy\(\)"
+    ):
         build(plugins, scheduler_policy="noargs")
 
 
@@ -119,8 +122,11 @@ def test_an_executor_without_shutdown_fails_at_build(install):
     def register_executors(register):
         register("half", lambda ctx: Half(), needs_model=False)
     """)
-    with pytest.raises(PluginError, match=r"executor 'half' \(plugin 'x', distribution hetero-x 1.0\): "
-                                          r"its factory returned a Half without shutdown"):
+    with pytest.raises(
+        PluginError,
+        match=r"executor 'half' \(plugin 'x', distribution hetero-x 1.0\): "
+        r"its factory returned a Half without shutdown",
+    ):
         build_engine(load_settings(executor="half"), plugins)
 
 
@@ -136,8 +142,11 @@ def test_an_allocator_missing_methods_fails_at_build(install):
     def register_kv_allocators(register):
         register("tiny", lambda n, b, o: Tiny())
     """)
-    with pytest.raises(PluginError, match="returned a Tiny without num_blocks_for, get_computed_blocks, allocate_slots, "
-                       "cache_blocks, free, has_prefix_cache, has_copy_on_write, num_cached_blocks; .*KVAllocator"):
+    with pytest.raises(
+        PluginError,
+        match="returned a Tiny without num_blocks_for, get_computed_blocks, allocate_slots, "
+        "cache_blocks, free, has_prefix_cache, has_copy_on_write, num_cached_blocks; .*KVAllocator",
+    ):
         build(plugins, kv_allocator="tiny")
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_distributions import FakeDistribution
 from hetero_core.cli.main import build_parser, main
 from hetero_core.plugin_system import discovery
 from hetero_core.plugin_system.discovery import load_plugins
+from tests.fake_distributions import FakeDistribution
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,22 +75,33 @@ def test_core_commands_never_load_the_plugins_commands(installed):
     assert "hello" in build_parser(only="hello")._subparsers._group_actions[0].choices
 
 
-@pytest.mark.parametrize("name, source, error", [
-    ("raises", """
+@pytest.mark.parametrize(
+    "name, source, error",
+    [
+        (
+            "raises",
+            """
      from hetero_core import hookimpl
 
      @hookimpl
      def register_commands(commands):
          raise ValueError("no parser today")
-     """, "register_commands raised ValueError: no parser today"),
-    ("idle", """
+     """,
+            "register_commands raised ValueError: no parser today",
+        ),
+        (
+            "idle",
+            """
      from hetero_core import hookimpl
 
      @hookimpl
      def register_commands(commands):
          commands.add_parser("idle")
-     """, "register_commands: command 'idle' has no handler; call set_defaults(handler=fn) on its parser"),
-])
+     """,
+            "register_commands: command 'idle' has no handler; call set_defaults(handler=fn) on its parser",
+        ),
+    ],
+)
 def test_a_command_that_does_not_build_fails_its_plugin(installed, capsys, name, source, error):
     installed(f"hetero-{name}", {name: source})
     info = {p.name: p for p in load_plugins().plugins}[name]
@@ -103,37 +114,49 @@ def test_bench_without_hetero_bench_says_what_to_install(installed, capsys):
     for argv in (["bench"], ["bench", "offline", "--executor", "mock"], ["bench", "--help"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err == ("hetero: error: `hetero bench` comes with the hetero-bench package, which is not installed: "
-                       "pip install ./bench in a checkout of Hetero (./scripts/setup.sh installs it)\n")
+        assert err == (
+            "hetero: error: `hetero bench` comes with the hetero-bench package, which is not installed: "
+            "pip install ./bench in a checkout of Hetero (./scripts/setup.sh installs it)\n"
+        )
 
 
 def test_bench_whose_plugin_failed_says_why(installed, capsys):
     installed("hetero-bench", {"bench": "raise ImportError('half installed')"})
     assert main(["bench"]) == 2
-    assert capsys.readouterr().err == ("hetero: error: `hetero bench` is unavailable: plugin 'bench' (hetero-bench "
-                                       "1.0) failed to load: ImportError: half installed\n")
+    assert capsys.readouterr().err == (
+        "hetero: error: `hetero bench` is unavailable: plugin 'bench' (hetero-bench "
+        "1.0) failed to load: ImportError: half installed\n"
+    )
 
 
 def test_a_command_added_by_two_plugins_names_both(installed, capsys):
     installed("hetero-hello", {"hello": HELLO})
     installed("hetero-hello-too", {"hellotoo": HELLO})
     assert main(["hello", "world"]) == 2
-    assert capsys.readouterr().err == ("hetero: error: command 'hello' is added by more than one plugin: 'hello' and "
-                                       "'hellotoo'; uninstall one of them\n")
+    assert capsys.readouterr().err == (
+        "hetero: error: command 'hello' is added by more than one plugin: 'hello' and "
+        "'hellotoo'; uninstall one of them\n"
+    )
 
 
 def test_a_plugin_cannot_replace_a_core_command(installed, capsys):
     installed("hetero-usurper", {"usurper": HELLO.replace('"hello"', '"run"')})
     run = build_parser()._subparsers._group_actions[0].choices["run"]
     assert "--executor" in run._option_string_actions  # core's, not the plugin's
-    assert capsys.readouterr().err == ("hetero: warning: plugin 'usurper' adds the command 'run', which is core's; "
-                                       "the plugin's commands are left out\n")
+    assert capsys.readouterr().err == (
+        "hetero: warning: plugin 'usurper' adds the command 'run', which is core's; "
+        "the plugin's commands are left out\n"
+    )
 
 
 def test_hetero_bench_declares_its_command_through_an_entry_point():
     dist = FakeDistribution.from_pyproject(REPO / "bench")
     bench = {p.name: p for p in load_plugins(entry_points=dist.entry_points).plugins}["bench"]
-    assert (bench.distribution, bench.status, bench.components) == ("hetero-bench", "loaded", {"command": ["bench"]})
+    assert (bench.distribution, bench.status, bench.components) == (
+        "hetero-bench",
+        "loaded",
+        {"command": ["bench"]},
+    )
 
 
 def test_the_installed_hetero_bench_adds_bench():

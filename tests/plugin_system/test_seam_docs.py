@@ -53,21 +53,32 @@ def test_the_check_lists_a_stale_file(tmp_path, capsys):
 
 
 def test_no_seam_count_is_written_outside_a_block():
-    words = "|".join(seam_docs.NUMBERS.values()) + "|" + "|".join(o.split()[1] for o in seam_docs.ORDINALS.values())
+    words = (
+        "|".join(seam_docs.NUMBERS.values())
+        + "|"
+        + "|".join(o.split()[1] for o in seam_docs.ORDINALS.values())
+    )
     counted = re.compile(rf"\b({words})(?: seam| kind of plugin)", re.I)
     for name in (*seam_docs.FILES, "docs/quickstart.md", "docs/python-api.md"):
         text = seam_docs.BLOCK.sub("", (ROOT / name).read_text(encoding="utf-8"))
-        assert not counted.search(text), f"{name}: {counted.search(text)[0]!r} is a seam count outside a block"
+        assert not counted.search(text), (
+            f"{name}: {counted.search(text)[0]!r} is a seam count outside a block"
+        )
 
 
 def test_architecture_md_seams_table_has_one_row_per_seam():
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     start = text.index("| seam | default (core) | other implementations |")
-    rows = [line.split(" | ")[0].removeprefix("| ") for line in text[start:text.index("\n\n", start)].splitlines()[2:]]
+    rows = [
+        line.split(" | ")[0].removeprefix("| ")
+        for line in text[start : text.index("\n\n", start)].splitlines()[2:]
+    ]
     spelled = {name: {seam.label, seam.name.replace("_", " ")} for name, seam in zip(SEAMS, SEAM_TABLE)}
     assert sorted(rows) == sorted(next(iter(s & {r for r in rows}), name) for name, s in spelled.items())
 
 
 def test_the_settings_docstring_names_every_seam_field():
-    listed = re.search(r"one field per seam of ``seams.SEAM_TABLE``: (.*?)\)", hetero_core.settings.__doc__, re.S)[1]
+    listed = re.search(
+        r"one field per seam of ``seams.SEAM_TABLE``: (.*?)\)", hetero_core.settings.__doc__, re.S
+    )[1]
     assert re.findall(r"``(\w+)``", listed) == list(SEAMS)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from hetero_core.plugin_system import hookspecs
-from hetero_core.errors import UnknownComponentError
 from hetero_core.cli.main import build_parser
+from hetero_core.errors import UnknownComponentError
+from hetero_core.plugin_system import hookspecs
 from hetero_core.plugin_system.discovery import HOOK_FOR_SEAM, load_plugins
 from hetero_core.plugin_system.registry import Registry
 from hetero_core.plugin_system.seams import SEAM_TABLE, SEAMS

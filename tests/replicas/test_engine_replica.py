@@ -27,8 +27,12 @@ def replica(monkeypatch):
 
 def test_generate_streams_the_replica_id_then_the_deltas(replica):
     async def main():
-        return [item async for item in replica.generate(prompt="hi", params=SamplingParams(max_tokens=3),
-                                                        request_id="req")]
+        return [
+            item
+            async for item in replica.generate(
+                prompt="hi", params=SamplingParams(max_tokens=3), request_id="req"
+            )
+        ]
 
     items = asyncio.run(main())
     assert items[0] == "r1" and items[-1].finished

@@ -10,7 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.replicas.ledger import QUEUED_TOKENS_KEY, REPORT_TIME_KEY, QueuedTokensLedger, estimate_request_tokens
+from hetero_core.replicas.ledger import (
+    QUEUED_TOKENS_KEY,
+    REPORT_TIME_KEY,
+    QueuedTokensLedger,
+    estimate_request_tokens,
+)
 
 
 def stats(tokens: int, at: float) -> dict:
@@ -91,19 +96,25 @@ def test_request_size_estimates():
 
 
 def test_the_ray_serve_router_ranks_with_the_ledger():
-    pytest.importorskip("ray.serve", reason="the router is a Ray Serve class (pip install 'hetero-core[ray]')")
+    pytest.importorskip(
+        "ray.serve", reason="the router is a Ray Serve class (pip install 'hetero-core[ray]')"
+    )
     from ray.serve._private.common import DeploymentHandleSource, DeploymentID
 
     from hetero_core.replicas.router import FewestQueuedTokensRouter
 
     async def main():
-        router = FewestQueuedTokensRouter(deployment_id=DeploymentID(name="EngineReplica", app_name="test"),
-                                          handle_source=DeploymentHandleSource.UNKNOWN)
+        router = FewestQueuedTokensRouter(
+            deployment_id=DeploymentID(name="EngineReplica", app_name="test"),
+            handle_source=DeploymentHandleSource.UNKNOWN,
+        )
         router.initialize_state()
         busy = SimpleNamespace(replica_id="busy", routing_stats=stats(500, at=1.0))
         idle = SimpleNamespace(replica_id="idle", routing_stats=stats(20, at=1.0))
-        request = SimpleNamespace(kwargs={"prompt": [1] * 100, "params": SamplingParams(max_tokens=400)},
-                                  metadata=SimpleNamespace(internal_request_id="req-1"))
+        request = SimpleNamespace(
+            kwargs={"prompt": [1] * 100, "params": SamplingParams(max_tokens=400)},
+            metadata=SimpleNamespace(internal_request_id="req-1"),
+        )
         first = await router.choose_replicas([busy, idle], request)
         second = await router.choose_replicas([busy, idle], None)  # the idle one now holds req-1 (520)
         router.on_request_completed("idle", "req-1")

@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
-from tests.process_tree import live_in_session, still_alive
 
 from hetero_core.cli.main import main
+from tests.process_tree import live_in_session, still_alive
 
 
 def test_replicas_without_the_ray_extra_say_what_to_install(monkeypatch, capsys):
@@ -27,12 +27,21 @@ def test_replicas_without_the_ray_extra_say_what_to_install(monkeypatch, capsys)
     assert err.count("\n") == 0 and "pip install 'hetero-core[ray]'" in err and "ray" in err, err
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--replicas", "0"], "replicas: Input should be greater than or equal to 1"),
-    (["--replica-cpus", "2"], "--replica-cpus applies to replicas on Ray: add --replicas N"),
-    (["--replica-gpus", "1", "--replica-cpus", "1"], "--replica-cpus and --replica-gpus apply to replicas on Ray"),
-    (["--replicas", "2", "--replica-gpus", "-1"], "replica_gpus: Input should be greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replicas", "0"], "replicas: Input should be greater than or equal to 1"),
+        (["--replica-cpus", "2"], "--replica-cpus applies to replicas on Ray: add --replicas N"),
+        (
+            ["--replica-gpus", "1", "--replica-cpus", "1"],
+            "--replica-cpus and --replica-gpus apply to replicas on Ray",
+        ),
+        (
+            ["--replicas", "2", "--replica-gpus", "-1"],
+            "replica_gpus: Input should be greater than or equal to 0",
+        ),
+    ],
+)
 def test_bad_replica_options_get_one_line(argv, message, capsys):
     pytest.importorskip("fastapi", reason="the server extra is checked first")
     assert main(["serve", "--executor", "mock", *argv]) == 2
@@ -40,11 +49,17 @@ def test_bad_replica_options_get_one_line(argv, message, capsys):
     assert err.count("\n") == 0 and message in err, err
 
 
-@pytest.mark.parametrize(("address", "message"), [
-    ("127.0.0.1:1", "could not connect to the Ray cluster at '127.0.0.1:1': "),
-    ("ray://127.0.0.1:1", "could not connect to the Ray cluster at 'ray://127.0.0.1:1': "),
-    ("head-node", "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client), auto or local"),
-])
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("127.0.0.1:1", "could not connect to the Ray cluster at '127.0.0.1:1': "),
+        ("ray://127.0.0.1:1", "could not connect to the Ray cluster at 'ray://127.0.0.1:1': "),
+        (
+            "head-node",
+            "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client), auto or local",
+        ),
+    ],
+)
 def test_an_unreachable_or_malformed_cluster_address_gets_one_line_at_once(address, message, capsys):
     pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
     assert main(["serve", "--executor", "mock", "--ray-address", address]) == 2
@@ -67,9 +82,14 @@ def free_port() -> int:
 def start_serve(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, list[str]]:
     """``hetero serve ...`` in a subprocess leading a session of its own (so that what it leaves behind
     can be found), its output collected by a thread; returns once it serves."""
-    process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", *args],
-                               env={**os.environ, "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6", **(env or {})},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", *args],
+        env={**os.environ, "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     process.reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     process.reader.start()
@@ -100,7 +120,9 @@ def ask(port: int) -> str:
     from hetero_core.replicas.frontend import REPLICA_HEADER
 
     api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
-    raw = api.chat.completions.with_raw_response.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    raw = api.chat.completions.with_raw_response.create(
+        model="mock-model", messages=[{"role": "user", "content": "hi"}]
+    )
     result = raw.parse()
     assert result.choices[0].finish_reason == "stop" and result.usage.completion_tokens == 6
     return raw.headers[REPLICA_HEADER]
@@ -111,8 +133,17 @@ def test_hetero_serve_replicas_on_a_local_ray_instance_answers_and_stops_on_ctrl
     import httpx
 
     port = free_port()
-    process, lines = start_serve("--replica-cpus", "0.5", "--port", str(port), "--served-model-name", "mock-model",
-                                 "--graceful-shutdown-seconds", "1", env={"HETERO_REPLICAS": "2"})
+    process, lines = start_serve(
+        "--replica-cpus",
+        "0.5",
+        "--port",
+        str(port),
+        "--served-model-name",
+        "mock-model",
+        "--graceful-shutdown-seconds",
+        "1",
+        env={"HETERO_REPLICAS": "2"},
+    )
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/health").json() == {"status": "ok"}
         assert ask(port)
@@ -128,15 +159,27 @@ def test_hetero_serve_replicas_stops_on_sigterm_to_its_process_group():
     pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
     httpx = pytest.importorskip("httpx")
     port = free_port()
-    process, lines = start_serve("--replicas", "2", "--replica-cpus", "0.5", "--port", str(port),
-                                 "--served-model-name", "mock-model", "--graceful-shutdown-seconds", "1",
-                                 env={"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.01"})  # 1,000 tokens: 10 s
+    process, lines = start_serve(
+        "--replicas",
+        "2",
+        "--replica-cpus",
+        "0.5",
+        "--port",
+        str(port),
+        "--served-model-name",
+        "mock-model",
+        "--graceful-shutdown-seconds",
+        "1",
+        env={"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.01"},
+    )  # 1,000 tokens: 10 s
     events: list[str] = []
     started = threading.Event()
 
     def stream() -> None:
         body = {"model": "mock-model", "prompt": "hi", "max_tokens": 1000, "ignore_eos": True, "stream": True}
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120) as response:
+        with httpx.stream(
+            "POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120
+        ) as response:
             for line in response.iter_lines():
                 started.set()
                 if line:
@@ -166,12 +209,27 @@ def test_hetero_serve_replicas_on_an_existing_cluster_leaves_it_running():
     serve = pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
     # This test process starts the "cluster" (it enables Ray's token authentication, RAY_AUTH_MODE=token,
     # which the subprocess inherits, as a user of such a cluster sets it).
-    context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024,
-                       log_to_driver=False, logging_level="WARNING")
+    context = ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
     try:
         address, port = context.address_info["gcs_address"], free_port()
-        process, lines = start_serve("--ray-address", address, "--replicas", "2", "--replica-cpus", "0.5",
-                                     "--port", str(port), "--served-model-name", "mock-model")
+        process, lines = start_serve(
+            "--ray-address",
+            address,
+            "--replicas",
+            "2",
+            "--replica-cpus",
+            "0.5",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "mock-model",
+        )
         try:
             assert "hetero" in serve.status().applications
             assert ask(port)
@@ -201,14 +259,35 @@ def test_the_ray_serve_application_builder_takes_setting_names():
 
 def test_a_replica_that_cannot_start_fails_the_command_with_its_reason():
     pytest.importorskip("ray.serve", reason="replicas need Ray Serve: pip install 'hetero-core[ray]'")
-    env = {**os.environ, "HETERO_EXECUTOR__MOCK__VOCAB_SIZE": "100000"}  # checked by the executor, in the replica
-    result = subprocess.run([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--replicas", "2",
-                             "--replica-cpus", "0.5", "--port", str(free_port())],
-                            env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HETERO_EXECUTOR__MOCK__VOCAB_SIZE": "100000",
+    }  # checked by the executor, in the replica
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            "--executor",
+            "mock",
+            "--replicas",
+            "2",
+            "--replica-cpus",
+            "0.5",
+            "--port",
+            str(free_port()),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "hetero: error: the replicas did not start: ConfigError: executor.mock.vocab_size (100000) exceeds the "
-        "tokenizer's vocabulary (258)"), result.stderr
+        "tokenizer's vocabulary (258)"
+    ), result.stderr
 
 
 def test_hetero_bench_replicas_runs_small(tmp_path, capsys):
@@ -217,8 +296,29 @@ def test_hetero_bench_replicas_runs_small(tmp_path, capsys):
     import json
 
     path = tmp_path / "replicas.json"
-    assert main(["bench", "replicas", "--configs", "single process", "--num-prompts", "6", "--concurrency", "3",
-                 "--input-len", "8", "--output-len", "4", "--decode-latency", "0.001", "--json", str(path)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "replicas",
+                "--configs",
+                "single process",
+                "--num-prompts",
+                "6",
+                "--concurrency",
+                "3",
+                "--input-len",
+                "8",
+                "--output-len",
+                "4",
+                "--decode-latency",
+                "0.001",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "single process" in out and "one engine's ceiling" in out
     report = json.loads(path.read_text())
@@ -230,7 +330,9 @@ def test_hetero_bench_replicas_without_ray_says_what_to_install(monkeypatch, cap
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a)
+    )
     assert main(["bench", "replicas", "--configs", "ray, 2 replicas"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pip install 'hetero-core[ray]'" in err, err

@@ -40,12 +40,22 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def base_url():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024, log_to_driver=False,
-             logging_level="WARNING")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
     try:
         settings = load_settings(executor={"name": "mock", "mock": MOCK}, **ENGINE)
-        server = load_server_settings(replicas=2, replica_cpus=0.5, port=free_port(), served_model_name=MODEL,
-                                      graceful_shutdown_seconds=1)
+        server = load_server_settings(
+            replicas=2,
+            replica_cpus=0.5,
+            port=free_port(),
+            served_model_name=MODEL,
+            graceful_shutdown_seconds=1,
+        )
         yield deploy(settings, server)
     finally:
         stop(started_ray=True)
@@ -63,12 +73,15 @@ def test_64_concurrent_requests_are_answered_by_both_replicas(base_url, make_moc
     prompts = [f"request {i} wants a story" for i in range(64)]
     max_tokens = [8 + i % 9 for i in range(64)]
     offline = make_mock_engine(MOCK)
-    expected = [offline.generate([p], SamplingParams(max_tokens=m, seed=i))[0].text
-                for i, (p, m) in enumerate(zip(prompts, max_tokens))]
+    expected = [
+        offline.generate([p], SamplingParams(max_tokens=m, seed=i))[0].text
+        for i, (p, m) in enumerate(zip(prompts, max_tokens))
+    ]
 
     async def one(api, i):
-        raw = await api.completions.with_raw_response.create(model=MODEL, prompt=prompts[i], seed=i,
-                                                             max_tokens=max_tokens[i])
+        raw = await api.completions.with_raw_response.create(
+            model=MODEL, prompt=prompts[i], seed=i, max_tokens=max_tokens[i]
+        )
         return raw.headers[REPLICA_HEADER], raw.parse()
 
     async def main():
@@ -88,13 +101,20 @@ def test_64_concurrent_requests_are_answered_by_both_replicas(base_url, make_moc
 def test_new_requests_go_to_the_replica_with_fewer_queued_tokens(base_url):
     async def main():
         async with client(base_url) as api:
-            long = await api.completions.create(model=MODEL, prompt="a very long answer", max_tokens=LONG_TOKENS,
-                                                stream=True, extra_body={"ignore_eos": True})
+            long = await api.completions.create(
+                model=MODEL,
+                prompt="a very long answer",
+                max_tokens=LONG_TOKENS,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
             busy = long.response.headers[REPLICA_HEADER]
             await anext(aiter(long))
             short = []
             for i in range(6):  # one after another: each sees the long request on `busy`
-                raw = await api.completions.with_raw_response.create(model=MODEL, prompt=f"short {i}", max_tokens=4)
+                raw = await api.completions.with_raw_response.create(
+                    model=MODEL, prompt=f"short {i}", max_tokens=4
+                )
                 short.append(raw.headers[REPLICA_HEADER])
             await long.close()  # aborts the long request
             return busy, short
@@ -109,18 +129,31 @@ def test_killing_a_replica_loses_only_the_requests_running_on_it_and_it_is_repla
             streams, replicas = [], []
             # Until both replicas run at least two (a replica's report may still count the previous test's
             # long request for a second, and the router avoids it until then).
-            while len(streams) < 8 or min(replicas.count(r) for r in set(replicas)) < 2 or len(set(replicas)) < 2:
+            while (
+                len(streams) < 8
+                or min(replicas.count(r) for r in set(replicas)) < 2
+                or len(set(replicas)) < 2
+            ):
                 assert len(streams) < 40, replicas
-                streams.append(await api.completions.create(
-                    model=MODEL, prompt=f"running {len(streams)}", max_tokens=RUNNING_TOKENS, stream=True,
-                    stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+                streams.append(
+                    await api.completions.create(
+                        model=MODEL,
+                        prompt=f"running {len(streams)}",
+                        max_tokens=RUNNING_TOKENS,
+                        stream=True,
+                        stream_options={"include_usage": True},
+                        extra_body={"ignore_eos": True},
+                    )
+                )
                 replicas.append(streams[-1].response.headers[REPLICA_HEADER])
             for s in streams:  # every request has produced text: it runs on its replica
                 await anext(aiter(s))
             victim = replicas[0]
             ray.kill(replica_actor(victim), no_restart=True)
-            after = [asyncio.ensure_future(api.completions.create(model=MODEL, prompt=f"after {i}", max_tokens=6))
-                     for i in range(16)]  # sent while the frontend's router may not know of the death yet
+            after = [
+                asyncio.ensure_future(api.completions.create(model=MODEL, prompt=f"after {i}", max_tokens=6))
+                for i in range(16)
+            ]  # sent while the frontend's router may not know of the death yet
             outcomes = await asyncio.gather(*(read_to_end(s) for s in streams))
             return victim, replicas, outcomes, await asyncio.gather(*after, return_exceptions=True)
 
@@ -128,12 +161,16 @@ def test_killing_a_replica_loses_only_the_requests_running_on_it_and_it_is_repla
     assert victim in replicas and len(set(replicas)) == 2, replicas
     for replica, outcome in zip(replicas, outcomes):
         if replica == victim:  # reported: the stream ends with an error naming the replica
-            assert isinstance(outcome, openai.APIError) and f"replica {victim} stopped" in str(outcome), outcome
+            assert isinstance(outcome, openai.APIError) and f"replica {victim} stopped" in str(outcome), (
+                outcome
+            )
         else:  # the other replica finishes the requests it was running
             assert outcome == RUNNING_TOKENS, outcome
     assert all(not isinstance(r, BaseException) and r.usage.completion_tokens == 6 for r in after), after
     metrics = httpx.get(base_url + "/metrics").text
-    assert f'hetero_replica_requests_lost_total{{replica="{victim}"}} {float(replicas.count(victim))}' in metrics
+    assert (
+        f'hetero_replica_requests_lost_total{{replica="{victim}"}} {float(replicas.count(victim))}' in metrics
+    )
     replacement = wait_for_replacement(base_url, {*replicas})
     assert replacement not in replicas
 

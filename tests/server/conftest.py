@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 try:  # the server extra and the test clients; AsyncLLM's own tests need none of them
     import fastapi  # noqa: F401
     import openai  # noqa: F401
     import uvicorn  # noqa: F401
+
     from tests.server.live_server import LiveServer
 except ImportError:
     collect_ignore_glob = ["test_server_*.py", "test_cli_serve.py"]
@@ -23,8 +21,9 @@ def mock_server(make_mock_engine):
 
     def start(mock_options=None, *, api_key=None, max_pending_requests=512, max_body_bytes=None, **settings):
         engine = make_mock_engine(mock_options, **settings)
-        server = LiveServer(engine, api_key=api_key, max_pending_requests=max_pending_requests,
-                            max_body_bytes=max_body_bytes)
+        server = LiveServer(
+            engine, api_key=api_key, max_pending_requests=max_pending_requests, max_body_bytes=max_body_bytes
+        )
         started.append(server)
         return server.__enter__()
 

@@ -31,7 +31,11 @@ class Role:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hetero_core", "serve", "--role", role, "--port", str(self.port), *flags],
-            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -63,7 +67,9 @@ class FrontEnd:
         self._sock.bind(("127.0.0.1", 0))
         self.base_url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._server = make_uvicorn_server(self.app, drain_seconds=1.0, log_level="warning")
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
 
     def __enter__(self) -> FrontEnd:
         self._thread.start()
@@ -83,4 +89,6 @@ class FrontEnd:
     def openai(self, **kwargs):
         import openai
 
-        return openai.OpenAI(base_url=self.base_url + "/v1", api_key="unused", max_retries=0, timeout=60, **kwargs)
+        return openai.OpenAI(
+            base_url=self.base_url + "/v1", api_key="unused", max_retries=0, timeout=60, **kwargs
+        )

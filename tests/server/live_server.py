@@ -18,13 +18,28 @@ STOP_TIMEOUT_S = 30
 class LiveServer:
     """``with LiveServer(engine) as server:`` gives ``server.base_url``, ``server.llm`` and ``server.client()``."""
 
-    def __init__(self, engine, *, model_name: str = "test-model", api_key: str | None = None,
-                 max_pending_requests: int = 512, max_body_bytes: int | None = None, drain_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        engine,
+        *,
+        model_name: str = "test-model",
+        api_key: str | None = None,
+        max_pending_requests: int = 512,
+        max_body_bytes: int | None = None,
+        drain_seconds: float = 5.0,
+    ) -> None:
         self.metrics = EngineMetrics()
         self.llm = AsyncLLM(engine, max_pending_requests=max_pending_requests, observer=self.metrics)
         kwargs = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
-        self.app = create_app(self.llm, model_name=model_name, api_key=api_key, engine_metrics=self.metrics,
-                              shutdown_llm=True, max_pending_choices=max_pending_requests, **kwargs)
+        self.app = create_app(
+            self.llm,
+            model_name=model_name,
+            api_key=api_key,
+            engine_metrics=self.metrics,
+            shutdown_llm=True,
+            max_pending_choices=max_pending_requests,
+            **kwargs,
+        )
         self.model_name, self.api_key = model_name, api_key
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -32,7 +47,9 @@ class LiveServer:
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._server = make_uvicorn_server(self.app, drain_seconds=drain_seconds, log_level="warning")
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
 
     def __enter__(self) -> LiveServer:
         self._thread.start()
@@ -58,8 +75,13 @@ class LiveServer:
     def async_client(self, **kwargs):
         import openai
 
-        return openai.AsyncOpenAI(base_url=self.base_url + "/v1", api_key=self.api_key or "unused",
-                                  max_retries=0, timeout=60, **kwargs)
+        return openai.AsyncOpenAI(
+            base_url=self.base_url + "/v1",
+            api_key=self.api_key or "unused",
+            max_retries=0,
+            timeout=60,
+            **kwargs,
+        )
 
     def wait_until_idle(self, timeout_s: float = 30) -> bool:
         """True once no request is pending and every KV block is free again (bounded wait)."""

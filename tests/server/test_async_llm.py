@@ -41,12 +41,15 @@ def test_concurrent_requests_share_steps_and_match_offline_output(make_mock_engi
     params = SamplingParams(max_tokens=20, seed=7)
     expected = [o.text for o in make_mock_engine(SLOW).generate(prompts, params)]
     with AsyncLLM(make_mock_engine(SLOW)) as llm:
+
         async def main():
             return await asyncio.gather(*(run_one(llm, p, params) for p in prompts))
 
         results = asyncio.run(main())
         assert ["".join(d.text for d in deltas) for deltas in results] == expected
-        assert all(deltas[-1].finished and deltas[-1].output.text == text for deltas, text in zip(results, expected))
+        assert all(
+            deltas[-1].finished and deltas[-1].output.text == text for deltas, text in zip(results, expected)
+        )
         assert all(sum(len(d.token_ids) for d in deltas) == 20 for deltas in results)
         assert llm.stats.max_step_batch_size > 1  # requests that arrived together joined a batch
 
@@ -57,6 +60,7 @@ def test_requests_from_many_threads_each_with_its_own_event_loop(make_mock_engin
     expected = dict(zip(prompts, (o.text for o in make_mock_engine().generate(prompts, params))))
     results, errors = {}, []
     with AsyncLLM(make_mock_engine(SLOW)) as llm:
+
         def worker(prompt):
             try:
                 deltas = asyncio.run(run_one(llm, prompt, params))
@@ -74,6 +78,7 @@ def test_requests_from_many_threads_each_with_its_own_event_loop(make_mock_engin
 
 def test_closing_the_iterator_aborts_and_frees_blocks(make_mock_engine):
     with AsyncLLM(make_mock_engine(SLOW)) as llm:
+
         async def main():
             stream = llm.generate("abandon me", SamplingParams(max_tokens=1000))
             async for _ in stream:
@@ -86,6 +91,7 @@ def test_closing_the_iterator_aborts_and_frees_blocks(make_mock_engine):
 
 def test_invalid_and_unfittable_requests_fail_alone(make_mock_engine):
     with AsyncLLM(make_mock_engine(max_model_len=32)) as llm:
+
         async def main():
             return await asyncio.gather(
                 run_one(llm, "", SamplingParams(max_tokens=2)),
@@ -122,6 +128,7 @@ def test_a_failing_step_fails_its_requests_and_the_loop_keeps_serving(make_mock_
     engine = make_mock_engine(SLOW)
     failing = engine.executor = FailingOnce(engine.executor)
     with AsyncLLM(engine) as llm:
+
         async def main():
             stream = llm.generate("victim", SamplingParams(max_tokens=50))
             await anext(stream)
@@ -140,6 +147,7 @@ def test_a_failing_step_fails_its_requests_and_the_loop_keeps_serving(make_mock_
 
 def test_beyond_max_pending_requests_is_refused(make_mock_engine):
     with AsyncLLM(make_mock_engine({"decode_latency_per_step": 0.01}), max_pending_requests=2) as llm:
+
         async def main():
             streams = [llm.generate(f"r{i}", SamplingParams(max_tokens=30)) for i in range(3)]
             await anext(streams[0])

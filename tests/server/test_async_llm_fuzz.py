@@ -14,17 +14,24 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import pytest
-from tests.fuzzing import TALLY, fuzz_settings, print_tally
 from hypothesis import event, given
 from hypothesis import strategies as st
 
 from hetero_core.async_llm import AsyncLLM, EngineOverloadedError, RequestFailedError
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.errors import InvalidRequestError
+from tests.fuzzing import TALLY, fuzz_settings, print_tally
 
 HANG_GUARD_S = 60  # turns a hang into a failure; nothing here measures time
-SETTINGS = {"max_num_blocks": 24, "block_size": 4, "max_model_len": 96, "max_batch_size": 4,
-            "max_total_tokens": 24, "max_num_seqs": 6, "max_tokens": 8}
+SETTINGS = {
+    "max_num_blocks": 24,
+    "block_size": 4,
+    "max_model_len": 96,
+    "max_batch_size": 4,
+    "max_total_tokens": 24,
+    "max_num_seqs": 6,
+    "max_tokens": 8,
+}
 MOCK = {"eos_probability": 0.05}
 
 PROMPTS = st.one_of(
@@ -34,8 +41,13 @@ PROMPTS = st.one_of(
     st.just([{"role": "user", "content": "hello"}]),
     st.sampled_from([None, "", [], {"prompt": "dict"}, {"text": "no"}, "x" * 200, "caf\ud800"]),
 )
-VALID_PARAMS = st.builds(SamplingParams, max_tokens=st.integers(1, 16), seed=st.sampled_from([None, 1]),
-                         ignore_eos=st.booleans(), stop=st.sampled_from([None, "a"]))
+VALID_PARAMS = st.builds(
+    SamplingParams,
+    max_tokens=st.integers(1, 16),
+    seed=st.sampled_from([None, 1]),
+    ignore_eos=st.booleans(),
+    stop=st.sampled_from([None, "a"]),
+)
 PARAMS = st.one_of(
     st.none(),
     VALID_PARAMS,
@@ -63,7 +75,6 @@ PLANS = st.lists(st.builds(Plan, PROMPTS, PARAMS, ACTIONS, st.integers(0, 1)), m
 
 def make_engine():
     import hetero_plugins_mock
-
     from hetero_core.builder import build_engine
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
@@ -152,7 +163,8 @@ async def _cancelled_after(stream, after: int, deltas: list) -> bool:
 def run_thread(llm, plans, indices, results):
     async def main():
         outcomes = await asyncio.wait_for(
-            asyncio.gather(*(run_plan(llm, plan, i) for plan, i in zip(plans, indices))), HANG_GUARD_S)
+            asyncio.gather(*(run_plan(llm, plan, i) for plan, i in zip(plans, indices))), HANG_GUARD_S
+        )
         results.update(zip(indices, outcomes))
 
     try:
@@ -173,8 +185,11 @@ def test_async_llm_under_aborts_cancellations_and_bad_input(plans, max_pending):
     results: dict = {}
     with AsyncLLM(make_engine(), max_pending_requests=max_pending) as llm:
         groups = [[(p, i) for i, p in enumerate(plans) if p.thread == t] for t in (0, 1)]
-        threads = [threading.Thread(target=run_thread, args=(llm, [p for p, _ in g], [i for _, i in g], results))
-                   for g in groups if g]
+        threads = [
+            threading.Thread(target=run_thread, args=(llm, [p for p, _ in g], [i for _, i in g], results))
+            for g in groups
+            if g
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -193,7 +208,7 @@ def test_async_llm_under_aborts_cancellations_and_bad_input(plans, max_pending):
         failed, solo_ids, solo_reason = solo(plan.prompt, plan.params)
         assert (outcome == "refused") == failed, (plan, results[i])
         if outcome == "done" and reason == "abort":
-            assert ids == solo_ids[:len(ids)]
+            assert ids == solo_ids[: len(ids)]
         elif outcome == "done":
             assert (ids, reason) == (solo_ids, solo_reason), plan
 
@@ -204,8 +219,12 @@ def settle(llm) -> bool:
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
         s = llm.stats
-        if (s.num_pending == 0 and s.num_running == 0 and s.num_waiting == 0
-                and s.num_free_blocks == s.num_blocks):
+        if (
+            s.num_pending == 0
+            and s.num_running == 0
+            and s.num_waiting == 0
+            and s.num_free_blocks == s.num_blocks
+        ):
             return True
         time.sleep(0.005)
     return False

@@ -38,13 +38,16 @@ class WatchedTokenizer(ByteTokenizer):
 
 def make_engine(tokenizer, mock_options=None, **settings):
     import hetero_plugins_mock
-
     from hetero_core.builder import build_engine
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
-    plugin = types.SimpleNamespace(register_tokenizers=hookimpl(lambda register: register("watched", lambda ctx: tokenizer)))
-    plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("watched", plugin)])
+    plugin = types.SimpleNamespace(
+        register_tokenizers=hookimpl(lambda register: register("watched", lambda ctx: tokenizer))
+    )
+    plugins = load_plugins(
+        entry_points=[], extra_plugins=[("mock", hetero_plugins_mock), ("watched", plugin)]
+    )
     executor = {"name": "mock", "mock": mock_options or {"decode_latency_per_step": 0.001}}
     return build_engine(load_settings(executor=executor, tokenizer="watched", **settings), plugins)
 
@@ -65,6 +68,7 @@ async def collect(stream):
 
 def test_abort_from_the_caller_ends_the_stream_with_an_aborted_delta():
     with AsyncLLM(make_engine(WatchedTokenizer())) as llm:
+
         async def main():
             streams = [llm.generate(f"r{i}", LONG, f"r{i}") for i in range(6)]
             firsts = [await anext(s) for s in streams]
@@ -82,6 +86,7 @@ def test_abort_from_the_caller_ends_the_stream_with_an_aborted_delta():
 
 def test_abort_before_the_request_reaches_the_loop_still_ends_its_stream():
     with AsyncLLM(make_engine(WatchedTokenizer())) as llm:
+
         async def main():
             stream = llm.generate("early", LONG, "early")
             first = asyncio.ensure_future(anext(stream))
@@ -94,13 +99,17 @@ def test_abort_before_the_request_reaches_the_loop_still_ends_its_stream():
         asyncio.run(main())
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"max_tokens": "3"}, "max_tokens must be an integer"),
-    ({"max_tokns": 3}, "did you mean 'max_tokens'"),
-    (7, "must be a SamplingParams or a dict, got int"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"max_tokens": "3"}, "max_tokens must be an integer"),
+        ({"max_tokns": 3}, "did you mean 'max_tokens'"),
+        (7, "must be a SamplingParams or a dict, got int"),
+    ],
+)
 def test_bad_params_are_refused_before_taking_a_slot(params, message):
     with AsyncLLM(make_engine(WatchedTokenizer()), max_pending_requests=2) as llm:
+
         async def main():
             for _ in range(5):  # more than max_pending_requests: none may keep a slot
                 with pytest.raises(InvalidRequestError, match=message):
@@ -116,6 +125,7 @@ def test_every_way_a_request_ends_gives_its_slot_back():
     tokenizer = WatchedTokenizer()
     fits = SamplingParams(max_tokens=100, ignore_eos=True)
     with AsyncLLM(make_engine(tokenizer, max_model_len=128), max_pending_requests=1) as llm:
+
         async def main():
             with pytest.raises(InvalidRequestError):  # refused by the engine (too long)
                 await anext(llm.generate("x" * 130, SamplingParams(max_tokens=10)))
@@ -150,11 +160,14 @@ def test_every_way_a_request_ends_gives_its_slot_back():
 def test_a_huge_prompt_is_refused_without_tokenizing_it():
     tokenizer = WatchedTokenizer()
     with AsyncLLM(make_engine(tokenizer, max_model_len=256)) as llm:
+
         async def main():
             with pytest.raises(InvalidRequestError, match="max_model_len .* refused without tokenizing"):
                 await anext(llm.generate("y" * 15_000_000, SamplingParams(max_tokens=4)))
             with pytest.raises(InvalidRequestError, match="max_model_len"):
-                await anext(llm.generate([{"role": "user", "content": "y" * 1_000_000}], SamplingParams(max_tokens=4)))
+                await anext(
+                    llm.generate([{"role": "user", "content": "y" * 1_000_000}], SamplingParams(max_tokens=4))
+                )
             with pytest.raises(InvalidRequestError, match="token ids"):
                 await anext(llm.generate([65] * 1_000_000, SamplingParams(max_tokens=4)))
 
@@ -165,10 +178,13 @@ def test_a_huge_prompt_is_refused_without_tokenizing_it():
 def test_the_loop_never_tokenizes_and_other_streams_go_on_meanwhile():
     tokenizer = WatchedTokenizer()
     with AsyncLLM(make_engine(tokenizer)) as llm:
+
         async def main():
             other = llm.generate("a concurrent stream", LONG)
             await anext(other)
-            blocked = asyncio.ensure_future(collect(llm.generate("BLOCK until the other stream moved", SamplingParams(max_tokens=3))))
+            blocked = asyncio.ensure_future(
+                collect(llm.generate("BLOCK until the other stream moved", SamplingParams(max_tokens=3)))
+            )
             await asyncio.to_thread(tokenizer.entered.wait, HANG_GUARD_S)
             num_tokens = 0
             while num_tokens < 20:  # the other stream advances while the prompt is being tokenized

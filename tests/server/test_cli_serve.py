@@ -28,9 +28,24 @@ def test_hetero_serve_answers_openai_clients_and_stops_on_ctrl_c(tmp_path):
     port = free_port()
     env = {**os.environ, "HETERO_API_KEY": "sk-env", "HETERO_EXECUTOR__MOCK__EOS_AFTER": "6"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", str(port),
-         "--served-model-name", "mock-model", "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            "--executor",
+            "mock",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "mock-model",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -42,7 +57,9 @@ def test_hetero_serve_answers_openai_clients_and_stops_on_ctrl_c(tmp_path):
             except httpx.TransportError:
                 time.sleep(0.1)
         client = openai.OpenAI(base_url=base + "/v1", api_key="sk-env", max_retries=0, timeout=30)
-        result = client.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+        result = client.chat.completions.create(
+            model="mock-model", messages=[{"role": "user", "content": "hi"}]
+        )
         assert result.choices[0].finish_reason == "stop" and result.usage.completion_tokens == 6
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=base + "/v1", api_key="nope", max_retries=0).models.list()

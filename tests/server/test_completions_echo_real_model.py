@@ -47,14 +47,15 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
         continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
     whole = tokenizer.encode(context + continuation, add_special_tokens=False)
     context_enc = tokenizer.encode(context, add_special_tokens=False)
-    return context_enc, whole[len(context_enc):]
+    return context_enc, whole[len(context_enc) :]
 
 
 @pytest.fixture(scope="module")
 def requests(tokenizer):
     """lm-eval's loglikelihood requests: (whole token list, ctxlen), one per (question, choice)."""
-    pairs = [encode_pair(tokenizer, context, choice)
-             for context, choices, _ in QUESTIONS for choice in choices]
+    pairs = [
+        encode_pair(tokenizer, context, choice) for context, choices, _ in QUESTIONS for choice in choices
+    ]
     return [(context + continuation, len(context)) for context, continuation in pairs]
 
 
@@ -66,7 +67,7 @@ def hf_scores(smollm2_dir, requests):
     for tokens, ctxlen in requests:
         with torch.inference_mode():
             logprobs = torch.log_softmax(model(torch.tensor([tokens])).logits[0].float(), dim=-1)
-        rows = logprobs[ctxlen - 1:len(tokens) - 1]
+        rows = logprobs[ctxlen - 1 : len(tokens) - 1]
         continuation = torch.tensor(tokens[ctxlen:])
         chosen = rows.gather(1, continuation[:, None])[:, 0]
         scores.append((chosen.sum().item(), bool((rows.argmax(dim=-1) == continuation).all())))
@@ -92,7 +93,7 @@ def parse_logprobs(choice, ctxlen: int, generated: int) -> tuple[float, bool]:
 def accuracy(scores: list[tuple[float, bool]]) -> float:
     right, start = 0, 0
     for _, choices, answer in QUESTIONS:
-        options = [loglikelihood for loglikelihood, _ in scores[start:start + len(choices)]]
+        options = [loglikelihood for loglikelihood, _ in scores[start : start + len(choices)]]
         right += options.index(max(options)) == answer
         start += len(choices)
     return right / len(QUESTIONS)
@@ -103,8 +104,15 @@ def test_lm_eval_loglikelihoods_equal_hf(server, requests, hf_scores, max_tokens
     client = server.client()
     scores = []
     for tokens, ctxlen in requests:  # lm-eval's batch_size 1: one token list per request
-        answer = client.completions.create(model="smollm2", prompt=[tokens], temperature=0,
-                                           max_tokens=max_tokens, logprobs=1, seed=1234, echo=True)
+        answer = client.completions.create(
+            model="smollm2",
+            prompt=[tokens],
+            temperature=0,
+            max_tokens=max_tokens,
+            logprobs=1,
+            seed=1234,
+            echo=True,
+        )
         [choice] = answer.choices
         lp = choice.logprobs
         assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(tokens) + max_tokens
@@ -120,16 +128,18 @@ def test_lm_eval_loglikelihoods_equal_hf(server, requests, hf_scores, max_tokens
 def test_batched_and_streamed_echo_agree_with_single_requests(server, requests, tokenizer):
     client = server.client()
     prompts = [tokens for tokens, _ in requests[:3]]
-    batched = client.completions.create(model="smollm2", prompt=prompts, temperature=0, max_tokens=2,
-                                        logprobs=2, echo=True)
+    batched = client.completions.create(
+        model="smollm2", prompt=prompts, temperature=0, max_tokens=2, logprobs=2, echo=True
+    )
     for choice, tokens in zip(sorted(batched.choices, key=lambda c: c.index), prompts):
         lp = choice.logprobs
         assert choice.text.startswith(tokenizer.decode(tokens))
         assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
         assert all(len(top) >= 2 for top in lp.top_logprobs[1:])  # the top 2 and the prompt token
 
-    stream = client.completions.create(model="smollm2", prompt=prompts[0], temperature=0, max_tokens=2,
-                                       logprobs=2, echo=True, stream=True)
+    stream = client.completions.create(
+        model="smollm2", prompt=prompts[0], temperature=0, max_tokens=2, logprobs=2, echo=True, stream=True
+    )
     chunks = [c.choices[0] for c in stream if c.choices]
     assert "".join(c.text for c in chunks) == batched.choices[0].text
     streamed = [v for c in chunks if c.logprobs for v in c.logprobs.token_logprobs]
@@ -145,19 +155,42 @@ def test_a_batch_file_echo_line_scores_as_the_server(server, requests, smollm2_d
 
     from hetero_core.cli.main import main
 
-    lines = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
-              "body": {"prompt": [tokens], "temperature": 0, "max_tokens": 0, "logprobs": 1, "echo": True}}
-             for i, (tokens, _) in enumerate(requests[:4])]
+    lines = [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"prompt": [tokens], "temperature": 0, "max_tokens": 0, "logprobs": 1, "echo": True},
+        }
+        for i, (tokens, _) in enumerate(requests[:4])
+    ]
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert main(["run", "--model", str(smollm2_dir), "--executor", "torch", "--dtype", "float32",
-                 "--input-file", str(source), "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                str(smollm2_dir),
+                "--executor",
+                "torch",
+                "--dtype",
+                "float32",
+                "--input-file",
+                str(source),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = {r["custom_id"]: r["response"]["body"] for r in map(json.loads, out.read_text().splitlines())}
     client = server.client()
     for i, (tokens, ctxlen) in enumerate(requests[:4]):
         [choice] = results[f"r{i}"]["choices"]
-        [served] = client.completions.create(model="smollm2", prompt=[tokens], temperature=0, max_tokens=0,
-                                             logprobs=1, echo=True).choices
+        [served] = client.completions.create(
+            model="smollm2", prompt=[tokens], temperature=0, max_tokens=0, logprobs=1, echo=True
+        ).choices
         assert choice["text"] == served.text and choice["finish_reason"] == "length"
         assert choice["logprobs"]["tokens"] == served.logprobs.tokens
         assert choice["logprobs"]["token_logprobs"][0] is None

@@ -44,13 +44,19 @@ def test_the_pair_answers_as_one_engine(roles, mock_server):
             want = one_client.completions.create(model="test-model", **kwargs).choices[0]
             got = pair_client.completions.create(model="m", **kwargs).choices[0]
             assert (got.text, got.finish_reason) == (want.text, want.finish_reason)
-            streamed = "".join(c.choices[0].text for c in pair_client.completions.create(model="m", stream=True, **kwargs))
+            streamed = "".join(
+                c.choices[0].text for c in pair_client.completions.create(model="m", stream=True, **kwargs)
+            )
             assert streamed == want.text
         chat = dict(messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0)
-        assert pair_client.chat.completions.create(model="m", **chat).choices[0].message.content == \
-            one_client.chat.completions.create(model="test-model", **chat).choices[0].message.content
+        assert (
+            pair_client.chat.completions.create(model="m", **chat).choices[0].message.content
+            == one_client.chat.completions.create(model="test-model", **chat).choices[0].message.content
+        )
         raw = httpx.post(front.base_url + "/v1/completions", json=dict(model="m", prompt="hi", max_tokens=2))
-        prefill_s, transfer_s = (float(p.split("=")[1]) for p in raw.headers["x-hetero-kv-transfer"].split(";"))
+        prefill_s, transfer_s = (
+            float(p.split("=")[1]) for p in raw.headers["x-hetero-kv-transfer"].split(";")
+        )
         assert prefill_s >= 0 and transfer_s >= 0
         assert httpx.get(front.base_url + "/health").status_code == 200
         assert "hetero_role_requests_total" in httpx.get(front.base_url + "/metrics").text
@@ -59,11 +65,16 @@ def test_the_pair_answers_as_one_engine(roles, mock_server):
 def _stream_in_background(client, results, key):
     def run():
         try:
-            text = "".join(c.choices[0].text for c in client.completions.create(
-                model="m", prompt="stream me", max_tokens=60, temperature=0, stream=True))
+            text = "".join(
+                c.choices[0].text
+                for c in client.completions.create(
+                    model="m", prompt="stream me", max_tokens=60, temperature=0, stream=True
+                )
+            )
             results[key] = ("ok", text)
         except openai.APIError as exc:
             results[key] = ("error", str(exc))
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -130,8 +141,18 @@ def test_flags_that_do_not_combine_are_refused_by_name():
 def test_the_launcher_hands_its_children_the_engine_flags_only():
     from hetero_core.disagg.launcher import _engine_argv
 
-    assert _engine_argv(["--disaggregated", "--port", "8000", "--host=0.0.0.0", "--executor", "mock",
-                         "--max-model-len", "256"]) == ["--executor", "mock", "--max-model-len", "256"]
+    assert _engine_argv(
+        [
+            "--disaggregated",
+            "--port",
+            "8000",
+            "--host=0.0.0.0",
+            "--executor",
+            "mock",
+            "--max-model-len",
+            "256",
+        ]
+    ) == ["--executor", "mock", "--max-model-len", "256"]
 
 
 def test_the_front_end_alone_serves_over_roles_started_elsewhere(roles):
@@ -143,9 +164,27 @@ def test_the_front_end_alone_serves_over_roles_started_elsewhere(roles):
 
     prefill, decode = roles()
     port = free_port()
-    front = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--prefill-url", prefill.url,
-                              "--decode-url", decode.url, "--port", str(port), "--served-model-name", "m",
-                              "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    front = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            "--prefill-url",
+            prefill.url,
+            "--decode-url",
+            decode.url,
+            "--port",
+            str(port),
+            "--served-model-name",
+            "m",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

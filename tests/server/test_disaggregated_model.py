@@ -21,9 +21,23 @@ PROMPTS = ["The capital of France is", "Write a haiku about the sea. " * 6]
 @pytest.fixture
 def launcher(smollm2_dir):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--disaggregated", "--port", str(port),
-                                "--served-model-name", "m", *FLAGS],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            "--disaggregated",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "m",
+            *FLAGS,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
@@ -50,22 +64,33 @@ def test_the_disaggregated_pair_gives_one_engines_greedy_tokens(launcher, smollm
     base, process = launcher
     assert process.poll() is None, process.stdout.read()
     pair = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
-    engine = build_engine(load_settings(model=str(smollm2_dir), dtype="float32", max_model_len=512, block_size=16))
+    engine = build_engine(
+        load_settings(model=str(smollm2_dir), dtype="float32", max_model_len=512, block_size=16)
+    )
     with LiveServer(engine) as single:
         one = single.client()
         for prompt in PROMPTS:
             kwargs = dict(prompt=prompt, max_tokens=8, temperature=0)
             want = one.completions.create(model="test-model", **kwargs).choices[0].text
             assert pair.completions.create(model="m", **kwargs).choices[0].text == want
-            assert "".join(c.choices[0].text for c in pair.completions.create(model="m", stream=True, **kwargs)) == want
-        kwargs = dict(prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=2)  # the first token's come from prefill
+            assert (
+                "".join(c.choices[0].text for c in pair.completions.create(model="m", stream=True, **kwargs))
+                == want
+            )
+        kwargs = dict(
+            prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=2
+        )  # the first token's come from prefill
         want = one.completions.create(model="test-model", **kwargs).choices[0].logprobs
         got = pair.completions.create(model="m", **kwargs).choices[0].logprobs
-        assert got.tokens == want.tokens and got.token_logprobs == pytest.approx(want.token_logprobs, abs=1e-4)
+        assert got.tokens == want.tokens and got.token_logprobs == pytest.approx(
+            want.token_logprobs, abs=1e-4
+        )
         assert [sorted(t) for t in got.top_logprobs] == [sorted(t) for t in want.top_logprobs]
         chat = dict(messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, temperature=0)
-        assert pair.chat.completions.create(model="m", **chat).choices[0].message.content == \
-            one.chat.completions.create(model="test-model", **chat).choices[0].message.content
+        assert (
+            pair.chat.completions.create(model="m", **chat).choices[0].message.content
+            == one.chat.completions.create(model="test-model", **chat).choices[0].message.content
+        )
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, output

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.cli_helpers import clean_env, hetero_command
-from tests.server.disagg_roles import FrontEnd, Role, free_port
 from tests.process_tree import live_children, live_in_session, still_alive
+from tests.server.disagg_roles import FrontEnd, Role, free_port
 
 MOCK = ["--executor", "mock", "--block-size", "4", "--log-level", "warning"]
 SLOW = {"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.01"}  # 1,000 tokens: 10 s at least
@@ -27,9 +28,14 @@ HANG_GUARD_S = 120
 
 def _start(args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    server = subprocess.Popen(hetero_command("serve", *args, "--port", str(port), "--served-model-name", "m"),
-                              env=clean_env({**SLOW, **(env or {})}), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    server = subprocess.Popen(
+        hetero_command("serve", *args, "--port", str(port), "--served-model-name", "m"),
+        env=clean_env({**SLOW, **(env or {})}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     _wait_health(base, 200, server)
     return server, base
@@ -126,8 +132,18 @@ def test_the_front_end_alone_stopped_under_load_ends_every_stream_then_exits_130
     try:
         prefill.wait_ready()
         decode.wait_ready()
-        server, base = _start(["--prefill-url", prefill.url, "--decode-url", decode.url,
-                               "--graceful-shutdown-seconds", "0", "--log-level", "warning"])
+        server, base = _start(
+            [
+                "--prefill-url",
+                prefill.url,
+                "--decode-url",
+                decode.url,
+                "--graceful-shutdown-seconds",
+                "0",
+                "--log-level",
+                "warning",
+            ]
+        )
         streams = Streams(base, 3)
         output = _stop(server, "the process")
         streams.join()
@@ -164,8 +180,11 @@ def _role(server: subprocess.Popen, role: str, other_than: int | None = None) ->
     """The pid and URL of the launcher's ``role`` child (not ``other_than``)."""
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline:
-        found = [(pid, cmd) for pid, cmd in live_children(server.pid).items()
-                 if f"--role {role}" in cmd and pid != other_than]
+        found = [
+            (pid, cmd)
+            for pid, cmd in live_children(server.pid).items()
+            if f"--role {role}" in cmd and pid != other_than
+        ]
         if found:
             pid, cmd = found[0]
             return pid, "http://127.0.0.1:" + cmd.split("--port ")[1].split()[0]
@@ -198,8 +217,11 @@ def test_a_killed_role_is_reaped_restarted_and_served_again_until_the_last_retry
         second, second_url = _role(server, role, other_than=first)
         assert second_url == url  # restarted where the front end sends its requests
         _wait_health(second_url, 200)
-        answer = httpx.post(base + "/v1/completions", json={"model": "m", "prompt": "again", "max_tokens": 3},
-                            timeout=HANG_GUARD_S)
+        answer = httpx.post(
+            base + "/v1/completions",
+            json={"model": "m", "prompt": "again", "max_tokens": 3},
+            timeout=HANG_GUARD_S,
+        )
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3, answer.text
         children = list(live_children(server.pid))
         os.kill(second, signal.SIGKILL)  # the second death within the window: no retry left

@@ -19,11 +19,18 @@ from tests.server.live_server import LiveServer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 QUESTION = "What is the capital of France?"
-TOOL = {"type": "function", "name": "get_weather",
-        "description": "Get current temperature for a given location.",
-        "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
-                       "required": ["location"], "additionalProperties": False},
-        "strict": True}
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get current temperature for a given location.",
+    "parameters": {
+        "type": "object",
+        "properties": {"location": {"type": "string"}},
+        "required": ["location"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +41,9 @@ def client(smollm2_dir):
 
 
 def test_plain_answer_equals_chat_streamed_and_not(client):
-    chat = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": QUESTION}],
-                                          max_tokens=16)
+    chat = client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": QUESTION}], max_tokens=16
+    )
     result = client.responses.create(model="smollm2", input=QUESTION, max_output_tokens=16)
     with client.responses.stream(model="smollm2", input=QUESTION, max_output_tokens=16) as stream:
         streamed = stream.get_final_response()
@@ -46,12 +54,20 @@ def test_plain_answer_equals_chat_streamed_and_not(client):
 
 def test_json_schema_and_a_required_call(client):
     schema = SCHEMAS["enum and const"]
-    result = client.responses.create(model="smollm2", input="Pick a paint.", max_output_tokens=100,
-                                     text={"format": {"type": "json_schema", "name": "paint",
-                                                      "schema": schema}})
+    result = client.responses.create(
+        model="smollm2",
+        input="Pick a paint.",
+        max_output_tokens=100,
+        text={"format": {"type": "json_schema", "name": "paint", "schema": schema}},
+    )
     assert not schema_problems(json.loads(result.output_text), schema)
-    result = client.responses.create(model="smollm2", input="What is the weather like in Paris today?",
-                                     tools=[TOOL], tool_choice="required", parallel_tool_calls=False,
-                                     max_output_tokens=60)
+    result = client.responses.create(
+        model="smollm2",
+        input="What is the weather like in Paris today?",
+        tools=[TOOL],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=60,
+    )
     [call] = [item for item in result.output if item.type == "function_call"]
     assert call.name == "get_weather" and "location" in json.loads(call.arguments)

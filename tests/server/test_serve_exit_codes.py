@@ -14,6 +14,7 @@ import time
 
 import httpx
 import pytest
+
 from tests.cli_helpers import clean_env, hetero, hetero_command
 from tests.process_tree import live_in_session, still_alive
 
@@ -30,9 +31,25 @@ def test_sigterm_stops_hetero_serve_as_ctrl_c_does(to):
     base = f"http://127.0.0.1:{port}"
     env = clean_env({"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.01"})  # 1,000 tokens: 10 s at least
     server = subprocess.Popen(
-        hetero_command("serve", "--executor", "mock", "--port", str(port), "--served-model-name", "mock-model",
-                       "--graceful-shutdown-seconds", "0", "--log-level", "warning"),
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        hetero_command(
+            "serve",
+            "--executor",
+            "mock",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "mock-model",
+            "--graceful-shutdown-seconds",
+            "0",
+            "--log-level",
+            "warning",
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     events: list[str] = []
     started = threading.Event()
 
@@ -78,5 +95,7 @@ def test_a_port_in_use_is_one_line_and_exit_2():
         port = taken.getsockname()[1]
         result = hetero("serve", "--executor", "mock", "--port", str(port), timeout=60)
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip() == (f"hetero: error: cannot listen on 127.0.0.1:{port}: Address already in use; "
-                                     "choose another --port or --host, or stop what uses it")
+    assert result.stderr.strip() == (
+        f"hetero: error: cannot listen on 127.0.0.1:{port}: Address already in use; "
+        "choose another --port or --host, or stop what uses it"
+    )

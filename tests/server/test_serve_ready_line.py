@@ -12,13 +12,27 @@ import httpx
 
 def test_the_ready_line_names_the_model_and_the_url_it_answers_on():
     process = subprocess.Popen(
-        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", "0",
-         "--served-model-name", "mock-model"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            "--executor",
+            "mock",
+            "--port",
+            "0",
+            "--served-model-name",
+            "mock-model",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         line = process.stderr.readline().strip()
-        match = re.fullmatch(r"hetero: serving mock-model on (http://127\.0\.0\.1:(\d+)) \(OpenAI API at /v1\)", line)
+        match = re.fullmatch(
+            r"hetero: serving mock-model on (http://127\.0\.0\.1:(\d+)) \(OpenAI API at /v1\)", line
+        )
         assert match, line
         assert int(match.group(2)) > 0  # the port actually bound, not 0
         assert httpx.get(match.group(1) + "/v1/models", timeout=10).json()["data"][0]["id"] == "mock-model"
@@ -29,12 +43,19 @@ def test_the_ready_line_names_the_model_and_the_url_it_answers_on():
 
 
 def test_an_executor_without_a_model_is_announced_as_the_executor_not_a_model():
-    process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stderr.readline().strip()
-        match = re.fullmatch(r"hetero: serving the mock executor \(no model\) on (http://127\.0\.0\.1:\d+) "
-                             r"\(OpenAI API at /v1\)", line)
+        match = re.fullmatch(
+            r"hetero: serving the mock executor \(no model\) on (http://127\.0\.0\.1:\d+) "
+            r"\(OpenAI API at /v1\)",
+            line,
+        )
         assert match, line
         assert httpx.get(match.group(1) + "/v1/models", timeout=10).json()["data"][0]["id"] == "mock"
     finally:
@@ -63,8 +84,9 @@ def test_serve_says_once_at_start_that_structured_output_is_off_without_xgrammar
     from hetero_core.settings import load_settings
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "xgrammar"
-                        else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "xgrammar" else real_find_spec(name, *a)
+    )
     serve._say_if_structured_output_is_off(load_settings(executor="mock"))
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "structured output is off" in lines[0]

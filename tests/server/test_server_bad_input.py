@@ -30,13 +30,36 @@ BAD = [
     (COMPLETIONS, {"max_tokens": 3}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, 400, "max_tokens 0 generates nothing: it needs echo"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
-    (CHAT, {"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "what is this?"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, 400,
-     "messages[0].content[1] is an image_url part; this model takes text only"),
-    (CHAT, {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [
-        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]}, 400,
-     "messages[1].content[0] is an input_audio part; this model takes text only"),
+    (
+        CHAT,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is this?"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    ],
+                }
+            ]
+        },
+        400,
+        "messages[0].content[1] is an image_url part; this model takes text only",
+    ),
+    (
+        CHAT,
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {
+                    "role": "user",
+                    "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}],
+                },
+            ]
+        },
+        400,
+        "messages[1].content[0] is an input_audio part; this model takes text only",
+    ),
     (COMPLETIONS, {"prompt": "x", "max_tokens": 10**9}, 400, "max_tokens"),
     (COMPLETIONS, {"prompt": "x" * 200, "max_tokens": 1}, 400, "max_model_len"),
     (COMPLETIONS, {"prompt": "x", "top_p": 0}, 400, "top_p"),
@@ -58,13 +81,22 @@ BAD = [
     (COMPLETIONS, {"prompt": "x", "stream": "yes"}, 400, "stream: Input should be a valid boolean"),
     (COMPLETIONS, {"prompt": "x", "n": "2"}, 400, "n: Input should be a valid integer"),
     (CHAT, {"messages": MESSAGES, "logprobs": 1}, 400, "logprobs: Input should be a valid boolean"),
-    (CHAT, {"messages": MESSAGES, "stream_options": {"include_usage": "true"}}, 400, "stream_options.include_usage"),
+    (
+        CHAT,
+        {"messages": MESSAGES, "stream_options": {"include_usage": "true"}},
+        400,
+        "stream_options.include_usage",
+    ),
     (CHAT, {"messages": MESSAGES, "temperature": "0.5"}, 400, "temperature: Input should be a valid number"),
     # JSON the parser must bound: nesting, huge integers, huge floats, lone surrogates.
     (COMPLETIONS, b'{"prompt": "x", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nest at most"),
     (COMPLETIONS, b'{"prompt": "x", "seed": ' + b"7" * 5000 + b"}", 400, "at most 4300 digits"),
-    (CHAT, b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1' + b"0" * 400 + b"}", 400,
-     "temperature: Input should be a finite number"),
+    (
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 1' + b"0" * 400 + b"}",
+        400,
+        "temperature: Input should be a finite number",
+    ),
     (CHAT, b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', 400, "valid Unicode"),
     (COMPLETIONS, b'{"prompt": "\\udc80"}', 400, "valid Unicode"),
     (COMPLETIONS, b'{"prompt": "\xed\xa0\x80"}', 400, "not valid JSON"),  # a surrogate as UTF-8 bytes
@@ -75,8 +107,9 @@ BAD = [
 
 def post(base_url: str, path: str, body, **kwargs) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(base_url + path, content=content, headers={"content-type": "application/json"},
-                      timeout=60, **kwargs)
+    return httpx.post(
+        base_url + path, content=content, headers={"content-type": "application/json"}, timeout=60, **kwargs
+    )
 
 
 @pytest.mark.parametrize("path,body,status,named", BAD, ids=[str(i) for i in range(len(BAD))])
@@ -112,7 +145,9 @@ def test_every_bad_request_keeps_its_keep_alive_connection(mock_server):
 
 def test_a_lone_surrogate_is_a_clear_400_and_logs_no_error(mock_server, caplog):
     server = mock_server()
-    body = b'{"messages": [{"role": "user", "content": "caf\\udce9"}]}'  # no max_tokens: fitted to the context
+    body = (
+        b'{"messages": [{"role": "user", "content": "caf\\udce9"}]}'  # no max_tokens: fitted to the context
+    )
     with caplog.at_level(logging.INFO, logger="hetero"):
         response = post(server.base_url, CHAT, body)
     assert response.status_code == 400

@@ -33,9 +33,14 @@ def test_32_concurrent_streaming_clients_get_complete_outputs_in_shared_steps(mo
     expected = [offline.generate([p], sp)[0].text for p, sp in zip(prompts, params)]
 
     async def one(client, i):
-        stream = await client.completions.create(model="test-model", prompt=prompts[i], seed=i,
-                                                 max_tokens=params[i].max_tokens, stream=True,
-                                                 stream_options={"include_usage": True})
+        stream = await client.completions.create(
+            model="test-model",
+            prompt=prompts[i],
+            seed=i,
+            max_tokens=params[i].max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         text, usage = "", None
         async for chunk in stream:
             text += "".join(c.text for c in chunk.choices)
@@ -61,10 +66,16 @@ def test_32_concurrent_streaming_clients_get_complete_outputs_in_shared_steps(mo
     assert metrics["hetero_kv_blocks_total"] == 1024
 
 
-@pytest.mark.parametrize("path,body", [
-    ("/v1/completions", {"prompt": "never mind", "max_tokens": 1000, "stream": True}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000, "stream": True}),
-])
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/v1/completions", {"prompt": "never mind", "max_tokens": 1000, "stream": True}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000, "stream": True},
+        ),
+    ],
+)
 def test_client_disconnect_mid_stream_aborts_and_frees_blocks(mock_server, path, body):
     server = mock_server({"decode_latency_per_step": 0.01})
     with httpx.stream("POST", server.base_url + path, json=body, timeout=30) as response:
@@ -86,7 +97,9 @@ def test_client_disconnect_mid_stream_aborts_and_frees_blocks(mock_server, path,
 def test_non_streaming_client_that_times_out_is_aborted(mock_server):
     server = mock_server({"decode_latency_per_step": 0.01})
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(server.base_url + "/v1/completions", json={"prompt": "slow", "max_tokens": 1000}, timeout=0.3)
+        httpx.post(
+            server.base_url + "/v1/completions", json={"prompt": "slow", "max_tokens": 1000}, timeout=0.3
+        )
     assert server.wait_until_idle()
     assert server.llm.stats.num_steps < 1000
 
@@ -96,8 +109,10 @@ def test_beyond_the_pending_limit_clients_get_429_and_the_others_finish(mock_ser
     client = server.async_client()
 
     async def main():
-        slow = [asyncio.create_task(client.completions.create(model="test-model", prompt=f"s{i}", max_tokens=40))
-                for i in range(2)]
+        slow = [
+            asyncio.create_task(client.completions.create(model="test-model", prompt=f"s{i}", max_tokens=40))
+            for i in range(2)
+        ]
         deadline = time.monotonic() + 30
         while server.llm.stats.num_pending < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
@@ -115,15 +130,24 @@ def test_shutdown_lets_short_requests_finish_and_reports_long_ones_aborted(make_
 
     server = LiveServer(make_mock_engine({"decode_latency_per_step": 0.01}), drain_seconds=0.5).__enter__()
     url = server.base_url + "/v1/completions"
-    with httpx.stream("POST", url, json={"prompt": "short", "max_tokens": 20, "stream": True}, timeout=30) as short, \
-            httpx.stream("POST", url, json={"prompt": "long", "max_tokens": 1500, "stream": True}, timeout=30) as long:
+    with (
+        httpx.stream(
+            "POST", url, json={"prompt": "short", "max_tokens": 20, "stream": True}, timeout=30
+        ) as short,
+        httpx.stream(
+            "POST", url, json={"prompt": "long", "max_tokens": 1500, "stream": True}, timeout=30
+        ) as long,
+    ):
         short_lines, long_lines = short.iter_lines(), long.iter_lines()
         next(line for line in short_lines if line.startswith("data: "))
         next(line for line in long_lines if line.startswith("data: "))
         server.__exit__(None, None, None)  # drain for 0.5 s, then abort what still runs
         short_events = [line[6:] for line in short_lines if line.startswith("data: ")]
         long_events = [line[6:] for line in long_lines if line.startswith("data: ")]
-    assert short_events[-1] == "[DONE]" and json.loads(short_events[-2])["choices"][0]["finish_reason"] == "length"
+    assert (
+        short_events[-1] == "[DONE]"
+        and json.loads(short_events[-2])["choices"][0]["finish_reason"] == "length"
+    )
     assert long_events[-1] == "[DONE]"
     assert json.loads(long_events[-2])["error"]["code"] == "engine_unavailable"
     assert not server.llm.is_running

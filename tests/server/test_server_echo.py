@@ -48,8 +48,13 @@ def test_max_tokens_0_without_echo_is_refused_by_name(mock_server):
 
 def test_streamed_echo_sends_the_prompt_in_the_first_chunk(mock_server):
     server = mock_server()
-    body = {"prompt": "hello there", "max_tokens": 4, "temperature": 0, "echo": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": "hello there",
+        "max_tokens": 4,
+        "temperature": 0,
+        "echo": True,
+        "stream_options": {"include_usage": True},
+    }
     whole = post(server, body).json()["choices"][0]["text"]
     chunks = streamed(server, body)
     texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]

@@ -22,9 +22,13 @@ def test_tokenize_and_detokenize_round_trip(mock_server):
     base = server.base_url
     result = httpx.post(base + "/tokenize", json={"prompt": "héllo"}, timeout=30).json()
     assert result["tokens"] == list("héllo".encode()) and result["count"] == 6 and result["max_model_len"] > 0
-    chat = httpx.post(base + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30).json()
+    chat = httpx.post(
+        base + "/tokenize", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30
+    ).json()
     assert chat["tokens"] == list(b"user: hi\nassistant: ")
-    assert httpx.post(base + "/detokenize", json={"tokens": result["tokens"]}, timeout=30).json() == {"prompt": "héllo"}
+    assert httpx.post(base + "/detokenize", json={"tokens": result["tokens"]}, timeout=30).json() == {
+        "prompt": "héllo"
+    }
 
 
 @pytest.mark.parametrize("path, body, message", [
@@ -38,4 +42,6 @@ def test_bad_token_requests_say_why(mock_server, path, body, message):
 
 
 def test_version(mock_server):
-    assert httpx.get(mock_server().base_url + "/version", timeout=30).json() == {"version": hetero_core.__version__}
+    assert httpx.get(mock_server().base_url + "/version", timeout=30).json() == {
+        "version": hetero_core.__version__
+    }

@@ -20,19 +20,19 @@ schemathesis = pytest.importorskip("schemathesis")
 requests = pytest.importorskip("requests")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
-
-from hetero_core.server.app import openapi_schema  # noqa: E402
-from tests.server.live_server import LiveServer  # noqa: E402
-from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.checks import (  # noqa: E402
     not_a_server_error,
 )
+from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
     negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
+
+from hetero_core.server.app import openapi_schema  # noqa: E402
+from tests.server.live_server import LiveServer  # noqa: E402
 
 TALLY: Counter = Counter()  # (operation, generation mode, status) -> requests; printed at the end
 EXAMPLES = int(os.environ.get("HETERO_FUZZ_EXAMPLES", "25"))
@@ -63,20 +63,27 @@ def openai_error_json(ctx, response, case):
     return None
 
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          negative_data_rejection, openai_error_json]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    openai_error_json,
+]
 
 
 @pytest.fixture(scope="module")
 def fuzz_server():
+    import hetero_plugins_mock
     from hetero_core.builder import build_engine
     from hetero_core.plugin_system.discovery import load_plugins
     from hetero_core.settings import load_settings
 
-    import hetero_plugins_mock
-
     settings_ = load_settings(executor={"name": "mock", "mock": {}}, max_model_len=256, max_tokens=32)
-    engine = build_engine(settings_, load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)]))
+    engine = build_engine(
+        settings_, load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
+    )
     with LiveServer(engine, api_key=API_KEY, max_pending_requests=64) as server:
         yield server
 
@@ -98,8 +105,9 @@ def session(fuzz_server):
 # collection (its fixture-based loader does not run under pytest 9); the first test checks it is the
 # one served.
 # Streams are read to their end (schemathesis stops after 20 events by default).
-schema = schemathesis.openapi.from_dict(openapi_schema(has_api_key=True),
-                                        config=SchemathesisConfig.from_dict({"max-stream-events": 10**6}))
+schema = schemathesis.openapi.from_dict(
+    openapi_schema(has_api_key=True), config=SchemathesisConfig.from_dict({"max-stream-events": 10**6})
+)
 
 
 def test_the_fuzzed_schema_is_the_served_one(fuzz_server, session):
@@ -108,8 +116,13 @@ def test_the_fuzzed_schema_is_the_served_one(fuzz_server, session):
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=DERANDOMIZE,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 def test_every_answer_is_documented_and_every_error_is_openai_json(case, fuzz_server, session):
     response = case.call(base_url=fuzz_server.base_url, session=session, headers=AUTH, timeout=60)
     mode = case.meta.generation.mode.value if case.meta else "explicit"

@@ -20,12 +20,14 @@ def offline(make_mock_engine, prompt, mock_options=None, **params):
 
 def test_completion_matches_the_engine_and_counts_real_tokens(mock_server, make_mock_engine):
     server = mock_server()
-    result = server.client().completions.create(model="test-model", prompt="Hello there", max_tokens=12, seed=3)
+    result = server.client().completions.create(
+        model="test-model", prompt="Hello there", max_tokens=12, seed=3
+    )
     expected = offline(make_mock_engine, "Hello there", max_tokens=12, seed=3)
     assert result.object == "text_completion" and result.model == "test-model"
     assert [c.text for c in result.choices] == [expected.text]
     assert result.choices[0].finish_reason == "length"
-    assert result.usage.prompt_tokens == len("Hello there".encode()) == len(expected.prompt_token_ids)
+    assert result.usage.prompt_tokens == len(b"Hello there") == len(expected.prompt_token_ids)
     assert result.usage.completion_tokens == 12
     assert result.usage.total_tokens == result.usage.prompt_tokens + 12
 
@@ -33,7 +35,11 @@ def test_completion_matches_the_engine_and_counts_real_tokens(mock_server, make_
 def test_streamed_completion_concatenates_to_the_full_text_and_ends_with_usage(mock_server, make_mock_engine):
     server = mock_server()
     stream = server.client().completions.create(
-        model="test-model", prompt="Stream me", max_tokens=10, seed=1, stream=True,
+        model="test-model",
+        prompt="Stream me",
+        max_tokens=10,
+        seed=1,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -60,15 +66,23 @@ def test_chat_uses_the_chat_format_and_streams_role_then_content(mock_server, ma
     server = mock_server()
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
     client = server.client()
-    result = client.chat.completions.create(model="test-model", messages=messages, max_completion_tokens=8, seed=5)
+    result = client.chat.completions.create(
+        model="test-model", messages=messages, max_completion_tokens=8, seed=5
+    )
     expected = offline(make_mock_engine, messages, max_tokens=8, seed=5)
     assert result.choices[0].message.role == "assistant"
     assert result.choices[0].message.content == expected.text
     assert result.usage.prompt_tokens == len(expected.prompt_token_ids)
     assert result.usage.prompt_tokens == len(b"system: Be brief.\nuser: Hi!\nassistant: ")
 
-    stream = client.chat.completions.create(model="test-model", messages=messages, max_tokens=8, seed=5,
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="test-model",
+        messages=messages,
+        max_tokens=8,
+        seed=5,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -79,7 +93,9 @@ def test_chat_uses_the_chat_format_and_streams_role_then_content(mock_server, ma
 
 def test_chat_without_max_tokens_fits_the_context(mock_server):
     server = mock_server(max_model_len=64, max_tokens=256)
-    result = server.client().chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hey"}])
+    result = server.client().chat.completions.create(
+        model="test-model", messages=[{"role": "user", "content": "hey"}]
+    )
     assert result.usage.total_tokens == 64
     assert result.choices[0].finish_reason == "length"
 
@@ -106,7 +122,9 @@ def test_n_choices_and_several_prompts(mock_server, make_mock_engine):
     batch = client.completions.create(model="test-model", prompt=["ab", "cde"], max_tokens=4, n=2, seed=0)
     assert len(batch.choices) == 4
     assert batch.usage.prompt_tokens == 2 + 3
-    streamed = client.completions.create(model="test-model", prompt="same", max_tokens=6, n=3, seed=10, stream=True)
+    streamed = client.completions.create(
+        model="test-model", prompt="same", max_tokens=6, n=3, seed=10, stream=True
+    )
     texts = ["", "", ""]
     for chunk in streamed:
         for choice in chunk.choices:
@@ -120,10 +138,13 @@ def test_stop_string_truncates_in_both_modes(mock_server, make_mock_engine):
     stop = full[10:12]  # two characters that occur in the output
     cut = full[: full.index(stop)]
     client = server.client()
-    result = client.completions.create(model="test-model", prompt="stop test", max_tokens=40, seed=2, stop=[stop])
+    result = client.completions.create(
+        model="test-model", prompt="stop test", max_tokens=40, seed=2, stop=[stop]
+    )
     assert result.choices[0].text == cut and result.choices[0].finish_reason == "stop"
-    stream = client.completions.create(model="test-model", prompt="stop test", max_tokens=40, seed=2,
-                                       stop=stop, stream=True)
+    stream = client.completions.create(
+        model="test-model", prompt="stop test", max_tokens=40, seed=2, stop=stop, stream=True
+    )
     pieces = [c.choices[0].text for c in stream if c.choices]
     assert "".join(pieces) == cut  # no piece of the stop string was streamed before the match
 
@@ -132,8 +153,13 @@ def test_seed_reproduces_and_different_seeds_differ(mock_server):
     client = mock_server().client()
 
     def run(seed):
-        return client.completions.create(model="test-model", prompt="seeded", max_tokens=16, seed=seed,
-                                         temperature=0.8).choices[0].text
+        return (
+            client.completions.create(
+                model="test-model", prompt="seeded", max_tokens=16, seed=seed, temperature=0.8
+            )
+            .choices[0]
+            .text
+        )
 
     assert run(42) == run(42)
     assert run(42) != run(43)
@@ -160,8 +186,9 @@ def test_api_key_missing_or_wrong_gets_401(mock_server):
 
 def test_priority_and_user_are_accepted(mock_server):
     client = mock_server().client()
-    result = client.completions.create(model="test-model", prompt="p", max_tokens=3, user="tenant-a",
-                                       extra_body={"priority": -1})
+    result = client.completions.create(
+        model="test-model", prompt="p", max_tokens=3, user="tenant-a", extra_body={"priority": -1}
+    )
     assert result.usage.completion_tokens == 3
 
 
@@ -169,12 +196,22 @@ def test_streamed_chunks_carry_their_null_fields_as_the_json_answer_does(mock_se
     """Found by the schema fuzzer: stream chunks dropped every null, required ones included (a token's
     ``logprob`` is null on an executor without logits), so chunks broke the documented schema."""
     server = mock_server()
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 3,
+        "logprobs": True,
+        "stream": True,
+    }
     with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, timeout=30) as response:
         events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     chunks = [json.loads(e) for e in events[:-1]]
-    tokens = [t for c in chunks for choice in c["choices"] if choice["logprobs"]
-              for t in choice["logprobs"]["content"]]
+    tokens = [
+        t
+        for c in chunks
+        for choice in c["choices"]
+        if choice["logprobs"]
+        for t in choice["logprobs"]["content"]
+    ]
     assert len(tokens) == 3
     assert all(set(t) == {"token", "logprob", "bytes", "top_logprobs"} for t in tokens)
     assert all("finish_reason" in choice for c in chunks for choice in c["choices"])

@@ -49,8 +49,9 @@ def test_greedy_completions_equal_the_offline_engine(server, offline):
 
 
 def test_greedy_chat_streams_the_offline_text(server, offline):
-    stream = server.client().chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=MAX_TOKENS,
-                                                     temperature=0, stream=True)
+    stream = server.client().chat.completions.create(
+        model="smollm2", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, stream=True
+    )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == offline[3].text
     assert "Paris" in text
@@ -58,7 +59,9 @@ def test_greedy_chat_streams_the_offline_text(server, offline):
 
 def test_logprobs_are_real_log_probabilities(server):
     client = server.client()
-    result = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=3)
+    result = client.completions.create(
+        model="smollm2", prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=3
+    )
     lp = result.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
     assert "".join(lp.tokens) == result.choices[0].text
@@ -66,8 +69,9 @@ def test_logprobs_are_real_log_probabilities(server):
         assert chosen <= 0 and len(top) == 3
         assert math.isclose(chosen, max(top.values()), abs_tol=1e-4)  # greedy picks the most likely
 
-    chat = client.chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=3, temperature=0,
-                                          logprobs=True, top_logprobs=2)
+    chat = client.chat.completions.create(
+        model="smollm2", messages=MESSAGES, max_tokens=3, temperature=0, logprobs=True, top_logprobs=2
+    )
     content = chat.choices[0].logprobs.content
     assert len(content) == chat.usage.completion_tokens
     assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content)
@@ -76,11 +80,14 @@ def test_logprobs_are_real_log_probabilities(server):
 def test_prompt_logprobs_come_back_in_the_choice_as_vllm_sends_them(server, smollm2_dir):
     settings = load_settings(model=str(smollm2_dir), executor="torch", dtype="float32")
     engine = build_engine(settings, load_plugins(entry_points=[]))
-    [offline_out] = engine.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2))
+    [offline_out] = engine.generate(
+        PROMPTS[:1], SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2)
+    )
     engine.shutdown()
     client = server.client()
-    result = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0,
-                                       extra_body={"prompt_logprobs": 2})
+    result = client.completions.create(
+        model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0, extra_body={"prompt_logprobs": 2}
+    )
     entries = result.choices[0].model_extra["prompt_logprobs"]
     ids = offline_out.prompt_token_ids
     assert len(entries) == len(ids) and entries[0] is None
@@ -91,8 +98,14 @@ def test_prompt_logprobs_come_back_in_the_choice_as_vllm_sends_them(server, smol
         assert entry[str(token_id)]["decoded_token"] == want[token_id].decoded_token
         ranks = sorted(v["rank"] for v in entry.values() if v["rank"] <= 2)
         assert ranks == [1, 2]
-    stream = client.completions.create(model="smollm2", prompt=PROMPTS[0], max_tokens=2, temperature=0,
-                                       stream=True, extra_body={"prompt_logprobs": 0})
+    stream = client.completions.create(
+        model="smollm2",
+        prompt=PROMPTS[0],
+        max_tokens=2,
+        temperature=0,
+        stream=True,
+        extra_body={"prompt_logprobs": 0},
+    )
     sent = [c.choices[0].model_extra.get("prompt_logprobs") for c in stream if c.choices]
     assert sent[0] is not None and [list(e) for e in sent[0][1:]] == [[str(t)] for t in ids[1:]]
     assert all(s is None for s in sent[1:])
@@ -101,8 +114,9 @@ def test_prompt_logprobs_come_back_in_the_choice_as_vllm_sends_them(server, smol
 
 
 def test_chat_returns_prompt_logprobs_at_the_top_as_vllm_does(server):
-    result = server.client().chat.completions.create(model="smollm2", messages=MESSAGES, max_tokens=2,
-                                                     temperature=0, extra_body={"prompt_logprobs": 1})
+    result = server.client().chat.completions.create(
+        model="smollm2", messages=MESSAGES, max_tokens=2, temperature=0, extra_body={"prompt_logprobs": 1}
+    )
     entries = result.model_extra["prompt_logprobs"]
     assert entries[0] is None and len(entries) == result.usage.prompt_tokens
     assert all(1 <= len(entry) <= 2 and min(v["rank"] for v in entry.values()) == 1 for entry in entries[1:])

@@ -19,28 +19,38 @@ def test_response_format_json_schema_and_json_object(mock_server):
     client = mock_server(max_model_len=4096).client()
     for name, schema in SCHEMAS.items():
         result = client.chat.completions.create(
-            model="test-model", messages=MESSAGES, max_tokens=3000, seed=1,
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}},
+            model="test-model",
+            messages=MESSAGES,
+            max_tokens=3000,
+            seed=1,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": schema, "strict": True},
+            },
         )
         text = result.choices[0].message.content
         assert not schema_problems(json.loads(text), schema), (name, text)
         assert result.choices[0].finish_reason == "stop"
-    result = client.chat.completions.create(model="test-model", messages=MESSAGES, max_tokens=3000,
-                                            response_format={"type": "json_object"})
+    result = client.chat.completions.create(
+        model="test-model", messages=MESSAGES, max_tokens=3000, response_format={"type": "json_object"}
+    )
     assert isinstance(json.loads(result.choices[0].message.content), dict)
 
 
 def test_vllm_guided_extras_on_chat_and_completions(mock_server):
     client = mock_server(max_model_len=4096).client()
-    out = client.completions.create(model="test-model", prompt="Pick", max_tokens=20,
-                                    extra_body={"guided_choice": ["red", "green"]})
+    out = client.completions.create(
+        model="test-model", prompt="Pick", max_tokens=20, extra_body={"guided_choice": ["red", "green"]}
+    )
     assert out.choices[0].text in ("red", "green")
-    out = client.completions.create(model="test-model", prompt="Date", max_tokens=20,
-                                    extra_body={"guided_regex": r"\d{4}-\d{2}-\d{2}"})
+    out = client.completions.create(
+        model="test-model", prompt="Date", max_tokens=20, extra_body={"guided_regex": r"\d{4}-\d{2}-\d{2}"}
+    )
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", out.choices[0].text)
     schema = SCHEMAS["enum and const"]
-    out = client.chat.completions.create(model="test-model", messages=MESSAGES, max_tokens=500,
-                                         extra_body={"guided_json": schema})
+    out = client.chat.completions.create(
+        model="test-model", messages=MESSAGES, max_tokens=500, extra_body={"guided_json": schema}
+    )
     assert not schema_problems(json.loads(out.choices[0].message.content), schema)
 
 
@@ -48,7 +58,10 @@ def test_streamed_json_concatenates_to_valid_json(mock_server):
     client = mock_server(max_model_len=4096).client()
     schema = SCHEMAS["nested objects"]
     stream = client.chat.completions.create(
-        model="test-model", messages=MESSAGES, max_tokens=3000, stream=True,
+        model="test-model",
+        messages=MESSAGES,
+        max_tokens=3000,
+        stream=True,
         response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
@@ -64,8 +77,11 @@ def test_streamed_json_concatenates_to_valid_json(mock_server):
 ])  # fmt: skip
 def test_bad_structured_requests_are_400s_that_say_why(mock_server, body, message):
     server = mock_server()
-    response = httpx.post(server.base_url + "/v1/chat/completions", timeout=30,
-                          json={"messages": MESSAGES, "max_tokens": 5, **body})
+    response = httpx.post(
+        server.base_url + "/v1/chat/completions",
+        timeout=30,
+        json={"messages": MESSAGES, "max_tokens": 5, **body},
+    )
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]["message"]
 
@@ -84,6 +100,7 @@ def test_the_openai_clients_parse_with_a_pydantic_model(mock_server):
         final_answer: Literal["yes", "no"]
 
     client = mock_server(max_model_len=4096).client()
-    result = client.chat.completions.parse(model="test-model", messages=MESSAGES, response_format=Answer,
-                                           max_tokens=3000)
+    result = client.chat.completions.parse(
+        model="test-model", messages=MESSAGES, response_format=Answer, max_tokens=3000
+    )
     assert isinstance(result.choices[0].message.parsed, Answer)

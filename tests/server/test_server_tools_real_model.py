@@ -71,22 +71,40 @@ def test_the_openai_tool_calling_example(client):
 def test_json_schema_on_smollm2(client):
     schema = SCHEMAS["enum and const"]
     result = client.chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Pick a paint."}], max_tokens=100,
+        model="smollm2",
+        messages=[{"role": "user", "content": "Pick a paint."}],
+        max_tokens=100,
         response_format={"type": "json_schema", "json_schema": {"name": "paint", "schema": schema}},
     )
     assert not schema_problems(json.loads(result.choices[0].message.content), schema)
 
 
-ADD = [{"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"]}}}]
+ADD = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_required_with_parallel_calls_returns_the_add_call(client, stream):
     # issue 38: the model repeated the call until max_tokens and the answer had no calls.
-    asked = dict(model="smollm2", messages=[{"role": "user", "content": "What is 2+3?"}], tools=ADD,
-                 tool_choice="required", max_tokens=60)
+    asked = dict(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What is 2+3?"}],
+        tools=ADD,
+        tool_choice="required",
+        max_tokens=60,
+    )
     if stream:
         chunks = list(client.chat.completions.create(stream=True, **asked))
         calls = [c for chunk in chunks for choice in chunk.choices for c in choice.delta.tool_calls or []]
@@ -99,13 +117,34 @@ def test_required_with_parallel_calls_returns_the_add_call(client, stream):
 
 
 def test_required_takes_a_tool_schema_with_defs(client):
-    tool = {"type": "function", "function": {"name": "move", "parameters": {
-        "type": "object", "properties": {"to": {"$ref": "#/$defs/Point"}}, "required": ["to"],
-        "$defs": {"Point": {"type": "object",
-                            "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
-                            "required": ["x", "y"]}}}}}
-    message = client.chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Move to 1, 2."}], tools=[tool],
-        tool_choice="required", max_tokens=80).choices[0].message
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "move",
+            "parameters": {
+                "type": "object",
+                "properties": {"to": {"$ref": "#/$defs/Point"}},
+                "required": ["to"],
+                "$defs": {
+                    "Point": {
+                        "type": "object",
+                        "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                        "required": ["x", "y"],
+                    }
+                },
+            },
+        },
+    }
+    message = (
+        client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "Move to 1, 2."}],
+            tools=[tool],
+            tool_choice="required",
+            max_tokens=80,
+        )
+        .choices[0]
+        .message
+    )
     arguments = json.loads(message.tool_calls[0].function.arguments)
     assert set(arguments["to"]) == {"x", "y"}

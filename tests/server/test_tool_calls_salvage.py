@@ -11,12 +11,31 @@ from hetero_core.openai_api.protocol import ChatCompletionRequest
 from hetero_core.openai_api.tools import MAX_CALLS, answer, complete_calls, tool_call_schema
 from hetero_core.server.tool_stream import ToolCallStream
 
-ADD = {"type": "function", "function": {"name": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-    "required": ["a", "b"]}}}
-POINT = {"type": "function", "function": {"name": "move", "parameters": {
-    "type": "object", "properties": {"to": {"$ref": "#/$defs/Point"}}, "required": ["to"],
-    "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}}}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+POINT = {
+    "type": "function",
+    "function": {
+        "name": "move",
+        "parameters": {
+            "type": "object",
+            "properties": {"to": {"$ref": "#/$defs/Point"}},
+            "required": ["to"],
+            "$defs": {
+                "Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+            },
+        },
+    },
+}
 CALL = '{"name": "add", "arguments": {"a": 2, "b": 3}}'
 
 
@@ -40,10 +59,13 @@ def test_auto_keeps_an_unclosed_whole_block_and_drops_repeats():
     assert content is None and [c.name for c in calls] == ["add"]
 
 
-@pytest.mark.parametrize("mode,pieces", [
-    ("required", ["[", CALL[:20], CALL[20:], ", ", CALL, ", ", '{"name": "add", "argu']),
-    ("auto", ["Sure. <tool", "_call>\n", CALL, "\n</tool_call>\n<tool_call>\n", CALL, "\n</tool_call>"]),
-])
+@pytest.mark.parametrize(
+    "mode,pieces",
+    [
+        ("required", ["[", CALL[:20], CALL[20:], ", ", CALL, ", ", '{"name": "add", "argu']),
+        ("auto", ["Sure. <tool", "_call>\n", CALL, "\n</tool_call>\n<tool_call>\n", CALL, "\n</tool_call>"]),
+    ],
+)
 def test_a_streamed_call_goes_out_when_it_completes(mode, pieces):
     stream = ToolCallStream(body(tool_choice=mode), mode)
     sent_after = []

@@ -18,7 +18,7 @@ MARKER = "<!-- example: phrase_proposer.py"
 
 def example_source() -> str:
     text = DOC.read_text(encoding="utf-8")
-    after = text[text.index(MARKER):]
+    after = text[text.index(MARKER) :]
     return re.search(r"```python\n(.*?)```", after, re.S).group(1)
 
 
@@ -49,8 +49,16 @@ def test_the_example_proposes_the_rest_of_its_phrase(example, smollm2_dir):
     from hetero_core.speculative import ProposalInput, ProposerContext
 
     module = example[1]
-    ctx = ProposerContext(options=None, num_speculative_tokens=4, vocab_size=49152,
-                          model_dir=smollm2_dir, executor="torch", block_size=16, max_model_len=2048, max_num_seqs=8)
+    ctx = ProposerContext(
+        options=None,
+        num_speculative_tokens=4,
+        vocab_size=49152,
+        model_dir=smollm2_dir,
+        executor="torch",
+        block_size=16,
+        max_model_len=2048,
+        max_num_seqs=8,
+    )
     proposer = module.PhraseProposer(ctx)
     phrase = proposer.phrases[0]
     assert proposer.propose([ProposalInput(0, [1, 2] + phrase[:3], 4)]) == [phrase[3:7]]

@@ -29,8 +29,16 @@ def tiny_llama(tmp_path_factory):
 
 def generate(model_dir, **settings):
     executor = {"name": "torch", "torch": {"device": DEVICE, "dtype": "float32"}}
-    settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_model_len=128, max_num_blocks=48, max_batch_size=4, **settings)
+    settings = load_settings(
+        model=str(model_dir),
+        tokenizer="byte",
+        executor=executor,
+        block_size=16,
+        max_model_len=128,
+        max_num_blocks=48,
+        max_batch_size=4,
+        **settings,
+    )
     engine = build_engine(settings, load_plugins(entry_points=[]))
     try:
         outputs = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))

@@ -15,20 +15,34 @@ from hetero_core import LLM, SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 4,",
-           "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox",
-           "Once upon a time, in a small village at the edge of a great forest, there lived"]
-DRAFT = {"speculative_proposer": {"name": "draft", "draft": {"dtype": "float32"}}, "num_speculative_tokens": 4}
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "1, 2, 3, 4,",
+    "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox",
+    "Once upon a time, in a small village at the edge of a great forest, there lived",
+]
+DRAFT = {
+    "speculative_proposer": {"name": "draft", "draft": {"dtype": "float32"}},
+    "num_speculative_tokens": 4,
+}
 # a small Llama of SmolLM2's vocabulary with random weights (hetero_bench.random_models)
-SMALL_TARGET = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-                "head_dim": 64, "intermediate_size": 512}
+SMALL_TARGET = {
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 512,
+}
 
 
 def generate(model_dir, max_tokens: int = 16, **settings):
     llm = LLM(str(model_dir), "torch", dtype="float32", **settings)
     try:
-        outputs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
-                               use_tqdm=False)
+        outputs = llm.generate(
+            PROMPTS, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True), use_tqdm=False
+        )
         return [o.output_token_ids for o in outputs], llm.engine.stats(), outputs
     finally:
         llm.shutdown()

@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 
 from hetero_core.errors import ConfigError  # noqa: E402
 from hetero_core.testing import ProposerContract  # noqa: E402
-
 from tests.speculative.draft_helpers import Item, make_draft_proposer  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -26,7 +25,9 @@ def greedy_continuations(smollm2_dir):
     from hetero_core import LLM, SamplingParams
 
     llm = LLM(str(smollm2_dir), "torch", dtype="float32")
-    outputs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    outputs = llm.generate(
+        PROMPTS, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False
+    )
     llm.engine.shutdown()
     return [(list(o.prompt_token_ids), list(o.outputs[0].token_ids)) for o in outputs]
 
@@ -43,13 +44,15 @@ def test_proposals_are_the_draft_models_greedy_continuation(proposer, greedy_con
     proposals = proposer.propose(items)
     assert proposals == [out[:K] for _, out in greedy_continuations]
     # all accepted plus the target's token: the next proposals continue the same greedy run
-    items = [Item(i, tuple(prompt + out[:K + 1]), K) for i, (prompt, out) in enumerate(greedy_continuations)]
-    assert proposer.propose(items) == [out[K + 1:2 * K + 1] for _, out in greedy_continuations]
+    items = [Item(i, tuple(prompt + out[: K + 1]), K) for i, (prompt, out) in enumerate(greedy_continuations)]
+    assert proposer.propose(items) == [out[K + 1 : 2 * K + 1] for _, out in greedy_continuations]
     for i in range(len(PROMPTS)):
         proposer.release(i)
 
 
-def test_rollback_after_a_partial_acceptance_equals_a_fresh_proposer(proposer, smollm2_dir, greedy_continuations):
+def test_rollback_after_a_partial_acceptance_equals_a_fresh_proposer(
+    proposer, smollm2_dir, greedy_continuations
+):
     prompt, out = greedy_continuations[0]
     first = proposer.propose([Item(7, tuple(prompt), K)])[0]
     corrected = prompt + first[:1] + [first[1] + 1]  # the target took one and replaced the second
@@ -63,7 +66,9 @@ def test_rollback_after_a_partial_acceptance_equals_a_fresh_proposer(proposer, s
 
 
 def test_sequences_ask_for_different_numbers_of_tokens(proposer, greedy_continuations):
-    items = [Item(i, tuple(prompt), n) for i, ((prompt, _), n) in enumerate(zip(greedy_continuations, (1, 0, 3)))]
+    items = [
+        Item(i, tuple(prompt), n) for i, ((prompt, _), n) in enumerate(zip(greedy_continuations, (1, 0, 3)))
+    ]
     assert proposer.propose(items) == [greedy_continuations[0][1][:1], [], greedy_continuations[2][1][:3]]
     for i in range(len(PROMPTS)):
         proposer.release(i)
@@ -88,9 +93,13 @@ def test_release_frees_the_blocks_and_a_full_pool_proposes_nothing(smollm2_dir, 
 
 
 def test_a_draft_model_of_another_tokenizer_is_refused_at_startup(smollm2_dir, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 49152, "architectures": ["LlamaForCausalLM"]}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"vocab_size": 49152, "architectures": ["LlamaForCausalLM"]})
+    )
     vocab = {f"t{i}": i for i in range(49152)}
-    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": []}))
+    (tmp_path / "tokenizer.json").write_text(
+        json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": []})
+    )
     from hetero_core.default_plugins.draft_options import DraftProposerOptions
 
     with pytest.raises(ConfigError, match="another tokenizer than the target"):
@@ -125,7 +134,9 @@ def test_the_draft_runs_on_the_targets_device_unless_told():
 
 
 def test_a_draft_model_without_a_tokenizer_must_match_the_targets_vocab_size(smollm2_dir, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 32000, "architectures": ["LlamaForCausalLM"]}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"vocab_size": 32000, "architectures": ["LlamaForCausalLM"]})
+    )
     from hetero_core.default_plugins.draft_options import DraftProposerOptions
 
     with pytest.raises(ConfigError, match="has vocab_size 32000, the target 49152"):

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from hetero_core import InvalidRequestError, LLM, SamplingParams
+from hetero_core import LLM, InvalidRequestError, SamplingParams
 from hetero_core.structured_output import GuidedDecodingParams
 from hetero_core.testing.structured_output_cases import CHOICES, REGEXES, SCHEMAS, schema_problems
 
@@ -27,8 +27,10 @@ def test_every_schema_on_the_mock_batched(make_mock_engine):
     engine = make_mock_engine(max_model_len=4096)
     names = list(SCHEMAS)
     prompts = [f"{name} {seed}" for name in names for seed in range(4)]
-    params = [SamplingParams(max_tokens=3000, seed=i, guided_decoding=GuidedDecodingParams(json=SCHEMAS[name]))
-              for i, name in enumerate(n for n in names for _ in range(4))]
+    params = [
+        SamplingParams(max_tokens=3000, seed=i, guided_decoding=GuidedDecodingParams(json=SCHEMAS[name]))
+        for i, name in enumerate(n for n in names for _ in range(4))
+    ]
     free = ["free text", "more free text"]  # unconstrained requests share the steps
     outputs = engine.generate(prompts + free, params + [SamplingParams(max_tokens=20)] * 2)
     for out, prompt in zip(outputs, prompts):
@@ -60,7 +62,9 @@ def test_a_bad_schema_fails_alone_with_a_message(make_mock_engine):
     engine = make_mock_engine()
     with pytest.raises(InvalidRequestError, match="guided regex could not be compiled"):
         engine.add_request("x", SamplingParams(guided_decoding={"regex": "(unclosed"}))
-    outs = engine.generate(["bad", "good"], [SamplingParams(guided_decoding={"regex": "(x"}), SamplingParams(max_tokens=3)])
+    outs = engine.generate(
+        ["bad", "good"], [SamplingParams(guided_decoding={"regex": "(x"}), SamplingParams(max_tokens=3)]
+    )
     assert "could not be compiled" in outs[0].error and outs[1].error is None
 
 
@@ -77,9 +81,13 @@ def test_every_schema_on_smollm2(smollm2_dir):
     llm = LLM(model=str(smollm2_dir), executor="torch", max_model_len=1024)
     prompts, params = [], []
     for name, schema in SCHEMAS.items():
-        messages = [{"role": "user", "content": f"Give an example of {name} as JSON matching {json.dumps(schema)}"}]
+        messages = [
+            {"role": "user", "content": f"Give an example of {name} as JSON matching {json.dumps(schema)}"}
+        ]
         prompts.append(messages)
-        params.append(SamplingParams(temperature=0, max_tokens=400, guided_decoding=GuidedDecodingParams(json=schema)))
+        params.append(
+            SamplingParams(temperature=0, max_tokens=400, guided_decoding=GuidedDecodingParams(json=schema))
+        )
     prompts.append([{"role": "user", "content": "Is the sky blue?"}])
     params.append(SamplingParams(temperature=0, guided_decoding={"choice": ["yes", "no"]}))
     outputs = llm.engine.generate(prompts, params)
@@ -111,10 +119,13 @@ def test_vllm_backend_and_whitespace_pattern_do_what_they_say(make_mock_engine):
         guided = GuidedDecodingParams(choice=["yes", "no"], backend=backend)
         [out] = engine.generate(["x"], SamplingParams(max_tokens=5, guided_decoding=guided))
         assert out.text in ("yes", "no"), backend
-    refused = [("outlines", "backend 'outlines' is not this engine's: it uses 'xgrammar'"),
-               (None, "whitespace_pattern is not supported by xgrammar")]
+    refused = [
+        ("outlines", "backend 'outlines' is not this engine's: it uses 'xgrammar'"),
+        (None, "whitespace_pattern is not supported by xgrammar"),
+    ]
     for backend, message in refused:
-        guided = GuidedDecodingParams(json={"type": "object"}, backend=backend,
-                                      whitespace_pattern=None if backend else r"[ ]?")
+        guided = GuidedDecodingParams(
+            json={"type": "object"}, backend=backend, whitespace_pattern=None if backend else r"[ ]?"
+        )
         [out] = engine.generate(["x"], SamplingParams(max_tokens=5, guided_decoding=guided))
         assert message in out.error

@@ -6,13 +6,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hetero_core import SamplingParams  # noqa: E402
 from hetero_core.engine.sampling.sampler import Sampler, SamplingRow  # noqa: E402
 from hetero_core.engine.sampling.token_bitmask import (  # noqa: E402
     allocate_token_bitmask,
     allowed_token_ids,
     unpack_token_bitmask,
 )
-from hetero_core import SamplingParams  # noqa: E402
 
 
 def only(bitmask, row: int, tokens: list[int]) -> None:
@@ -32,8 +32,14 @@ def test_pack_and_unpack_agree():
     assert unpack_token_bitmask(bitmask, 100)[1, 96:].any().item() is False  # beyond the mask: forbidden
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0), SamplingParams(temperature=0.8, seed=3),
-                                    SamplingParams(temperature=0, repetition_penalty=1.3, logprobs=2)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0),
+        SamplingParams(temperature=0.8, seed=3),
+        SamplingParams(temperature=0, repetition_penalty=1.3, logprobs=2),
+    ],
+)
 def test_the_sampler_takes_only_allowed_tokens_and_leaves_other_rows_alone(params):
     logits = torch.randn(3, 100, generator=torch.Generator().manual_seed(0))
     rows = [SamplingRow(params, [1, 2], [3]) for _ in range(3)]
@@ -51,7 +57,9 @@ def test_a_row_with_nothing_allowed_fails_alone():
     logits = torch.zeros(2, 40)
     bitmask = allocate_token_bitmask(2, 40)
     bitmask[0] = 0
-    out = Sampler().sample(logits, [SamplingRow(SamplingParams(temperature=0), [], [])] * 2, token_bitmask=bitmask)
+    out = Sampler().sample(
+        logits, [SamplingRow(SamplingParams(temperature=0), [], [])] * 2, token_bitmask=bitmask
+    )
     assert "allows no token" in out.error(0) and out.error(1) is None
 
 
@@ -60,8 +68,10 @@ def test_a_complete_grammar_lets_eos_through_min_tokens_and_a_contradiction_name
     bitmask = allocate_token_bitmask(2, 40)
     only(bitmask, 0, [7])  # the grammar is complete: only EOS (7) may come
     only(bitmask, 1, [3])  # the grammar needs token 3, which allowed_token_ids leaves out
-    rows = [SamplingRow(SamplingParams(temperature=0, min_tokens=5, max_tokens=10), [], []),
-            SamplingRow(SamplingParams(temperature=0, allowed_token_ids=[4, 5]), [], [])]
+    rows = [
+        SamplingRow(SamplingParams(temperature=0, min_tokens=5, max_tokens=10), [], []),
+        SamplingRow(SamplingParams(temperature=0, allowed_token_ids=[4, 5]), [], []),
+    ]
     out = Sampler(eos_token_id=7).sample(logits, rows, token_bitmask=bitmask)
     assert out.token_ids[0] == 7 and out.error(0) is None
     assert "allowed_token_ids" in out.error(1) and "executor" not in out.error(1)

@@ -14,7 +14,9 @@ from hetero_plugins_mock.options import MockExecutorOptions
 
 
 class TestMockExecutorContract(ExecutorContract):
-    vocab_size = 258  # ctx.vocab_size: the byte tokenizer's, as the engine passes it (the mock draws below 127)
+    vocab_size = (
+        258  # ctx.vocab_size: the byte tokenizer's, as the engine passes it (the mock draws below 127)
+    )
 
     def make_executor(self, ctx):
         return MockExecutor(ctx)
@@ -67,12 +69,21 @@ class IgnoresBlockTables(Forgiving):
 @pytest.mark.parametrize(
     "broken, test_name, message",
     [
-        (IgnoresBlockTables, "test_block_tables_are_honoured",
-         r"block tables are honoured: shuffled, non-contiguous block tables: token at \(0, 37\) is \d+, expected"),
-        (IgnoresBlockTables, "test_mixed_prefill_and_decode_batches_match_separate_runs",
-         r"a batch gives each sequence the rows it gets alone: mixed prefill \+ decode batches: token at"),
-        (PerRequestCache, "test_slot_writes_land_where_the_batch_says",
-         r"slot writes land where the batch says: a sequence reading another's cached blocks: token at 37 is"),
+        (
+            IgnoresBlockTables,
+            "test_block_tables_are_honoured",
+            r"block tables are honoured: shuffled, non-contiguous block tables: token at \(0, 37\) is \d+, expected",
+        ),
+        (
+            IgnoresBlockTables,
+            "test_mixed_prefill_and_decode_batches_match_separate_runs",
+            r"a batch gives each sequence the rows it gets alone: mixed prefill \+ decode batches: token at",
+        ),
+        (
+            PerRequestCache,
+            "test_slot_writes_land_where_the_batch_says",
+            r"slot writes land where the batch says: a sequence reading another's cached blocks: token at 37 is",
+        ),
     ],
 )
 def test_the_contract_catches_broken_executors_naming_the_rule_and_the_value(broken, test_name, message):
@@ -91,8 +102,10 @@ def test_the_contract_catches_broken_executors_naming_the_rule_and_the_value(bro
 
 
 def test_the_contract_kit_imports_no_torch():
-    code = ("import sys; from hetero_core.testing import ExecutorContract; "
-            "print('torch' in sys.modules, 'pytest' in sys.modules, 'hypothesis' in sys.modules)")
+    code = (
+        "import sys; from hetero_core.testing import ExecutorContract; "
+        "print('torch' in sys.modules, 'pytest' in sys.modules, 'hypothesis' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]
 
@@ -104,9 +117,12 @@ def test_what_a_wrapped_executor_needs_is_named_when_it_refuses_the_context():
         def make_executor(self, ctx):
             return MockExecutor(ctx)
 
-    with pytest.raises(RuntimeError, match=r"make_executor\(ctx\) raised ConfigError: executor.mock.vocab_size "
-                                           r"\(127\) exceeds the tokenizer's vocabulary \(96\) \(the kit's context: "
-                                           r"vocab_size=96, block_size=16, num_blocks=64, options=None"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"make_executor\(ctx\) raised ConfigError: executor.mock.vocab_size "
+        r"\(127\) exceeds the tokenizer's vocabulary \(96\) \(the kit's context: "
+        r"vocab_size=96, block_size=16, num_blocks=64, options=None",
+    ):
         TooSmall().test_chunked_prefill_matches_unchunked()
 
 
@@ -130,7 +146,10 @@ def test_the_forgiving_mock_itself_passes_so_failures_above_come_from_the_breaka
             return Forgiving(ctx)
 
     contract = Contract()
-    for name in ("test_block_tables_are_honoured", "test_mixed_prefill_and_decode_batches_match_separate_runs",
-                 "test_slot_writes_land_where_the_batch_says"):
+    for name in (
+        "test_block_tables_are_honoured",
+        "test_mixed_prefill_and_decode_batches_match_separate_runs",
+        "test_slot_writes_land_where_the_batch_says",
+    ):
         getattr(contract, name)()
     contract.teardown_method(None)

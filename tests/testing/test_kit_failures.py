@@ -9,16 +9,17 @@ import re
 import subprocess
 import sys
 
-
 pytest_plugins = ["pytester"]
 
 
 def run_kit(pytester, source: str, *args: str):
     pytester.makepyfile(test_plugin=source)
     # a plugin's suite as its author runs it; no shrinking: the first failing example is enough here
-    pytester.makeconftest("from hypothesis import Phase, settings\n"
-                          "settings.register_profile('kit', phases=[Phase.explicit, Phase.generate])\n"
-                          "settings.load_profile('kit')\n")
+    pytester.makeconftest(
+        "from hypothesis import Phase, settings\n"
+        "settings.register_profile('kit', phases=[Phase.explicit, Phase.generate])\n"
+        "settings.load_profile('kit')\n"
+    )
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:logging", "-q", *args)
 
 
@@ -88,24 +89,35 @@ class TestIgnoresBlockTables(ExecutorContract):
 
 
 def test_the_executor_kit_checks_what_the_capabilities_declare(pytester):
-    result = run_kit(pytester, EXECUTOR, "-k",
-                     "NoOpCopies and block_copies or UndeclaredSwapIn and capabilities")
+    result = run_kit(
+        pytester, EXECUTOR, "-k", "NoOpCopies and block_copies or UndeclaredSwapIn and capabilities"
+    )
     result.assert_outcomes(failed=2)
     report = result.stdout.str()
-    assert ("ContractFailure: an executor declares its capabilities (hetero_core.executor."
-            "ExecutorCapabilities): UndeclaredSwapIn: it declares block_swap=True but has no callable "
-            "swap_in") in report
-    assert re.search(r"ContractFailure: copy_blocks copies whole blocks \(block_copy\): a sequence "
-                     r"reading the copies: token at 37 is \d+, expected \d+\n", report)
+    assert (
+        "ContractFailure: an executor declares its capabilities (hetero_core.executor."
+        "ExecutorCapabilities): UndeclaredSwapIn: it declares block_swap=True but has no callable "
+        "swap_in"
+    ) in report
+    assert re.search(
+        r"ContractFailure: copy_blocks copies whole blocks \(block_copy\): a sequence "
+        r"reading the copies: token at 37 is \d+, expected \d+\n",
+        report,
+    )
 
 
 def test_an_executor_kit_failure_names_the_rule_and_the_value(pytester):
-    result = run_kit(pytester, EXECUTOR, "-k", "OutOfVocabulary and one_row or IgnoresBlockTables and block_tables")
+    result = run_kit(
+        pytester, EXECUTOR, "-k", "OutOfVocabulary and one_row or IgnoresBlockTables and block_tables"
+    )
     result.assert_outcomes(failed=2)
     report = result.stdout.str()
     assert "ContractFailure: token ids are ints in [0, vocab_size = 258): row 0 is 999\n" in report
-    assert re.search(r"ContractFailure: block tables are honoured: shuffled, non-contiguous block tables: "
-                     r"token at \(0, 37\) is \d+, expected \d+\n", report)
+    assert re.search(
+        r"ContractFailure: block tables are honoured: shuffled, non-contiguous block tables: "
+        r"token at \(0, 37\) is \d+, expected \d+\n",
+        report,
+    )
 
 
 POLICY = """
@@ -148,15 +160,24 @@ def test_a_policy_the_engine_would_forgive_fails_the_kit_naming_the_decision(pyt
     report = result.stdout.str()
     valid = "ContractFailure: every decision is valid (the engine ignores an invalid one and serves in arrival order): "
     # driving the engine (which alone would fall back to arrival order and pass)
-    assert re.search(re.escape(valid) + r"step \d+: order names unknown requests \['ghost'\] "
-                     r"\(the decision: SchedulingDecision\(order=\(.*'ghost'\)", report)
+    assert re.search(
+        re.escape(valid) + r"step \d+: order names unknown requests \['ghost'\] "
+        r"\(the decision: SchedulingDecision\(order=\(.*'ghost'\)",
+        report,
+    )
     # deciding on generated snapshots
-    assert re.search(re.escape(valid) + r"order names unknown requests \['ghost'\] for a snapshot with "
-                     r"\{'waiting': \[.*\]\}", report)
+    assert re.search(
+        re.escape(valid) + r"order names unknown requests \['ghost'\] for a snapshot with "
+        r"\{'waiting': \[.*\]\}",
+        report,
+    )
     # holding everything back (which the engine's override alone would rescue after 64 steps)
-    assert re.search(r"ContractFailure: a policy may delay requests, never stall the engine: nothing ran and it "
-                     r"held back every request \(\['\d+'.*\]\) for 64 steps in a row, so the engine overrode "
-                     r"its hold-backs\n", report)
+    assert re.search(
+        r"ContractFailure: a policy may delay requests, never stall the engine: nothing ran and it "
+        r"held back every request \(\['\d+'.*\]\) for 64 steps in a row, so the engine overrode "
+        r"its hold-backs\n",
+        report,
+    )
 
 
 def run_python(code: str) -> str:
@@ -184,8 +205,10 @@ def test_the_policy_kit_without_hypothesis_names_the_extra_to_install():
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
-    assert run_python(code) == ("SchedulerPolicyContract generates workloads with hypothesis, which is not "
-                                "installed: pip install 'hetero-core[testing]'")
+    assert run_python(code) == (
+        "SchedulerPolicyContract generates workloads with hypothesis, which is not "
+        "installed: pip install 'hetero-core[testing]'"
+    )
 
 
 def test_the_policy_kit_runs_an_engine_without_the_mock_package():

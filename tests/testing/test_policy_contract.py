@@ -36,8 +36,11 @@ def test_the_kit_catches_a_policy_that_decides_differently_for_the_same_input():
             return rng.random()
 
     kit = kit_for(Drifting)
-    with pytest.raises(ContractFailure, match=r"the same input gives the same schedule \(no hash, set or time "
-                                              r"order\): step \d+ ran sequences \[.*\] in the first run"):
+    with pytest.raises(
+        ContractFailure,
+        match=r"the same input gives the same schedule \(no hash, set or time "
+        r"order\): step \d+ ran sequences \[.*\] in the first run",
+    ):
         kit.test_same_input_gives_the_same_schedule.hypothesis.inner_test(kit, workload=WORKLOAD)
     fcfs = kit_for(FcfsPolicy)  # the same workload passes with a deterministic policy
     fcfs.test_same_input_gives_the_same_schedule.hypothesis.inner_test(fcfs, workload=WORKLOAD)
@@ -52,7 +55,9 @@ def test_the_kit_catches_an_invalid_decision():
 
     with pytest.raises(ContractFailure, match=r"every decision is valid .*: order leaves out \['r"):
         kit_for(ForgetsWaiting).test_decisions_are_valid()
-    with pytest.raises(ContractFailure, match=r"every decision is valid .*: step \d+: order leaves out \['0'"):
+    with pytest.raises(
+        ContractFailure, match=r"every decision is valid .*: step \d+: order leaves out \['0'"
+    ):
         kit_for(ForgetsWaiting).run_workload(WORKLOAD)
 
 
@@ -61,10 +66,15 @@ def test_the_kit_catches_a_policy_that_raises():
         def key(self, request):
             raise KeyError("tenant")
 
-    with pytest.raises(ContractFailure, match=r"decide\(snapshot\) returns a SchedulingDecision: it raised "
-                                              r"KeyError: 'tenant'"):
+    with pytest.raises(
+        ContractFailure,
+        match=r"decide\(snapshot\) returns a SchedulingDecision: it raised "
+        r"KeyError: 'tenant'",
+    ):
         kit_for(Raising).test_decisions_are_valid()
-    with pytest.raises(ContractFailure, match=r"every decision is valid .*: step \d+: decide\(\) raised KeyError"):
+    with pytest.raises(
+        ContractFailure, match=r"every decision is valid .*: step \d+: decide\(\) raised KeyError"
+    ):
         kit_for(Raising).run_workload(WORKLOAD)
 
 
@@ -74,8 +84,11 @@ def test_the_kit_catches_a_policy_that_stalls_the_engine():
             held = frozenset(r.request_id for r in snapshot.waiting + snapshot.swapped)
             return SchedulingDecision(order=super().decide(snapshot).order, hold_back=held)
 
-    with pytest.raises(ContractFailure, match=r"never stall the engine: nothing ran and it held back every request "
-                                              r"\(\['0', '1', .*\]\) for 64 steps in a row"):
+    with pytest.raises(
+        ContractFailure,
+        match=r"never stall the engine: nothing ran and it held back every request "
+        r"\(\['0', '1', .*\]\) for 64 steps in a row",
+    ):
         kit_for(HoldsEverythingBack).run_workload(WORKLOAD)
 
 
@@ -84,5 +97,7 @@ def test_a_policy_object_without_decide_is_named():
         def priority(self, seq):
             return 0
 
-    with pytest.raises(ContractFailure, match="a policy has decide.*: make_policy\\(\\) returned a OldStyle without it"):
+    with pytest.raises(
+        ContractFailure, match="a policy has decide.*: make_policy\\(\\) returned a OldStyle without it"
+    ):
         kit_for(OldStyle).run_workload(WORKLOAD)

@@ -10,16 +10,15 @@ interpreted launch: nothing leaks into other tests or their subprocesses.
 from __future__ import annotations
 
 import importlib.util
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 if importlib.util.find_spec("triton") is None:  # not importorskip: that would import it for the GPU
-    pytest.skip("triton is not installed (pip install triton); the Triton executor needs it",
-                allow_module_level=True)
+    pytest.skip(
+        "triton is not installed (pip install triton); the Triton executor needs it", allow_module_level=True
+    )
 
 import torch  # noqa: E402
 
@@ -45,7 +44,9 @@ class KernelMode:
 def pytest_collection_modifyitems(config, items):
     if TRITON_MODE_PROBLEM is None:
         return
-    skip = pytest.mark.skip(reason=f"triton was imported in the wrong mode before these tests: {TRITON_MODE_PROBLEM}")
+    skip = pytest.mark.skip(
+        reason=f"triton was imported in the wrong mode before these tests: {TRITON_MODE_PROBLEM}"
+    )
     for item in items:
         if "tests/triton" in str(item.fspath).replace("\\", "/"):
             item.add_marker(skip)

@@ -25,7 +25,7 @@ def run_steps(backend, caches, schedule, device, dtype):
         qkv = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
         query, key, value = qkv[:, :NUM_HEADS], qkv[:, NUM_HEADS:-NUM_KV_HEADS], qkv[:, -NUM_KV_HEADS:]
         metadata = backend.build_metadata(batch, device)
-        outputs.append(backend.forward(query, key, value, caches, metadata, HEAD_DIM ** -0.5).float().cpu())
+        outputs.append(backend.forward(query, key, value, caches, metadata, HEAD_DIM**-0.5).float().cpu())
     return outputs, metadata
 
 
@@ -40,11 +40,21 @@ SCHEDULE = [
 @pytest.mark.parametrize("num_splits", [None, 1, 3])
 def test_mixed_steps_match_the_torch_backend(num_splits, mode):
     dtype = torch.float32
-    triton_backend = TritonPagedAttention(KernelSettings(interpret=mode.interpret, num_sms=4, num_splits=num_splits,
-                                                         decode_block_n=16, prefill_block_m=16, prefill_block_n=16))
+    triton_backend = TritonPagedAttention(
+        KernelSettings(
+            interpret=mode.interpret,
+            num_sms=4,
+            num_splits=num_splits,
+            decode_block_n=16,
+            prefill_block_m=16,
+            prefill_block_n=16,
+        )
+    )
     torch_backend = TorchPagedAttention()
-    layouts = [b.allocate_kv_cache(1, NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, dtype, mode.device)[0]
-               for b in (triton_backend, torch_backend)]
+    layouts = [
+        b.allocate_kv_cache(1, NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, dtype, mode.device)[0]
+        for b in (triton_backend, torch_backend)
+    ]
     got, metadata = run_steps(triton_backend, layouts[0], SCHEDULE, mode.device, dtype)
     expected, _ = run_steps(torch_backend, layouts[1], SCHEDULE, mode.device, dtype)
     for i, (a, b) in enumerate(zip(got, expected)):

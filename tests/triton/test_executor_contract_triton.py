@@ -30,12 +30,17 @@ class TestTritonExecutorContract(ExecutorContract):
         (self.model_dir, self.hf_model), self.interpret = tiny_llama, mode.interpret
 
     def make_executor(self, ctx):
-        options = TritonExecutorOptions(interpreter=self.interpret, dtype="float32", decode_block_n=16,
-                                        prefill_block_m=16, prefill_block_n=16)
+        options = TritonExecutorOptions(
+            interpreter=self.interpret,
+            dtype="float32",
+            decode_block_n=16,
+            prefill_block_m=16,
+            prefill_block_n=16,
+        )
         return create_triton_executor(type(ctx)(**{**ctx.__dict__, "options": options}))
 
     def reference_greedy(self, prompt_token_ids, num_tokens):
         tokens = list(prompt_token_ids)
         for _ in range(num_tokens):
             tokens.append(int(hf_logits(self.hf_model, tokens)[-1].argmax()))
-        return tokens[len(prompt_token_ids):]
+        return tokens[len(prompt_token_ids) :]

@@ -6,9 +6,6 @@ speculative decoding (ngram proposals verified in the same pass), which must not
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 import hetero_plugins_triton
@@ -17,8 +14,8 @@ from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.executor import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins
 from hetero_core.settings import load_settings
-from tests.model.tiny_models import save_tiny_model
 from tests.cuda.flash_attn_double import FlashAttnDouble  # noqa: E402
+from tests.model.tiny_models import save_tiny_model
 
 PROMPTS = [list(range(3, 30)), [5, 9, 2, 77, 41] * 5, [44, 45], list(range(60, 20, -1))]
 MAX_TOKENS = (9, 6, 12, 7)
@@ -35,8 +32,12 @@ class DoubleCudaPlugin:
         from hetero_plugins_cuda.options import CudaExecutorOptions
 
         double = FlashAttnDouble(page_block_multiple=16, dtypes=(torch.float32,))
-        register("cuda", lambda ctx: CudaExecutor(ctx, kernels=double.kernels()), options=CudaExecutorOptions,
-                 needs_model=True)
+        register(
+            "cuda",
+            lambda ctx: CudaExecutor(ctx, kernels=double.kernels()),
+            options=CudaExecutorOptions,
+            needs_model=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,20 @@ def tiny_qwen3(tmp_path_factory):
 
 
 def greedy_tokens(model_dir, executor: dict, **extra) -> list[list[int]]:
-    settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_model_len=128, max_num_blocks=48, max_batch_size=4, max_total_tokens=64, **extra)
-    plugins = load_plugins(entry_points=[], extra_plugins=[("triton", hetero_plugins_triton),
-                                                           ("cuda", DoubleCudaPlugin())])
+    settings = load_settings(
+        model=str(model_dir),
+        tokenizer="byte",
+        executor=executor,
+        block_size=16,
+        max_model_len=128,
+        max_num_blocks=48,
+        max_batch_size=4,
+        max_total_tokens=64,
+        **extra,
+    )
+    plugins = load_plugins(
+        entry_points=[], extra_plugins=[("triton", hetero_plugins_triton), ("cuda", DoubleCudaPlugin())]
+    )
     engine = build_engine(settings, plugins)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
     try:
@@ -64,12 +75,17 @@ def test_torch_triton_and_cuda_executors_agree(tiny_qwen3, mode):
     expected = greedy_tokens(tiny_qwen3, {"name": "torch", "torch": {"device": device, "dtype": "float32"}})
     assert [len(t) for t in expected] == list(MAX_TOKENS)
     runs = {
-        "triton": {"name": "triton", "triton": {"interpreter": mode.interpret, "device": device, "dtype": "float32"}},
+        "triton": {
+            "name": "triton",
+            "triton": {"interpreter": mode.interpret, "device": device, "dtype": "float32"},
+        },
         "cuda": {"name": "cuda", "cuda": {"device": device, "dtype": "float32", "cuda_graphs": True}},
     }
     if not mode.interpret:  # the torch executor captures decode graphs on a GPU only
-        runs["torch (CUDA graphs)"] = {"name": "torch",
-                                       "torch": {"device": device, "dtype": "float32", "cuda_graphs": True}}
+        runs["torch (CUDA graphs)"] = {
+            "name": "torch",
+            "torch": {"device": device, "dtype": "float32", "cuda_graphs": True},
+        }
     for name, executor in runs.items():
         assert greedy_tokens(tiny_qwen3, executor) == expected, name
     # speculative decoding: verification rows (1 + n per speculating sequence) on every executor

@@ -15,14 +15,20 @@ def test_writes_rows_at_slots_and_skips_padding(num_kv_heads, head_dim, mode, dt
     # K and V as the model produces them: non-contiguous head views of one fused projection.
     fused = torch.randn(num_tokens, 3 + 2 * num_kv_heads, head_dim, generator=generator)
     fused = fused.to(device=mode.device, dtype=dtype)
-    key, value = fused[:, 3:3 + num_kv_heads], fused[:, 3 + num_kv_heads:]
+    key, value = fused[:, 3 : 3 + num_kv_heads], fused[:, 3 + num_kv_heads :]
     slots = torch.randperm(num_slots, generator=generator)[:num_tokens]
     slots[4] = -1  # padding: nothing written
     key_cache = torch.full((8, 16, num_kv_heads, head_dim), float("nan"), dtype=dtype, device=mode.device)
     value_cache = torch.full_like(key_cache, float("nan"))
 
-    store_kv(key, value, key_cache, value_cache, slots.to(device=mode.device, dtype=torch.int32),
-             interpret=mode.interpret)
+    store_kv(
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slots.to(device=mode.device, dtype=torch.int32),
+        interpret=mode.interpret,
+    )
 
     written = torch.cat([slots[:4], slots[5:]])
     rows = torch.cat([torch.arange(4), torch.arange(5, num_tokens)])
@@ -38,5 +44,11 @@ def test_rejects_a_cache_of_another_dtype(mode):
     key = torch.zeros(2, 1, 16, device=mode.device)
     cache = torch.zeros(4, 16, 1, 16, dtype=torch.float16, device=mode.device)
     with pytest.raises(ValueError, match="new K/V are torch.float32 but the cache holds torch.float16"):
-        store_kv(key, key, cache, cache, torch.zeros(2, dtype=torch.int32, device=mode.device),
-                 interpret=mode.interpret)
+        store_kv(
+            key,
+            key,
+            cache,
+            cache,
+            torch.zeros(2, dtype=torch.int32, device=mode.device),
+            interpret=mode.interpret,
+        )

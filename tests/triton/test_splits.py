@@ -6,8 +6,14 @@ H100_SMS = 132
 
 
 def splits(max_context_len, num_seqs, forced=None, num_kv_heads=8, num_sms=H100_SMS, block_n=64):
-    return choose_num_splits(max_context_len=max_context_len, num_seqs=num_seqs, num_kv_heads=num_kv_heads,
-                             num_sms=num_sms, block_n=block_n, forced=forced)
+    return choose_num_splits(
+        max_context_len=max_context_len,
+        num_seqs=num_seqs,
+        num_kv_heads=num_kv_heads,
+        num_sms=num_sms,
+        block_n=block_n,
+        forced=forced,
+    )
 
 
 def test_one_long_sequence_is_split_to_fill_the_gpu():

@@ -32,8 +32,9 @@ def tiny_llama(tmp_path_factory):
 
 
 def greedy_tokens(model_dir, executor: dict, **limits) -> list[list[int]]:
-    settings = load_settings(model=str(model_dir), tokenizer="byte", executor=executor, block_size=16,
-                             max_model_len=160, **limits)
+    settings = load_settings(
+        model=str(model_dir), tokenizer="byte", executor=executor, block_size=16, max_model_len=160, **limits
+    )
     plugins = load_plugins(entry_points=[], extra_plugins=[("triton", hetero_plugins_triton)])
     engine = build_engine(settings, plugins)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
@@ -54,8 +55,15 @@ def test_engine_greedy_tokens_equal_the_torch_executors(tiny_llama, mode, limits
     # float32 on both sides: the torch executor's dtype "auto" is bf16 on a GPU (and on some CPUs)
     torch_fp32 = {"name": "torch", "torch": {"device": str(mode.device), "dtype": "float32"}}
     expected = greedy_tokens(tiny_llama, torch_fp32, **limits)
-    triton = {"name": "triton", "triton": {"interpreter": mode.interpret, "dtype": "float32",
-                                           "device": str(mode.device), "num_splits": 2}}
+    triton = {
+        "name": "triton",
+        "triton": {
+            "interpreter": mode.interpret,
+            "dtype": "float32",
+            "device": str(mode.device),
+            "num_splits": 2,
+        },
+    }
     got = greedy_tokens(tiny_llama, triton, **limits)
     assert [len(t) for t in got] == list(MAX_TOKENS)
     assert got == expected
@@ -66,10 +74,20 @@ def test_speculative_decoding_keeps_the_torch_executors_greedy_tokens(tiny_llama
     torch_fp32 = {"name": "torch", "torch": {"device": str(mode.device), "dtype": "float32"}}
     limits = dict(max_num_blocks=40, max_batch_size=4, max_total_tokens=40)
     expected = greedy_tokens(tiny_llama, torch_fp32, **limits)
-    triton = {"name": "triton", "triton": {"interpreter": mode.interpret, "dtype": "float32",
-                                           "device": str(mode.device), "num_splits": 2}}
+    triton = {
+        "name": "triton",
+        "triton": {
+            "interpreter": mode.interpret,
+            "dtype": "float32",
+            "device": str(mode.device),
+            "num_splits": 2,
+        },
+    }
     ngram = {"name": "ngram", "ngram": {"prompt_lookup_min": 1}}  # a random model repeats little
-    assert greedy_tokens(tiny_llama, triton, num_speculative_tokens=3, speculative_proposer=ngram, **limits) == expected
+    assert (
+        greedy_tokens(tiny_llama, triton, num_speculative_tokens=3, speculative_proposer=ngram, **limits)
+        == expected
+    )
 
 
 @pytest.mark.slow
@@ -81,8 +99,13 @@ def test_cli_on_the_embedded_model_matches_the_torch_executor(smollm2_dir, mode)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HETERO_") or k == "HETERO_CACHE_DIR"}
 
     def answer(*flags: str, extra_env: dict | None = None) -> str:
-        result = subprocess.run([sys.executable, "-m", "hetero_core", *common, *flags], capture_output=True,
-                                text=True, env={**env, **(extra_env or {})}, timeout=600)
+        result = subprocess.run(
+            [sys.executable, "-m", "hetero_core", *common, *flags],
+            capture_output=True,
+            text=True,
+            env={**env, **(extra_env or {})},
+            timeout=600,
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout
 

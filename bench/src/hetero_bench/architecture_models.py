@@ -19,14 +19,16 @@ from pathlib import Path
 
 from hetero_bench.random_models import MARKER, copy_tokenizer, default_cache_dir, random_tensor
 
-
 FORMAT = 1
 
 
 def bench_architectures(registry) -> list[tuple[str, object]]:
     """(name, architecture) of every architecture in ``registry`` with a bench config, by name."""
-    return [(name, registry.get(name)) for name in registry.names()
-            if name in registry.entries and registry.get(name).bench_config is not None]
+    return [
+        (name, registry.get(name))
+        for name in registry.names()
+        if name in registry.entries and registry.get(name).bench_config is not None
+    ]
 
 
 def bench_config(name: str, architecture, overrides: dict) -> dict:
@@ -44,12 +46,15 @@ def checkpoint_shapes(name: str, architecture, raw: dict) -> tuple[object, dict[
     return config, {tensor_name: tuple(tensor.shape) for tensor_name, tensor in state.items()}
 
 
-def architecture_checkpoint(name: str, architecture, raw: dict, dtype: str, cache_dir: Path | None = None,
-                            tokenizer: bool = False) -> Path:
+def architecture_checkpoint(
+    name: str, architecture, raw: dict, dtype: str, cache_dir: Path | None = None, tokenizer: bool = False
+) -> Path:
     """The directory of ``name``'s random checkpoint for config ``raw`` in ``dtype``, made on first use;
     ``tokenizer``: with the embedded SmolLM2's tokenizer files (49,152 tokens)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    digest = hashlib.sha256(json.dumps([FORMAT, raw, dtype, tokenizer], sort_keys=True).encode()).hexdigest()[:10]
+    digest = hashlib.sha256(json.dumps([FORMAT, raw, dtype, tokenizer], sort_keys=True).encode()).hexdigest()[
+        :10
+    ]
     target = root / "random-models" / f"arch-{name}-{dtype}-{digest}"
     if (target / MARKER).is_file():
         return target

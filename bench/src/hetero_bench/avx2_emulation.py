@@ -39,8 +39,10 @@ def emulate_avx2() -> dict[str, str]:
     if not compiler or compiler == str(wrapper):
         compiler = shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise HeteroError("--emulate-avx2 builds the C kernels for AVX2, and no C compiler was found "
-                          "(install gcc, or set CC)")
+        raise HeteroError(
+            "--emulate-avx2 builds the C kernels for AVX2, and no C compiler was found "
+            "(install gcc, or set CC)"
+        )
     text = WRAPPER.format(compiler=compiler)
     if not wrapper.is_file() or wrapper.read_text() != text:
         wrapper.parent.mkdir(parents=True, exist_ok=True)

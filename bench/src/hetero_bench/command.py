@@ -12,9 +12,8 @@ import argparse
 import os
 import sys
 
-from hetero_core import HeteroError
-
 from hetero_bench.catalog import BENCHMARKS, load_benchmark
+from hetero_core import HeteroError
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -23,8 +22,10 @@ def bench_command(args: argparse.Namespace) -> int:
         for name in BENCHMARKS:
             module = load_benchmark(name)
             print(f"{name:<{width}}  {module.SUMMARY}\n{'':<{width}}  needs: {module.NEEDS}")
-        print("\nrun one: hetero bench NAME [options] [--json FILE] [--plot FILE.png]; "
-              "options: hetero bench NAME --help")
+        print(
+            "\nrun one: hetero bench NAME [options] [--json FILE] [--plot FILE.png]; "
+            "options: hetero bench NAME --help"
+        )
         return 0
     module = load_benchmark(args.name)
     base = getattr(args, "parser_class", argparse.ArgumentParser)
@@ -38,8 +39,12 @@ def parse_options(name: str, module, argv: list[str], base: type[argparse.Argume
     from hetero_bench.options import bench_parser_class
 
     epilog = module.epilog() if hasattr(module, "epilog") else None
-    parser = bench_parser_class(base)(prog=f"hetero bench {name}", description=module.__doc__, epilog=epilog,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser_class(base)(
+        prog=f"hetero bench {name}",
+        description=module.__doc__,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     module.add_arguments(parser)
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="FILE", help="also write the results, machine and settings as JSON")

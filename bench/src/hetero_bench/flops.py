@@ -17,11 +17,20 @@ def workload_flops(config: dict, requests: list[Request]) -> float:
     the last), the LM head for every sampled row, and attention (scores and values) over each
     token's context. Element-wise work (norms, RoPE, softmax) is left out."""
     hidden, layers = config["hidden_size"], config["num_hidden_layers"]
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"]
+    heads, kv_heads = (
+        config["num_attention_heads"],
+        config.get("num_key_value_heads") or config["num_attention_heads"],
+    )
     head_dim = config.get("head_dim") or hidden // heads
-    linear_per_token = 2 * layers * (hidden * (heads + 2 * kv_heads) * head_dim  # q, k, v
-                                     + heads * head_dim * hidden  # o
-                                     + 3 * hidden * config["intermediate_size"])  # gate, up, down
+    linear_per_token = (
+        2
+        * layers
+        * (
+            hidden * (heads + 2 * kv_heads) * head_dim  # q, k, v
+            + heads * head_dim * hidden  # o
+            + 3 * hidden * config["intermediate_size"]
+        )
+    )  # gate, up, down
     total = 0.0
     for request in requests:
         computed = len(request.prompt_token_ids) + request.max_tokens - 1

@@ -22,15 +22,21 @@ from pathlib import Path
 PHASES = ("schedule", "build_batch", "postprocess", "outputs")
 
 
-def measure(num_seqs: int, output_tokens: int, seed: int, step_time: float = 0.0,
-            async_scheduling: bool | None = None) -> dict:
+def measure(
+    num_seqs: int, output_tokens: int, seed: int, step_time: float = 0.0, async_scheduling: bool | None = None
+) -> dict:
     """The engine's time and its phases, per step, over one run to the end. Wall times, and the
     engine thread's CPU time (``cpu_ms_per_step``: what a machine shared with other processes
     inflates least)."""
     from hetero_core import LLM, SamplingParams
 
-    settings = dict(max_batch_size=num_seqs, max_num_seqs=num_seqs, max_num_blocks=32 * num_seqs,
-                    max_total_tokens=256 * num_seqs, enable_prefix_caching=False)
+    settings = dict(
+        max_batch_size=num_seqs,
+        max_num_seqs=num_seqs,
+        max_num_blocks=32 * num_seqs,
+        max_total_tokens=256 * num_seqs,
+        enable_prefix_caching=False,
+    )
     if async_scheduling is not None:
         settings["async_scheduling"] = async_scheduling
     llm = LLM(executor={"name": "null", "null": {"step_time": step_time}}, **settings)
@@ -62,10 +68,15 @@ def measure(num_seqs: int, output_tokens: int, seed: int, step_time: float = 0.0
     phases = _phases(engine)
     waited = phases["execute"] - before["execute"] if phases else timed.seconds
     engine_s = wall - waited
-    row = {"num_seqs": num_seqs, "steps": num_steps, "wall_ms_per_step": wall / num_steps * 1e3,
-           "engine_ms_per_step": engine_s / num_steps * 1e3, "us_per_seq_step": engine_s / seq_steps * 1e6,
-           "ceiling_tok_s": num_seqs * output_tokens / engine_s,
-           "cpu_ms_per_step": (cpu - timed.cpu_seconds) / num_steps * 1e3}
+    row = {
+        "num_seqs": num_seqs,
+        "steps": num_steps,
+        "wall_ms_per_step": wall / num_steps * 1e3,
+        "engine_ms_per_step": engine_s / num_steps * 1e3,
+        "us_per_seq_step": engine_s / seq_steps * 1e6,
+        "ceiling_tok_s": num_seqs * output_tokens / engine_s,
+        "cpu_ms_per_step": (cpu - timed.cpu_seconds) / num_steps * 1e3,
+    }
     for phase in PHASES:
         row[f"{phase}_ms"] = (phases[phase] - before[phase]) / num_steps * 1e3 if phases else None
     return row
@@ -80,11 +91,21 @@ def measure_in(core_dir: str | None, **kwargs) -> dict:
     own_core = str(Path(hetero_core.__file__).resolve().parents[1])
     mock = importlib.util.find_spec("hetero_plugins_mock")  # the null executor's plugin (not imported here)
     if mock is None or mock.origin is None:
-        raise HeteroError("host-overhead needs the null executor of hetero-plugins-mock: pip install ./hetero_plugins_mock")
-    paths = [core_dir or own_core, str(Path(mock.origin).resolve().parents[1]), str(Path(__file__).resolve().parents[1])]
+        raise HeteroError(
+            "host-overhead needs the null executor of hetero-plugins-mock: pip install ./hetero_plugins_mock"
+        )
+    paths = [
+        core_dir or own_core,
+        str(Path(mock.origin).resolve().parents[1]),
+        str(Path(__file__).resolve().parents[1]),
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "hetero_bench.host_overhead_run", json.dumps(kwargs)],
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "hetero_bench.host_overhead_run", json.dumps(kwargs)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
         raise HeteroError(f"the measurement with core {paths[0]} failed: " + " | ".join(tail))

@@ -8,7 +8,17 @@ import os
 import platform
 
 # The CPU features that decide which kernels torch and oneDNN can use.
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def cpu_model_and_flags(path: str = "/proc/cpuinfo") -> tuple[str, list[str]]:
@@ -35,7 +45,9 @@ def machine_info() -> dict:
         "arch": platform.machine(),
         "cpu_flags": flags,
         "num_cpus": os.cpu_count(),
-        "num_cpus_allowed": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "num_cpus_allowed": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -64,8 +76,10 @@ def describe(info: dict) -> str:
     torch = f", torch {info['torch']}" if info["torch"] else ", no torch"
     gpu = f", GPU {info['gpu']}" if info["gpu"] else ""
     flags = f" ({' '.join(info['cpu_flags'])})" if info["cpu_flags"] else ""
-    return (f"machine: {info['cpu']}{flags}, {info['num_cpus_allowed']} CPUs{threads}{gpu}, "
-            f"python {info['python']}{torch}")
+    return (
+        f"machine: {info['cpu']}{flags}, {info['num_cpus_allowed']} CPUs{threads}{gpu}, "
+        f"python {info['python']}{torch}"
+    )
 
 
 def _version(distribution: str) -> str | None:

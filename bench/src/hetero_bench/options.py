@@ -59,14 +59,24 @@ def _int(text: str, low: int, what: str) -> int:
 def add_engine_arguments(parser: argparse.ArgumentParser, default_executor: str = "torch") -> None:
     """--model, --executor, --dtype, --config: the engine under test (HETERO_* variables apply too)."""
     group = parser.add_argument_group("engine")
-    group.add_argument("--model", help="embedded model name, HF directory, .gguf file or hub id "
-                                       "(default: the embedded SmolLM2-135M-Instruct), or random:SHAPE[:DTYPE], "
-                                       "random weights of a shape made once in the cache (random:smollm2-360m, "
-                                       "random:llama-1b:float32; random_models.py)")
-    group.add_argument("--executor", default=default_executor, metavar="NAME",
-                       help=f"executor by name (default: {default_executor}; mock: no model, fast)")
-    group.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
-                       help="the executor's compute dtype (default: the executor's own)")
+    group.add_argument(
+        "--model",
+        help="embedded model name, HF directory, .gguf file or hub id "
+        "(default: the embedded SmolLM2-135M-Instruct), or random:SHAPE[:DTYPE], "
+        "random weights of a shape made once in the cache (random:smollm2-360m, "
+        "random:llama-1b:float32; random_models.py)",
+    )
+    group.add_argument(
+        "--executor",
+        default=default_executor,
+        metavar="NAME",
+        help=f"executor by name (default: {default_executor}; mock: no model, fast)",
+    )
+    group.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="the executor's compute dtype (default: the executor's own)",
+    )
     group.add_argument("--config", metavar="FILE", help="settings file (TOML or JSON) for the engine")
 
 
@@ -75,7 +85,9 @@ def engine_settings(args: argparse.Namespace, executor_options: dict | None = No
     sources (HETERO_* variables, --config, defaults). ``executor_options``: the executor's section."""
     from hetero_core import load_settings
 
-    flags = {name: getattr(args, name) for name in ("model", "executor", "dtype") if getattr(args, name, None)}
+    flags = {
+        name: getattr(args, name) for name in ("model", "executor", "dtype") if getattr(args, name, None)
+    }
     if "model" in flags:
         flags["model"] = model_path(flags["model"])
     if executor_options:

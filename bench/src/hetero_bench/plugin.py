@@ -14,9 +14,11 @@ from hetero_core import hookimpl
 @hookimpl
 def register_commands(commands):
     bench = commands.add_parser(
-        "bench", help="run a benchmark: a table, --json FILE, --plot FILE.png (no name: list them)",
+        "bench",
+        help="run a benchmark: a table, --json FILE, --plot FILE.png (no name: list them)",
         description="Run one of Hetero's benchmarks; with no name, list them. "
-                    "`hetero bench NAME --help` shows a benchmark's options.")
+        "`hetero bench NAME --help` shows a benchmark's options.",
+    )
     bench.add_argument("name", nargs="?", help="the benchmark (see the list: `hetero bench`)")
     bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's options")
     # hetero's parser class (a misspelt flag gets the closest one): each benchmark's parser builds on it

@@ -56,5 +56,5 @@ def perplexity(logprobs: list[float]) -> float:
 def text_windows(token_ids: list[int], window: int) -> list[list[int]]:
     """``token_ids`` cut into consecutive windows of ``window`` tokens (the last may be shorter; one of
     fewer than 2 tokens is dropped: it scores nothing)."""
-    windows = [token_ids[i:i + window] for i in range(0, len(token_ids), window)]
+    windows = [token_ids[i : i + window] for i in range(0, len(token_ids), window)]
     return [w for w in windows if len(w) >= 2]

@@ -30,24 +30,61 @@ VOCAB_SIZE = 49152  # the embedded SmolLM2 tokenizer's
 STD = 0.02
 SHARD_BYTES = 2 << 30
 FORMAT = 1  # bump when the files written change: a new directory
-_COMMON = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-           "vocab_size": VOCAB_SIZE, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
-           "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False, "bos_token_id": 1,
-           "eos_token_id": 2}
+_COMMON = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_act": "silu",
+    "vocab_size": VOCAB_SIZE,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 SHAPES = {
     # SmolLM2-360M's shape (hidden 960, 32 layers, 15 heads / 5 KV heads, intermediate 2560, tied)
-    "smollm2-360m": {"hidden_size": 960, "num_hidden_layers": 32, "num_attention_heads": 15,
-                     "num_key_value_heads": 5, "head_dim": 64, "intermediate_size": 2560, "rope_theta": 100000.0},
+    "smollm2-360m": {
+        "hidden_size": 960,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 15,
+        "num_key_value_heads": 5,
+        "head_dim": 64,
+        "intermediate_size": 2560,
+        "rope_theta": 100000.0,
+    },
     # Llama-3.2-1B's layers (hidden 2048, 16 layers, 32 heads / 8 KV heads, intermediate 8192, tied)
     # with SmolLM2's vocabulary: 1.07 B parameters
-    "llama-1b": {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192, "rope_theta": 500000.0},
+    "llama-1b": {
+        "hidden_size": 2048,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 8192,
+        "rope_theta": 500000.0,
+    },
 }
-_SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-               "intermediate_size", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
+_SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "rope_theta",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+)
 DTYPES = ("bfloat16", "float32")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 MARKER = "random-model.json"
 
 
@@ -83,11 +120,15 @@ def parse_spec(spec: str) -> tuple[dict, str, str]:
         shape = {k: raw[k] for k in _SHAPE_KEYS if k in raw}
         missing = [k for k in _SHAPE_KEYS[:3] if k not in shape]
         if missing:
-            raise HeteroError(f"--model {spec}: {name} has no {', '.join(missing)}; give an HF Llama config.json")
+            raise HeteroError(
+                f"--model {spec}: {name} has no {', '.join(missing)}; give an HF Llama config.json"
+            )
         name = Path(name).stem
     else:
-        raise HeteroError(f"--model {spec}: unknown shape {name!r}; available: {', '.join(SHAPES)}, or a path to a "
-                          f"config.json; optionally :DTYPE ({' or '.join(DTYPES)}), e.g. random:smollm2-360m:float32")
+        raise HeteroError(
+            f"--model {spec}: unknown shape {name!r}; available: {', '.join(SHAPES)}, or a path to a "
+            f"config.json; optionally :DTYPE ({' or '.join(DTYPES)}), e.g. random:smollm2-360m:float32"
+        )
     return {**_COMMON, **shape, "torch_dtype": dtype}, dtype, name
 
 
@@ -119,7 +160,8 @@ def write_random_model(target: Path, config: dict, dtype: str) -> None:
         if files:
             files.append(_save(save_file, tmp, len(files) + 1, shard, weight_map))
             (tmp / "model.safetensors.index.json").write_text(
-                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
+            )
         else:
             save_file(shard, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / MARKER).write_text(json.dumps({"format": FORMAT, "std": STD, "dtype": dtype}))
@@ -143,18 +185,25 @@ def _save(save_file, folder: Path, number: int, shard: dict, weight_map: dict) -
 def tensor_shapes(config: dict) -> list[tuple[str, tuple[int, ...]]]:
     """The checkpoint's tensor names (Hugging Face's) and shapes, in order."""
     hidden, inter = config["hidden_size"], config["intermediate_size"]
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    heads, kv_heads = (
+        config["num_attention_heads"],
+        config.get("num_key_value_heads", config["num_attention_heads"]),
+    )
     head_dim = config.get("head_dim") or hidden // heads
     names = [("model.embed_tokens.weight", (config["vocab_size"], hidden))]
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        names += [(p + "input_layernorm.weight", (hidden,)), (p + "post_attention_layernorm.weight", (hidden,)),
-                  (p + "self_attn.q_proj.weight", (heads * head_dim, hidden)),
-                  (p + "self_attn.k_proj.weight", (kv_heads * head_dim, hidden)),
-                  (p + "self_attn.v_proj.weight", (kv_heads * head_dim, hidden)),
-                  (p + "self_attn.o_proj.weight", (hidden, heads * head_dim)),
-                  (p + "mlp.gate_proj.weight", (inter, hidden)), (p + "mlp.up_proj.weight", (inter, hidden)),
-                  (p + "mlp.down_proj.weight", (hidden, inter))]
+        names += [
+            (p + "input_layernorm.weight", (hidden,)),
+            (p + "post_attention_layernorm.weight", (hidden,)),
+            (p + "self_attn.q_proj.weight", (heads * head_dim, hidden)),
+            (p + "self_attn.k_proj.weight", (kv_heads * head_dim, hidden)),
+            (p + "self_attn.v_proj.weight", (kv_heads * head_dim, hidden)),
+            (p + "self_attn.o_proj.weight", (hidden, heads * head_dim)),
+            (p + "mlp.gate_proj.weight", (inter, hidden)),
+            (p + "mlp.up_proj.weight", (inter, hidden)),
+            (p + "mlp.down_proj.weight", (hidden, inter)),
+        ]
     names.append(("model.norm.weight", (hidden,)))
     if not config.get("tie_word_embeddings", False):
         names.append(("lm_head.weight", (config["vocab_size"], hidden)))

@@ -35,10 +35,16 @@ class Table:
     def render(self) -> str:
         cells = [[_cell(row.get(c.key), c) for c in self.columns] for row in self.rows]
         widths = [max([len(c.header)] + [len(r[i]) for r in cells]) for i, c in enumerate(self.columns)]
-        lines = ["  ".join(c.header.ljust(w) if i == 0 else c.header.rjust(w)
-                           for i, (c, w) in enumerate(zip(self.columns, widths)))]
+        lines = [
+            "  ".join(
+                c.header.ljust(w) if i == 0 else c.header.rjust(w)
+                for i, (c, w) in enumerate(zip(self.columns, widths))
+            )
+        ]
         for r in cells:
-            lines.append("  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))))
+            lines.append(
+                "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+            )
         return "\n".join(lines)
 
 
@@ -67,8 +73,13 @@ class Report:
     title: str = ""  # the plot's title
 
     def as_json(self, machine: dict) -> dict:
-        return {"benchmark": self.benchmark, "machine": machine, "settings": self.settings,
-                "rows": self.table.rows, **self.results}
+        return {
+            "benchmark": self.benchmark,
+            "machine": machine,
+            "settings": self.settings,
+            "rows": self.table.rows,
+            **self.results,
+        }
 
 
 def print_report(report: Report, out: TextIO) -> None:
@@ -128,8 +139,15 @@ def _bars(ax, panel: Panel) -> None:
         bars = ax.bar(xs, heights, width, label=label)
         for bar, value in zip(bars, values):
             if value is not None:
-                ax.annotate(_short(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+                ax.annotate(
+                    _short(value),
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    xytext=(0, 1),
+                    textcoords="offset points",
+                )
     ax.set_xticks(range(len(panel.categories)))
     ax.set_xticklabels([str(c) for c in panel.categories], fontsize=8)
 

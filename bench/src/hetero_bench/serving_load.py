@@ -34,8 +34,15 @@ class RequestResult:
 async def send_one(client, base_url: str, model: str, prompt: list[int], output_len: int) -> RequestResult:
     import httpx
 
-    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     last = None
     result = RequestResult(ok=False)
@@ -68,8 +75,15 @@ async def send_one(client, base_url: str, model: str, prompt: list[int], output_
     return result
 
 
-async def run_level(base_url: str, model: str, prompts: list[list[int]], output_len: int, concurrency: int,
-                    request_rate: float, seed: int) -> tuple[list[RequestResult], float]:
+async def run_level(
+    base_url: str,
+    model: str,
+    prompts: list[list[int]],
+    output_len: int,
+    concurrency: int,
+    request_rate: float,
+    seed: int,
+) -> tuple[list[RequestResult], float]:
     """Send every prompt with at most ``concurrency`` in flight, arriving at a Poisson ``request_rate``
     (inf: all at once); the results and the wall time."""
     import httpx
@@ -78,6 +92,7 @@ async def run_level(base_url: str, model: str, prompts: list[list[int]], output_
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+
         async def limited(prompt):
             async with limit:
                 return await send_one(client, base_url, model, prompt, output_len)
@@ -121,4 +136,8 @@ def _stats(values: list[float]) -> dict:
         return {"mean": None, "median": None, "p99": None}
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, max(0, int(round(0.99 * len(ordered) + 0.5)) - 1))]
-    return {"mean": statistics.fmean(values) * 1e3, "median": statistics.median(values) * 1e3, "p99": p99 * 1e3}
+    return {
+        "mean": statistics.fmean(values) * 1e3,
+        "median": statistics.median(values) * 1e3,
+        "p99": p99 * 1e3,
+    }

@@ -16,8 +16,11 @@ from importlib.resources import files
 from hetero_core import InvalidRequestError
 
 WORKLOADS = ("lookup", "random")
-INSTRUCTIONS = ("Repeat the following text word for word.", "Rewrite the following text, changing only its "
-                "first sentence.", "Copy the following text exactly, then stop.")
+INSTRUCTIONS = (
+    "Repeat the following text word for word.",
+    "Rewrite the following text, changing only its first sentence.",
+    "Copy the following text exactly, then stop.",
+)
 
 
 def paragraphs() -> list[str]:
@@ -25,7 +28,9 @@ def paragraphs() -> list[str]:
     return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
-def workload_prompts(name: str, tokenizer, num_prompts: int, prompt_tokens: int, seed: int) -> list[list[int]]:
+def workload_prompts(
+    name: str, tokenizer, num_prompts: int, prompt_tokens: int, seed: int
+) -> list[list[int]]:
     """``num_prompts`` prompts (token ids) of workload ``name``."""
     if name == "random":
         rng = random.Random(seed)

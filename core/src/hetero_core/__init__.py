@@ -98,6 +98,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ loads t
         PluginError,
         UnknownComponentError,
     )
-    from hetero_core.plugin_system.hookspecs import hookimpl
     from hetero_core.llm import LLM
+    from hetero_core.plugin_system.hookspecs import hookimpl
     from hetero_core.settings import HeteroSettings, SettingsWarning, load_settings

@@ -30,9 +30,16 @@ from typing import TYPE_CHECKING
 
 from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.config import ModelConfig, parse_config, rope_settings
-from hetero_core.plugin_system.architectures import (ArchitectureRegistry, KVLayerSpec, ModelArchitecture,
-                                                     WeightMapping, kv_bytes_per_token, same_kv_layout,
-                                                     unused_buffers)
+from hetero_core.plugin_system.architectures import (
+    ArchitectureRegistry,
+    KVLayerSpec,
+    ModelArchitecture,
+    WeightMapping,
+    kv_bytes_per_token,
+    same_kv_layout,
+    unused_buffers,
+)
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 from hetero_core.plugin_system.installed import installed_architectures
@@ -52,9 +59,21 @@ _BUILDING_BLOCKS = {
     "LlamaForCausalLM": "hetero_core.model.llama",
 }
 
-__all__ = ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig", "WeightMapping",
-           "installed_architectures", "kv_bytes_per_token", "parse_config", "rope_settings", "same_kv_layout",
-           "unused_buffers", *_BUILDING_BLOCKS]
+__all__ = [
+    "ArchitectureRegistry",
+    "CausalLM",
+    "KVLayerSpec",
+    "ModelArchitecture",
+    "ModelConfig",
+    "WeightMapping",
+    "installed_architectures",
+    "kv_bytes_per_token",
+    "parse_config",
+    "rope_settings",
+    "same_kv_layout",
+    "unused_buffers",
+    *_BUILDING_BLOCKS,
+]
 
 
 def __getattr__(name: str):

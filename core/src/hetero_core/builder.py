@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 
 from hetero_core.distributed import engine_setup as tensor_parallel
-from hetero_core.engine.kv.block_transfer import block_transfer_options
 from hetero_core.engine.engine import Engine
 from hetero_core.engine.executor_capabilities import check_capabilities
+from hetero_core.engine.kv.block_transfer import block_transfer_options
 from hetero_core.engine.kv.kv_transfer import KVConnectorContext
-from hetero_core.engine.sampling.structured_output import StructuredOutput
 from hetero_core.engine.requests.params import SamplingParams
+from hetero_core.engine.sampling.structured_output import StructuredOutput
 from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
 from hetero_core.engine.speculation.speculation import Speculation
 from hetero_core.errors import (
@@ -103,10 +103,17 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
             memory_threshold=settings.memory_threshold,
             max_prefill_chunk=settings.max_prefill_chunk,
         )
-        scheduler = Scheduler(policy, allocator, limits, policy_name=policy_c.name,
-                              prefix_caching=settings.enable_prefix_caching,
-                              **block_transfer_options(executor, executor_c.name, settings))
-        speculation = speculative_decoding(settings, plugins, executor, executor_c.name, tokenizer, executor_context)
+        scheduler = Scheduler(
+            policy,
+            allocator,
+            limits,
+            policy_name=policy_c.name,
+            prefix_caching=settings.enable_prefix_caching,
+            **block_transfer_options(executor, executor_c.name, settings),
+        )
+        speculation = speculative_decoding(
+            settings, plugins, executor, executor_c.name, tokenizer, executor_context
+        )
         try:
             return Engine(
                 tokenizer=tokenizer,
@@ -116,7 +123,9 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
                 default_params=default_sampling_params(settings),
                 sampler_seed=settings.seed,
                 structured_output=structured_output(settings, plugins, tokenizer, executor),
-                async_scheduling=use_async_scheduling(settings, executor, executor_c.name, speculation is not None),
+                async_scheduling=use_async_scheduling(
+                    settings, executor, executor_c.name, speculation is not None
+                ),
                 speculation=speculation,
             )
         except BaseException:
@@ -143,8 +152,14 @@ def structured_output(settings: HeteroSettings, plugins: PluginSet, tokenizer, e
     return StructuredOutput(create, vocab_size, component.name)
 
 
-def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor, executor_name: str, tokenizer,
-                         executor_context: ExecutorContext) -> Speculation | None:
+def speculative_decoding(
+    settings: HeteroSettings,
+    plugins: PluginSet,
+    executor,
+    executor_name: str,
+    tokenizer,
+    executor_context: ExecutorContext,
+) -> Speculation | None:
     """The engine's speculation (its proposer built), or None when ``num_speculative_tokens`` is 0."""
     k = settings.num_speculative_tokens
     if k == 0:
@@ -153,31 +168,51 @@ def speculative_decoding(settings: HeteroSettings, plugins: PluginSet, executor,
         raise PluginError(
             f"executor '{executor_name}' cannot verify speculative tokens (its capabilities do not declare "
             "supports_speculative_decoding=True: one output row per proposed token, docs/hooks.md); "
-            "set num_speculative_tokens = 0 or pick an executor that can (torch, triton, cuda, mock)")
+            "set num_speculative_tokens = 0 or pick an executor that can (torch, triton, cuda, mock)"
+        )
     component, options = select(settings, plugins, "speculative_proposer")
     vocab_size = max(tokenizer.vocab_size, executor.capabilities.vocab_size or 0)
-    context = ProposerContext(options=options, num_speculative_tokens=k, vocab_size=vocab_size,
-                              model_dir=executor_context.model_dir, executor=executor_name,
-                              block_size=settings.block_size, max_model_len=settings.max_model_len,
-                              max_num_seqs=settings.max_batch_size, eos_token_id=tokenizer.eos_token_id,
-                              cache_dir=settings.cache_dir, target_executor=executor_context)
+    context = ProposerContext(
+        options=options,
+        num_speculative_tokens=k,
+        vocab_size=vocab_size,
+        model_dir=executor_context.model_dir,
+        executor=executor_name,
+        block_size=settings.block_size,
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_batch_size,
+        eos_token_id=tokenizer.eos_token_id,
+        cache_dir=settings.cache_dir,
+        target_executor=executor_context,
+    )
     proposer = component.factory(context)
     check_components(plugins, {"speculative_proposer": (component, proposer)})
     log.info("engine.speculative_decoding", proposer=component.name, num_speculative_tokens=k)
     return Speculation(proposer, k, settings.max_model_len, vocab_size, name=component.name)
 
 
-def use_async_scheduling(settings: HeteroSettings, executor, executor_name: str, speculating: bool = False) -> bool:
+def use_async_scheduling(
+    settings: HeteroSettings, executor, executor_name: str, speculating: bool = False
+) -> bool:
     """The setting, or the executor's preference (``capabilities.prefers_async_scheduling``).
     Off while speculating (a verifying step's tokens decide the next step's inputs)."""
     preferred = executor.capabilities.prefers_async_scheduling
     chosen = preferred if settings.async_scheduling is None else settings.async_scheduling
     if speculating and chosen:
-        log.info("engine.async_scheduling", enabled=False, executor=executor_name,
-                 reason="speculative decoding (num_speculative_tokens > 0) runs steps in sync")
+        log.info(
+            "engine.async_scheduling",
+            enabled=False,
+            executor=executor_name,
+            reason="speculative decoding (num_speculative_tokens > 0) runs steps in sync",
+        )
         return False
-    log.info("engine.async_scheduling", enabled=chosen, executor=executor_name, executor_prefers=preferred,
-             source="executor" if settings.async_scheduling is None else "settings")
+    log.info(
+        "engine.async_scheduling",
+        enabled=chosen,
+        executor=executor_name,
+        executor_prefers=preferred,
+        source="executor" if settings.async_scheduling is None else "settings",
+    )
     return chosen
 
 
@@ -215,7 +250,10 @@ def executor_section(component, settings: HeteroSettings, section: dict) -> dict
     if settings.dtype is not None:
         section = {**section, "dtype": executor_dtype(component, settings.dtype)}
     if settings.quantization is not None:
-        section = {**section, "quantization": executor_dtype(component, settings.quantization, "quantization")}
+        section = {
+            **section,
+            "quantization": executor_dtype(component, settings.quantization, "quantization"),
+        }
     return section
 
 
@@ -223,7 +261,9 @@ def executor_dtype(component, dtype: str, option: str = "dtype") -> str:
     """The top-level ``dtype`` (or ``option``) setting, for an executor whose options have that field."""
     fields = getattr(component.options, "model_fields", {})
     if option not in fields:
-        raise ConfigError(f"{option}: executor '{component.name}' has no {option} option; leave {option} unset")
+        raise ConfigError(
+            f"{option}: executor '{component.name}' has no {option} option; leave {option} unset"
+        )
     return dtype
 
 
@@ -233,8 +273,10 @@ def disabled_hint(plugins: PluginSet, name: str) -> str:
     if not left_out:
         return ""
     if name in left_out:
-        return (f"; plugin '{name}' is installed but disabled by the plugins allow-list "
-                "(HETERO_PLUGINS / --plugins); add it to the list")
+        return (
+            f"; plugin '{name}' is installed but disabled by the plugins allow-list "
+            "(HETERO_PLUGINS / --plugins); add it to the list"
+        )
     return f"; disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): {', '.join(left_out)}"
 
 
@@ -265,8 +307,10 @@ def check_sections(settings: HeteroSettings, registry: Registry) -> None:
                 component.validate_options(section)
             elif not any(f.plugin == name for f in registry.failures):
                 names = registry.names(seam)
-                raise ConfigError(f"settings section [{seam}.{name}]: unknown {seam} '{name}'; "
-                                  f"available: {', '.join(names)}{did_you_mean(name, names)}")
+                raise ConfigError(
+                    f"settings section [{seam}.{name}]: unknown {seam} '{name}'; "
+                    f"available: {', '.join(names)}{did_you_mean(name, names)}"
+                )
 
 
 def resolve_model_dir(settings: HeteroSettings) -> Path:
@@ -281,7 +325,9 @@ def resolve_model_dir(settings: HeteroSettings) -> Path:
     if path.is_file() and path.suffix == ".gguf":
         return ensure_gguf_converted(path, settings.cache_dir)
     if not (path / "config.json").is_file():
-        raise ConfigError(f"model {settings.model!r}: expected an HF model directory (with config.json) or a .gguf file")
+        raise ConfigError(
+            f"model {settings.model!r}: expected an HF model directory (with config.json) or a .gguf file"
+        )
     return path
 
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput, slot_of
 from hetero_core.engine.executor_capabilities import ExecutorCapabilities
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput, slot_of
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl  # noqa: F401
 

@@ -26,6 +26,7 @@ from hetero_core.engine.kv.kv_allocator import (
     NoPrefixCache,
     SlotAllocation,
 )
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 

@@ -29,6 +29,7 @@ from hetero_core.engine.kv.kv_transfer import (
     kv_tensor_from_torch,
     kv_tensor_to_torch,
 )
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 

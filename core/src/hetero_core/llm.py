@@ -22,16 +22,16 @@ from typing import Any
 
 from hetero_core.builder import build_engine, resolve_model_dir
 from hetero_core.engine.engine import Engine
+from hetero_core.engine.requests.chat_options import chat_options, encode_chat
 from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.requests.prompts import as_prompt_list
+from hetero_core.engine.shared_engine import SharedEngine
 from hetero_core.errors import InvalidRequestError
+from hetero_core.llm_progress import GenerateProgress
 from hetero_core.plugin_system.discovery import PluginSet, load_plugins
 from hetero_core.settings import HeteroSettings, load_settings
 from hetero_core.speculative_config import speculative_settings
-from hetero_core.engine.shared_engine import SharedEngine
-from hetero_core.engine.requests.chat_options import chat_options, encode_chat
-from hetero_core.llm_progress import GenerateProgress
 
 # text, token ids, or a vLLM prompt dict: {"prompt": text} / {"prompt_token_ids": ids}
 PromptInput = str | list[int] | dict[str, Any]
@@ -53,9 +53,16 @@ class LLM:
     ``speculative_proposer`` (``speculative_config.py``).
     """
 
-    def __init__(self, model: str | None = None, executor: str | dict | None = None, *,
-                 config_file: str | Path | None = None, plugin_set: PluginSet | None = None,
-                 speculative_config: dict[str, Any] | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        executor: str | dict | None = None,
+        *,
+        config_file: str | Path | None = None,
+        plugin_set: PluginSet | None = None,
+        speculative_config: dict[str, Any] | None = None,
+        **settings: Any,
+    ) -> None:
         if speculative_config is not None:
             settings.update(speculative_settings(speculative_config))
         if model is not None:
@@ -78,9 +85,12 @@ class LLM:
         self._shared = SharedEngine(self.engine)
 
     # -- generation -------------------------------------------------------------------------------
-    def generate(self, prompts: PromptInput | Sequence[PromptInput],
-                 sampling_params: ParamsInput = None, use_tqdm: bool | Callable[..., Any] = True
-                 ) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: PromptInput | Sequence[PromptInput],
+        sampling_params: ParamsInput = None,
+        use_tqdm: bool | Callable[..., Any] = True,
+    ) -> list[RequestOutput]:
         """Complete each prompt; outputs in input order. A bad prompt fails alone (``out.error``).
 
         ``prompts``: one prompt or a list; a prompt is a string, a list of token ids, or a dict
@@ -92,10 +102,16 @@ class LLM:
         prompt_list = as_prompt_list(prompts)
         return self._run(prompt_list, _params_per_prompt(sampling_params, len(prompt_list)), use_tqdm)
 
-    def chat(self, messages: Messages | Sequence[Messages], sampling_params: ParamsInput = None,
-             use_tqdm: bool | Callable[..., Any] = True, *, add_generation_prompt: bool = True,
-             chat_template_kwargs: dict[str, Any] | None = None, tools: list[dict] | None = None
-             ) -> list[RequestOutput]:
+    def chat(
+        self,
+        messages: Messages | Sequence[Messages],
+        sampling_params: ParamsInput = None,
+        use_tqdm: bool | Callable[..., Any] = True,
+        *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        tools: list[dict] | None = None,
+    ) -> list[RequestOutput]:
         """Answer one conversation (a list of {"role", "content"} messages) or a list of them,
         through the model's chat template; outputs in input order. As in vLLM: ``add_generation_prompt``
         (False: the template's assistant header is left out), ``chat_template_kwargs`` (more variables

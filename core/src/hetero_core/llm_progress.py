@@ -18,8 +18,12 @@ class GenerateProgress:
         self._bar = None
         if use_tqdm:
             make = use_tqdm if callable(use_tqdm) else _tqdm()
-            self._bar = make(total=total, desc="Processed prompts", dynamic_ncols=True,
-                             postfix=f"est. speed input: {0:.2f} toks/s, output: {0:.2f} toks/s")
+            self._bar = make(
+                total=total,
+                desc="Processed prompts",
+                dynamic_ncols=True,
+                postfix=f"est. speed input: {0:.2f} toks/s, output: {0:.2f} toks/s",
+            )
         self._input_tokens = self._output_tokens = 0
 
     def update(self, outputs: list) -> None:
@@ -31,11 +35,15 @@ class GenerateProgress:
             completions = out.outputs or [out]
             ticks += len(completions)
             self._input_tokens += len(out.prompt_token_ids) * len(completions)
-            self._output_tokens += sum(len(getattr(c, "token_ids", out.output_token_ids)) for c in completions)
+            self._output_tokens += sum(
+                len(getattr(c, "token_ids", out.output_token_ids)) for c in completions
+            )
         elapsed = self._bar.format_dict.get("elapsed") or 0.0
         if elapsed > 0:
-            self._bar.postfix = (f"est. speed input: {self._input_tokens / elapsed:.2f} toks/s, "
-                                 f"output: {self._output_tokens / elapsed:.2f} toks/s")
+            self._bar.postfix = (
+                f"est. speed input: {self._input_tokens / elapsed:.2f} toks/s, "
+                f"output: {self._output_tokens / elapsed:.2f} toks/s"
+            )
         self._bar.update(ticks)
 
     def close(self) -> None:

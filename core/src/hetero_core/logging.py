@@ -21,8 +21,9 @@ def get_logger(name: str):
     return structlog.wrap_logger(logging.getLogger(name))
 
 
-def configure_logging(log_format: str = "console", level: str = "info", stream=None,
-                      quiet_events: tuple[str, ...] = ()) -> None:
+def configure_logging(
+    log_format: str = "console", level: str = "info", stream=None, quiet_events: tuple[str, ...] = ()
+) -> None:
     """Readable console lines (coloured on a terminal) or JSON lines, on stderr. CLI only.
 
     ``quiet_events``: events not logged, because the caller reports them in its own words.

@@ -7,8 +7,11 @@ from hetero_core import architectures as _architectures
 
 __all__ = list(_architectures.__all__)
 
-warnings.warn("hetero_core.models is now hetero_core.architectures; import from there (the old name will go)",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "hetero_core.models is now hetero_core.architectures; import from there (the old name will go)",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str):

@@ -24,6 +24,7 @@ from hetero_core.engine.scheduling.policy import (
     SortKeyPolicy,
     decision_problems,
 )
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextvars
 import json
 import os
-import tomllib
 import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+import tomllib
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -46,8 +46,12 @@ SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
 # HETERO_* variables that are switches read elsewhere, not settings.
 # HETERO_* variables read by something other than the settings (plugin loading, `hetero bench`, the
 # fuzz tests' example count, the CPU flags reported instead of this CPU's: docs/testing.md)
-NON_SETTING_ENV_VARIABLES = {"HETERO_DISABLE_PLUGIN_AUTOLOAD", "HETERO_BENCH_VLLM_PYTHON",
-                             "HETERO_FUZZ_EXAMPLES", "HETERO_CPU_FLAGS"}
+NON_SETTING_ENV_VARIABLES = {
+    "HETERO_DISABLE_PLUGIN_AUTOLOAD",
+    "HETERO_BENCH_VLLM_PYTHON",
+    "HETERO_FUZZ_EXAMPLES",
+    "HETERO_CPU_FLAGS",
+}
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
 
 
@@ -74,7 +78,10 @@ class ComponentChoice(BaseModel):
 _SeamFields = create_model(
     "_SeamFields",
     **{
-        seam.name: (ComponentChoice, Field(default_factory=ComponentChoice, description=f"{seam.label} by name"))
+        seam.name: (
+            ComponentChoice,
+            Field(default_factory=ComponentChoice, description=f"{seam.label} by name"),
+        )
         for seam in SEAM_TABLE
     },
 )
@@ -89,11 +96,13 @@ class HeteroSettings(BaseSettings, _SeamFields):
     model: str = Field(DEFAULT_MODEL, description="embedded model name, local HF dir, GGUF file or hub id")
     cache_dir: Path | None = Field(None, description="where converted models are cached (~/.cache/hetero)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
-        None, description="the executor's compute dtype: sets its `dtype` option (None: the executor's own setting)"
+        None,
+        description="the executor's compute dtype: sets its `dtype` option (None: the executor's own setting)",
     )
     quantization: Literal["int8", "w8a8"] | None = Field(
-        None, description="int8 linears (as vLLM's `quantization`): int8 weight-only, w8a8 int8 weights and "
-        "activations; sets the executor's `quantization` option (None: the executor's own setting)"
+        None,
+        description="int8 linears (as vLLM's `quantization`): int8 weight-only, w8a8 int8 weights and "
+        "activations; sets the executor's `quantization` option (None: the executor's own setting)",
     )
     # Paged KV cache and scheduling budgets (hetero-paged-infer's options)
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
@@ -103,24 +112,47 @@ class HeteroSettings(BaseSettings, _SeamFields):
     max_model_len: int = Field(2048, ge=1, description="prompt + output tokens per request")
     max_total_tokens: int = Field(4096, ge=1, description="tokens processed in one step")
     memory_threshold: float = Field(0.9, gt=0, le=1, description="fraction of blocks new requests may fill")
-    max_prefill_chunk: int | None = Field(None, ge=1, description="prompt tokens one request prefills per step (default: the token budget)")
-    enable_prefix_caching: bool = Field(True, description="reuse the KV blocks of identical prompt prefixes across requests")
-    preemption_mode: Literal["recompute", "swap"] = Field("recompute", description="when KV blocks run out: recompute the victim later, or swap its blocks to CPU")
-    num_swap_blocks: int = Field(256, ge=1, description="CPU swap space in KV blocks (preemption_mode = swap)")
+    max_prefill_chunk: int | None = Field(
+        None, ge=1, description="prompt tokens one request prefills per step (default: the token budget)"
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="reuse the KV blocks of identical prompt prefixes across requests"
+    )
+    preemption_mode: Literal["recompute", "swap"] = Field(
+        "recompute",
+        description="when KV blocks run out: recompute the victim later, or swap its blocks to CPU",
+    )
+    num_swap_blocks: int = Field(
+        256, ge=1, description="CPU swap space in KV blocks (preemption_mode = swap)"
+    )
     async_scheduling: bool | None = Field(
-        None, description="schedule the next step while the executor runs this one, on its own thread "
-        "(None: the executor's preference, its async_scheduling attribute)"
+        None,
+        description="schedule the next step while the executor runs this one, on its own thread "
+        "(None: the executor's preference, its async_scheduling attribute)",
     )
     # Speculative decoding (the proposer is the speculative_proposer component)
-    num_speculative_tokens: int = Field(0, ge=0, le=64, description="tokens the speculative proposer guesses "
-                                        "per decoding sequence per step, verified in one target pass (0: off; "
-                                        "on, steps run without async scheduling)")
+    num_speculative_tokens: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="tokens the speculative proposer guesses "
+        "per decoding sequence per step, verified in one target pass (0: off; "
+        "on, steps run without async scheduling)",
+    )
     # Scaling out
-    tensor_parallel_size: int = Field(1, ge=1, le=1024, description="processes the model is sharded across "
-                                      "(heads, MLP, vocabulary); needs an executor that supports it")
-    enable_expert_parallel: bool = Field(False, description="split a mixture-of-experts model's experts across "
-                                         "the tensor_parallel_size ranks (tokens dispatched to them all-to-all) "
-                                         "instead of every rank holding a slice of every expert")
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="processes the model is sharded across "
+        "(heads, MLP, vocabulary); needs an executor that supports it",
+    )
+    enable_expert_parallel: bool = Field(
+        False,
+        description="split a mixture-of-experts model's experts across "
+        "the tensor_parallel_size ranks (tokens dispatched to them all-to-all) "
+        "instead of every rank holding a slice of every expert",
+    )
     # Default sampling parameters (for requests that bring none)
     temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
@@ -128,12 +160,16 @@ class HeteroSettings(BaseSettings, _SeamFields):
     min_p: float = Field(0.0, ge=0, le=1, description="min-p")
     max_tokens: int = Field(128, ge=1, description="tokens to generate per request")
     seed: int | None = Field(None, description="per-request sampling seed")
-    chat: bool | None = Field(None, description="hetero run: apply the chat template (None: if the model has one)")
+    chat: bool | None = Field(
+        None, description="hetero run: apply the chat template (None: if the model has one)"
+    )
     # Components: one field per seam (see _SeamFields), plus the plugin allow-list
     plugins: list[str] | None = Field(None, description="allow-list of installed plugins to load")
     # Logging
     log_format: Literal["console", "json"] = Field("console", description="log lines on stderr")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="lowest level shown")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "warning", description="lowest level shown"
+    )
 
     @field_validator(*COMPONENT_FIELDS, mode="before")
     @classmethod
@@ -148,7 +184,7 @@ class HeteroSettings(BaseSettings, _SeamFields):
         return value
 
     @model_validator(mode="after")
-    def _default_component_names(self) -> "HeteroSettings":
+    def _default_component_names(self) -> HeteroSettings:
         for seam, default in COMPONENT_DEFAULTS.items():
             choice = getattr(self, seam)
             if choice.name is None:
@@ -156,7 +192,9 @@ class HeteroSettings(BaseSettings, _SeamFields):
         return self
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         return (init_settings, HeteroEnvSource(settings_cls), ConfigFileSource(settings_cls))
 
     def component_name(self, seam: str) -> str:

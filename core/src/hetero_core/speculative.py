@@ -26,6 +26,7 @@ is ``ngram`` (prompt lookup). Test a proposer with ``hetero_core.testing.Propose
 """
 
 from hetero_core.engine.speculation.proposer import ProposalInput, Proposer, ProposerContext
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 

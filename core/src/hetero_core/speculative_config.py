@@ -21,8 +21,10 @@ METHOD_ALIASES = {"draft_model": "draft"}
 def speculative_settings(config: dict[str, Any]) -> dict[str, Any]:
     """The settings (``num_speculative_tokens``, ``speculative_proposer``) for a vLLM ``speculative_config``."""
     if not isinstance(config, dict):
-        raise ConfigError(f"speculative_config must be a dict such as {{'method': 'ngram', "
-                          f"'num_speculative_tokens': 3}}, got {type(config).__name__}")
+        raise ConfigError(
+            f"speculative_config must be a dict such as {{'method': 'ngram', "
+            f"'num_speculative_tokens': 3}}, got {type(config).__name__}"
+        )
     options = dict(config)
     if "num_speculative_tokens" not in options:
         raise ConfigError("speculative_config needs num_speculative_tokens (the tokens proposed per step)")

@@ -14,8 +14,13 @@ Core's own backend is ``xgrammar`` (``pip install 'hetero-core[structured]'``). 
 """
 
 from hetero_core.engine.requests.guided import GuidedDecodingParams
-from hetero_core.engine.sampling.structured_output import GrammarState, StructuredOutputBackend, StructuredOutputContext
+from hetero_core.engine.sampling.structured_output import (
+    GrammarState,
+    StructuredOutputBackend,
+    StructuredOutputContext,
+)
 from hetero_core.engine.sampling.token_bitmask import allocate_token_bitmask, allowed_token_ids, num_words
+
 # ``hookimpl`` is ``hetero_core.hookimpl``, kept here for the code that imported it from this facade
 from hetero_core.plugin_system.hookspecs import hookimpl as hookimpl
 

@@ -7,8 +7,13 @@ from hetero_core import hookimpl
 def register_executors(register):
     from hetero_plugins_cuda.options import CudaExecutorOptions
 
-    register("cuda", _create_cuda_executor, options=CudaExecutorOptions, needs_model=True,
-             preflight=_missing_requirements)
+    register(
+        "cuda",
+        _create_cuda_executor,
+        options=CudaExecutorOptions,
+        needs_model=True,
+        preflight=_missing_requirements,
+    )
 
 
 def _missing_requirements():

@@ -28,7 +28,13 @@ import torch
 from hetero_core.executor import Batch
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphInputs
-from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, check_block_tables, fill_block_tables
+from hetero_core.model.step_inputs import (
+    Staged,
+    StepInputs,
+    StepUpload,
+    check_block_tables,
+    fill_block_tables,
+)
 from hetero_plugins_cuda.kernels import FlashAttnKernels
 
 
@@ -65,11 +71,15 @@ class FlashAttnBackend:
     def allocate_kv_cache(self, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype, device):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         return [
-            KVCache(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            KVCache(
+                torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+            )
             for _ in range(num_layers)
         ]
 
-    def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> FlashAttnMetadata:
+    def build_metadata(
+        self, batch: Batch, device: torch.device, upload: StepUpload | None = None
+    ) -> FlashAttnMetadata:
         """The step's index arrays, added to ``upload`` (the runner's, or a fresh one) and uploaded
         with it: one host-to-device copy for the step."""
         check_block_tables(batch)

@@ -26,8 +26,8 @@ from hetero_core.model.runner import ModelRunner
 from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_cuda.attention import FlashAttnBackend
 from hetero_plugins_cuda.kernels import FlashAttnKernels
-from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.kv_sizing import blocks_for_memory_share, bytes_per_block
+from hetero_plugins_cuda.loader import load_flash_attn
 from hetero_plugins_cuda.options import CudaExecutorOptions
 from hetero_plugins_cuda.preflight import missing_requirements
 
@@ -40,11 +40,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class CudaExecutor(RunnerExecutor):
     """``kernels``: flash-attn's (default) or another provider with the same API (a test double)."""
 
-    def __init__(self, ctx: ExecutorContext, options: CudaExecutorOptions | None = None,
-                 kernels: FlashAttnKernels | None = None):
+    def __init__(
+        self,
+        ctx: ExecutorContext,
+        options: CudaExecutorOptions | None = None,
+        kernels: FlashAttnKernels | None = None,
+    ):
         options = options or (ctx.options if ctx.options is not None else CudaExecutorOptions())
         if ctx.model_dir is None:
-            raise ModelLoadError("the cuda executor needs a model; set `model` to an HF directory or .gguf file")
+            raise ModelLoadError(
+                "the cuda executor needs a model; set `model` to an HF directory or .gguf file"
+            )
         self.kernels = kernels if kernels is not None else load_flash_attn()
         self.device = _device(options.device)
         self.dtype = DTYPES[options.dtype]
@@ -56,7 +62,10 @@ class CudaExecutor(RunnerExecutor):
         config = ModelConfig.from_dir(ctx.model_dir)
         capability = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
         problems = self.kernels.problems(
-            block_size=ctx.block_size, dtype=self.dtype, device=self.device, head_dim=config.head_dim,
+            block_size=ctx.block_size,
+            dtype=self.dtype,
+            device=self.device,
+            head_dim=config.head_dim,
             capability=capability,
         )
         problems += _option_problems(options, ctx)
@@ -64,8 +73,13 @@ class CudaExecutor(RunnerExecutor):
             raise ConfigError("executor 'cuda' cannot run these settings: " + "; ".join(problems))
         fast = self.kernels.fast_block_size
         if fast is not None and ctx.block_size != fast and config.head_dim <= 128:
-            log.info("flash_attn.block_size_hint", kernels=self.kernels.name, block_size=ctx.block_size,
-                     fast_block_size=fast, hint=f"block_size = {fast} loads KV pages by TMA (faster)")
+            log.info(
+                "flash_attn.block_size_hint",
+                kernels=self.kernels.name,
+                block_size=ctx.block_size,
+                fast_block_size=fast,
+                hint=f"block_size = {fast} loads KV pages by TMA (faster)",
+            )
 
         self.backend = FlashAttnBackend(self.kernels)
         self.model = load_model(ctx.model_dir, backend=self.backend, device=self.device, dtype=self.dtype)
@@ -76,8 +90,13 @@ class CudaExecutor(RunnerExecutor):
         else:
             self.num_kv_blocks = ctx.num_blocks
         self._check_kv_memory(self.num_kv_blocks + 1)
-        self.runner = ModelRunner(self.model, num_blocks=self.num_kv_blocks + 1,  # + the scratch block
-                                  block_size=self.block_size, dtype=self.dtype, device=self.device)
+        self.runner = ModelRunner(
+            self.model,
+            num_blocks=self.num_kv_blocks + 1,  # + the scratch block
+            block_size=self.block_size,
+            dtype=self.dtype,
+            device=self.device,
+        )
         self.graph_runner = None
         if options.cuda_graphs and getattr(self.model, "captures_in_cuda_graphs", True):  # not a MoE model
             sizes = options.cuda_graph_batch_sizes or default_batch_sizes(ctx.max_num_seqs)
@@ -89,10 +108,18 @@ class CudaExecutor(RunnerExecutor):
                 self.graph_runner.capture()
         # No block copies or swap: the prefix cache keeps a fully cached prompt's last token uncached and
         # swap preemption falls back to recompute (engine/kv/block_transfer.py). The pool is the one sized here.
-        self.capabilities = self.runner_capabilities(num_kv_blocks=self.num_kv_blocks, block_copy=False,
-                                                     block_swap=False)
-        log.info("executor.ready", executor="cuda", kernels=self.kernels.name, device=str(self.device),
-                 dtype=options.dtype, num_kv_blocks=self.num_kv_blocks, cuda_graphs=options.cuda_graphs)
+        self.capabilities = self.runner_capabilities(
+            num_kv_blocks=self.num_kv_blocks, block_copy=False, block_swap=False
+        )
+        log.info(
+            "executor.ready",
+            executor="cuda",
+            kernels=self.kernels.name,
+            device=str(self.device),
+            dtype=options.dtype,
+            num_kv_blocks=self.num_kv_blocks,
+            cuda_graphs=options.cuda_graphs,
+        )
 
     def shutdown(self) -> None:
         self.graph_runner = None
@@ -123,7 +150,9 @@ def _option_problems(options: CudaExecutorOptions, ctx: ExecutorContext) -> list
             "(a step never has more sequences); drop them or raise max_batch_size"
         )
     if sizes and not options.cuda_graphs:
-        problems.append("executor.cuda.cuda_graph_batch_sizes is set but cuda_graphs is false; drop one of them")
+        problems.append(
+            "executor.cuda.cuda_graph_batch_sizes is set but cuda_graphs is false; drop one of them"
+        )
     if options.gpu_memory_utilization is not None and not options.device.startswith("cuda"):
         problems.append(
             f"executor.cuda.gpu_memory_utilization needs a CUDA device (device is {options.device!r}); "
@@ -136,7 +165,9 @@ def _device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise ConfigError(f"executor.cuda.device: invalid device {name!r}; use e.g. 'cuda' or 'cuda:1'") from exc
+        raise ConfigError(
+            f"executor.cuda.device: invalid device {name!r}; use e.g. 'cuda' or 'cuda:1'"
+        ) from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"executor.cuda.device is {name!r} but this torch build sees no CUDA device")
     return device

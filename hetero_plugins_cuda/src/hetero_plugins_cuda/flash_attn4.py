@@ -39,23 +39,58 @@ PAGED_COMPUTE_CAPABILITIES = (9, 10, 11)  # majors whose kernels take a page tab
 def flash_attn4_kernels(varlen_func: Callable, version: str) -> FlashAttnKernels:
     """``varlen_func``: ``flash_attn.cute.flash_attn_varlen_func`` (or a double with its signature)."""
 
-    def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
-               causal=False, block_table=None):
+    def varlen(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=None,
+        causal=False,
+        block_table=None,
+    ):
         if block_table is None:
-            out, _ = varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                 softmax_scale=softmax_scale, causal=causal)
+            out, _ = varlen_func(
+                q,
+                k,
+                v,
+                cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_k=cu_seqlens_k,
+                max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k,
+                softmax_scale=softmax_scale,
+                causal=causal,
+            )
             return out
         seqused_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
-        out, _ = varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=block_table,
-                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                             softmax_scale=softmax_scale, causal=causal)
+        out, _ = varlen_func(
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_seqlens_q,
+            seqused_k=seqused_k,
+            page_table=block_table,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+            softmax_scale=softmax_scale,
+            causal=causal,
+        )
         return out
 
-    def with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None,
-                     causal=False):
-        out, _ = varlen_func(q, k_cache, v_cache, seqused_k=cache_seqlens, page_table=block_table,
-                             softmax_scale=softmax_scale, causal=causal)
+    def with_kvcache(
+        q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None, causal=False
+    ):
+        out, _ = varlen_func(
+            q,
+            k_cache,
+            v_cache,
+            seqused_k=cache_seqlens,
+            page_table=block_table,
+            softmax_scale=softmax_scale,
+            causal=causal,
+        )
         return out
 
     return FlashAttnKernels(

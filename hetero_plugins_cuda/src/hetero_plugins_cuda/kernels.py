@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 
 
-
 @dataclass(frozen=True)
 class FlashAttnKernels:
     name: str  # e.g. "flash-attn 2.7.4"
@@ -37,8 +36,15 @@ class FlashAttnKernels:
     fast_block_size: int | None = None  # the page size its fastest path needs (the executor logs a hint)
     compute_capabilities: tuple[int, ...] | None = None  # CUDA majors it runs paged KV on; None: any
 
-    def problems(self, *, block_size: int, dtype: torch.dtype, device: torch.device, head_dim: int,
-                 capability: tuple[int, int] | None = None) -> list[str]:
+    def problems(
+        self,
+        *,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        head_dim: int,
+        capability: tuple[int, int] | None = None,
+    ) -> list[str]:
         """Reasons these kernels cannot run this configuration (empty when they can); ``capability``:
         the CUDA device's compute capability, None off CUDA."""
         reasons = []

@@ -3,7 +3,6 @@ tokens through a real paged cache, for tests) and ``null`` (no per-token work, f
 engine's own time per step)."""
 
 from hetero_core import hookimpl
-
 from hetero_plugins_mock.options import MockExecutorOptions, NullExecutorOptions
 
 

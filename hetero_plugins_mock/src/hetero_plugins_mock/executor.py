@@ -18,7 +18,6 @@ from hetero_core import ConfigError
 from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput, slot_of
 from hetero_core.kv_transfer import KVTensor
 from hetero_core.structured_output import allowed_token_ids
-
 from hetero_plugins_mock.options import MockExecutorOptions
 
 EMPTY_SLOT = -1
@@ -45,8 +44,14 @@ class MockExecutor:
         # token ids (no logits, so no prompt logits); 1 + n token ids per sequence with batch.num_spec_tokens;
         # every block transfer; exported blocks are one (blocks, block_size) tensor: blocks along dim 0
         self.capabilities = ExecutorCapabilities(
-            vocab_size=ctx.vocab_size, supports_speculative_decoding=True, block_copy=True, block_swap=True,
-            kv_export=True, kv_import=True, kv_block_dim=0)
+            vocab_size=ctx.vocab_size,
+            supports_speculative_decoding=True,
+            block_copy=True,
+            block_swap=True,
+            kv_export=True,
+            kv_import=True,
+            kv_block_dim=0,
+        )
 
     def execute(self, batch: Batch) -> ExecutorOutput:
         self._check(batch)
@@ -54,9 +59,13 @@ class MockExecutor:
             self.slots[slot] = token
         token_ids = [self._next_token(batch, i) for i in batch.sample_indices]
         if batch.token_bitmask is not None:  # structured output: only tokens the mask allows
-            token_ids = [self._allowed_token(batch.token_bitmask[row], token, batch.context_lens[i])
-                         for row, (i, token) in enumerate(zip(batch.sample_indices, token_ids))]
-        if batch.num_spec_tokens is not None:  # verify proposals: its token at each of the last 1 + n positions
+            token_ids = [
+                self._allowed_token(batch.token_bitmask[row], token, batch.context_lens[i])
+                for row, (i, token) in enumerate(zip(batch.sample_indices, token_ids))
+            ]
+        if (
+            batch.num_spec_tokens is not None
+        ):  # verify proposals: its token at each of the last 1 + n positions
             token_ids = self._with_proposal_rows(batch, token_ids)
         self._simulate_latency(batch)
         return ExecutorOutput(token_ids=token_ids)
@@ -67,7 +76,11 @@ class MockExecutor:
         rows = []
         for token, i in zip(token_ids, batch.sample_indices):
             n, end = batch.num_spec_tokens[i], batch.context_lens[i]
-            rows += [self._next_token(batch, i, position) for position in range(end - n, end + 1)] if n else [token]
+            rows += (
+                [self._next_token(batch, i, position) for position in range(end - n, end + 1)]
+                if n
+                else [token]
+            )
         return rows
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
@@ -95,10 +108,16 @@ class MockExecutor:
     def import_blocks(self, block_ids: list[int], layers: list[tuple[KVTensor, ...]]) -> None:
         """Write blocks ``export_blocks`` produced (of a mock of the same block size) into ``block_ids``."""
         bs = self.block_size
-        if len(layers) != 1 or len(layers[0]) != 1 or layers[0][0].dtype != "int64" \
-                or tuple(layers[0][0].shape) != (len(block_ids), bs):
-            raise ValueError(f"the mock executor imports one int64 tensor of shape ({len(block_ids)}, {bs}), got "
-                             f"{[[(t.dtype, tuple(t.shape)) for t in layer] for layer in layers]}")
+        if (
+            len(layers) != 1
+            or len(layers[0]) != 1
+            or layers[0][0].dtype != "int64"
+            or tuple(layers[0][0].shape) != (len(block_ids), bs)
+        ):
+            raise ValueError(
+                f"the mock executor imports one int64 tensor of shape ({len(block_ids)}, {bs}), got "
+                f"{[[(t.dtype, tuple(t.shape)) for t in layer] for layer in layers]}"
+            )
         data = array("q")
         data.frombytes(bytes(layers[0][0].data))
         for i, block in enumerate(block_ids):
@@ -114,7 +133,9 @@ class MockExecutor:
     def _num_swap_blocks(self) -> int:
         return len(self.swap_slots) // self.block_size
 
-    def _copy(self, source: array, destination: array, pairs, what: str, num_source: int, num_destination: int):
+    def _copy(
+        self, source: array, destination: array, pairs, what: str, num_source: int, num_destination: int
+    ):
         bs = self.block_size
         for src, dst in pairs:
             if not (0 <= src < num_source and 0 <= dst < num_destination):

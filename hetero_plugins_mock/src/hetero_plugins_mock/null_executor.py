@@ -13,7 +13,6 @@ import time
 
 from hetero_core import ConfigError
 from hetero_core.executor import Batch, ExecutorCapabilities, ExecutorContext, ExecutorOutput
-
 from hetero_plugins_mock.options import NullExecutorOptions
 
 
@@ -27,8 +26,8 @@ class NullExecutor:
             )
         self.eos_token_id = None  # never emits EOS: requests end by length or stop strings
         self.capabilities = ExecutorCapabilities(  # copies and swaps are accepted and do nothing
-            block_copy=True, block_swap=True,
-            prefers_async_scheduling=self.options.step_time > 0)  # a device to overlap with: worth a thread
+            block_copy=True, block_swap=True, prefers_async_scheduling=self.options.step_time > 0
+        )  # a device to overlap with: worth a thread
         self._first = self.options.first_token_id
         self._span = self.options.vocab_size - self.options.first_token_id
 

@@ -9,9 +9,7 @@ interpreter (``hetero bench triton-decode`` uses the three).
 import importlib
 
 from hetero_core import hookimpl
-
 from hetero_plugins_triton.options import TritonExecutorOptions
-
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -34,8 +32,13 @@ def __getattr__(name: str):
 
 @hookimpl
 def register_executors(register):
-    register("triton", _create_triton_executor, options=TritonExecutorOptions, needs_model=True,
-             preflight=_missing_packages)
+    register(
+        "triton",
+        _create_triton_executor,
+        options=TritonExecutorOptions,
+        needs_model=True,
+        preflight=_missing_packages,
+    )
 
 
 def _missing_packages():

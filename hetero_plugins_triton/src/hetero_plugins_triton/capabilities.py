@@ -18,15 +18,26 @@ CAPABILITIES = {
 }
 
 
-def incompatibilities(*, block_size: int, head_dim: int, num_heads: int, num_kv_heads: int, dtype: str,
-                      interpret: bool, bf16_supported: bool = True) -> list[str]:
+def incompatibilities(
+    *,
+    block_size: int,
+    head_dim: int,
+    num_heads: int,
+    num_kv_heads: int,
+    dtype: str,
+    interpret: bool,
+    bf16_supported: bool = True,
+) -> list[str]:
     """Reasons the kernels cannot run this model and these settings (empty when they can)."""
     reasons = []
     if block_size not in BLOCK_SIZES:
-        reasons.append(f"block_size {block_size} is not supported; use one of {', '.join(map(str, BLOCK_SIZES))}")
+        reasons.append(
+            f"block_size {block_size} is not supported; use one of {', '.join(map(str, BLOCK_SIZES))}"
+        )
     if not (MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM and head_dim % HEAD_DIM_MULTIPLE == 0):
-        reasons.append(f"the model's head_dim {head_dim} is not supported; the kernels take "
-                       f"{CAPABILITIES['head_dims']}")
+        reasons.append(
+            f"the model's head_dim {head_dim} is not supported; the kernels take {CAPABILITIES['head_dims']}"
+        )
     if num_kv_heads < 1 or num_heads % num_kv_heads:
         reasons.append(f"{num_heads} query heads do not divide into {num_kv_heads} KV heads")
     allowed = INTERPRETER_DTYPES if interpret else GPU_DTYPES

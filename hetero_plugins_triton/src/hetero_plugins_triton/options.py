@@ -26,7 +26,9 @@ class TritonExecutorOptions(BaseModel):
         "TRITON_INTERPRET=1 in the environment turns it on too",
     )
     num_splits: int | None = Field(
-        None, ge=1, le=256,
+        None,
+        ge=1,
+        le=256,
         description="decode: force this many KV splits per sequence (1 = no split-K); default: chosen per step "
         "from context length, batch size and the GPU's SM count",
     )
@@ -45,5 +47,7 @@ class TritonExecutorOptions(BaseModel):
     @classmethod
     def _tile_size(cls, value: int) -> int:
         if value not in TILE_SIZES:
-            raise ValueError(f"must be one of {', '.join(map(str, TILE_SIZES))} (a power of two the kernels tile by)")
+            raise ValueError(
+                f"must be one of {', '.join(map(str, TILE_SIZES))} (a power of two the kernels tile by)"
+            )
         return value

@@ -33,6 +33,8 @@ def interpreter_problem() -> str | None:
         return int(parts[0]), int(parts[1])
 
     if major_minor("triton") < (3, 7) and major_minor("numpy") >= (2, 4):
-        return (f"triton {version('triton')}'s CPU interpreter fails with numpy {version('numpy')}; "
-                "pip install 'triton>=3.7' (or 'numpy<2.4')")
+        return (
+            f"triton {version('triton')}'s CPU interpreter fails with numpy {version('numpy')}; "
+            "pip install 'triton>=3.7' (or 'numpy<2.4')"
+        )
     return None

@@ -9,8 +9,15 @@ MIN_TOKENS_PER_SPLIT = 128
 MAX_SPLITS = 64
 
 
-def choose_num_splits(*, max_context_len: int, num_seqs: int, num_kv_heads: int, num_sms: int,
-                      block_n: int, forced: int | None = None) -> int:
+def choose_num_splits(
+    *,
+    max_context_len: int,
+    num_seqs: int,
+    num_kv_heads: int,
+    num_sms: int,
+    block_n: int,
+    forced: int | None = None,
+) -> int:
     """Splits per sequence for a decode step: ``forced`` if set, else from the longest context, the
     batch size and the device's SM count. Never more than the longest context has KV tiles."""
     num_tiles = max(1, -(-max_context_len // block_n))

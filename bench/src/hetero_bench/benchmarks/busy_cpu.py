@@ -30,8 +30,12 @@ BUSY_LOOP = "while True: pass"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=positive_int, default=5, help="idle/busy pairs (default: 5)")
     parser.add_argument("--max-tokens", type=positive_int, default=32, help="tokens per round (default: 32)")
-    parser.add_argument("--num-threads", type=positive_int, metavar="N",
-                        help="the torch executor's num_threads (default: the executor's own choice)")
+    parser.add_argument(
+        "--num-threads",
+        type=positive_int,
+        metavar="N",
+        help="the torch executor's num_threads (default: the executor's own choice)",
+    )
     add_engine_arguments(parser)
 
 
@@ -61,26 +65,56 @@ def run(args: argparse.Namespace) -> Report:
             finally:
                 child.kill()
                 child.wait()
-            print(f"round {number}/{args.rounds}: idle {idle[-1]:.1f}, busy {busy[-1]:.1f} tokens/s", file=sys.stderr)
+            print(
+                f"round {number}/{args.rounds}: idle {idle[-1]:.1f}, busy {busy[-1]:.1f} tokens/s",
+                file=sys.stderr,
+            )
             time.sleep(0.5)
     finally:
         llm.shutdown()
-    rows = [{"round": n, "idle_tokens_per_s": i, "busy_tokens_per_s": b, "ratio": b / i}
-            for n, (i, b) in enumerate(zip(idle, busy), 1)]
+    rows = [
+        {"round": n, "idle_tokens_per_s": i, "busy_tokens_per_s": b, "ratio": b / i}
+        for n, (i, b) in enumerate(zip(idle, busy), 1)
+    ]
     median_idle, median_busy = statistics.median(idle), statistics.median(busy)
     ratios = [r["ratio"] for r in rows]
-    summary = [f"median: idle {median_idle:.1f}, busy {median_busy:.1f} tokens/s; ratio of medians "
-               f"{median_busy / median_idle:.2f} (median of ratios {statistics.median(ratios):.2f}); "
-               f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, load average at end {os.getloadavg()[0]:.2f}"]
-    columns = [Column("round", "round"), Column("idle_tokens_per_s", "idle tok/s", ".1f"),
-               Column("busy_tokens_per_s", "busy tok/s", ".1f"), Column("ratio", "ratio", ".2f")]
-    panels = [Panel("decode throughput, batch 1", "tokens/s", [str(r["round"]) for r in rows],
-                    {"idle": idle, "one busy process": busy}, xlabel="round")]
-    settings = {**{k: v for k, v in vars(args).items() if k not in ("json", "plot")},
-                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "prompt": PROMPT}
-    return Report("busy-cpu", settings, Table(columns, rows),
-                  [f"{args.rounds} rounds of {args.max_tokens} greedy tokens, idle then beside `{BUSY_LOOP}`"],
-                  summary, {"median_idle_tokens_per_s": median_idle, "median_busy_tokens_per_s": median_busy,
-                            "ratio_of_medians": median_busy / median_idle,
-                            "load_average_at_end": os.getloadavg()}, panels,
-                  title="Decode throughput beside a busy process")
+    summary = [
+        f"median: idle {median_idle:.1f}, busy {median_busy:.1f} tokens/s; ratio of medians "
+        f"{median_busy / median_idle:.2f} (median of ratios {statistics.median(ratios):.2f}); "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, load average at end {os.getloadavg()[0]:.2f}"
+    ]
+    columns = [
+        Column("round", "round"),
+        Column("idle_tokens_per_s", "idle tok/s", ".1f"),
+        Column("busy_tokens_per_s", "busy tok/s", ".1f"),
+        Column("ratio", "ratio", ".2f"),
+    ]
+    panels = [
+        Panel(
+            "decode throughput, batch 1",
+            "tokens/s",
+            [str(r["round"]) for r in rows],
+            {"idle": idle, "one busy process": busy},
+            xlabel="round",
+        )
+    ]
+    settings = {
+        **{k: v for k, v in vars(args).items() if k not in ("json", "plot")},
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "prompt": PROMPT,
+    }
+    return Report(
+        "busy-cpu",
+        settings,
+        Table(columns, rows),
+        [f"{args.rounds} rounds of {args.max_tokens} greedy tokens, idle then beside `{BUSY_LOOP}`"],
+        summary,
+        {
+            "median_idle_tokens_per_s": median_idle,
+            "median_busy_tokens_per_s": median_busy,
+            "ratio_of_medians": median_busy / median_idle,
+            "load_average_at_end": os.getloadavg(),
+        },
+        panels,
+        title="Decode throughput beside a busy process",
+    )

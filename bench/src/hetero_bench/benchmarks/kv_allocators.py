@@ -23,8 +23,9 @@ from hetero_bench.report import Column, Panel, Report, Table
 
 SUMMARY = "KV memory waste, concurrency and steps: paged vs contiguous allocation"
 NEEDS = "hetero-plugins-mock (default executor); torch and the model with --executor torch"
-SETTINGS = dict(max_model_len=2048, block_size=16, max_num_blocks=1024, max_batch_size=64,
-                enable_prefix_caching=False)
+SETTINGS = dict(
+    max_model_len=2048, block_size=16, max_num_blocks=1024, max_batch_size=64, enable_prefix_caching=False
+)
 ALLOCATORS = ("paged", "contiguous")
 
 
@@ -36,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_workload(num_requests: int, seed: int = 0) -> list[tuple[list[int], int]]:
     rng = random.Random(seed)
-    return [([rng.randint(32, 250) for _ in range(rng.randint(16, 512))], rng.randint(16, 256))
-            for _ in range(num_requests)]
+    return [
+        ([rng.randint(32, 250) for _ in range(rng.randint(16, 512))], rng.randint(16, 256))
+        for _ in range(num_requests)
+    ]
 
 
 def run_allocator(args, allocator: str, workload) -> dict:
@@ -80,21 +83,51 @@ def run_allocator(args, allocator: str, workload) -> dict:
 def run(args: argparse.Namespace) -> Report:
     workload = make_workload(args.num_requests, args.seed)
     paged, static = rows = [run_allocator(args, allocator, workload) for allocator in ALLOCATORS]
-    columns = [Column("allocator", "allocator"), Column("kv_waste_mean", "KV waste", ".1%"),
-               Column("pool_allocated_mean", "pool used", ".1%"), Column("peak_running", "peak running"),
-               Column("steps", "steps"), Column("preemptions", "preempt"),
-               Column("output_tokens_per_step", "tok/step", ".1f"), Column("output_tokens_per_s", "tok/s", ".0f")]
-    ratios = {"fewer_steps": static["steps"] / paged["steps"],
-              "tokens_per_s": paged["output_tokens_per_s"] / static["output_tokens_per_s"],
-              "peak_running": paged["peak_running"] / static["peak_running"]}
-    summary = [f"paged / contiguous: {ratios['fewer_steps']:.2f}x fewer steps, {ratios['tokens_per_s']:.2f}x "
-               f"tokens/s, {ratios['peak_running']:.1f}x peak running requests"]
-    header = [f"workload: {args.num_requests} requests, {sum(len(p) for p, _ in workload)} prompt + "
-              f"{sum(m for _, m in workload)} output tokens, executor {args.executor}, {SETTINGS}"]
-    panels = [Panel("KV memory waste (lower is better)", "% of allocated slots", list(ALLOCATORS),
-                    {"waste": [100 * r["kv_waste_mean"] for r in rows]}),
-              Panel("peak running requests", "requests", list(ALLOCATORS), {"peak": [r["peak_running"] for r in rows]}),
-              Panel("engine steps (lower is better)", "steps", list(ALLOCATORS), {"steps": [r["steps"] for r in rows]})]
+    columns = [
+        Column("allocator", "allocator"),
+        Column("kv_waste_mean", "KV waste", ".1%"),
+        Column("pool_allocated_mean", "pool used", ".1%"),
+        Column("peak_running", "peak running"),
+        Column("steps", "steps"),
+        Column("preemptions", "preempt"),
+        Column("output_tokens_per_step", "tok/step", ".1f"),
+        Column("output_tokens_per_s", "tok/s", ".0f"),
+    ]
+    ratios = {
+        "fewer_steps": static["steps"] / paged["steps"],
+        "tokens_per_s": paged["output_tokens_per_s"] / static["output_tokens_per_s"],
+        "peak_running": paged["peak_running"] / static["peak_running"],
+    }
+    summary = [
+        f"paged / contiguous: {ratios['fewer_steps']:.2f}x fewer steps, {ratios['tokens_per_s']:.2f}x "
+        f"tokens/s, {ratios['peak_running']:.1f}x peak running requests"
+    ]
+    header = [
+        f"workload: {args.num_requests} requests, {sum(len(p) for p, _ in workload)} prompt + "
+        f"{sum(m for _, m in workload)} output tokens, executor {args.executor}, {SETTINGS}"
+    ]
+    panels = [
+        Panel(
+            "KV memory waste (lower is better)",
+            "% of allocated slots",
+            list(ALLOCATORS),
+            {"waste": [100 * r["kv_waste_mean"] for r in rows]},
+        ),
+        Panel(
+            "peak running requests", "requests", list(ALLOCATORS), {"peak": [r["peak_running"] for r in rows]}
+        ),
+        Panel(
+            "engine steps (lower is better)", "steps", list(ALLOCATORS), {"steps": [r["steps"] for r in rows]}
+        ),
+    ]
     settings = {**{k: v for k, v in vars(args).items() if k not in ("json", "plot")}, "engine": SETTINGS}
-    return Report("kv-allocators", settings, Table(columns, rows), header, summary, {"ratios": ratios}, panels,
-                  title=f"KV allocators: {args.num_requests} requests, {args.executor} executor")
+    return Report(
+        "kv-allocators",
+        settings,
+        Table(columns, rows),
+        header,
+        summary,
+        {"ratios": ratios},
+        panels,
+        title=f"KV allocators: {args.num_requests} requests, {args.executor} executor",
+    )

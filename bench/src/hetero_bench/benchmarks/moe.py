@@ -32,12 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--layers", type=positive_int, default=8, help="decoder layers (default: 8)")
     shape.add_argument("--experts", type=positive_int, default=8, help="experts per MoE layer (default: 8)")
     shape.add_argument("--top-k", type=positive_int, default=2, help="experts per token (default: 2)")
-    shape.add_argument("--expert-size", type=positive_int, default=1024,
-                       help="one expert's intermediate size; the dense MLP is top_k times it (default: 1024)")
+    shape.add_argument(
+        "--expert-size",
+        type=positive_int,
+        default=1024,
+        help="one expert's intermediate size; the dense MLP is top_k times it (default: 1024)",
+    )
     run = parser.add_argument_group("run")
     run.add_argument("--rounds", type=positive_int, default=3, help="alternating rounds (default: 3)")
-    run.add_argument("--tokens", type=positive_int, default=48, help="tokens generated per request (default: 48)")
-    run.add_argument("--batch", type=positive_int, default=8, help="requests in the batched workload (default: 8)")
+    run.add_argument(
+        "--tokens", type=positive_int, default=48, help="tokens generated per request (default: 48)"
+    )
+    run.add_argument(
+        "--batch", type=positive_int, default=8, help="requests in the batched workload (default: 8)"
+    )
     add_engine_arguments(parser)
 
 
@@ -56,25 +64,38 @@ def measure(llm, args) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> Report:
+    from hetero_bench.moe_models import moe_pair
     from hetero_core import LLM, SamplingParams
 
-    from hetero_bench.moe_models import moe_pair
-
     dtype = args.dtype if args.dtype in ("float32", "bfloat16") else "bfloat16"
-    dirs = moe_pair(hidden=args.hidden, layers=args.layers, experts=args.experts, top_k=args.top_k,
-                    expert_size=args.expert_size, dtype=dtype)
+    dirs = moe_pair(
+        hidden=args.hidden,
+        layers=args.layers,
+        experts=args.experts,
+        top_k=args.top_k,
+        expert_size=args.expert_size,
+        dtype=dtype,
+    )
     args.model = None  # the pair's directories, never --model
     llms = {}
     try:
         for name, directory in dirs.items():
-            settings = engine_settings(args, model=str(directory), tokenizer="byte", max_model_len=512,
-                                       max_batch_size=max(8, args.batch), dtype=args.dtype or dtype)
+            settings = engine_settings(
+                args,
+                model=str(directory),
+                tokenizer="byte",
+                max_model_len=512,
+                max_batch_size=max(8, args.batch),
+                dtype=args.dtype or dtype,
+            )
             llms[name] = LLM.from_settings(settings)
             llms[name].generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
         rounds = []
         for index in range(args.rounds):
             rounds.append({name: measure(llm, args) for name, llm in llms.items()})
-            print(f"round {index + 1}: " + ", ".join(f"{n} {v}" for n, v in rounds[-1].items()), file=sys.stderr)
+            print(
+                f"round {index + 1}: " + ", ".join(f"{n} {v}" for n, v in rounds[-1].items()), file=sys.stderr
+            )
     finally:
         for llm in llms.values():
             llm.shutdown()
@@ -88,16 +109,42 @@ def _report(args, dtype: str, rounds: list[dict]) -> Report:
         moe = [r["moe"][label] for r in rounds]
         dense = [r["dense"][label] for r in rounds]
         ratios = [m / d for m, d in zip(moe, dense, strict=True)]
-        rows.append({"workload": label.replace("_", " "), "moe_tokens_per_s": statistics.median(moe),
-                     "dense_tokens_per_s": statistics.median(dense), "ratio": statistics.median(ratios),
-                     "ratios": " ".join(f"{r:.2f}" for r in ratios)})
-    columns = [Column("workload", "workload"), Column("moe_tokens_per_s", "MoE tok/s", ".1f"),
-               Column("dense_tokens_per_s", "dense tok/s", ".1f"), Column("ratio", "MoE/dense", ".2f", "x"),
-               Column("ratios", "per round")]
-    shape = (f"hidden {args.hidden}, {args.layers} layers; MoE {args.experts} experts x {args.expert_size} top-{args.top_k}"
-             f" vs dense MLP {args.top_k * args.expert_size}; {dtype}; {args.tokens} greedy tokens per request")
-    panels = [Panel("decode throughput", "tokens/s", [r["workload"] for r in rows],
-                    {"MoE": [r["moe_tokens_per_s"] for r in rows], "dense": [r["dense_tokens_per_s"] for r in rows]})]
+        rows.append(
+            {
+                "workload": label.replace("_", " "),
+                "moe_tokens_per_s": statistics.median(moe),
+                "dense_tokens_per_s": statistics.median(dense),
+                "ratio": statistics.median(ratios),
+                "ratios": " ".join(f"{r:.2f}" for r in ratios),
+            }
+        )
+    columns = [
+        Column("workload", "workload"),
+        Column("moe_tokens_per_s", "MoE tok/s", ".1f"),
+        Column("dense_tokens_per_s", "dense tok/s", ".1f"),
+        Column("ratio", "MoE/dense", ".2f", "x"),
+        Column("ratios", "per round"),
+    ]
+    shape = (
+        f"hidden {args.hidden}, {args.layers} layers; MoE {args.experts} experts x {args.expert_size} top-{args.top_k}"
+        f" vs dense MLP {args.top_k * args.expert_size}; {dtype}; {args.tokens} greedy tokens per request"
+    )
+    panels = [
+        Panel(
+            "decode throughput",
+            "tokens/s",
+            [r["workload"] for r in rows],
+            {"MoE": [r["moe_tokens_per_s"] for r in rows], "dense": [r["dense_tokens_per_s"] for r in rows]},
+        )
+    ]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    return Report("moe", settings, Table(columns, rows), [shape], [], {"rounds": rounds}, panels,
-                  title="Mixture of experts vs dense, same active parameters")
+    return Report(
+        "moe",
+        settings,
+        Table(columns, rows),
+        [shape],
+        [],
+        {"rounds": rounds},
+        panels,
+        title="Mixture of experts vs dense, same active parameters",
+    )

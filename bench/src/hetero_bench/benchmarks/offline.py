@@ -22,33 +22,81 @@ NEEDS = "torch and the model for real figures (--executor mock runs without them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--peers", default="hf", metavar="A,B",
-                        help="peers to run beside Hetero, comma-separated, or 'none' (default: hf; "
-                             "see the list below)")
-    parser.add_argument("--num-requests", type=positive_int, default=32, metavar="N", help="requests (default: 32)")
+    parser.add_argument(
+        "--peers",
+        default="hf",
+        metavar="A,B",
+        help="peers to run beside Hetero, comma-separated, or 'none' (default: hf; see the list below)",
+    )
+    parser.add_argument(
+        "--num-requests", type=positive_int, default=32, metavar="N", help="requests (default: 32)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the workload's random seed (default: 0)")
-    parser.add_argument("--prompt-len", type=positive_int, nargs=2, default=(16, 128), metavar=("MIN", "MAX"),
-                        help="prompt lengths, uniform (default: 16 128)")
-    parser.add_argument("--output-len", type=positive_int, nargs=2, default=(16, 64), metavar=("MIN", "MAX"),
-                        help="output lengths, uniform (default: 16 64)")
-    parser.add_argument("--rounds", type=positive_int, default=3, metavar="N",
-                        help="Hetero and every peer run this many times, alternately (default: 3)")
-    parser.add_argument("--decode-tokens", type=non_negative_int, default=64, metavar="N",
-                        help="batch-1 decode latency over this many tokens (0: skip; default: 64)")
-    parser.add_argument("--hf-batch-size", type=positive_int, default=32, metavar="N",
-                        help="the hf peer's static batch size (default: 32)")
-    parser.add_argument("--threads", type=positive_int, metavar="N",
-                        help="torch threads for every peer (default: the engine's choice)")
-    parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
-                        help="measure the GEMM ceiling (fp32, bf16 torch.matmul) and every peer's achieved "
-                             "GFLOP/s on the workload's matmuls (default: on; needs a real model)")
-    parser.add_argument("--first-token-runs", type=non_negative_int, default=0, metavar="N",
-                        help="also time Hetero's load to first token: `hetero run --max-tokens 1` in N fresh "
-                             "processes, median (default: 0, skip); peers that start a process (vLLM) "
-                             "report theirs anyway")
-    parser.add_argument("--emulate-avx2", action="store_true",
-                        help="cap torch, oneDNN, MKL and Hetero's C kernels at AVX2, here and in the peers' "
-                             "processes: an AVX2-only CPU approximated on an AVX-512 one (docs/benchmarks.md)")
+    parser.add_argument(
+        "--prompt-len",
+        type=positive_int,
+        nargs=2,
+        default=(16, 128),
+        metavar=("MIN", "MAX"),
+        help="prompt lengths, uniform (default: 16 128)",
+    )
+    parser.add_argument(
+        "--output-len",
+        type=positive_int,
+        nargs=2,
+        default=(16, 64),
+        metavar=("MIN", "MAX"),
+        help="output lengths, uniform (default: 16 64)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="Hetero and every peer run this many times, alternately (default: 3)",
+    )
+    parser.add_argument(
+        "--decode-tokens",
+        type=non_negative_int,
+        default=64,
+        metavar="N",
+        help="batch-1 decode latency over this many tokens (0: skip; default: 64)",
+    )
+    parser.add_argument(
+        "--hf-batch-size",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help="the hf peer's static batch size (default: 32)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        help="torch threads for every peer (default: the engine's choice)",
+    )
+    parser.add_argument(
+        "--ceiling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure the GEMM ceiling (fp32, bf16 torch.matmul) and every peer's achieved "
+        "GFLOP/s on the workload's matmuls (default: on; needs a real model)",
+    )
+    parser.add_argument(
+        "--first-token-runs",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="also time Hetero's load to first token: `hetero run --max-tokens 1` in N fresh "
+        "processes, median (default: 0, skip); peers that start a process (vLLM) "
+        "report theirs anyway",
+    )
+    parser.add_argument(
+        "--emulate-avx2",
+        action="store_true",
+        help="cap torch, oneDNN, MKL and Hetero's C kernels at AVX2, here and in the peers' "
+        "processes: an AVX2-only CPU approximated on an AVX-512 one (docs/benchmarks.md)",
+    )
     add_engine_arguments(parser)
 
 
@@ -59,8 +107,8 @@ def epilog() -> str:
 
 
 def run(args: argparse.Namespace) -> Report:
-    from hetero_bench.peers.hetero_engine import HeteroPeer
     from hetero_bench.peers import PeerContext, PeerUnavailable, available_peers
+    from hetero_bench.peers.hetero_engine import HeteroPeer
     from hetero_bench.workload import Workload
 
     if args.emulate_avx2:
@@ -68,8 +116,11 @@ def run(args: argparse.Namespace) -> Report:
 
         emulate_avx2()
     factories = available_peers()
-    names = [] if args.peers.strip() == "none" else list(dict.fromkeys(n.strip() for n in args.peers.split(",")
-                                                                       if n.strip()))
+    names = (
+        []
+        if args.peers.strip() == "none"
+        else list(dict.fromkeys(n.strip() for n in args.peers.split(",") if n.strip()))
+    )
     for name in names:
         if name not in factories:
             raise HeteroError(f"unknown peer {name!r}; available: {', '.join(factories)}")
@@ -118,14 +169,16 @@ def _arithmetic(hetero, requests) -> dict:
 
     config = json.loads((hetero.model_dir / "config.json").read_text())
     ceilings = {dtype: gemm_ceiling_gflops(dtype) for dtype in ("float32", "bfloat16")}
-    return {"workload_tflop": workload_flops(config, requests) / 1e12,
-            "gemm_ceiling_gflops": {dtype: rate for dtype, (rate, _) in ceilings.items()},
-            "gemm_ceiling_sizes": {dtype: size for dtype, (_, size) in ceilings.items()}}
+    return {
+        "workload_tflop": workload_flops(config, requests) / 1e12,
+        "gemm_ceiling_gflops": {dtype: rate for dtype, (rate, _) in ceilings.items()},
+        "gemm_ceiling_sizes": {dtype: size for dtype, (_, size) in ceilings.items()},
+    }
 
 
 def _hetero_first_token_s(args) -> float:
-    from hetero_bench.options import engine_flags
     from hetero_bench.benchmarks.warm_start import timed_run
+    from hetero_bench.options import engine_flags
 
     flags = engine_flags(args)
     timed_run(flags)  # the page cache warm, as for every later start
@@ -138,8 +191,10 @@ def _agreement(peers, tokens: dict[str, list[list[int]]]) -> list[str]:
     for peer in peers[1:]:
         if peer.name in tokens and "hetero" in tokens:
             same = sum(a == b for a, b in zip(tokens["hetero"], tokens[peer.name], strict=True))
-            lines.append(f"{peer.label}: greedy tokens identical to hetero's in {same}/{len(tokens['hetero'])} "
-                         "requests (expect all only in the same dtype)")
+            lines.append(
+                f"{peer.label}: greedy tokens identical to hetero's in {same}/{len(tokens['hetero'])} "
+                "requests (expect all only in the same dtype)"
+            )
     return lines
 
 
@@ -163,8 +218,11 @@ def _run_rounds(peers, requests, num_rounds: int, skipped: dict[str, str]) -> tu
                 skipped[peer.name] = str(exc)
                 print(f"hetero bench: skipping peer {peer.name!r}: {exc}", file=sys.stderr)
                 continue
-            print(f"round {number}/{num_rounds}: {peer.label}: {result.elapsed_s:.2f} s, "
-                  f"{result.tokens_per_s:.1f} output tokens/s", file=sys.stderr)
+            print(
+                f"round {number}/{num_rounds}: {peer.label}: {result.elapsed_s:.2f} s, "
+                f"{result.tokens_per_s:.1f} output tokens/s",
+                file=sys.stderr,
+            )
         rounds.append(results)
     return [{name: r for name, r in results.items() if name not in skipped} for results in rounds], tokens
 
@@ -175,7 +233,9 @@ def _decode_latency(peers, prompt: list[int], num_tokens: int) -> dict[str, floa
     return {p.name: p.decode_latency(prompt, num_tokens) for p in peers if hasattr(p, "decode_latency")}
 
 
-def _report(args, workload, requests, hetero, peers, rounds, latency, skipped, arithmetic, first_token) -> Report:
+def _report(
+    args, workload, requests, hetero, peers, rounds, latency, skipped, arithmetic, first_token
+) -> Report:
     expected = sum(r.max_tokens for r in requests)
     rows, per_peer = [], {}
     for peer in peers:
@@ -183,58 +243,104 @@ def _report(args, workload, requests, hetero, peers, rounds, latency, skipped, a
         tps = _median_tps(rounds, peer.name)
         per_round = [r["hetero"].tokens_per_s / r[peer.name].tokens_per_s for r in rounds]
         ms = latency.get(peer.name)
-        row = {"peer": peer.name, "label": peer.label, "seconds": elapsed, "output_tokens_per_s": tps,
-               "hetero_speedup": statistics.median(per_round),  # paired: each round's ratio, then the median
-               "decode_ms_per_token": None if ms is None else ms * 1e3,
-               "hetero_decode_speedup": (ms / latency["hetero"]) if ms is not None and "hetero" in latency else None,
-               "gflops": arithmetic["workload_tflop"] * 1e3 / elapsed if arithmetic else None,
-               "first_token_s": first_token.get(peer.name),
-               "rss_mb": rounds[-1][peer.name].extra.get("rss_mb")}  # resident memory after the last round
+        row = {
+            "peer": peer.name,
+            "label": peer.label,
+            "seconds": elapsed,
+            "output_tokens_per_s": tps,
+            "hetero_speedup": statistics.median(per_round),  # paired: each round's ratio, then the median
+            "decode_ms_per_token": None if ms is None else ms * 1e3,
+            "hetero_decode_speedup": (ms / latency["hetero"])
+            if ms is not None and "hetero" in latency
+            else None,
+            "gflops": arithmetic["workload_tflop"] * 1e3 / elapsed if arithmetic else None,
+            "first_token_s": first_token.get(peer.name),
+            "rss_mb": rounds[-1][peer.name].extra.get("rss_mb"),
+        }  # resident memory after the last round
         rows.append(row)
-        per_peer[peer.name] = {**row, "hetero_speedup_per_round": per_round,
-                               "rounds": [{"elapsed_s": r[peer.name].elapsed_s, "output_tokens": r[peer.name].output_tokens,
-                                           **r[peer.name].extra} for r in rounds]}
-    columns = [Column("label", "peer"), Column("seconds", "time s", ".2f"),
-               Column("output_tokens_per_s", "out tok/s", ".1f"), Column("hetero_speedup", "hetero speedup", ".2f", "x")]
+        per_peer[peer.name] = {
+            **row,
+            "hetero_speedup_per_round": per_round,
+            "rounds": [
+                {
+                    "elapsed_s": r[peer.name].elapsed_s,
+                    "output_tokens": r[peer.name].output_tokens,
+                    **r[peer.name].extra,
+                }
+                for r in rounds
+            ],
+        }
+    columns = [
+        Column("label", "peer"),
+        Column("seconds", "time s", ".2f"),
+        Column("output_tokens_per_s", "out tok/s", ".1f"),
+        Column("hetero_speedup", "hetero speedup", ".2f", "x"),
+    ]
     if latency:
-        columns += [Column("decode_ms_per_token", "batch-1 ms/tok", ".1f"),
-                    Column("hetero_decode_speedup", "hetero speedup", ".2f", "x")]
+        columns += [
+            Column("decode_ms_per_token", "batch-1 ms/tok", ".1f"),
+            Column("hetero_decode_speedup", "hetero speedup", ".2f", "x"),
+        ]
     if arithmetic:
         columns.append(Column("gflops", "GFLOP/s", ".0f"))
     if first_token:
         columns.append(Column("first_token_s", "load->1st token s", ".2f"))
     if any(row["rss_mb"] is not None for row in rows):
         columns.append(Column("rss_mb", "RSS MiB", ".0f"))
-    summary = [f"hetero speedup = hetero output tokens/s / the peer's in the same round (median of {len(rounds)})"
-               + ("; batch-1: the peer's ms/token / hetero's" if latency else "")]
+    summary = [
+        f"hetero speedup = hetero output tokens/s / the peer's in the same round (median of {len(rounds)})"
+        + ("; batch-1: the peer's ms/token / hetero's" if latency else "")
+    ]
     for peer in peers[1:]:
         ratios = per_peer[peer.name]["hetero_speedup_per_round"]
         summary.append(f"{peer.label}: hetero speedup per round " + ", ".join(f"{x:.2f}x" for x in ratios))
     if arithmetic:
         ceiling = arithmetic["gemm_ceiling_gflops"]
         sizes = arithmetic["gemm_ceiling_sizes"]
-        summary.append(f"workload matmuls {arithmetic['workload_tflop']:.3f} TFLOP; GEMM ceiling in this run "
-                       f"(torch.matmul n^3): fp32 {ceiling['float32']:.0f} GFLOP/s (n={sizes['float32']}), "
-                       f"bf16 {ceiling['bfloat16']:.0f} GFLOP/s (n={sizes['bfloat16']})")
+        summary.append(
+            f"workload matmuls {arithmetic['workload_tflop']:.3f} TFLOP; GEMM ceiling in this run "
+            f"(torch.matmul n^3): fp32 {ceiling['float32']:.0f} GFLOP/s (n={sizes['float32']}), "
+            f"bf16 {ceiling['bfloat16']:.0f} GFLOP/s (n={sizes['bfloat16']})"
+        )
     if any(row["rss_mb"] is not None for row in rows):
-        summary.append("RSS: resident memory after the last round (hetero: the benchmark's process, in-process "
-                       "peers included; vLLM: its worker's process group)")
+        summary.append(
+            "RSS: resident memory after the last round (hetero: the benchmark's process, in-process "
+            "peers included; vLLM: its worker's process group)"
+        )
     if first_token:
-        summary.append("load->1st token: a fresh process to its first generated token (imports, weights, "
-                       "compilation, the prefill), the model files already converted and cached")
+        summary.append(
+            "load->1st token: a fresh process to its first generated token (imports, weights, "
+            "compilation, the prefill), the model files already converted and cached"
+        )
     short = [p for p in peers for r in rounds if r[p.name].output_tokens != expected]
     if short:
-        summary.append(f"warning: {short[0].label} produced a different number of tokens than the {expected} asked")
-    header = [f"workload: {len(requests)} requests, {sum(len(r.prompt_token_ids) for r in requests)} prompt tokens, "
-              f"{expected} output tokens, greedy, ignore_eos; executor {hetero.executor_name}, "
-              f"dtype {hetero.dtype or '-'}; {len(rounds)} round(s)"]
+        summary.append(
+            f"warning: {short[0].label} produced a different number of tokens than the {expected} asked"
+        )
+    header = [
+        f"workload: {len(requests)} requests, {sum(len(r.prompt_token_ids) for r in requests)} prompt tokens, "
+        f"{expected} output tokens, greedy, ignore_eos; executor {hetero.executor_name}, "
+        f"dtype {hetero.dtype or '-'}; {len(rounds)} round(s)"
+    ]
     panels = plot_panels(rows)
-    settings = {**{k: v for k, v in vars(args).items() if k not in ("handler", "json", "plot")},
-                "workload": workload.as_dict(), "executor_resolved": hetero.executor_name, "dtype_resolved": hetero.dtype,
-                "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests), "output_tokens": expected}
-    return Report("offline", settings, Table(columns, rows), header, summary,
-                  {"peers": per_peer, "skipped_peers": skipped, **arithmetic}, panels,
-                  title=f"Offline throughput: {len(requests)} requests, {expected} output tokens")
+    settings = {
+        **{k: v for k, v in vars(args).items() if k not in ("handler", "json", "plot")},
+        "workload": workload.as_dict(),
+        "executor_resolved": hetero.executor_name,
+        "dtype_resolved": hetero.dtype,
+        "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests),
+        "output_tokens": expected,
+    }
+    return Report(
+        "offline",
+        settings,
+        Table(columns, rows),
+        header,
+        summary,
+        {"peers": per_peer, "skipped_peers": skipped, **arithmetic},
+        panels,
+        title=f"Offline throughput: {len(requests)} requests, {expected} output tokens",
+    )
 
 
 def _median_tps(rounds, name: str) -> float:
@@ -243,13 +349,24 @@ def _median_tps(rounds, name: str) -> float:
 
 def plot_panels(rows: list[dict]) -> list[Panel]:
     """Throughput bars, and batch-1 latency bars when measured (from the table's rows)."""
-    panels = [Panel("output throughput (higher is better)", "output tokens/s",
-                    [_label(r, "hetero_speedup") for r in rows], {"tokens/s": [r["output_tokens_per_s"] for r in rows]})]
+    panels = [
+        Panel(
+            "output throughput (higher is better)",
+            "output tokens/s",
+            [_label(r, "hetero_speedup") for r in rows],
+            {"tokens/s": [r["output_tokens_per_s"] for r in rows]},
+        )
+    ]
     timed = [r for r in rows if r["decode_ms_per_token"] is not None]
     if timed:
-        panels.append(Panel("batch-1 decode latency (lower is better)", "ms per token",
-                            [_label(r, "hetero_decode_speedup") for r in timed],
-                            {"ms/token": [r["decode_ms_per_token"] for r in timed]}))
+        panels.append(
+            Panel(
+                "batch-1 decode latency (lower is better)",
+                "ms per token",
+                [_label(r, "hetero_decode_speedup") for r in timed],
+                {"ms/token": [r["decode_ms_per_token"] for r in timed]},
+            )
+        )
     return panels
 
 

@@ -54,30 +54,53 @@ def run(args: argparse.Namespace) -> Report:
         high = engine.tokenizer.vocab_size - 1
         for r in range(args.rounds):
             for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
-                prompt = [rng.randint(100, high) for _ in range(args.prompt_tokens)]  # ids from 100: no specials
+                prompt = [
+                    rng.randint(100, high) for _ in range(args.prompt_tokens)
+                ]  # ids from 100: no specials
                 counted.clear()
                 start = time.perf_counter()
                 if arm == "n":
                     [out] = engine.generate([prompt], SamplingParams(**params, n=args.n))
                     made = [c.token_ids for c in out.outputs]
                 else:
-                    made = [o.output_token_ids for o in engine.generate([prompt] * args.n, SamplingParams(**params))]
+                    made = [
+                        o.output_token_ids
+                        for o in engine.generate([prompt] * args.n, SamplingParams(**params))
+                    ]
                 seconds[arm].append(time.perf_counter() - start)
                 tokens[arm] = sum(counted)
                 equal[arm] = equal[arm] and all(m == made[0] for m in made)
     finally:
         llm.shutdown()
-    rows = [{"arm": f"SamplingParams(n={args.n})" if arm == "n" else f"{args.n} requests of n=1",
-             "median_s": statistics.median(seconds[arm]), "executor_tokens": tokens[arm],
-             "equal_completions": equal[arm]} for arm in ARMS]
+    rows = [
+        {
+            "arm": f"SamplingParams(n={args.n})" if arm == "n" else f"{args.n} requests of n=1",
+            "median_s": statistics.median(seconds[arm]),
+            "executor_tokens": tokens[arm],
+            "equal_completions": equal[arm],
+        }
+        for arm in ARMS
+    ]
     ratios = [b / a for a, b in zip(seconds["n"], seconds["n requests"])]
-    columns = [Column("arm", "arm"), Column("median_s", "median s", ".3f"),
-               Column("executor_tokens", "executor tokens (last round)"),
-               Column("equal_completions", "greedy completions equal")]
+    columns = [
+        Column("arm", "arm"),
+        Column("median_s", "median s", ".3f"),
+        Column("executor_tokens", "executor tokens (last round)"),
+        Column("equal_completions", "greedy completions equal"),
+    ]
     summary = [f"time, n requests / SamplingParams(n), per round: {', '.join(f'{x:.2f}' for x in ratios)}"]
-    header = [f"workload: {args.rounds} rounds, a {args.prompt_tokens}-token prompt, n={args.n}, "
-              f"{args.output_tokens} output tokens each, greedy"]
+    header = [
+        f"workload: {args.rounds} rounds, a {args.prompt_tokens}-token prompt, n={args.n}, "
+        f"{args.output_tokens} output tokens each, greedy"
+    ]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    return Report("parallel-sampling", settings, Table(columns, rows), header, summary,
-                  {"time_ratios": ratios}, [],
-                  title=f"Parallel sampling: n={args.n} completions of a {args.prompt_tokens}-token prompt")
+    return Report(
+        "parallel-sampling",
+        settings,
+        Table(columns, rows),
+        header,
+        summary,
+        {"time_ratios": ratios},
+        [],
+        title=f"Parallel sampling: n={args.n} completions of a {args.prompt_tokens}-token prompt",
+    )

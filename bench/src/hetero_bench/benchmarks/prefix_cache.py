@@ -33,7 +33,9 @@ def make_prompts(num_requests: int, system_tokens: int, vocab_size: int, seed: i
     rng = random.Random(seed)
     high = vocab_size - 1
     system = [rng.randint(100, high) for _ in range(system_tokens)]  # ids from 100: no special tokens
-    return [system + [rng.randint(100, high) for _ in range(rng.randint(16, 64))] for _ in range(num_requests)]
+    return [
+        system + [rng.randint(100, high) for _ in range(rng.randint(16, 64))] for _ in range(num_requests)
+    ]
 
 
 def run_mode(args, caching: bool, vocab: list[int]) -> dict:
@@ -76,21 +78,49 @@ def run(args: argparse.Namespace) -> Report:
     off, on = (run_mode(args, caching, vocab) for caching in (False, True))
     same = on.pop("_tokens") == off.pop("_tokens")
     rows = [off, on]
-    columns = [Column("mode", "prefix cache"), Column("seconds", "time s", ".2f"),
-               Column("output_tokens_per_s", "out tok/s", ".1f"), Column("ttft_mean_s", "TTFT mean s", ".3f"),
-               Column("ttft_p50_s", "TTFT p50 s", ".3f"), Column("hit_rate", "hit rate", ".1%")]
-    ratios = {"throughput_on_over_off": on["output_tokens_per_s"] / off["output_tokens_per_s"],
-              "mean_ttft_off_over_on": off["ttft_mean_s"] / on["ttft_mean_s"]}
-    summary = [f"ratio on/off: throughput {ratios['throughput_on_over_off']:.2f}x, "
-               f"mean TTFT {ratios['mean_ttft_off_over_on']:.2f}x lower",
-               f"same tokens with the cache on and off: {same}"]
-    header = [f"workload: {args.num_requests} requests, {args.system_tokens}-token shared system prompt, "
-              f"{off['prompt_tokens']} prompt tokens, {args.output_tokens} output tokens each, greedy"]
-    panels = [Panel("output throughput", "output tokens/s", ["cache off", "cache on"],
-                    {"tokens/s": [off["output_tokens_per_s"], on["output_tokens_per_s"]]}),
-              Panel("time to first token", "seconds", ["cache off", "cache on"],
-                    {"mean": [off["ttft_mean_s"], on["ttft_mean_s"]], "p50": [off["ttft_p50_s"], on["ttft_p50_s"]]})]
+    columns = [
+        Column("mode", "prefix cache"),
+        Column("seconds", "time s", ".2f"),
+        Column("output_tokens_per_s", "out tok/s", ".1f"),
+        Column("ttft_mean_s", "TTFT mean s", ".3f"),
+        Column("ttft_p50_s", "TTFT p50 s", ".3f"),
+        Column("hit_rate", "hit rate", ".1%"),
+    ]
+    ratios = {
+        "throughput_on_over_off": on["output_tokens_per_s"] / off["output_tokens_per_s"],
+        "mean_ttft_off_over_on": off["ttft_mean_s"] / on["ttft_mean_s"],
+    }
+    summary = [
+        f"ratio on/off: throughput {ratios['throughput_on_over_off']:.2f}x, "
+        f"mean TTFT {ratios['mean_ttft_off_over_on']:.2f}x lower",
+        f"same tokens with the cache on and off: {same}",
+    ]
+    header = [
+        f"workload: {args.num_requests} requests, {args.system_tokens}-token shared system prompt, "
+        f"{off['prompt_tokens']} prompt tokens, {args.output_tokens} output tokens each, greedy"
+    ]
+    panels = [
+        Panel(
+            "output throughput",
+            "output tokens/s",
+            ["cache off", "cache on"],
+            {"tokens/s": [off["output_tokens_per_s"], on["output_tokens_per_s"]]},
+        ),
+        Panel(
+            "time to first token",
+            "seconds",
+            ["cache off", "cache on"],
+            {"mean": [off["ttft_mean_s"], on["ttft_mean_s"]], "p50": [off["ttft_p50_s"], on["ttft_p50_s"]]},
+        ),
+    ]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    return Report("prefix-cache", settings, Table(columns, rows), header, summary,
-                  {"ratios": ratios, "same_tokens": same}, panels,
-                  title=f"Prefix caching: {args.num_requests} requests sharing {args.system_tokens} tokens")
+    return Report(
+        "prefix-cache",
+        settings,
+        Table(columns, rows),
+        header,
+        summary,
+        {"ratios": ratios, "same_tokens": same},
+        panels,
+        title=f"Prefix caching: {args.num_requests} requests sharing {args.system_tokens} tokens",
+    )

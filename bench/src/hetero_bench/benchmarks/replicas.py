@@ -44,17 +44,37 @@ PRINTABLE = (32, 126)  # prompt ids: printable bytes of the mock executor's byte
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--concurrency", type=positive_int, default=32, help="clients in flight (default: 32)")
-    parser.add_argument("--num-prompts", type=positive_int, default=192, help="requests per configuration (default: 192)")
+    parser.add_argument(
+        "--concurrency", type=positive_int, default=32, help="clients in flight (default: 32)"
+    )
+    parser.add_argument(
+        "--num-prompts", type=positive_int, default=192, help="requests per configuration (default: 192)"
+    )
     parser.add_argument("--input-len", type=positive_int, default=64, help="prompt tokens (default: 64)")
     parser.add_argument("--output-len", type=positive_int, default=32, help="output tokens (default: 32)")
-    parser.add_argument("--decode-latency", type=positive_float, default=0.02,
-                        help="mock executor: seconds per step with decodes (default: 0.02)")
-    parser.add_argument("--prefill-latency", type=float, default=0.0001,
-                        help="mock executor: seconds per prompt token (default: 0.0001)")
-    parser.add_argument("--max-batch-size", type=positive_int, default=8, help="sequences per engine step (default: 8)")
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), metavar="NAME",
-                        help=f"which to run, of: {', '.join(repr(c) for c in CONFIGS)} (default: all)")
+    parser.add_argument(
+        "--decode-latency",
+        type=positive_float,
+        default=0.02,
+        help="mock executor: seconds per step with decodes (default: 0.02)",
+    )
+    parser.add_argument(
+        "--prefill-latency",
+        type=float,
+        default=0.0001,
+        help="mock executor: seconds per prompt token (default: 0.0001)",
+    )
+    parser.add_argument(
+        "--max-batch-size", type=positive_int, default=8, help="sequences per engine step (default: 8)"
+    )
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(CONFIGS),
+        choices=list(CONFIGS),
+        metavar="NAME",
+        help=f"which to run, of: {', '.join(repr(c) for c in CONFIGS)} (default: all)",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -65,9 +85,12 @@ def run(args: argparse.Namespace) -> Report:
         raise HeteroError("replicas run on Ray Serve: pip install 'hetero-core[ray]'")
     from hetero_bench.serving_load import run_level, summarize
 
-    env = {"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": str(args.decode_latency),
-           "HETERO_EXECUTOR__MOCK__PREFILL_LATENCY_PER_TOKEN": str(args.prefill_latency),
-           "HETERO_MAX_BATCH_SIZE": str(args.max_batch_size), "HETERO_LOG_LEVEL": "warning"}
+    env = {
+        "HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": str(args.decode_latency),
+        "HETERO_EXECUTOR__MOCK__PREFILL_LATENCY_PER_TOKEN": str(args.prefill_latency),
+        "HETERO_MAX_BATCH_SIZE": str(args.max_batch_size),
+        "HETERO_LOG_LEVEL": "warning",
+    }
     rng = random.Random(args.seed)
     prompts = [[rng.randint(*PRINTABLE) for _ in range(args.input_len)] for _ in range(args.num_prompts)]
     results = {}
@@ -75,10 +98,15 @@ def run(args: argparse.Namespace) -> Report:
         with tempfile.NamedTemporaryFile("w+", suffix=".log") as log:
             process, base_url = _start(CONFIGS[name], env, log)
             try:
-                asyncio.run(run_level(base_url, "mock", prompts[:8], 4, 8, float("inf"), args.seed))  # warm-up
+                asyncio.run(
+                    run_level(base_url, "mock", prompts[:8], 4, 8, float("inf"), args.seed)
+                )  # warm-up
                 before = _requests_per_replica(base_url)
-                outcome, duration = asyncio.run(run_level(base_url, "mock", prompts, args.output_len,
-                                                          args.concurrency, float("inf"), args.seed))
+                outcome, duration = asyncio.run(
+                    run_level(
+                        base_url, "mock", prompts, args.output_len, args.concurrency, float("inf"), args.seed
+                    )
+                )
                 summary = summarize(outcome, duration, args.concurrency)
                 after = _requests_per_replica(base_url)
                 summary["requests_per_replica"] = {r: n - before.get(r, 0) for r, n in after.items()}
@@ -93,9 +121,27 @@ def _start(flags: list[str], env: dict, log) -> tuple[subprocess.Popen, str]:
     from hetero_bench.benchmarks.serving import free_port, wait_until_healthy
 
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "hetero_core", "serve", "--executor", "mock", "--port", str(port),
-                                "--served-model-name", "mock", "--max-pending-requests", "4096", *flags],
-                               env={**os.environ, **env}, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            "--executor",
+            "mock",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "mock",
+            "--max-pending-requests",
+            "4096",
+            *flags,
+        ],
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+    )
     base_url = f"http://127.0.0.1:{port}"
 
     def log_text() -> str:
@@ -103,9 +149,13 @@ def _start(flags: list[str], env: dict, log) -> tuple[subprocess.Popen, str]:
             return output.read()
 
     # on Ray, ready once every replica runs: it then says "hetero: serving"
-    wait_until_healthy(process, base_url, f"hetero serve {' '.join(flags)}",
-                       exit_detail=lambda: (log_text().strip().splitlines() or ["(no output)"])[-1],
-                       ready=lambda: not flags or "hetero: serving" in log_text())
+    wait_until_healthy(
+        process,
+        base_url,
+        f"hetero serve {' '.join(flags)}",
+        exit_detail=lambda: (log_text().strip().splitlines() or ["(no output)"])[-1],
+        ready=lambda: not flags or "hetero: serving" in log_text(),
+    )
     return process, base_url
 
 
@@ -122,19 +172,35 @@ def _requests_per_replica(base_url: str) -> dict[str, int]:
     import httpx
 
     text = httpx.get(base_url + "/metrics").text
-    return {m[1]: int(float(m[2])) for m in re.finditer(r'hetero_replica_requests_total\{replica="(\w+)"\} (\S+)', text)}
+    return {
+        m[1]: int(float(m[2]))
+        for m in re.finditer(r'hetero_replica_requests_total\{replica="(\w+)"\} (\S+)', text)
+    }
 
 
 def _report(args, results: dict[str, dict]) -> Report:
-    rows = [{"configuration": name, "completed": s["completed"], "request_throughput": s["request_throughput"],
-             "output_token_throughput": s["output_token_throughput"], "ttft_median_ms": s["ttft_ms"]["median"],
-             "tpot_median_ms": s["tpot_ms"]["median"],
-             "split": "/".join(str(n) for n in sorted(s["requests_per_replica"].values(), reverse=True)) or "-"}
-            for name, s in results.items()]
-    columns = [Column("configuration", "configuration"), Column("completed", "reqs"),
-               Column("request_throughput", "req/s", ".2f"), Column("output_token_throughput", "out tok/s", ".1f"),
-               Column("ttft_median_ms", "TTFT med ms", ".0f"), Column("tpot_median_ms", "TPOT med ms", ".1f"),
-               Column("split", "requests per replica")]
+    rows = [
+        {
+            "configuration": name,
+            "completed": s["completed"],
+            "request_throughput": s["request_throughput"],
+            "output_token_throughput": s["output_token_throughput"],
+            "ttft_median_ms": s["ttft_ms"]["median"],
+            "tpot_median_ms": s["tpot_ms"]["median"],
+            "split": "/".join(str(n) for n in sorted(s["requests_per_replica"].values(), reverse=True))
+            or "-",
+        }
+        for name, s in results.items()
+    ]
+    columns = [
+        Column("configuration", "configuration"),
+        Column("completed", "reqs"),
+        Column("request_throughput", "req/s", ".2f"),
+        Column("output_token_throughput", "out tok/s", ".1f"),
+        Column("ttft_median_ms", "TTFT med ms", ".0f"),
+        Column("tpot_median_ms", "TPOT med ms", ".1f"),
+        Column("split", "requests per replica"),
+    ]
     ceiling = args.max_batch_size / args.decode_latency
     summary = [f"one engine's ceiling: about {ceiling:.0f} output tokens/s (max_batch_size / decode latency)"]
     ratio = None
@@ -145,13 +211,28 @@ def _report(args, results: dict[str, dict]) -> Report:
             summary.append(f"2 replicas / 1 replica: {ratio:.2f}x output tokens/s")
     failed = sum(s["failed"] for s in results.values())
     if failed:
-        summary.append(f"warning: {failed} request(s) failed: {[e for s in results.values() for e in s['errors']][:1]}")
+        summary.append(
+            f"warning: {failed} request(s) failed: {[e for s in results.values() for e in s['errors']][:1]}"
+        )
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    header = [f"workload: {args.num_prompts} requests per configuration, {args.concurrency} in flight, "
-              f"{args.input_len}-token prompts, {args.output_len} output tokens; mock executor at "
-              f"{args.decode_latency * 1000:g} ms per decode step, batches of at most {args.max_batch_size}"]
-    panel = Panel("output tokens/s", "tokens/s", list(results),
-                  {"output tokens/s": [s["output_token_throughput"] for s in results.values()]})
-    return Report("replicas", settings, Table(columns, rows), header=header, summary=summary,
-                  results={"configurations": results, "ratio_2_to_1": ratio}, panels=[panel],
-                  title="hetero serve: replicas behind Ray Serve (mock executor)")
+    header = [
+        f"workload: {args.num_prompts} requests per configuration, {args.concurrency} in flight, "
+        f"{args.input_len}-token prompts, {args.output_len} output tokens; mock executor at "
+        f"{args.decode_latency * 1000:g} ms per decode step, batches of at most {args.max_batch_size}"
+    ]
+    panel = Panel(
+        "output tokens/s",
+        "tokens/s",
+        list(results),
+        {"output tokens/s": [s["output_token_throughput"] for s in results.values()]},
+    )
+    return Report(
+        "replicas",
+        settings,
+        Table(columns, rows),
+        header=header,
+        summary=summary,
+        results={"configurations": results, "ratio_2_to_1": ratio},
+        panels=[panel],
+        title="hetero serve: replicas behind Ray Serve (mock executor)",
+    )

@@ -22,17 +22,29 @@ NEEDS = "hetero-plugins-mock"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--num-requests", type=positive_int, nargs="+", default=[64, 256], metavar="N",
-                        help="running sequences to measure (default: 64 256)")
+    parser.add_argument(
+        "--num-requests",
+        type=positive_int,
+        nargs="+",
+        default=[64, 256],
+        metavar="N",
+        help="running sequences to measure (default: 64 256)",
+    )
     parser.add_argument("--policy", default="fcfs", help="scheduler policy by name (default: fcfs)")
 
 
 def measure(num_requests: int, policy: str, caching: bool) -> tuple[float, float]:
     from hetero_core import LLM, SamplingParams, load_settings
 
-    settings = load_settings(executor="mock", scheduler_policy=policy, enable_prefix_caching=caching,
-                             max_num_blocks=num_requests * 30, max_batch_size=num_requests,
-                             max_num_seqs=num_requests, max_total_tokens=8192)
+    settings = load_settings(
+        executor="mock",
+        scheduler_policy=policy,
+        enable_prefix_caching=caching,
+        max_num_blocks=num_requests * 30,
+        max_batch_size=num_requests,
+        max_num_seqs=num_requests,
+        max_total_tokens=8192,
+    )
     llm = LLM.from_settings(settings)
     engine = llm.engine
     rng = random.Random(0)
@@ -67,16 +79,43 @@ def run(args: argparse.Namespace) -> Report:
     for n in args.num_requests:
         for caching in (False, True):
             every, decode = measure(n, args.policy, caching)
-            rows.append({"num_requests": n, "prefix_caching": "on" if caching else "off",
-                         "all_steps_us_per_seq": every, "decode_steps_us_per_seq": decode})
-    columns = [Column("num_requests", "requests"), Column("prefix_caching", "prefix cache"),
-               Column("all_steps_us_per_seq", "all steps µs/seq", ".2f"),
-               Column("decode_steps_us_per_seq", "decode steps µs/seq", ".2f")]
+            rows.append(
+                {
+                    "num_requests": n,
+                    "prefix_caching": "on" if caching else "off",
+                    "all_steps_us_per_seq": every,
+                    "decode_steps_us_per_seq": decode,
+                }
+            )
+    columns = [
+        Column("num_requests", "requests"),
+        Column("prefix_caching", "prefix cache"),
+        Column("all_steps_us_per_seq", "all steps µs/seq", ".2f"),
+        Column("decode_steps_us_per_seq", "decode steps µs/seq", ".2f"),
+    ]
     labels = [str(n) for n in args.num_requests]
-    panels = [Panel("scheduler time per sequence per step (decode steps)", "µs per running sequence", labels,
-                    {f"prefix cache {mode}": [r["decode_steps_us_per_seq"] for r in rows if r["prefix_caching"] == mode]
-                     for mode in ("off", "on")}, xlabel="running sequences")]
+    panels = [
+        Panel(
+            "scheduler time per sequence per step (decode steps)",
+            "µs per running sequence",
+            labels,
+            {
+                f"prefix cache {mode}": [
+                    r["decode_steps_us_per_seq"] for r in rows if r["prefix_caching"] == mode
+                ]
+                for mode in ("off", "on")
+            },
+            xlabel="running sequences",
+        )
+    ]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    return Report("scheduler-overhead", settings, Table(columns, rows), [f"policy {args.policy}, mock executor"],
-                  ["goal: <= 5 µs per running sequence per step"], {}, panels,
-                  title="Scheduler overhead (mock executor)")
+    return Report(
+        "scheduler-overhead",
+        settings,
+        Table(columns, rows),
+        [f"policy {args.policy}, mock executor"],
+        ["goal: <= 5 µs per running sequence per step"],
+        {},
+        panels,
+        title="Scheduler overhead (mock executor)",
+    )

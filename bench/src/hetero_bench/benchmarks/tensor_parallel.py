@@ -23,10 +23,20 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=positive_int, nargs="+", default=[1, 3], metavar="N",
-                        help="tensor-parallel sizes (TP 1 always runs; default: 1 3)")
-    parser.add_argument("--prompts", type=positive_int, default=8, help="requests in the batched workload (default: 8)")
-    parser.add_argument("--tokens", type=positive_int, default=32, help="tokens generated per request (default: 32)")
+    parser.add_argument(
+        "--sizes",
+        type=positive_int,
+        nargs="+",
+        default=[1, 3],
+        metavar="N",
+        help="tensor-parallel sizes (TP 1 always runs; default: 1 3)",
+    )
+    parser.add_argument(
+        "--prompts", type=positive_int, default=8, help="requests in the batched workload (default: 8)"
+    )
+    parser.add_argument(
+        "--tokens", type=positive_int, default=32, help="tokens generated per request (default: 32)"
+    )
     add_engine_arguments(parser)
 
 
@@ -49,10 +59,13 @@ def measure(size: int, args) -> dict:
     finally:
         llm.shutdown()
     print(f"TP {size}: loaded in {loaded:.1f} s", file=sys.stderr)
-    return {"tp": size, "load_s": loaded,
-            "single_tokens_per_s": len(single[0].output_token_ids) / single_s,
-            "batch_tokens_per_s": sum(len(o.output_token_ids) for o in batch) / batch_s,
-            "_tokens": [list(o.output_token_ids) for o in single + batch]}
+    return {
+        "tp": size,
+        "load_s": loaded,
+        "single_tokens_per_s": len(single[0].output_token_ids) / single_s,
+        "batch_tokens_per_s": sum(len(o.output_token_ids) for o in batch) / batch_s,
+        "_tokens": [list(o.output_token_ids) for o in single + batch],
+    }
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -65,16 +78,38 @@ def run(args: argparse.Namespace) -> Report:
     for row in rows:
         del row["_tokens"]
         row["greedy_tokens"] = "same as TP1" if same[row["tp"]] else "DIFFER from TP1"
-    columns = [Column("tp", "TP"), Column("load_s", "load s", ".1f"),
-               Column("single_tokens_per_s", "1 request tok/s", ".1f"), Column("single_vs_tp1", "vs TP1", ".2f", "x"),
-               Column("batch_tokens_per_s", f"{args.prompts} requests tok/s", ".1f"),
-               Column("batch_vs_tp1", "vs TP1", ".2f", "x"), Column("greedy_tokens", "greedy tokens")]
+    columns = [
+        Column("tp", "TP"),
+        Column("load_s", "load s", ".1f"),
+        Column("single_tokens_per_s", "1 request tok/s", ".1f"),
+        Column("single_vs_tp1", "vs TP1", ".2f", "x"),
+        Column("batch_tokens_per_s", f"{args.prompts} requests tok/s", ".1f"),
+        Column("batch_vs_tp1", "vs TP1", ".2f", "x"),
+        Column("greedy_tokens", "greedy tokens"),
+    ]
     labels = [f"TP {row['tp']}" for row in rows]
-    panels = [Panel("generation throughput", "tokens/s", labels,
-                    {"1 request": [r["single_tokens_per_s"] for r in rows],
-                     f"{args.prompts} requests": [r["batch_tokens_per_s"] for r in rows]})]
+    panels = [
+        Panel(
+            "generation throughput",
+            "tokens/s",
+            labels,
+            {
+                "1 request": [r["single_tokens_per_s"] for r in rows],
+                f"{args.prompts} requests": [r["batch_tokens_per_s"] for r in rows],
+            },
+        )
+    ]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    return Report("tensor-parallel", settings, Table(columns, rows),
-                  [f"model {args.model or 'the embedded SmolLM2-135M-Instruct'}; {args.tokens} greedy tokens per "
-                   f"request; {args.prompts} requests in the batch"],
-                  [], {"same_tokens_as_tp1": same}, panels, title="Tensor parallelism: TP N vs TP 1")
+    return Report(
+        "tensor-parallel",
+        settings,
+        Table(columns, rows),
+        [
+            f"model {args.model or 'the embedded SmolLM2-135M-Instruct'}; {args.tokens} greedy tokens per "
+            f"request; {args.prompts} requests in the batch"
+        ],
+        [],
+        {"same_tokens_as_tp1": same},
+        panels,
+        title="Tensor parallelism: TP N vs TP 1",
+    )

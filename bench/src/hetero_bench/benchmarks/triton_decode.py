@@ -27,43 +27,87 @@ CONTEXTS = (512, 2048, 8192, 16384, 32768)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on Triton's CPU interpreter; no figures")
-    parser.add_argument("--batches", type=int, nargs="+", metavar="B", help="batch sizes (default: 1 8 32 128)")
-    parser.add_argument("--contexts", type=int, nargs="+", metavar="C",
-                        help="context lengths (default: 512 2048 8192 16384 32768)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny shapes on Triton's CPU interpreter; no figures"
+    )
+    parser.add_argument(
+        "--batches", type=int, nargs="+", metavar="B", help="batch sizes (default: 1 8 32 128)"
+    )
+    parser.add_argument(
+        "--contexts",
+        type=int,
+        nargs="+",
+        metavar="C",
+        help="context lengths (default: 512 2048 8192 16384 32768)",
+    )
 
 
 def run(args: argparse.Namespace) -> Report:
-    for module, install in (("torch", "pip install torch (a CUDA build)"), ("triton", "pip install triton"),
-                            ("hetero_plugins_triton", "pip install hetero-plugins-triton")):
+    for module, install in (
+        ("torch", "pip install torch (a CUDA build)"),
+        ("triton", "pip install triton"),
+        ("hetero_plugins_triton", "pip install hetero-plugins-triton"),
+    ):
         if importlib.util.find_spec(module) is None:
             raise HeteroError(f"the triton-decode benchmark needs {module}: {install}")
     import torch
 
     on_gpu = torch.cuda.is_available() and not args.smoke
     if not on_gpu and not args.smoke:
-        raise HeteroError("the triton-decode benchmark needs a CUDA GPU, and torch sees none here "
-                          "(torch.cuda.is_available() is False); --smoke checks the code on the CPU interpreter")
+        raise HeteroError(
+            "the triton-decode benchmark needs a CUDA GPU, and torch sees none here "
+            "(torch.cuda.is_available() is False); --smoke checks the code on the CPU interpreter"
+        )
     batches = args.batches or ((1, 2) if args.smoke else BATCHES)
     contexts = args.contexts or ((40, 160) if args.smoke else CONTEXTS)
     result = run_cases(batches, contexts, on_gpu=on_gpu)
-    result["device"] = torch.cuda.get_device_name() if on_gpu else f"{platform.processor() or 'cpu'} (interpreter)"
+    result["device"] = (
+        torch.cuda.get_device_name() if on_gpu else f"{platform.processor() or 'cpu'} (interpreter)"
+    )
     rows = result.pop("rows")
-    columns = [Column("batch", "batch"), Column("context", "context"), Column("num_splits", "splits"),
-               Column("split_us", "split µs", ".1f"), Column("bandwidth_gbs", "GB/s", ".0f"),
-               Column("pct_of_copy", "% copy", ".0f"), Column("split1_us", "split=1 µs", ".1f"),
-               Column("speedup_over_split1", "speedup", ".1f", "x"), Column("contiguous_us", "contig µs", ".1f"),
-               Column("paged_over_contiguous", "paged/contig", ".2f"), Column("sdpa_us", "SDPA µs", ".1f"),
-               Column("sdpa_over_split", "SDPA/split", ".2f", "x")]
-    panels = [Panel(f"batch {b}: decode attention time", "µs", list(contexts),
-                    {label: [r[key] for r in rows if r["batch"] == b]
-                     for label, key in (("split-K", "split_us"), ("split=1", "split1_us"), ("SDPA", "sdpa_us"))},
-                    kind="line", xlabel="context tokens", log_x=True)
-              for b in batches[:4]]
-    header = [f"device: {result['device']}; copy bandwidth {result['copy_bandwidth_gbs']:.0f} GB/s (read + write)"]
+    columns = [
+        Column("batch", "batch"),
+        Column("context", "context"),
+        Column("num_splits", "splits"),
+        Column("split_us", "split µs", ".1f"),
+        Column("bandwidth_gbs", "GB/s", ".0f"),
+        Column("pct_of_copy", "% copy", ".0f"),
+        Column("split1_us", "split=1 µs", ".1f"),
+        Column("speedup_over_split1", "speedup", ".1f", "x"),
+        Column("contiguous_us", "contig µs", ".1f"),
+        Column("paged_over_contiguous", "paged/contig", ".2f"),
+        Column("sdpa_us", "SDPA µs", ".1f"),
+        Column("sdpa_over_split", "SDPA/split", ".2f", "x"),
+    ]
+    panels = [
+        Panel(
+            f"batch {b}: decode attention time",
+            "µs",
+            list(contexts),
+            {
+                label: [r[key] for r in rows if r["batch"] == b]
+                for label, key in (("split-K", "split_us"), ("split=1", "split1_us"), ("SDPA", "sdpa_us"))
+            },
+            kind="line",
+            xlabel="context tokens",
+            log_x=True,
+        )
+        for b in batches[:4]
+    ]
+    header = [
+        f"device: {result['device']}; copy bandwidth {result['copy_bandwidth_gbs']:.0f} GB/s (read + write)"
+    ]
     settings = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-    return Report("triton-decode", settings, Table(columns, rows), header, [], result, panels,
-                  title="Triton split-K paged decode attention")
+    return Report(
+        "triton-decode",
+        settings,
+        Table(columns, rows),
+        header,
+        [],
+        result,
+        panels,
+        title="Triton split-K paged decode attention",
+    )
 
 
 def run_cases(batches, contexts, on_gpu: bool) -> dict:
@@ -74,6 +118,7 @@ def run_cases(batches, contexts, on_gpu: bool) -> dict:
     interpret = not on_gpu
     hetero_plugins_triton.import_triton(interpret)  # before anything imports triton: it fixes the mode
     import triton
+
     from hetero_plugins_triton import choose_num_splits, decode_attention
 
     device = torch.device("cuda" if on_gpu else "cpu")
@@ -81,19 +126,35 @@ def run_cases(batches, contexts, on_gpu: bool) -> dict:
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 1
     measure = _timer(on_gpu)
     copy_bw = _copy_bandwidth(measure, device)
-    scale, block_n = HEAD_DIM ** -0.5, 64
+    scale, block_n = HEAD_DIM**-0.5, 64
     sdpa = torch.nn.functional.scaled_dot_product_attention
     rows = []
     for batch in batches:
         for context in contexts:
             query, key, value, tables, lens, qrows = _make_case(batch, context, dtype, device, shuffled=True)
             out = torch.empty_like(query)
-            splits = choose_num_splits(max_context_len=context, num_seqs=batch, num_kv_heads=NUM_KV_HEADS,
-                                       num_sms=num_sms, block_n=block_n)
+            splits = choose_num_splits(
+                max_context_len=context,
+                num_seqs=batch,
+                num_kv_heads=NUM_KV_HEADS,
+                num_sms=num_sms,
+                block_n=block_n,
+            )
 
             def kernel(k=key, v=value, t=tables, n=splits, query=query, lens=lens, qrows=qrows, out=out):
-                decode_attention(query, k, v, t, lens, qrows, out, scale=scale, num_splits=n, block_n=block_n,
-                                 interpret=interpret)
+                decode_attention(
+                    query,
+                    k,
+                    v,
+                    t,
+                    lens,
+                    qrows,
+                    out,
+                    scale=scale,
+                    num_splits=n,
+                    block_n=block_n,
+                    interpret=interpret,
+                )
 
             split_us = measure(kernel)
             reference = out.clone()
@@ -105,18 +166,38 @@ def run_cases(batches, contexts, on_gpu: bool) -> dict:
             sdpa_us = measure(lambda q=q, k=k, v=v: sdpa(q, k, v, enable_gqa=True))
             error = (sdpa(q, k, v, enable_gqa=True).squeeze(2).float() - reference.float()).abs().max().item()
             bandwidth = 2 * batch * context * NUM_KV_HEADS * HEAD_DIM * key.element_size() / (split_us * 1e-6)
-            rows.append(dict(batch=batch, context=context, num_splits=splits, split_us=split_us,
-                             bandwidth_gbs=bandwidth / 1e9, pct_of_copy=100 * bandwidth / copy_bw, split1_us=one_us,
-                             speedup_over_split1=one_us / split_us, contiguous_us=contig_us,
-                             paged_over_contiguous=split_us / contig_us, sdpa_us=sdpa_us,
-                             sdpa_over_split=sdpa_us / split_us, max_abs_error_vs_sdpa=error))
+            rows.append(
+                dict(
+                    batch=batch,
+                    context=context,
+                    num_splits=splits,
+                    split_us=split_us,
+                    bandwidth_gbs=bandwidth / 1e9,
+                    pct_of_copy=100 * bandwidth / copy_bw,
+                    split1_us=one_us,
+                    speedup_over_split1=one_us / split_us,
+                    contiguous_us=contig_us,
+                    paged_over_contiguous=split_us / contig_us,
+                    sdpa_us=sdpa_us,
+                    sdpa_over_split=sdpa_us / split_us,
+                    max_abs_error_vs_sdpa=error,
+                )
+            )
             del query, key, value, tables, ordered, k, v, out
             if on_gpu:
                 torch.cuda.empty_cache()
-    return {"copy_bandwidth_gbs": copy_bw / 1e9, "rows": rows,
-            "versions": {"torch": torch.__version__, "triton": triton.__version__},
-            "layout": {"num_heads": NUM_HEADS, "num_kv_heads": NUM_KV_HEADS, "head_dim": HEAD_DIM, "page": PAGE,
-                       "dtype": "float16" if on_gpu else "float32"}}
+    return {
+        "copy_bandwidth_gbs": copy_bw / 1e9,
+        "rows": rows,
+        "versions": {"torch": torch.__version__, "triton": triton.__version__},
+        "layout": {
+            "num_heads": NUM_HEADS,
+            "num_kv_heads": NUM_KV_HEADS,
+            "head_dim": HEAD_DIM,
+            "page": PAGE,
+            "dtype": "float16" if on_gpu else "float32",
+        },
+    }
 
 
 def _make_case(batch: int, context: int, dtype, device, shuffled: bool, seed: int = 0):
@@ -125,10 +206,15 @@ def _make_case(batch: int, context: int, dtype, device, shuffled: bool, seed: in
     blocks_per_seq = -(-context // PAGE)
     num_blocks = batch * blocks_per_seq
     generator = torch.Generator(device=device).manual_seed(seed)
-    key = torch.randn((num_blocks, PAGE, NUM_KV_HEADS, HEAD_DIM), generator=generator, device=device, dtype=dtype)
+    key = torch.randn(
+        (num_blocks, PAGE, NUM_KV_HEADS, HEAD_DIM), generator=generator, device=device, dtype=dtype
+    )
     value = torch.randn_like(key)
-    order = (torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)) if shuffled
-             else torch.arange(num_blocks))
+    order = (
+        torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed))
+        if shuffled
+        else torch.arange(num_blocks)
+    )
     tables = order.view(batch, blocks_per_seq).to(device=device, dtype=torch.int32)
     query = torch.randn((batch, NUM_HEADS, HEAD_DIM), generator=generator, device=device, dtype=dtype)
     context_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
@@ -139,8 +225,18 @@ def _make_case(batch: int, context: int, dtype, device, shuffled: bool, seed: in
 def _dense(key, value, tables, context: int):
     """[batch, kv_heads, context, head_dim] K and V in sequence order, for SDPA."""
     batch = tables.shape[0]
-    k = key[tables.long()].reshape(batch, -1, NUM_KV_HEADS, HEAD_DIM)[:, :context].transpose(1, 2).contiguous()
-    v = value[tables.long()].reshape(batch, -1, NUM_KV_HEADS, HEAD_DIM)[:, :context].transpose(1, 2).contiguous()
+    k = (
+        key[tables.long()]
+        .reshape(batch, -1, NUM_KV_HEADS, HEAD_DIM)[:, :context]
+        .transpose(1, 2)
+        .contiguous()
+    )
+    v = (
+        value[tables.long()]
+        .reshape(batch, -1, NUM_KV_HEADS, HEAD_DIM)[:, :context]
+        .transpose(1, 2)
+        .contiguous()
+    )
     return k, v
 
 

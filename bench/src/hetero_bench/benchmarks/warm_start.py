@@ -57,11 +57,27 @@ def run(args: argparse.Namespace) -> Report:
         print(f"run {i + 1}/{args.runs}: {times[-1]:.2f} s", file=sys.stderr)
     median = statistics.median(times)
     rows = [{"run": i + 1, "seconds": t} for i, t in enumerate(times)]
-    summary = [f"warm start to first token (process start to exit, --max-tokens 1): median {median:.2f} s, "
-               f"min {min(times):.2f} s; load average {os.getloadavg()[0]:.2f}"]
-    panels = [Panel("hetero run, process start to exit", "seconds", [str(r["run"]) for r in rows],
-                    {"run": times}, xlabel=f"run (median {median:.2f} s)")]
+    summary = [
+        f"warm start to first token (process start to exit, --max-tokens 1): median {median:.2f} s, "
+        f"min {min(times):.2f} s; load average {os.getloadavg()[0]:.2f}"
+    ]
+    panels = [
+        Panel(
+            "hetero run, process start to exit",
+            "seconds",
+            [str(r["run"]) for r in rows],
+            {"run": times},
+            xlabel=f"run (median {median:.2f} s)",
+        )
+    ]
     settings = {**{k: v for k, v in vars(args).items() if k not in ("json", "plot")}, "command_flags": flags}
-    return Report("warm-start", settings, Table([Column("run", "run"), Column("seconds", "seconds", ".2f")], rows),
-                  [f"command: hetero run --max-tokens 1 --temperature 0 {' '.join(flags)} {PROMPT!r}"], summary,
-                  {"median_s": median, "min_s": min(times)}, panels, title="Warm start of `hetero run`")
+    return Report(
+        "warm-start",
+        settings,
+        Table([Column("run", "run"), Column("seconds", "seconds", ".2f")], rows),
+        [f"command: hetero run --max-tokens 1 --temperature 0 {' '.join(flags)} {PROMPT!r}"],
+        summary,
+        {"median_s": median, "min_s": min(times)},
+        panels,
+        title="Warm start of `hetero run`",
+    )

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from hetero_bench.workload import Request
 
-
 NOT_PEERS = ("hetero_engine", "vllm_worker")  # the reference side; a script vLLM's own Python runs
 
 

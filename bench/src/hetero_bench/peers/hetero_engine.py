@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 
-from hetero_core import LLM, SamplingParams
-
 from hetero_bench.memory import process_rss_mb
 from hetero_bench.peers import PeerResult
 from hetero_bench.workload import Request
+from hetero_core import LLM, SamplingParams
 
 
 class HeteroPeer:
@@ -22,7 +21,9 @@ class HeteroPeer:
         self.dtype = str(dtype).removeprefix("torch.") if dtype is not None else None
         self.vocab_size = self.llm.get_tokenizer().vocab_size
         self.executor_name = settings.component_name("executor")
-        self.engine.generate([[self.vocab_size - 1] * 8], SamplingParams(temperature=0, max_tokens=2))  # warm-up
+        self.engine.generate(
+            [[self.vocab_size - 1] * 8], SamplingParams(temperature=0, max_tokens=2)
+        )  # warm-up
 
     def run(self, requests: list[Request]) -> PeerResult:
         params = [SamplingParams(temperature=0, max_tokens=r.max_tokens, ignore_eos=True) for r in requests]
@@ -34,9 +35,15 @@ class HeteroPeer:
         if failed:
             raise RuntimeError(f"the engine failed {len(failed)} request(s): {failed[0]}")
         token_ids = [list(o.output_token_ids) for o in outputs]
-        return PeerResult(elapsed, sum(map(len, token_ids)),
-                          {"num_steps": self.engine.stats().num_steps - steps_before, "token_ids": token_ids,
-                           "rss_mb": process_rss_mb()})
+        return PeerResult(
+            elapsed,
+            sum(map(len, token_ids)),
+            {
+                "num_steps": self.engine.stats().num_steps - steps_before,
+                "token_ids": token_ids,
+                "rss_mb": process_rss_mb(),
+            },
+        )
 
     def decode_latency(self, prompt: list[int], num_tokens: int) -> float:
         """Seconds per token of one request's decode, after its prefill and first token."""

@@ -20,7 +20,9 @@ class HFGeneratePeer:
             import torch  # noqa: F401
             import transformers  # noqa: F401
         except ImportError:
-            raise PeerUnavailable("HF transformers is not installed (pip install transformers torch)") from None
+            raise PeerUnavailable(
+                "HF transformers is not installed (pip install transformers torch)"
+            ) from None
         if ctx.model_dir is None:
             raise PeerUnavailable("needs a real model, and this executor runs none (use --executor torch)")
         self.name, self.label, self.batch_size = name, label, batch_size
@@ -32,7 +34,7 @@ class HFGeneratePeer:
         start = time.perf_counter()
         num_tokens = 0
         for i in range(0, len(requests), self.batch_size):
-            chunk = requests[i:i + self.batch_size]
+            chunk = requests[i : i + self.batch_size]
             longest = max(r.max_tokens for r in chunk)
             self._generate([r.prompt_token_ids for r in chunk], longest)
             num_tokens += sum(r.max_tokens for r in chunk)  # the padded extra tokens are not counted
@@ -54,11 +56,17 @@ class HFGeneratePeer:
         input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         for row, ids in enumerate(batch):  # left padding
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            mask[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            mask[row, width - len(ids) :] = 1
         with torch.inference_mode():
-            return self.model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new,
-                                       min_new_tokens=max_new, do_sample=False, pad_token_id=self.pad_id)
+            return self.model.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                min_new_tokens=max_new,
+                do_sample=False,
+                pad_token_id=self.pad_id,
+            )
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,6 +79,8 @@ def _load_model(model_dir: str, dtype: str):
 
 
 PEERS = {
-    "hf": lambda ctx: HFGeneratePeer(ctx, ctx.hf_batch_size, "hf", f"HF generate, static batch {ctx.hf_batch_size}"),
+    "hf": lambda ctx: HFGeneratePeer(
+        ctx, ctx.hf_batch_size, "hf", f"HF generate, static batch {ctx.hf_batch_size}"
+    ),
     "hf-sequential": lambda ctx: HFGeneratePeer(ctx, 1, "hf-sequential", "HF generate, sequential (batch 1)"),
 }

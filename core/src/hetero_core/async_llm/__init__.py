@@ -12,6 +12,13 @@ from hetero_core.async_llm.errors import (
 from hetero_core.async_llm.request_stream import RequestDelta, TokenLogprob
 
 __all__ = [
-    "DEFAULT_MAX_PENDING_REQUESTS", "AsyncLLM", "EngineDeadError", "EngineOverloadedError", "EngineStats", "EngineStepError",
-    "RequestDelta", "RequestFailedError", "TokenLogprob",
+    "DEFAULT_MAX_PENDING_REQUESTS",
+    "AsyncLLM",
+    "EngineDeadError",
+    "EngineOverloadedError",
+    "EngineStats",
+    "EngineStepError",
+    "RequestDelta",
+    "RequestFailedError",
+    "TokenLogprob",
 ]

@@ -25,12 +25,12 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+from hetero_core.async_llm.engine_loop import EngineLoop, EngineStats
 from hetero_core.async_llm.errors import EngineDeadError, EngineOverloadedError
+from hetero_core.async_llm.request_stream import RequestDelta, RequestStream
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.requests.processor import CheckedRequest, EngineRequest
-from hetero_core.async_llm.engine_loop import EngineLoop, EngineStats
 from hetero_core.errors import InvalidRequestError
-from hetero_core.async_llm.request_stream import RequestDelta, RequestStream
 
 __all__ = ["AsyncLLM"]
 DEFAULT_MAX_PENDING_REQUESTS = 512
@@ -39,8 +39,9 @@ DEFAULT_MAX_PENDING_REQUESTS = 512
 class AsyncLLM:
     """Serve one engine to many concurrent asyncio callers. Use ``shutdown()`` (or ``with``) to stop."""
 
-    def __init__(self, engine, *, max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-                 observer=None) -> None:
+    def __init__(
+        self, engine, *, max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS, observer=None
+    ) -> None:
         self.engine = engine
         self.max_pending_requests = max_pending_requests
         self._streams: dict[str, RequestStream] = {}  # one per slot taken
@@ -57,10 +58,18 @@ class AsyncLLM:
         return cls(build_engine(settings), **kwargs)
 
     # -- callers (any thread / task) -------------------------------------------------------------
-    async def generate(self, prompt, params: SamplingParams | dict | None = None, request_id: str | None = None,
-                       *, fit_max_tokens: bool = False, priority: int | None = None,
-                       tenant: str | None = None, kv_transfer=None,
-                       export_kv: bool = False) -> AsyncIterator[RequestDelta]:
+    async def generate(
+        self,
+        prompt,
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        *,
+        fit_max_tokens: bool = False,
+        priority: int | None = None,
+        tenant: str | None = None,
+        kv_transfer=None,
+        export_kv: bool = False,
+    ) -> AsyncIterator[RequestDelta]:
         """Submit a request and yield its deltas until it finishes; the last has ``finished``.
 
         ``params``: SamplingParams, a dict of their fields over the engine's defaults, or None.
@@ -142,8 +151,9 @@ class AsyncLLM:
         """Everything about the request that needs no tokenizer; nothing is taken yet."""
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
-        checked = self.engine.processor.check(prompt, params, priority=0 if priority is None else priority,
-                                              tenant=tenant)
+        checked = self.engine.processor.check(
+            prompt, params, priority=0 if priority is None else priority, tenant=tenant
+        )
         if checked.params.num_samples > 1:
             raise InvalidRequestError(
                 f"AsyncLLM streams one completion per request: n and best_of must be 1, got n={checked.params.n}, "

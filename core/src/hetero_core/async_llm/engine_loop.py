@@ -21,10 +21,10 @@ import threading
 from dataclasses import dataclass
 
 from hetero_core.async_llm.errors import EngineDeadError, EngineStepError, RequestFailedError
+from hetero_core.async_llm.request_stream import RequestStream
 from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.errors import ExecutorDeadError, InvalidRequestError
 from hetero_core.logging import get_logger
-from hetero_core.async_llm.request_stream import RequestStream
 
 __all__ = ["EngineLoop", "EngineStats"]
 log = get_logger("hetero.async_llm")
@@ -235,7 +235,9 @@ class EngineLoop:
             num_steps=self._num_steps,
             last_step_batch_size=self._last_batch_size,
             max_step_batch_size=self._max_batch_size,
-            prefix_cache_hit_rate=counters.prefix_cache_hit_rate if counters.prefix_cache_queried_tokens else None,
+            prefix_cache_hit_rate=counters.prefix_cache_hit_rate
+            if counters.prefix_cache_queried_tokens
+            else None,
             num_queued_tokens=counters.num_queued_tokens,
             spec_num_drafts=counters.spec_num_drafts,
             spec_num_draft_tokens=counters.spec_num_draft_tokens,

@@ -54,11 +54,11 @@ class RequestStream:
     def delta(self, out: RequestOutput, tokenizer) -> RequestDelta:
         # Hold back a possible stop-string prefix: the engine truncates the text once it matches.
         end = len(out.text) if out.finished else max(self.num_sent_chars, len(out.text) - self.hold_chars)
-        text, self.num_sent_chars = out.text[self.num_sent_chars:end], end
-        new_ids = out.output_token_ids[self.num_sent_tokens:]
+        text, self.num_sent_chars = out.text[self.num_sent_chars : end], end
+        new_ids = out.output_token_ids[self.num_sent_tokens :]
         logprobs = None
         if out.logprobs is not None:
-            logprobs = token_logprobs(tokenizer, new_ids, out.logprobs[self.num_sent_tokens:])
+            logprobs = token_logprobs(tokenizer, new_ids, out.logprobs[self.num_sent_tokens :])
         self.num_sent_tokens = len(out.output_token_ids)
         return RequestDelta(out, text, new_ids, logprobs)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import reprlib
-from dataclasses import asdict, dataclass, field, replace
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hetero_core.batch_files.json_lines import decode_line
@@ -69,8 +69,15 @@ def id_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def read_batch_file(lines: Iterable[bytes | str], defaults: SamplingParams, *, chat: bool, max_model_len: int,
-                    count_tokens=None, tokenizer=None) -> BatchFile:
+def read_batch_file(
+    lines: Iterable[bytes | str],
+    defaults: SamplingParams,
+    *,
+    chat: bool,
+    max_model_len: int,
+    count_tokens=None,
+    tokenizer=None,
+) -> BatchFile:
     """Parse every line. ``chat``: send a native string prompt through the chat template.
     ``count_tokens(prompt)``: the prompt's length, to fit an OpenAI chat body's default max_tokens.
     ``tokenizer``: renders an OpenAI chat body with vLLM's chat-template extras (``chat_prompt``)."""
@@ -117,8 +124,10 @@ def _check_unique(seen: dict[str, int], line_id: Any, number: int) -> None:
         return
     key = id_key(line_id)
     if key in seen:
-        raise HeteroError(f"duplicate id {show(line_id)} on lines {seen[key]} and {number}; "
-                          "every line needs its own id (results are matched by id)")
+        raise HeteroError(
+            f"duplicate id {show(line_id)} on lines {seen[key]} and {number}; "
+            "every line needs its own id (results are matched by id)"
+        )
     seen[key] = number
 
 
@@ -137,25 +146,34 @@ def _is_valid_id(value: Any) -> bool:
 
 def _native_request(number: int, value: dict, defaults: SamplingParams, chat: bool) -> BatchRequest:
     if "custom_id" in value or "body" in value:
-        raise InvalidRequestError("an OpenAI batch line in a file of Hetero lines (the first valid line "
-                                  "decides the format; use one format per file)")
+        raise InvalidRequestError(
+            "an OpenAI batch line in a file of Hetero lines (the first valid line "
+            "decides the format; use one format per file)"
+        )
     has_prompt, has_messages = "prompt" in value, "messages" in value
     if has_prompt == has_messages:
-        raise InvalidRequestError("a line needs exactly one of 'prompt' (text or token ids) or 'messages' (chat)")
+        raise InvalidRequestError(
+            "a line needs exactly one of 'prompt' (text or token ids) or 'messages' (chat)"
+        )
     prompt = value["prompt"] if has_prompt else value["messages"]
     if has_prompt and not isinstance(prompt, (str, list)):
-        raise InvalidRequestError(f"'prompt' must be a string or a list of token ids, got {type(prompt).__name__}")
+        raise InvalidRequestError(
+            f"'prompt' must be a string or a list of token ids, got {type(prompt).__name__}"
+        )
     if has_messages and not isinstance(prompt, list):
-        raise InvalidRequestError(f"'messages' must be a list of {{'role', 'content'}} objects, "
-                                  f"got {type(prompt).__name__}")
+        raise InvalidRequestError(
+            f"'messages' must be a list of {{'role', 'content'}} objects, got {type(prompt).__name__}"
+        )
     if chat and isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     sampling = _chat_style_logprobs({k: v for k, v in value.items() if k not in NATIVE_KEYS})
     SamplingParams.from_dict(sampling)  # names unknown fields against this line's own
     params = SamplingParams.from_dict({**asdict(defaults), **sampling})
     if params.num_samples > 1:
-        raise InvalidRequestError("'n' / 'best_of' above 1: a Hetero batch line has one answer; use OpenAI-format "
-                                  "lines ('n' in the body) for several")
+        raise InvalidRequestError(
+            "'n' / 'best_of' above 1: a Hetero batch line has one answer; use OpenAI-format "
+            "lines ('n' in the body) for several"
+        )
     request_id = value.get("id", number)
     if not _is_valid_id(request_id):
         raise InvalidRequestError(f"'id' must be a string or an integer, got {type(request_id).__name__}")
@@ -175,8 +193,10 @@ def _chat_style_logprobs(sampling: dict) -> dict:
     sampling = dict(sampling)
     top, wanted = sampling.pop("top_logprobs", None), sampling.pop("logprobs", None)
     if isinstance(wanted, int) and not isinstance(wanted, bool):
-        raise InvalidRequestError("give 'logprobs': N (alternatives per token), or 'logprobs': true with "
-                                  "'top_logprobs': N, not both")
+        raise InvalidRequestError(
+            "give 'logprobs': N (alternatives per token), or 'logprobs': true with "
+            "'top_logprobs': N, not both"
+        )
     if top is not None and not (isinstance(top, int) and not isinstance(top, bool)):
         raise InvalidRequestError(f"'top_logprobs' must be an integer, got {type(top).__name__}")
     if wanted is True:
@@ -186,13 +206,14 @@ def _chat_style_logprobs(sampling: dict) -> dict:
     return sampling
 
 
-def _openai_request(number: int, value: dict, defaults: SamplingParams, max_model_len: int,
-                    count_tokens, tokenizer) -> BatchRequest:
+def _openai_request(
+    number: int, value: dict, defaults: SamplingParams, max_model_len: int, count_tokens, tokenizer
+) -> BatchRequest:
     from pydantic import ValidationError
 
+    from hetero_core.openai_api.chat_prompt import chat_prompt
     from hetero_core.openai_api.convert import sampling_params
     from hetero_core.openai_api.protocol import ChatCompletionRequest, CompletionRequest
-    from hetero_core.openai_api.chat_prompt import chat_prompt
     from hetero_core.openai_api.tools import tool_mode, with_tool_grammar
 
     custom_id = value.get("custom_id")
@@ -207,8 +228,10 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
     try:
         body = model.model_validate(value.get("body"))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: "
-                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         raise InvalidRequestError(f"invalid body for {url}: {problems}") from None
     if body.stream:
         raise InvalidRequestError("'stream' must be false in a batch file (each answer is written whole)")
@@ -220,7 +243,10 @@ def _openai_request(number: int, value: dict, defaults: SamplingParams, max_mode
         prompts, max_tokens, num_logprobs = body.prompts, body.engine_max_tokens, body.logprobs
     else:  # tools as the server offers them: in the prompt, and required / named enforced by a grammar
         mode = tool_mode(body)
-        prompts, max_tokens = [chat_prompt(body, mode, tokenizer)], body.max_completion_tokens or body.max_tokens
+        prompts, max_tokens = (
+            [chat_prompt(body, mode, tokenizer)],
+            body.max_completion_tokens or body.max_tokens,
+        )
         body, num_logprobs = with_tool_grammar(body, mode), body.num_logprobs
     # n completions of a prompt are one engine request (SamplingParams.n): they share its KV blocks
     base = replace(sampling_params(body, defaults, max_tokens, num_logprobs), n=body.n, best_of=best_of)

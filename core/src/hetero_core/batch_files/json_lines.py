@@ -123,5 +123,7 @@ def _check_unicode(value: Any, path: str) -> None:
 
 def _refuse_surrogate(text: str, where: str) -> None:
     if match := _SURROGATE.search(text):
-        raise LineError(f"not valid Unicode: a lone surrogate {match.group()!r} in {where} "
-                        "(JSON text must be UTF-8; a \\uD800-\\uDFFF escape needs its pair)")
+        raise LineError(
+            f"not valid Unicode: a lone surrogate {match.group()!r} in {where} "
+            "(JSON text must be UTF-8; a \\uD800-\\uDFFF escape needs its pair)"
+        )

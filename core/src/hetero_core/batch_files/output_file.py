@@ -109,8 +109,10 @@ class ResultWriter:
         kept = f"after {self.num_lines} complete result line(s)"
         if self._fd is None:
             return f"cannot write the results to stdout: {reason} ({kept})"
-        return (f"cannot write --output {self.path}: {reason} ({kept}; once that is fixed, run again "
-                "with --resume to finish)")
+        return (
+            f"cannot write --output {self.path}: {reason} ({kept}; once that is fixed, run again "
+            "with --resume to finish)"
+        )
 
 
 def resume_output(path: str) -> set[str]:
@@ -120,8 +122,10 @@ def resume_output(path: str) -> set[str]:
     try:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):
-            raise HeteroError(f"cannot resume from --output {path}: not a regular file "
-                              "(--resume reads back the results file of an earlier run)")
+            raise HeteroError(
+                f"cannot resume from --output {path}: not a regular file "
+                "(--resume reads back the results file of an earlier run)"
+            )
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
@@ -134,8 +138,10 @@ def resume_output(path: str) -> set[str]:
             record = decode_line(raw)
         except LineError as exc:
             if raw.endswith(b"\n"):
-                raise HeteroError(f"cannot resume: {path} holds a line that is not a result at byte {end} "
-                                  f"({exc}); is it a results file?") from None
+                raise HeteroError(
+                    f"cannot resume: {path} holds a line that is not a result at byte {end} "
+                    f"({exc}); is it a results file?"
+                ) from None
             break  # the cut-off last line
         if not isinstance(record, dict) or not ("custom_id" in record or "id" in record):
             raise HeteroError(f"cannot resume: {path} holds a line without 'id' or 'custom_id' at byte {end}")

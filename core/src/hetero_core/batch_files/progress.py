@@ -37,8 +37,10 @@ class Progress:
 
     def line(self) -> str:
         eta = self.eta_seconds
-        return (f"hetero: batch {self.num_done}/{self.total} requests, {self.num_tokens} tokens, "
-                f"{self.tokens_per_second:.1f} tokens/s" + (f", ETA {eta:.0f}s" if eta is not None else ""))
+        return (
+            f"hetero: batch {self.num_done}/{self.total} requests, {self.num_tokens} tokens, "
+            f"{self.tokens_per_second:.1f} tokens/s" + (f", ETA {eta:.0f}s" if eta is not None else "")
+        )
 
     @property
     def tokens_per_second(self) -> float:

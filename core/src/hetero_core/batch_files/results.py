@@ -19,8 +19,9 @@ from typing import Any
 from hetero_core.batch_files.input_file import NATIVE, BatchRequest, Malformed
 
 
-def result_record(batch_format: str, request: BatchRequest, outputs: list, model_name: str,
-                  tokenizer=None) -> dict[str, Any]:
+def result_record(
+    batch_format: str, request: BatchRequest, outputs: list, model_name: str, tokenizer=None
+) -> dict[str, Any]:
     """The record of a finished request; ``outputs``: one per choice, in order (a refused choice is
     an object with ``error`` set). ``tokenizer``: to write logprobs' tokens as text (needed when a
     request asked for logprobs)."""
@@ -35,18 +36,38 @@ def completions(output) -> list:
     """A request's output as one output per completion (``SamplingParams(n=...)``), in order."""
     if output.error is not None or len(getattr(output, "outputs", ())) < 2:
         return [output]
-    return [replace(output, output_token_ids=c.token_ids, text=c.text, logprobs=c.logprobs,
-                    finish_reason=c.finish_reason, outputs=[c]) for c in output.outputs]
+    return [
+        replace(
+            output,
+            output_token_ids=c.token_ids,
+            text=c.text,
+            logprobs=c.logprobs,
+            finish_reason=c.finish_reason,
+            outputs=[c],
+        )
+        for c in output.outputs
+    ]
 
 
 def malformed_record(batch_format: str, bad: Malformed) -> dict[str, Any]:
     """The record of a line that was not run: its id (or null), its line number and why."""
     if batch_format == NATIVE:
-        return {"id": bad.id, "line": bad.line_number, "text": "", "num_prompt_tokens": 0,
-                "num_output_tokens": 0, "finish_reason": None, "error": bad.reason}
-    return {"id": f"hetero-{uuid.uuid4().hex}", "custom_id": bad.id, "line": bad.line_number,
-            "response": {"status_code": 400, "request_id": f"hetero-batch-{uuid.uuid4().hex}", "body": None},
-            "error": _error(bad.reason, 400)}
+        return {
+            "id": bad.id,
+            "line": bad.line_number,
+            "text": "",
+            "num_prompt_tokens": 0,
+            "num_output_tokens": 0,
+            "finish_reason": None,
+            "error": bad.reason,
+        }
+    return {
+        "id": f"hetero-{uuid.uuid4().hex}",
+        "custom_id": bad.id,
+        "line": bad.line_number,
+        "response": {"status_code": 400, "request_id": f"hetero-batch-{uuid.uuid4().hex}", "body": None},
+        "error": _error(bad.reason, 400),
+    }
 
 
 def _error(message: str, status: int) -> dict[str, Any]:
@@ -77,8 +98,10 @@ def _native(request: BatchRequest, output, tokenizer) -> dict[str, Any]:
 
         record["prompt_logprobs"] = prompt_logprobs_out(output)
     if getattr(output, "logprobs", None) is not None and output.error is None:
-        record["logprobs"] = [_native_logprob(tokenizer, token_id, lp)
-                              for token_id, lp in zip(output.output_token_ids, output.logprobs)]
+        record["logprobs"] = [
+            _native_logprob(tokenizer, token_id, lp)
+            for token_id, lp in zip(output.output_token_ids, output.logprobs)
+        ]
     if output.error is not None:
         record["error"] = output.error
     return record
@@ -87,17 +110,22 @@ def _native(request: BatchRequest, output, tokenizer) -> dict[str, Any]:
 def _native_logprob(tokenizer, token_id: int, lp) -> dict[str, Any]:
     """One output token: its text, id and logprob (None when the executor gave no logits), and
     its top alternatives, best first."""
+
     def token(tid: int) -> dict[str, Any]:
         return {"token": tokenizer.decode([tid]), "token_id": tid}
 
     if lp is None:
         return {**token(token_id), "logprob": None, "top_logprobs": []}
-    return {**token(token_id), "logprob": lp.logprob,
-            "top_logprobs": [{**token(tid), "logprob": value} for tid, value in lp.top]}
+    return {
+        **token(token_id),
+        "logprob": lp.logprob,
+        "top_logprobs": [{**token(tid), "logprob": value} for tid, value in lp.top],
+    }
 
 
-def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: list,
-            tokenizer=None) -> dict[str, Any]:
+def _openai(
+    request: BatchRequest, outputs: list, model_name: str, logprobs: list, tokenizer=None
+) -> dict[str, Any]:
     from hetero_core.openai_api.convert import chat_logprobs, finish_reason, prompt_logprobs_out, usage
     from hetero_core.openai_api.echo import completion_choice, echo_usage
     from hetero_core.openai_api.protocol import (
@@ -118,23 +146,41 @@ def _openai(request: BatchRequest, outputs: list, model_name: str, logprobs: lis
         return record
     n = request.body.n
     if request.url == "/v1/completions":
+
         def decode(token_id: int) -> str:
             return tokenizer.decode([token_id])
 
-        choices = [completion_choice(request.body, i, o, o.text, lp or [], True, True, decode)
-                   for i, (o, lp) in enumerate(zip(outputs, logprobs))]
-        body = CompletionResponse(id=f"cmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
-                                  usage=echo_usage(usage(outputs, n), request.body.generates))
+        choices = [
+            completion_choice(request.body, i, o, o.text, lp or [], True, True, decode)
+            for i, (o, lp) in enumerate(zip(outputs, logprobs))
+        ]
+        body = CompletionResponse(
+            id=f"cmpl-{uuid.uuid4().hex}",
+            model=model_name,
+            choices=choices,
+            usage=echo_usage(usage(outputs, n), request.body.generates),
+        )
     else:
         mode = tool_mode(request.body)
         choices = []
         for i, (o, lp) in enumerate(zip(outputs, logprobs)):
             content, calls = answer(o.text, request.body, mode)  # the server's tool-call parsing
             message = ChatMessageOut(content=content, tool_calls=[tool_call_out(c) for c in calls])
-            choices.append(ChatChoice(index=i, message=message, finish_reason="tool_calls" if calls else finish_reason(o),
-                                      logprobs=None if lp is None else chat_logprobs(lp)))
-        body = ChatCompletionResponse(id=f"chatcmpl-{uuid.uuid4().hex}", model=model_name, choices=choices,
-                                      usage=usage(outputs, n), prompt_logprobs=prompt_logprobs_out(outputs[0]))
+            choices.append(
+                ChatChoice(
+                    index=i,
+                    message=message,
+                    finish_reason="tool_calls" if calls else finish_reason(o),
+                    logprobs=None if lp is None else chat_logprobs(lp),
+                )
+            )
+        body = ChatCompletionResponse(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            model=model_name,
+            choices=choices,
+            usage=usage(outputs, n),
+            prompt_logprobs=prompt_logprobs_out(outputs[0]),
+        )
     data = body.model_dump(mode="json", exclude_none=True)
     for choice, dumped in zip(body.choices, data["choices"]):  # logprobs whole: a null logprob is a value
         if choice.logprobs is not None:

@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hetero_core.logging import get_logger
 from hetero_core.cache.atomic_file import replaced_atomically
+from hetero_core.logging import get_logger
 
 log = get_logger("hetero.cache")
 
@@ -79,7 +79,7 @@ def checksum(data, name: str) -> str:
     digest = hashlib.blake2b(f"{name}\0{length}\0".encode(), digest_size=16)
     digest.update(chunk_sums.tobytes())
     digest.update(words[whole:].sum(dtype=np.int64).tobytes())
-    digest.update(array[num_words * 8:].tobytes())
+    digest.update(array[num_words * 8 :].tobytes())
     return digest.hexdigest()
 
 
@@ -128,8 +128,12 @@ def _checked_payload(path: Path):
     size = data.size
     match = _FOOTER_PATTERN.fullmatch(data[-FOOTER_BYTES:].tobytes() if size else b"")
     if match is None:
-        raise CacheFileInvalid(path, "empty" if size == 0 else
-                               "no checksum footer (truncated, overwritten, or written by an older version)")
+        raise CacheFileInvalid(
+            path,
+            "empty"
+            if size == 0
+            else "no checksum footer (truncated, overwritten, or written by an older version)",
+        )
     length = int(match.group(1), 16)
     if length != size - FOOTER_BYTES:
         raise CacheFileInvalid(path, f"{size - FOOTER_BYTES} bytes where its footer says {length}")
@@ -145,7 +149,9 @@ def written_checked(target: Path, suffix: str) -> Iterator[str]:
     footer is appended and the file replaces ``target`` atomically (see ``replaced_atomically``)."""
     with replaced_atomically(target, suffix) as tmp:
         yield tmp
-        footer = FOOTER.format(length=Path(tmp).stat().st_size, checksum=checksum(_map_array(Path(tmp)), target.name))
+        footer = FOOTER.format(
+            length=Path(tmp).stat().st_size, checksum=checksum(_map_array(Path(tmp)), target.name)
+        )
         with open(tmp, "ab") as file:
             file.write(footer.encode())
         os.chmod(tmp, os.stat(tmp).st_mode | 0o444)  # mkstemp makes it private; the cache is shared
@@ -158,8 +164,11 @@ def write_checked(target: Path, payload: bytes) -> None:
 
 def write_manifest(folder: Path, **facts) -> None:
     """List every file of ``folder`` with its size and checksum (and ``facts``) in its manifest."""
-    files = {p.name: [p.stat().st_size, checksum(_map_array(p), p.name)]
-             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
+    files = {
+        p.name: [p.stat().st_size, checksum(_map_array(p), p.name)]
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != MANIFEST
+    }
     write_checked(folder / MANIFEST, json.dumps({**facts, "files": files}, indent=1).encode())
 
 
@@ -169,7 +178,9 @@ def read_manifest(folder: Path) -> dict:
     try:
         manifest = json.loads(read_checked(path))
     except FileNotFoundError:
-        raise CacheFileInvalid(folder, f"no {MANIFEST} (written by an older version, or not by Hetero)") from None
+        raise CacheFileInvalid(
+            folder, f"no {MANIFEST} (written by an older version, or not by Hetero)"
+        ) from None
     except ValueError as exc:
         raise CacheFileInvalid(path, f"not JSON: {exc}") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
@@ -187,8 +198,11 @@ def check_listed(folder: Path, manifest: dict, names, checksummed=None) -> None:
             raise CacheFileInvalid(path, "not in the manifest")
         size = path.stat().st_size if path.is_file() else None
         if size != listed[name][0]:
-            raise CacheFileInvalid(path, f"{'missing' if size is None else f'{size} bytes'} where the "
-                                         f"manifest lists {listed[name][0]} bytes")
+            raise CacheFileInvalid(
+                path,
+                f"{'missing' if size is None else f'{size} bytes'} where the "
+                f"manifest lists {listed[name][0]} bytes",
+            )
     for name in names if checksummed is None else checksummed:
         try:
             data = _map_array(folder / name)

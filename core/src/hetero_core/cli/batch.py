@@ -19,21 +19,30 @@ import threading
 import time
 from typing import TextIO
 
-from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.cli.settings_args import load_cli_settings
 from hetero_core.cli.speculation_line import speculation_line
+from hetero_core.errors import HeteroError, InvalidRequestError
 
 EXIT_SOME_FAILED = 1
 
 
 def add_batch_arguments(run: argparse.ArgumentParser) -> None:
     batch = run.add_argument_group("batch files (see docs/batch.md)")
-    batch.add_argument("--input-file", metavar="FILE",
-                       help="run every request of a JSONL file (Hetero's or OpenAI's batch format)")
-    batch.add_argument("--output", metavar="FILE",
-                       help="with --input-file: where results go, one JSON line each ('-': stdout)")
-    batch.add_argument("--resume", action="store_true",
-                       help="with --input-file: skip ids the --output file already holds and append to it")
+    batch.add_argument(
+        "--input-file",
+        metavar="FILE",
+        help="run every request of a JSONL file (Hetero's or OpenAI's batch format)",
+    )
+    batch.add_argument(
+        "--output",
+        metavar="FILE",
+        help="with --input-file: where results go, one JSON line each ('-': stdout)",
+    )
+    batch.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --input-file: skip ids the --output file already holds and append to it",
+    )
 
 
 def check_batch_arguments(args: argparse.Namespace) -> None:
@@ -48,8 +57,10 @@ def check_batch_arguments(args: argparse.Namespace) -> None:
     if args.resume and args.output == "-":
         raise HeteroError("--resume needs an output file to read back; '-' (stdout) cannot be resumed")
     if args.output != "-" and _same_file(args.input_file, args.output):
-        raise HeteroError(f"--output {args.output} is the --input-file: writing there would overwrite the "
-                          "requests; choose another file")
+        raise HeteroError(
+            f"--output {args.output} is the --input-file: writing there would overwrite the "
+            "requests; choose another file"
+        )
     if getattr(args, "system", None) is not None:
         raise HeteroError("--system goes with prompts, not --input-file (put system messages in the file)")
 
@@ -78,14 +89,23 @@ def batch_command(args: argparse.Namespace) -> int:
     llm = LLM.from_settings(settings)
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
-        batch = read_batch_file(lines, params, chat=chat, max_model_len=llm.engine.max_model_len,
-                                count_tokens=_token_counter(llm.engine.tokenizer), tokenizer=llm.engine.tokenizer)
+        batch = read_batch_file(
+            lines,
+            params,
+            chat=chat,
+            max_model_len=llm.engine.max_model_len,
+            count_tokens=_token_counter(llm.engine.tokenizer),
+            tokenizer=llm.engine.tokenizer,
+        )
         for bad in batch.malformed:
             print(f"hetero: {args.input_file}:{bad.line_number}: skipped: {bad.reason}", file=sys.stderr)
         pending = [r for r in batch.requests if r.key not in done]
         if done:
-            print(f"hetero: resuming: {len(batch.requests) - len(pending)} of {len(batch.requests)} "
-                  f"requests already in {args.output}", file=sys.stderr)
+            print(
+                f"hetero: resuming: {len(batch.requests) - len(pending)} of {len(batch.requests)} "
+                f"requests already in {args.output}",
+                file=sys.stderr,
+            )
         runner = BatchRunner(llm.engine, batch.format, settings.model, sys.stderr)
         with ResultWriter(args.output, append=args.resume) as out, _DeferredInterrupt() as interrupt:
             for bad in batch.malformed:
@@ -114,8 +134,14 @@ class BatchRunner:
             for choice, (prompt, params) in enumerate(request.choices):
                 request_id = f"{index}-{choice}"
                 try:
-                    self.engine.add_request(prompt, params, request_id, priority=request.priority,
-                                            tenant=request.tenant, stream=False)
+                    self.engine.add_request(
+                        prompt,
+                        params,
+                        request_id,
+                        priority=request.priority,
+                        tenant=request.tenant,
+                        stream=False,
+                    )
                     owner[request_id] = (index, choice)
                 except InvalidRequestError as exc:  # the engine refuses it: this request fails alone
                     outputs[index][choice] = _Refused(str(exc))
@@ -143,8 +169,11 @@ class BatchRunner:
             for request_id in owner:  # interrupted: free what still runs
                 self.engine.abort(request_id)
         elapsed = time.perf_counter() - started
-        print(f"--- {len(requests)} request(s), {progress.num_tokens} tokens in {elapsed:.2f}s "
-              f"({progress.tokens_per_second:.1f} tokens/s), {num_failed} failed", file=self.err)
+        print(
+            f"--- {len(requests)} request(s), {progress.num_tokens} tokens in {elapsed:.2f}s "
+            f"({progress.tokens_per_second:.1f} tokens/s), {num_failed} failed",
+            file=self.err,
+        )
         if getattr(self.engine, "speculation", None) is not None:
             print(speculation_line(self.engine.stats()), file=self.err)
         return num_failed
@@ -156,8 +185,10 @@ class BatchRunner:
         out.write(result_record(self.format, request, outputs, self.model_name, self.engine.tokenizer))
         failed = [o for o in outputs if o.error is not None]
         if failed:
-            print(f"hetero: line {request.line_number} (id {show(request.id)}) failed: {failed[0].error}",
-                  file=self.err)
+            print(
+                f"hetero: line {request.line_number} (id {show(request.id)}) failed: {failed[0].error}",
+                file=self.err,
+            )
         progress.update(1, sum(len(c.output_token_ids) for o in outputs for c in completions(o)))
         return 1 if failed else 0
 

@@ -28,8 +28,13 @@ Settings come from, highest first: CLI flags, `HETERO_*` environment variables, 
 
 
 def render(registry) -> str:
-    lines = [HEADER, "## Engine settings", "", "| setting | type | default | environment | flag | description |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        HEADER,
+        "## Engine settings",
+        "",
+        "| setting | type | default | environment | flag | description |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     seams = {seam.name for seam in SEAM_TABLE}
     for name, field in HeteroSettings.model_fields.items():
         if name in seams:
@@ -37,18 +42,29 @@ def render(registry) -> str:
             kind = "component name, or a table with `name` and options sections"
         else:
             default, kind = _default(field), _type(field.annotation)
-        flag = "`--" + name.replace("_", "-") + "`" + (f", `{SHORT_FLAGS[name]}`" if name in SHORT_FLAGS else "")
-        lines.append(f"| `{name}` | {kind} | {default} | `HETERO_{name.upper()}` | {flag} | "
-                     f"{_cell(field.description)} |")
+        flag = (
+            "`--" + name.replace("_", "-") + "`" + (f", `{SHORT_FLAGS[name]}`" if name in SHORT_FLAGS else "")
+        )
+        lines.append(
+            f"| `{name}` | {kind} | {default} | `HETERO_{name.upper()}` | {flag} | "
+            f"{_cell(field.description)} |"
+        )
     for seam in SEAM_TABLE:
         for component_name in registry.names(seam.name):
             component = registry.get(seam.name, component_name)
             if component.options is None or not component.options.model_fields:
                 continue
-            lines += ["", f"## `[{seam.name}.{component_name}]` ({component.plugin})", "",
-                      "| option | type | default | description |", "| --- | --- | --- | --- |"]
-            lines += [f"| `{option}` | {_type(field.annotation)} | {_default(field)} | {_cell(field.description)} |"
-                      for option, field in component.options.model_fields.items()]
+            lines += [
+                "",
+                f"## `[{seam.name}.{component_name}]` ({component.plugin})",
+                "",
+                "| option | type | default | description |",
+                "| --- | --- | --- | --- |",
+            ]
+            lines += [
+                f"| `{option}` | {_type(field.annotation)} | {_default(field)} | {_cell(field.description)} |"
+                for option, field in component.options.model_fields.items()
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -83,9 +99,15 @@ def main() -> None:
     from hetero_core.plugin_system.discovery import load_plugins
 
     plugins = load_plugins(allow=OWN_PLUGINS)
-    missing = [name for name in OWN_PLUGINS if not any(p.name == name and p.status == "loaded" for p in plugins.plugins)]
+    missing = [
+        name
+        for name in OWN_PLUGINS
+        if not any(p.name == name and p.status == "loaded" for p in plugins.plugins)
+    ]
     if missing:
-        raise SystemExit(f"config_reference: install the plugins {', '.join(missing)} first (scripts/setup.sh does)")
+        raise SystemExit(
+            f"config_reference: install the plugins {', '.join(missing)} first (scripts/setup.sh does)"
+        )
     print(render(plugins.registry), end="")
 
 

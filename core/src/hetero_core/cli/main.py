@@ -12,12 +12,12 @@ import warnings
 
 from hetero_core import __version__
 from hetero_core.cli.chat import add_chat_command
-from hetero_core.cli.plugin_commands import add_plugin_commands
 from hetero_core.cli.parser import HeteroParser
+from hetero_core.cli.plugin_commands import add_plugin_commands
 from hetero_core.cli.plugins import add_plugins_command
 from hetero_core.cli.run import add_run_arguments, run_command
-from hetero_core.cli.settings_args import add_settings_arguments
 from hetero_core.cli.serve import add_serve_command
+from hetero_core.cli.settings_args import add_settings_arguments
 from hetero_core.cli.show_settings import add_settings_command
 from hetero_core.errors import HeteroError
 

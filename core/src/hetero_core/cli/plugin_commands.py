@@ -42,15 +42,26 @@ def add_plugin_commands(commands: argparse._SubParsersAction) -> None:
     for name, plugins in clashes.items():
         others = " and ".join(repr(p) for p in plugins if p != "core")
         if plugins[0] == "core":
-            print(f"hetero: warning: plugin {others} adds the command '{name}', which is core's; "
-                  "the plugin's commands are left out", file=sys.stderr)
+            print(
+                f"hetero: warning: plugin {others} adds the command '{name}', which is core's; "
+                "the plugin's commands are left out",
+                file=sys.stderr,
+            )
         else:
-            _add_unavailable(commands, name, "(unavailable: added by more than one plugin)",
-                             f"command '{name}' is added by more than one plugin: {others}; uninstall one of them")
+            _add_unavailable(
+                commands,
+                name,
+                "(unavailable: added by more than one plugin)",
+                f"command '{name}' is added by more than one plugin: {others}; uninstall one of them",
+            )
     for name, (distribution, install) in SHIPPED_APART.items():
         if name not in owners:
-            _add_unavailable(commands, name, SHIPPED_HELP[name],
-                             _not_installed(name, distribution, install, plugin_set.registry.failures))
+            _add_unavailable(
+                commands,
+                name,
+                SHIPPED_HELP[name],
+                _not_installed(name, distribution, install, plugin_set.registry.failures),
+            )
 
 
 def _not_installed(name: str, distribution: str, install: str, failures) -> str:

@@ -10,29 +10,52 @@ import time
 from typing import TextIO
 
 from hetero_core.cli.batch import add_batch_arguments, batch_command, check_batch_arguments
-from hetero_core.errors import HeteroError, InvalidRequestError
 from hetero_core.cli.settings_args import load_cli_settings
 from hetero_core.cli.speculation_line import speculation_line
+from hetero_core.errors import HeteroError, InvalidRequestError
 
 EXIT_REQUEST_FAILED = 1
 LABEL_WIDTH = 60
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
-    run.add_argument("prompts", nargs="*", metavar="PROMPT",
-                     help="prompt text; '-' (or no PROMPT with a piped stdin) reads it from stdin")
+    run.add_argument(
+        "prompts",
+        nargs="*",
+        metavar="PROMPT",
+        help="prompt text; '-' (or no PROMPT with a piped stdin) reads it from stdin",
+    )
     run.add_argument("--input", action="append", default=[], metavar="TEXT", help="a prompt (repeatable)")
     chat = run.add_mutually_exclusive_group()
-    chat.add_argument("--chat", dest="chat", action="store_true", default=None,
-                      help="apply the model's chat template (default: when the model has one)")
-    chat.add_argument("--no-chat", "--raw", dest="chat", action="store_false",
-                      help="raw completion: send the prompt text as is")
-    run.add_argument("-s", "--system", metavar="TEXT", help="a system message before each prompt (chat template)")
+    chat.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="apply the model's chat template (default: when the model has one)",
+    )
+    chat.add_argument(
+        "--no-chat",
+        "--raw",
+        dest="chat",
+        action="store_false",
+        help="raw completion: send the prompt text as is",
+    )
+    run.add_argument(
+        "-s", "--system", metavar="TEXT", help="a system message before each prompt (chat template)"
+    )
     run.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
     run.add_argument("--ignore-eos", action="store_true", help="keep generating past EOS")
-    run.add_argument("--priority", type=int, default=0, metavar="INT",
-                     help="request priority for the scheduler policy (lower runs first; default 0)")
-    run.add_argument("--tenant", default=None, metavar="NAME", help="who sends the requests (read by policies)")
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        metavar="INT",
+        help="request priority for the scheduler policy (lower runs first; default 0)",
+    )
+    run.add_argument(
+        "--tenant", default=None, metavar="NAME", help="who sends the requests (read by policies)"
+    )
     add_batch_arguments(run)
 
 
@@ -159,8 +182,10 @@ def print_each_when_done(engine, inputs, prompts, params, out: TextIO, **request
 def print_stats(outputs, load_seconds: float, run_seconds: float, err: TextIO) -> None:
     num_tokens = sum(len(o.output_token_ids) for o in outputs)
     rate = num_tokens / run_seconds if run_seconds > 0 else 0.0
-    line = (f"--- {num_tokens} tokens in {run_seconds:.2f}s ({rate:.1f} tokens/s), "
-            f"{len(outputs)} request(s), load {load_seconds:.2f}s")
+    line = (
+        f"--- {num_tokens} tokens in {run_seconds:.2f}s ({rate:.1f} tokens/s), "
+        f"{len(outputs)} request(s), load {load_seconds:.2f}s"
+    )
     first = outputs[0].metrics.time_to_first_token if len(outputs) == 1 and not outputs[0].failed else None
     if first is not None:
         line += f", first token {first:.2f}s"
@@ -168,12 +193,14 @@ def print_stats(outputs, load_seconds: float, run_seconds: float, err: TextIO) -
 
 
 def print_scheduler_stats(stats, err: TextIO, speculating: bool = False) -> None:
-    print(f"--- prefix cache {stats.prefix_cache_hit_tokens}/{stats.prefix_cache_queried_tokens} tokens hit "
-          f"({stats.prefix_cache_hit_rate:.0%}), {stats.num_preemptions} preemption(s) "
-          f"({stats.num_swap_preemptions} swapped)", file=err)
+    print(
+        f"--- prefix cache {stats.prefix_cache_hit_tokens}/{stats.prefix_cache_queried_tokens} tokens hit "
+        f"({stats.prefix_cache_hit_rate:.0%}), {stats.num_preemptions} preemption(s) "
+        f"({stats.num_swap_preemptions} swapped)",
+        file=err,
+    )
     if speculating:
         print(speculation_line(stats), file=err)
-
 
 
 class _Rejected:

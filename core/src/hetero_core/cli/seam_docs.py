@@ -22,10 +22,30 @@ from hetero_core.plugin_system.seams import SEAM_TABLE
 
 FILES = ("README.md", "CONTRIBUTING.md", "core/README.md", "docs/hooks.md", "docs/architecture.md")
 BLOCK = re.compile(r"<!-- seams:(?P<name>[a-z-]+) -->(?P<body>.*?)<!-- /seams:(?P=name) -->", re.S)
-NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten",
-           11: "eleven", 12: "twelve"}
-ORDINALS = {5: "a fifth", 6: "a sixth", 7: "a seventh", 8: "an eighth", 9: "a ninth", 10: "a tenth",
-            11: "an eleventh", 12: "a twelfth", 13: "a thirteenth"}
+NUMBERS = {
+    2: "two",
+    3: "three",
+    4: "four",
+    5: "five",
+    6: "six",
+    7: "seven",
+    8: "eight",
+    9: "nine",
+    10: "ten",
+    11: "eleven",
+    12: "twelve",
+}
+ORDINALS = {
+    5: "a fifth",
+    6: "a sixth",
+    7: "a seventh",
+    8: "an eighth",
+    9: "a ninth",
+    10: "a tenth",
+    11: "an eleventh",
+    12: "a twelfth",
+    13: "a thirteenth",
+}
 ARCHITECTURES = "hetero_core.architectures"  # no seam (a checkpoint's config.json picks it), but a facade
 
 
@@ -55,15 +75,19 @@ def held_names(module_name: str) -> str:
     """A facade's ``__all__``, protocols marked (every name is loaded, those a facade loads on first use
     too, so the text does not depend on what ran before)."""
     module = importlib.import_module(module_name)
-    return ", ".join(f"`{name}`" + (" (a protocol)" if getattr(getattr(module, name), "_is_protocol", False) else "")
-                     for name in module.__all__)
+    return ", ".join(
+        f"`{name}`" + (" (a protocol)" if getattr(getattr(module, name), "_is_protocol", False) else "")
+        for name in module.__all__
+    )
 
 
 def facade_table() -> str:
     rows = ["| seam | import from | what it holds |", "|---|---|---|"]
     rows += [f"| {seam.label} | `{seam.facade}` | {held_names(seam.facade)} |" for seam in SEAM_TABLE]
-    rows.append(f"| model architectures (no seam; `register_model_architectures`) | `{ARCHITECTURES}` | "
-                f"{held_names(ARCHITECTURES)} |")
+    rows.append(
+        f"| model architectures (no seam; `register_model_architectures`) | `{ARCHITECTURES}` | "
+        f"{held_names(ARCHITECTURES)} |"
+    )
     return "\n" + "\n".join(rows) + "\n"
 
 
@@ -79,11 +103,14 @@ RENDERERS: dict[str, Callable[[], str]] = {
 
 def render(text: str, where: str = "") -> str:
     """``text`` with every seams block rendered afresh."""
+
     def block(match: re.Match) -> str:
         name = match["name"]
         if name not in RENDERERS:
-            raise SystemExit(f"seam_docs: {where} has an unknown block 'seams:{name}'; the blocks are "
-                             f"{', '.join(RENDERERS)}")
+            raise SystemExit(
+                f"seam_docs: {where} has an unknown block 'seams:{name}'; the blocks are "
+                f"{', '.join(RENDERERS)}"
+            )
         return f"<!-- seams:{name} -->{RENDERERS[name]()}<!-- /seams:{name} -->"
 
     return BLOCK.sub(block, text)
@@ -94,14 +121,19 @@ def stale_files(root: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hetero_core.cli.seam_docs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hetero_core.cli.seam_docs", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--check", action="store_true", help="only list the stale files (exit 1 if any)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: here)")
     args = parser.parse_args(argv)
     missing = [name for name in FILES if not (args.root / name).is_file()]
     if missing:
-        print(f"seam_docs: {', '.join(missing)} not found under {args.root}; run it from the repository root "
-              "or pass --root", file=sys.stderr)
+        print(
+            f"seam_docs: {', '.join(missing)} not found under {args.root}; run it from the repository root "
+            "or pass --root",
+            file=sys.stderr,
+        )
         return 2
     stale = stale_files(args.root)
     if args.check:

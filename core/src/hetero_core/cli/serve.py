@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hetero_core.errors import HeteroError
 from hetero_core.cli.settings_args import add_settings_arguments, load_cli_settings
+from hetero_core.errors import HeteroError
 
 
 def add_serve_command(commands, with_arguments: bool = True) -> None:
     """Register ``serve`` on the ``hetero`` sub-command parser (``with_arguments``: and its flags)."""
-    serve = commands.add_parser("serve", help="serve the OpenAI-compatible HTTP API (needs hetero-core[server])")
+    serve = commands.add_parser(
+        "serve", help="serve the OpenAI-compatible HTTP API (needs hetero-core[server])"
+    )
     serve.set_defaults(handler=_serve)
     if with_arguments:
         _add_serve_arguments(serve)
@@ -26,26 +28,57 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     group.add_argument("--port", type=int, help=fields["port"].description + " [8000]")
     group.add_argument("--api-key", metavar="KEY", help=fields["api_key"].description)
     group.add_argument("--served-model-name", metavar="NAME", help=fields["served_model_name"].description)
-    group.add_argument("--max-pending-requests", type=int, metavar="N", help=fields["max_pending_requests"].description)
+    group.add_argument(
+        "--max-pending-requests", type=int, metavar="N", help=fields["max_pending_requests"].description
+    )
     group.add_argument("--max-body-bytes", type=int, metavar="N", help=fields["max_body_bytes"].description)
-    group.add_argument("--graceful-shutdown-seconds", type=float, metavar="S",
-                       help=fields["graceful_shutdown_seconds"].description)
-    disagg = serve.add_argument_group("prefill/decode disaggregation (docs/disaggregation.md; override HETERO_ROLE, ...)")
-    disagg.add_argument("--role", choices=("both", "prefill", "decode"), help=fields["role"].description + " [both]")
-    disagg.add_argument("--disaggregated", action="store_true", default=None, help=fields["disaggregated"].description)
+    group.add_argument(
+        "--graceful-shutdown-seconds",
+        type=float,
+        metavar="S",
+        help=fields["graceful_shutdown_seconds"].description,
+    )
+    disagg = serve.add_argument_group(
+        "prefill/decode disaggregation (docs/disaggregation.md; override HETERO_ROLE, ...)"
+    )
+    disagg.add_argument(
+        "--role", choices=("both", "prefill", "decode"), help=fields["role"].description + " [both]"
+    )
+    disagg.add_argument(
+        "--disaggregated", action="store_true", default=None, help=fields["disaggregated"].description
+    )
     disagg.add_argument("--prefill-url", metavar="URL", help=fields["prefill_url"].description)
     disagg.add_argument("--decode-url", metavar="URL", help=fields["decode_url"].description)
-    disagg.add_argument("--kv-transfer-timeout", type=float, metavar="S", dest="kv_transfer_timeout_s",
-                        help=fields["kv_transfer_timeout_s"].description + " [30]")
-    disagg.add_argument("--role-restart-retries", type=int, metavar="N",
-                        help=fields["role_restart_retries"].description + " [3]")
-    disagg.add_argument("--role-restart-backoff-seconds", type=float, metavar="S",
-                        help=fields["role_restart_backoff_seconds"].description + " [1]")
-    ray = serve.add_argument_group("replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)")
+    disagg.add_argument(
+        "--kv-transfer-timeout",
+        type=float,
+        metavar="S",
+        dest="kv_transfer_timeout_s",
+        help=fields["kv_transfer_timeout_s"].description + " [30]",
+    )
+    disagg.add_argument(
+        "--role-restart-retries",
+        type=int,
+        metavar="N",
+        help=fields["role_restart_retries"].description + " [3]",
+    )
+    disagg.add_argument(
+        "--role-restart-backoff-seconds",
+        type=float,
+        metavar="S",
+        help=fields["role_restart_backoff_seconds"].description + " [1]",
+    )
+    ray = serve.add_argument_group(
+        "replicas on Ray Serve (needs hetero-core[ray]; override HETERO_REPLICAS, ...)"
+    )
     ray.add_argument("--replicas", type=int, metavar="N", help=fields["replicas"].description + " [1]")
     ray.add_argument("--ray-address", metavar="ADDR", help=fields["ray_address"].description)
-    ray.add_argument("--replica-cpus", type=float, metavar="N", help=fields["replica_cpus"].description + " [1]")
-    ray.add_argument("--replica-gpus", type=float, metavar="N", help=fields["replica_gpus"].description + " [0]")
+    ray.add_argument(
+        "--replica-cpus", type=float, metavar="N", help=fields["replica_cpus"].description + " [1]"
+    )
+    ray.add_argument(
+        "--replica-gpus", type=float, metavar="N", help=fields["replica_gpus"].description + " [0]"
+    )
     add_settings_arguments(serve)
 
 
@@ -53,9 +86,10 @@ def _serve(args: argparse.Namespace) -> int:
     from hetero_core.logging import configure_logging
 
     try:
+        import httpx  # noqa: F401  (the disaggregated front end's client; checked with the rest of the extra)
+
         from hetero_core.server.runner import create_server_app, listen, run_server
         from hetero_core.server.signals import sigterm_interrupts
-        import httpx  # noqa: F401  (the disaggregated front end's client; checked with the rest of the extra)
     except ImportError as exc:
         from hetero_core.server import SERVER_EXTRA_HINT
 
@@ -64,12 +98,22 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_cli_settings(args)
     server = load_server_settings(
-        host=args.host, port=args.port, api_key=args.api_key, served_model_name=args.served_model_name,
-        max_pending_requests=args.max_pending_requests, max_body_bytes=args.max_body_bytes,
-        graceful_shutdown_seconds=args.graceful_shutdown_seconds, replicas=args.replicas,
-        ray_address=args.ray_address, replica_cpus=args.replica_cpus, replica_gpus=args.replica_gpus,
-        role=args.role, disaggregated=args.disaggregated, kv_transfer_timeout_s=args.kv_transfer_timeout_s,
-        prefill_url=args.prefill_url, decode_url=args.decode_url,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        served_model_name=args.served_model_name,
+        max_pending_requests=args.max_pending_requests,
+        max_body_bytes=args.max_body_bytes,
+        graceful_shutdown_seconds=args.graceful_shutdown_seconds,
+        replicas=args.replicas,
+        ray_address=args.ray_address,
+        replica_cpus=args.replica_cpus,
+        replica_gpus=args.replica_gpus,
+        role=args.role,
+        disaggregated=args.disaggregated,
+        kv_transfer_timeout_s=args.kv_transfer_timeout_s,
+        prefill_url=args.prefill_url,
+        decode_url=args.decode_url,
         role_restart_retries=args.role_restart_retries,
         role_restart_backoff_seconds=args.role_restart_backoff_seconds,
     )
@@ -80,15 +124,22 @@ def _serve(args: argparse.Namespace) -> int:
             from hetero_core.disagg.launcher import serve_disaggregated, serve_frontend, serve_role
 
             if server.prefill_url:
-                return 130 if serve_frontend(settings, server, server.prefill_url, server.decode_url,
-                                             settings.log_level) else 0
+                return (
+                    130
+                    if serve_frontend(
+                        settings, server, server.prefill_url, server.decode_url, settings.log_level
+                    )
+                    else 0
+                )
             if server.role != "both":
                 return 130 if serve_role(settings, server, settings.log_level) else 0
             return 130 if serve_disaggregated(settings, server, _serve_argv(), settings.log_level) else 0
         if server.uses_ray:
             _serve_replicas(settings, server)  # until Ctrl-C or SIGTERM, which raise KeyboardInterrupt
             return 130
-        with listen(server.host, server.port) as listening:  # before the engine loads: a port in use fails at once
+        with listen(
+            server.host, server.port
+        ) as listening:  # before the engine loads: a port in use fails at once
             app = create_server_app(settings, server)
             interrupted = run_server(app, server, listening, log_level=settings.log_level)
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
@@ -100,17 +151,23 @@ def _say_if_structured_output_is_off(settings) -> None:
     xgrammar needs torch and would pull PyPI's CUDA build into a torch-less install)."""
     import importlib.util
 
-    if settings.component_name("structured_output") == "xgrammar" and importlib.util.find_spec("xgrammar") is None:
-        print("hetero: structured output is off (response_format json_schema/json_object, guided_*, tool_choice "
-              "\"required\" or a named tool answer 400): pip install 'hetero-core[structured]' to turn it on",
-              file=sys.stderr, flush=True)
+    if (
+        settings.component_name("structured_output") == "xgrammar"
+        and importlib.util.find_spec("xgrammar") is None
+    ):
+        print(
+            "hetero: structured output is off (response_format json_schema/json_object, guided_*, tool_choice "
+            "\"required\" or a named tool answer 400): pip install 'hetero-core[structured]' to turn it on",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _serve_argv() -> list[str]:
     """The flags after ``serve`` on this process's command line (what the disaggregated launcher hands
     its role processes, less the flags it sets itself)."""
     argv = sys.argv[1:]
-    return argv[argv.index("serve") + 1:] if "serve" in argv else argv
+    return argv[argv.index("serve") + 1 :] if "serve" in argv else argv
 
 
 def _serve_replicas(settings, server) -> None:

@@ -23,18 +23,28 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
     group.add_argument("--plugins", metavar="A,B", help="allow-list of installed plugins to load")
     if only_plugins:
         return
-    group.add_argument("-v", "--verbose", action="count", default=0,
-                       help="log request events (-v: info, -vv: debug); default: warnings only")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log request events (-v: info, -vv: debug); default: warnings only",
+    )
     for seam in SEAM_TABLE:
-        group.add_argument(f"--{seam.name.replace('_', '-')}", metavar="NAME",
-                           help=f"{seam.label} by name (default: {seam.default})")
+        group.add_argument(
+            f"--{seam.name.replace('_', '-')}",
+            metavar="NAME",
+            help=f"{seam.label} by name (default: {seam.default})",
+        )
     for name, field in HeteroSettings.model_fields.items():
         if name in _NO_FLAG:
             continue
         flag = "--" + name.replace("_", "-")
         if flag in parser._option_string_actions:
             continue
-        shown = f"{field.description or name} (default: {field.default})" if field.default is not None else None
+        shown = (
+            f"{field.description or name} (default: {field.default})" if field.default is not None else None
+        )
         if field.annotation is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=shown)
             continue
@@ -43,8 +53,15 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
             choices = None
         flags = [flag, SHORT_FLAGS[name]] if name in SHORT_FLAGS else [flag]
         kind = as_number if is_number_field(field.annotation) else None  # `got -4`, not `got '-4'`
-        group.add_argument(*flags, dest=name, metavar=name.upper(), choices=choices, default=None, type=kind,
-                           help=shown or field.description)
+        group.add_argument(
+            *flags,
+            dest=name,
+            metavar=name.upper(),
+            choices=choices,
+            default=None,
+            type=kind,
+            help=shown or field.description,
+        )
 
 
 def load_cli_settings(args: argparse.Namespace):

@@ -30,7 +30,11 @@ def settings_command(args: argparse.Namespace) -> int:
     for seam in SEAM_TABLE:
         name = settings.component_name(seam.name)
         if seam.name == "tokenizer" and name == "auto":
-            seams[seam.name] = {"name": "auto", "plugin": "core", "note": "hf with a real model, byte otherwise"}
+            seams[seam.name] = {
+                "name": "auto",
+                "plugin": "core",
+                "note": "hf with a real model, byte otherwise",
+            }
             continue
         try:
             component = plugin_set.registry.get(seam.name, name)
@@ -42,8 +46,13 @@ def settings_command(args: argparse.Namespace) -> int:
         if seam.name == "executor":  # as the builder applies them
             section = executor_section(component, settings, section)
         options = component.validate_options(section)
-        seams[seam.name] = {"name": name, "plugin": component.plugin, "distribution": dist, "version": version,
-                            "options": json.loads(options.model_dump_json()) if options is not None else None}
+        seams[seam.name] = {
+            "name": name,
+            "plugin": component.plugin,
+            "distribution": dist,
+            "version": version,
+            "options": json.loads(options.model_dump_json()) if options is not None else None,
+        }
         if seam.name == "executor" and (seams[seam.name]["options"] or {}).get("dtype") == "auto":
             seams[seam.name]["dtype"] = auto_dtype(name, seams[seam.name]["options"])
     values = json.loads(settings.model_dump_json())
@@ -52,7 +61,9 @@ def settings_command(args: argparse.Namespace) -> int:
         return 0
     print("seams:")
     for seam, info in seams.items():
-        where = f"{info['plugin']}" + (f" ({info['distribution']} {info['version']})" if info.get("distribution") else "")
+        where = f"{info['plugin']}" + (
+            f" ({info['distribution']} {info['version']})" if info.get("distribution") else ""
+        )
         note = f"  # {info['note']}" if info.get("note") else ""
         print(f"  {seam} = {info['name']}: {where if info['plugin'] else 'unavailable'}{note}")
         for key, value in (info.get("options") or {}).items():
@@ -70,8 +81,15 @@ def auto_dtype(executor: str, options: dict) -> str:
     executor on a CPU without native bf16 has no other candidate than float32 (``torch_auto_dtype``)."""
     from hetero_core.model.cpu.cpu_info import NATIVE_BF16_CPU_FLAGS, cpu_flags
 
-    if executor == "torch" and options.get("device") == "cpu" and not cpu_flags().intersection(NATIVE_BF16_CPU_FLAGS):
+    if (
+        executor == "torch"
+        and options.get("device") == "cpu"
+        and not cpu_flags().intersection(NATIVE_BF16_CPU_FLAGS)
+    ):
         return f"float32: this CPU has no native bf16 ({' / '.join(NATIVE_BF16_CPU_FLAGS)})"
-    return ("decided when the executor starts (torch on a CPU: float32 or bfloat16, whichever runs the "
-            "model's own steps faster, timed once and kept in cpu_dtype_choice.json)" if executor == "torch"
-            else "decided when the executor starts")
+    return (
+        "decided when the executor starts (torch on a CPU: float32 or bfloat16, whichever runs the "
+        "model's own steps faster, timed once and kept in cpu_dtype_choice.json)"
+        if executor == "torch"
+        else "decided when the executor starts"
+    )

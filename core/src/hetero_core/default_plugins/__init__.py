@@ -33,8 +33,14 @@ def register_kv_allocators(register):
 def register_executors(register):
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 
-    register("torch", _create_torch_executor, options=TorchExecutorOptions, needs_model=True,
-             preflight=_missing_real_model_packages, tensor_parallel=True)
+    register(
+        "torch",
+        _create_torch_executor,
+        options=TorchExecutorOptions,
+        needs_model=True,
+        preflight=_missing_real_model_packages,
+        tensor_parallel=True,
+    )
 
 
 @hookimpl

@@ -34,8 +34,12 @@ class ByteTokenizer:
         """The UTF-8 bytes of ``text`` (no BOS)."""
         return list(text.encode("utf-8"))
 
-    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True,
-               spaces_between_special_tokens: bool = True) -> str:
+    def decode(
+        self,
+        token_ids: Sequence[int],
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> str:
         """Bytes back to text; BOS and EOS are dropped (``skip_special_tokens=False``: shown as
         ``<s>`` and ``</s>``, spaced from their neighbours unless ``spaces_between_special_tokens``
         is False), invalid UTF-8 becomes U+FFFD."""

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetero_core.engine.speculation.proposer import ProposalInput, ProposerContext
-from hetero_core.logging import get_logger
 from hetero_core.default_plugins.draft_batch import Segment, draft_batch
 from hetero_core.default_plugins.draft_blocks import DraftBlockPool, common_prefix
 from hetero_core.default_plugins.draft_options import EMBEDDED_DRAFT, DraftProposerOptions
 from hetero_core.default_plugins.draft_vocab import check_same_vocabulary
+from hetero_core.engine.speculation.proposer import ProposalInput, ProposerContext
+from hetero_core.logging import get_logger
 
 log = get_logger("hetero.speculative")
 GPU_EXECUTORS = ("cuda", "triton")
@@ -34,14 +34,23 @@ class DraftProposer:
         self.model_dir = resolve_draft_model(options.model, ctx.cache_dir)
         config = _read_config(self.model_dir)
         check_same_vocabulary(ctx.model_dir, self.model_dir, ctx.vocab_size, config.get("vocab_size", -1))
-        self.vocab_size = min(ctx.vocab_size, config.get("vocab_size", ctx.vocab_size))  # ids the target knows
-        self.max_positions = config.get("max_position_embeddings") or ctx.max_model_len + ctx.num_speculative_tokens
+        self.vocab_size = min(
+            ctx.vocab_size, config.get("vocab_size", ctx.vocab_size)
+        )  # ids the target knows
+        self.max_positions = (
+            config.get("max_position_embeddings") or ctx.max_model_len + ctx.num_speculative_tokens
+        )
         self.block_size = ctx.block_size
         num_blocks = options.num_blocks or getattr(ctx.target_executor, "num_blocks", None) or 1024
         self.pool = DraftBlockPool(num_blocks, ctx.block_size)
         self.executor = build_draft_executor(ctx, options, self.model_dir, num_blocks, config)
-        log.info("proposer.draft", model=str(self.model_dir), num_blocks=num_blocks,
-                 dtype=str(self.executor.dtype).removeprefix("torch."), device=str(self.executor.device))
+        log.info(
+            "proposer.draft",
+            model=str(self.model_dir),
+            num_blocks=num_blocks,
+            dtype=str(self.executor.dtype).removeprefix("torch."),
+            device=str(self.executor.device),
+        )
 
     def propose(self, inputs: list[ProposalInput]) -> list[list[int]]:
         """Up to ``item.num_tokens`` greedy draft tokens after each ``item.token_ids``, in order."""
@@ -100,12 +109,16 @@ def resolve_draft_model(model: str, cache_dir: Path | None) -> Path:
     if path.is_file() and path.suffix == ".gguf":
         return ensure_gguf_converted(path, cache_dir)
     if not (path / "config.json").is_file():
-        raise ConfigError(f"[speculative_proposer.draft] model {model!r}: expected an HF model directory (with "
-                          "config.json), a .gguf file or a hub id")
+        raise ConfigError(
+            f"[speculative_proposer.draft] model {model!r}: expected an HF model directory (with "
+            "config.json), a .gguf file or a hub id"
+        )
     return path
 
 
-def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, model_dir: Path, num_blocks: int, config: dict):
+def build_draft_executor(
+    ctx: ProposerContext, options: DraftProposerOptions, model_dir: Path, num_blocks: int, config: dict
+):
     """Core's torch executor over the draft model: the target's ``[executor.torch]`` options when the target
     runs on it, with the draft's ``dtype`` and ``device``; the rest of its context is the target's
     (``ctx.target_executor``) for one rank, no swap space."""
@@ -116,17 +129,40 @@ def build_draft_executor(ctx: ProposerContext, options: DraftProposerOptions, mo
     from hetero_core.executor import ExecutorContext
 
     target_torch = target_torch_options(ctx)
-    torch_options = TorchExecutorOptions(**{**target_torch, "dtype": options.dtype,
-                                            "device": draft_device(ctx.executor, options, target_torch)})
+    torch_options = TorchExecutorOptions(
+        **{
+            **target_torch,
+            "dtype": options.dtype,
+            "device": draft_device(ctx.executor, options, target_torch),
+        }
+    )
     target = ctx.target_executor or ExecutorContext(
-        settings=None, options=None, model_dir=None, num_blocks=num_blocks, block_size=ctx.block_size,
-        max_model_len=ctx.max_model_len, max_num_batched_tokens=ctx.max_model_len, max_num_seqs=ctx.max_num_seqs,
-        eos_token_id=None, vocab_size=ctx.vocab_size)
+        settings=None,
+        options=None,
+        model_dir=None,
+        num_blocks=num_blocks,
+        block_size=ctx.block_size,
+        max_model_len=ctx.max_model_len,
+        max_num_batched_tokens=ctx.max_model_len,
+        max_num_seqs=ctx.max_num_seqs,
+        eos_token_id=None,
+        vocab_size=ctx.vocab_size,
+    )
     executor_ctx = dataclasses.replace(
-        target, options=torch_options, model_dir=model_dir, num_blocks=num_blocks, block_size=ctx.block_size,
-        max_model_len=ctx.max_model_len + ctx.num_speculative_tokens, max_num_seqs=ctx.max_num_seqs,
-        eos_token_id=config.get("eos_token_id"), vocab_size=config.get("vocab_size"), num_swap_blocks=0,
-        tensor_parallel_size=1, tensor_parallel_rank=0, enable_expert_parallel=False)
+        target,
+        options=torch_options,
+        model_dir=model_dir,
+        num_blocks=num_blocks,
+        block_size=ctx.block_size,
+        max_model_len=ctx.max_model_len + ctx.num_speculative_tokens,
+        max_num_seqs=ctx.max_num_seqs,
+        eos_token_id=config.get("eos_token_id"),
+        vocab_size=config.get("vocab_size"),
+        num_swap_blocks=0,
+        tensor_parallel_size=1,
+        tensor_parallel_rank=0,
+        enable_expert_parallel=False,
+    )
     return TorchExecutor(executor_ctx)
 
 

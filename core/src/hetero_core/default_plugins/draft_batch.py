@@ -33,8 +33,16 @@ def draft_batch(segments: list[Segment], block_size: int) -> Batch:
         starts.append(len(token_ids))
     n = len(segments)
     return Batch(
-        seq_ids=[s.seq_id for s in segments], token_ids=token_ids, positions=positions, slot_mapping=slots,
-        query_start_loc=starts, context_lens=[s.start + len(s.token_ids) for s in segments],
-        block_tables=[s.blocks for s in segments], is_prefill=[len(s.token_ids) > 1 for s in segments],
-        sample=[True] * n, num_prompt_tokens=[s.start + len(s.token_ids) for s in segments], seeds=[None] * n,
-        block_size=block_size)
+        seq_ids=[s.seq_id for s in segments],
+        token_ids=token_ids,
+        positions=positions,
+        slot_mapping=slots,
+        query_start_loc=starts,
+        context_lens=[s.start + len(s.token_ids) for s in segments],
+        block_tables=[s.blocks for s in segments],
+        is_prefill=[len(s.token_ids) > 1 for s in segments],
+        sample=[True] * n,
+        num_prompt_tokens=[s.start + len(s.token_ids) for s in segments],
+        seeds=[None] * n,
+        block_size=block_size,
+    )

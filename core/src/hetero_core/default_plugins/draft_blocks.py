@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 @dataclass
 class DraftSequence:
     blocks: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)  # tokens whose K/V the draft cache holds, from position 0
+    token_ids: list[int] = field(
+        default_factory=list
+    )  # tokens whose K/V the draft cache holds, from position 0
 
 
 class DraftBlockPool:

@@ -16,7 +16,8 @@ class DraftProposerOptions(BaseModel):
         ".gguf file or a hub id; it must use the target's tokenizer (refused at startup otherwise)",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="the draft model's weights, activations and KV dtype (the torch executor's `dtype`)"
+        "auto",
+        description="the draft model's weights, activations and KV dtype (the torch executor's `dtype`)",
     )
     num_blocks: int | None = Field(
         None,

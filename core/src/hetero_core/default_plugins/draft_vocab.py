@@ -13,8 +13,9 @@ from pathlib import Path
 from hetero_core.errors import ConfigError
 
 
-def check_same_vocabulary(target_dir: Path | None, draft_dir: Path, target_vocab_size: int,
-                          draft_vocab_size: int) -> None:
+def check_same_vocabulary(
+    target_dir: Path | None, draft_dir: Path, target_vocab_size: int, draft_vocab_size: int
+) -> None:
     """Raise ``ConfigError`` if the draft model's token ids mean something else than the target's."""
     target = _token_ids(target_dir) if target_dir is not None else None
     draft = _token_ids(draft_dir)
@@ -24,13 +25,15 @@ def check_same_vocabulary(target_dir: Path | None, draft_dir: Path, target_vocab
             raise ConfigError(
                 f"speculative_proposer draft: the draft model {draft_dir} has another tokenizer than the target "
                 f"{target_dir} ({len(draft)} vs {len(target)} tokens; first difference {diff[0] if diff else '?'}); "
-                "give [speculative_proposer.draft] model a model of the target's tokenizer")
+                "give [speculative_proposer.draft] model a model of the target's tokenizer"
+            )
         return
     target_vocab_size = _config_vocab_size(target_dir) or target_vocab_size
     if draft_vocab_size != target_vocab_size:
         raise ConfigError(
             f"speculative_proposer draft: the draft model {draft_dir} has vocab_size {draft_vocab_size}, the target "
-            f"{target_vocab_size}; give [speculative_proposer.draft] model a model of the target's tokenizer")
+            f"{target_vocab_size}; give [speculative_proposer.draft] model a model of the target's tokenizer"
+        )
 
 
 def _token_ids(model_dir: Path) -> dict[str, int] | None:

@@ -21,9 +21,11 @@ KEEPING_PRE_TOKENIZERS = ("ByteLevel", "Metaspace", "Digits", "Punctuation", "Sp
 
 def max_token_chars(spec: dict[str, Any], vocab: Iterable[str]) -> int | None:
     """``spec``: the parsed tokenizer.json; ``vocab``: every token string, added tokens included."""
-    if not (_keeps_text(spec.get("normalizer"), _normalizer_keeps)
-            and _keeps_text(spec.get("pre_tokenizer"), _pre_tokenizer_keeps)
-            and _model_keeps(spec.get("model"))):
+    if not (
+        _keeps_text(spec.get("normalizer"), _normalizer_keeps)
+        and _keeps_text(spec.get("pre_tokenizer"), _pre_tokenizer_keeps)
+        and _model_keeps(spec.get("model"))
+    ):
         return None
     return max((len(token) for token in vocab), default=0) or None
 
@@ -44,8 +46,13 @@ def _normalizer_keeps(step: dict) -> bool:
         return True
     if step.get("type") == "Replace":  # one character into one or more: never shorter
         pattern, content = step.get("pattern"), step.get("content")
-        return (isinstance(pattern, dict) and isinstance(pattern.get("String"), str)
-                and len(pattern["String"]) == 1 and isinstance(content, str) and len(content) >= 1)
+        return (
+            isinstance(pattern, dict)
+            and isinstance(pattern.get("String"), str)
+            and len(pattern["String"]) == 1
+            and isinstance(content, str)
+            and len(content) >= 1
+        )
     return False
 
 

@@ -77,9 +77,14 @@ class HFTokenizer:
         model = tokenizer.model
         spec = {
             "normalizer": json.loads(tokenizer.normalizer.__getstate__()) if tokenizer.normalizer else None,
-            "pre_tokenizer": json.loads(tokenizer.pre_tokenizer.__getstate__()) if tokenizer.pre_tokenizer else None,
-            "model": {"type": type(model).__name__, "fuse_unk": getattr(model, "fuse_unk", True),
-                      "byte_fallback": getattr(model, "byte_fallback", False)},
+            "pre_tokenizer": json.loads(tokenizer.pre_tokenizer.__getstate__())
+            if tokenizer.pre_tokenizer
+            else None,
+            "model": {
+                "type": type(model).__name__,
+                "fuse_unk": getattr(model, "fuse_unk", True),
+                "byte_fallback": getattr(model, "byte_fallback", False),
+            },
         }
         return max_token_chars(spec, tokenizer.get_vocab(with_added_tokens=True))
 
@@ -91,8 +96,12 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._encode(text, self.options.add_special_tokens)
 
-    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True,
-               spaces_between_special_tokens: bool = True) -> str:
+    def decode(
+        self,
+        token_ids: Sequence[int],
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+    ) -> str:
         """The text of ``token_ids``; special tokens left out unless ``skip_special_tokens=False``,
         then with a space between each and its neighbours unless ``spaces_between_special_tokens=False``
         (transformers' joining of text runs and special tokens)."""
@@ -114,22 +123,36 @@ class HFTokenizer:
 
     @cached_property
     def _special_ids(self) -> frozenset[int]:
-        return frozenset(i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
+        return frozenset(
+            i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special
+        )
 
-    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
-                    tools: list[dict] | None = None, chat_template_kwargs: dict | None = None) -> list[int]:
+    def encode_chat(
+        self,
+        messages: list[dict[str, str]],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[int]:
         """The chat template (with the generation prompt unless ``add_generation_prompt=False``),
         encoded (its special tokens included); ``tools`` and ``chat_template_kwargs`` are template
         variables, as in transformers' ``apply_chat_template``."""
-        return self._encode(self.render_chat(messages, add_generation_prompt, tools, chat_template_kwargs), False)
+        return self._encode(
+            self.render_chat(messages, add_generation_prompt, tools, chat_template_kwargs), False
+        )
 
     def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
         if len(text) > GIL_FREE_ENCODE_CHARS:  # the same ids; encode() would hold the GIL throughout
             return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def render_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
-                    tools: list[dict] | None = None, chat_template_kwargs: dict | None = None) -> str:
+    def render_chat(
+        self,
+        messages: list[dict[str, str]],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> str:
         if self._template is None:
             raise InvalidRequestError(
                 "this model has no chat template; send a plain prompt, or set the hf tokenizer's "
@@ -144,8 +167,12 @@ class HFTokenizer:
         from jinja2 import TemplateError
 
         try:
-            variables = {**self.special_tokens, **(chat_template_kwargs or {}), "messages": messages,
-                         "add_generation_prompt": add_generation_prompt}
+            variables = {
+                **self.special_tokens,
+                **(chat_template_kwargs or {}),
+                "messages": messages,
+                "add_generation_prompt": add_generation_prompt,
+            }
             if tools is not None:
                 variables["tools"] = tools
             return self._template.render(**variables)

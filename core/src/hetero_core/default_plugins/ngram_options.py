@@ -7,10 +7,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class NgramOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prompt_lookup_max: int = Field(4, ge=1, le=64, description="longest n-gram (the sequence's last n tokens) "
-                                   "looked up earlier in the sequence; the longest that matches wins")
-    prompt_lookup_min: int = Field(2, ge=1, le=64, description="shortest n-gram looked up (a shorter match "
-                                   "proposes nothing; 1 proposes after any repeated token, mostly wrongly)")
+    prompt_lookup_max: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="longest n-gram (the sequence's last n tokens) "
+        "looked up earlier in the sequence; the longest that matches wins",
+    )
+    prompt_lookup_min: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="shortest n-gram looked up (a shorter match "
+        "proposes nothing; 1 proposes after any repeated token, mostly wrongly)",
+    )
 
     @model_validator(mode="after")
     def _one_given_sets_both(self) -> "NgramOptions":
@@ -21,6 +31,8 @@ class NgramOptions(BaseModel):
         elif "prompt_lookup_min" in given and "prompt_lookup_max" not in given:
             self.prompt_lookup_max = self.prompt_lookup_min
         if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) exceeds prompt_lookup_max "
-                             f"({self.prompt_lookup_max}); lower the min or raise the max")
+            raise ValueError(
+                f"prompt_lookup_min ({self.prompt_lookup_min}) exceeds prompt_lookup_max "
+                f"({self.prompt_lookup_max}); lower the min or raise the max"
+            )
         return self

@@ -32,8 +32,9 @@ class NgramProposer:
         self._packed: dict[int, array] = {}  # seq_id -> its tokens so far, as 32-bit words
 
     def propose(self, inputs: list[ProposalInput]) -> list[list[int]]:
-        return [propose_ngram(i.token_ids, i.num_tokens, self.min_n, self.max_n, self._pack(i))
-                for i in inputs]
+        return [
+            propose_ngram(i.token_ids, i.num_tokens, self.min_n, self.max_n, self._pack(i)) for i in inputs
+        ]
 
     def release(self, seq_id: int) -> None:
         self._packed.pop(seq_id, None)
@@ -45,15 +46,18 @@ class NgramProposer:
         tokens, packed = given.token_ids, self._packed.get(given.seq_id)
         kept = 0 if packed is None else len(packed)
         stale = kept > len(tokens) or (kept and (packed[-1] != tokens[kept - 1] or packed[0] != tokens[0]))
-        if packed is None or stale:  # new, or not a continuation of what was kept (a caller that did not release)
+        if (
+            packed is None or stale
+        ):  # new, or not a continuation of what was kept (a caller that did not release)
             packed = self._packed[given.seq_id] = array("i", tokens)
         elif kept < len(tokens):
             packed.extend(tokens[kept:])
         return packed.tobytes()
 
 
-def propose_ngram(token_ids: Sequence[int], num_tokens: int, min_n: int, max_n: int,
-                  packed: bytes | None = None) -> list[int]:
+def propose_ngram(
+    token_ids: Sequence[int], num_tokens: int, min_n: int, max_n: int, packed: bytes | None = None
+) -> list[int]:
     """What followed the latest earlier occurrence of the longest suffix of ``token_ids`` of length
     ``min_n..max_n``: ``num_tokens`` ids, [] if no suffix recurs. An occurrence that ends within
     ``num_tokens`` of the end is a repeat with a short period (``a b a b a b``, ``x x x x``): what
@@ -64,7 +68,7 @@ def propose_ngram(token_ids: Sequence[int], num_tokens: int, min_n: int, max_n: 
         return []
     data = packed if packed is not None else array("i", token_ids).tobytes()
     for n in range(min(max_n, length - 1), min_n - 1, -1):
-        needle = data[(length - n) * WORD:]
+        needle = data[(length - n) * WORD :]
         end = (length - 1) * WORD  # the occurrence must end before the last token (not the suffix itself)
         while end >= len(needle):
             index = data.rfind(needle, 0, end)
@@ -72,7 +76,7 @@ def propose_ngram(token_ids: Sequence[int], num_tokens: int, min_n: int, max_n: 
                 break
             if index % WORD == 0:
                 start = index // WORD + n
-                proposal = list(token_ids[start:start + num_tokens])
+                proposal = list(token_ids[start : start + num_tokens])
                 period = length - start  # the match repeats with this period: continue the repeat
                 while len(proposal) < num_tokens:
                     proposal.append(proposal[len(proposal) - period])

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from hetero_core.engine.scheduling.policy import RequestView, SchedulerSnapshot, SchedulingDecision, SortKeyPolicy
+from hetero_core.engine.scheduling.policy import (
+    RequestView,
+    SchedulerSnapshot,
+    SchedulingDecision,
+    SortKeyPolicy,
+)
 
 
 class FcfsPolicy(SortKeyPolicy):

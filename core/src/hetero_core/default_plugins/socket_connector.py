@@ -15,8 +15,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hetero_core.kv_transfer import KVBlocks, KVConnectorContext, KVTensor, KVTransferError
 from hetero_core.default_plugins.socket_frames import recv_frame, send_frame
+from hetero_core.kv_transfer import KVBlocks, KVConnectorContext, KVTensor, KVTransferError
 from hetero_core.logging import get_logger
 
 log = get_logger("hetero.kv_transfer")
@@ -27,8 +27,12 @@ class SocketConnectorOptions(BaseModel):
 
     host: str = Field("127.0.0.1", description="address the publishing engine serves its KV blocks on")
     port: int = Field(0, ge=0, le=65535, description="port for them (0: pick a free one)")
-    advertise_host: str | None = Field(None, min_length=1, description="the host decode engines fetch from (default: "
-                                       "host; this machine's name when host is 0.0.0.0 or ::)")
+    advertise_host: str | None = Field(
+        None,
+        min_length=1,
+        description="the host decode engines fetch from (default: "
+        "host; this machine's name when host is 0.0.0.0 or ::)",
+    )
     ttl_s: float = Field(120.0, gt=0, description="drop a published transfer nobody fetched after this long")
 
 
@@ -79,8 +83,12 @@ class SocketConnector:
             if "error" in header:
                 raise KVTransferError(f"{peer} refused transfer {transfer_id!r}: {header['error']}")
             layers = tuple(
-                tuple(KVTensor(t["dtype"], tuple(t["shape"]), recv_frame(sock, deadline, peer, f"layer {i} tensor"))
-                      for t in layer)
+                tuple(
+                    KVTensor(
+                        t["dtype"], tuple(t["shape"]), recv_frame(sock, deadline, peer, f"layer {i} tensor")
+                    )
+                    for t in layer
+                )
                 for i, layer in enumerate(header["layers"])
             )
         return KVBlocks(header["block_size"], header["block_dim"], layers, tuple(header["token_ids"]))
@@ -101,10 +109,13 @@ class SocketConnector:
             if self._listener is None:
                 listener = socket.create_server((self.options.host, self.options.port))
                 host, port = listener.getsockname()[:2]
-                host = self.options.advertise_host or (socket.getfqdn() if host in ("0.0.0.0", "::") else host)
+                host = self.options.advertise_host or (
+                    socket.getfqdn() if host in ("0.0.0.0", "::") else host
+                )
                 self._listener, self._address = listener, f"{host}:{port}"
-                threading.Thread(target=self._accept, args=(listener,), name="hetero-kv-connector",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._accept, args=(listener,), name="hetero-kv-connector", daemon=True
+                ).start()
             return self._address
 
     def _accept(self, listener: socket.socket) -> None:
@@ -118,18 +129,31 @@ class SocketConnector:
     def _send(self, conn: socket.socket) -> None:
         with conn:
             try:
-                transfer_id = recv_frame(conn, time.monotonic() + 30.0, "a fetching engine", "transfer id").decode()
+                transfer_id = recv_frame(
+                    conn, time.monotonic() + 30.0, "a fetching engine", "transfer id"
+                ).decode()
                 with self._lock:
                     entry = self._store.pop(transfer_id, None)
                 if entry is None:
-                    send_frame(conn, json.dumps({"error": "unknown transfer id (never published, already "
-                                                          "fetched, discarded or expired)"}).encode())
+                    send_frame(
+                        conn,
+                        json.dumps(
+                            {
+                                "error": "unknown transfer id (never published, already "
+                                "fetched, discarded or expired)"
+                            }
+                        ).encode(),
+                    )
                     return
                 blocks = entry[0]
-                header = {"block_size": blocks.block_size, "block_dim": blocks.block_dim,
-                          "token_ids": list(blocks.token_ids),
-                          "layers": [[{"dtype": t.dtype, "shape": list(t.shape)} for t in layer]
-                                     for layer in blocks.layers]}
+                header = {
+                    "block_size": blocks.block_size,
+                    "block_dim": blocks.block_dim,
+                    "token_ids": list(blocks.token_ids),
+                    "layers": [
+                        [{"dtype": t.dtype, "shape": list(t.shape)} for t in layer] for layer in blocks.layers
+                    ],
+                }
                 conn.settimeout(30.0)
                 send_frame(conn, json.dumps(header).encode())
                 for layer in blocks.layers:

@@ -37,16 +37,22 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float, peer: str, what
     while done < size:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise KVTransferError(f"timed out waiting for the {what} from {peer} ({done} of {size} bytes came)")
+            raise KVTransferError(
+                f"timed out waiting for the {what} from {peer} ({done} of {size} bytes came)"
+            )
         sock.settimeout(left)
         try:
             n = sock.recv_into(view[done:], size - done)
-        except (TimeoutError, socket.timeout):
-            raise KVTransferError(f"timed out waiting for the {what} from {peer} ({done} of {size} bytes came)") from None
+        except TimeoutError:
+            raise KVTransferError(
+                f"timed out waiting for the {what} from {peer} ({done} of {size} bytes came)"
+            ) from None
         except OSError as exc:
             raise KVTransferError(f"lost the connection to {peer} while reading the {what}: {exc}") from None
         if n == 0:
-            raise KVTransferError(f"{peer} closed the connection after {done} of {size} bytes of the {what} "
-                                  "(the peer engine stopped?)")
+            raise KVTransferError(
+                f"{peer} closed the connection after {done} of {size} bytes of the {what} "
+                "(the peer engine stopped?)"
+            )
         done += n
     return buffer

@@ -22,8 +22,7 @@ import torch
 
 import hetero_core
 from hetero_core.logging import get_logger
-from hetero_core.model.cpu import dtype_choice, dtype_probe
-from hetero_core.model.cpu import compute_dtype
+from hetero_core.model.cpu import compute_dtype, dtype_choice, dtype_probe
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
 from hetero_core.model.cpu.prepared_weights import checkpoint_identity, prepared_path
@@ -61,8 +60,9 @@ def choose_auto_dtype(model_dir, options, kernels, build, cache_dir) -> tuple[to
             del runner
             gc.collect()  # this candidate's weights go before the next one loads
 
-    key = dtype_choice.cache_key(_cpu(), _versions(options, kernels), torch.get_num_threads(),
-                                 checkpoint_identity(model_dir))
+    key = dtype_choice.cache_key(
+        _cpu(), _versions(options, kernels), torch.get_num_threads(), checkpoint_identity(model_dir)
+    )
     choice = dtype_choice.choose(list(candidates), measure, key, cache_dir)
     if new_files:  # candidates were loaded and freed
         release_freed_memory()
@@ -96,5 +96,10 @@ def _cpu() -> str:
 def _versions(options, kernels) -> str:
     """What else changes the steps' speed: the versions, the kernels' build, the options."""
     library = kernels.path.name if kernels is not None else "no kernels"
-    settings = (options.prepack_weights, options.fused_decode, options.block_code_weights, options.cpu_kernels)
+    settings = (
+        options.prepack_weights,
+        options.fused_decode,
+        options.block_code_weights,
+        options.cpu_kernels,
+    )
     return f"torch {torch.__version__} | hetero {hetero_core.__version__} | {library} | options {settings}"

@@ -18,12 +18,12 @@ import dataclasses
 import torch
 
 from hetero_core.cache.cache_dir import default_cache_dir
+from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
-from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
@@ -51,7 +51,9 @@ class TorchExecutor(RunnerExecutor):
     def __init__(self, ctx: ExecutorContext, options: TorchExecutorOptions | None = None):
         options = options or (ctx.options if ctx.options is not None else TorchExecutorOptions())
         if ctx.model_dir is None:
-            raise ModelLoadError("the torch executor needs a model; set `model` to an HF directory or .gguf file")
+            raise ModelLoadError(
+                "the torch executor needs a model; set `model` to an HF directory or .gguf file"
+            )
         # Tensor parallelism (tensor_parallel_size > 1): this rank's shard and device.
         shard, self.device = tensor_parallel_placement(ctx, _device(options.device))
         self._free_cpu_threads = None  # threads that follow the CPUs other processes leave free
@@ -70,12 +72,15 @@ class TorchExecutor(RunnerExecutor):
             """A runner of its own (a fresh backend: no state shared with another runner); one library
             (``kernels``, the AMX variant included) runs all of its kernels."""
             backend = TorchPagedAttention(cpu_kernels=kernels)
-            return _build_runner(ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size,
-                                 cache_dir)
+            return _build_runner(
+                ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size, cache_dir
+            )
 
         if options.quantization is not None and (self.device.type != "cpu" or shard is not None):
-            raise ConfigError(f"[executor.torch] quantization = {options.quantization!r} runs on the CPU in one "
-                              "process; use device = 'cpu' and tensor_parallel_size = 1, or leave quantization unset")
+            raise ConfigError(
+                f"[executor.torch] quantization = {options.quantization!r} runs on the CPU in one "
+                "process; use device = 'cpu' and tensor_parallel_size = 1, or leave quantization unset"
+            )
         if options.dtype == "auto" and options.quantization is not None:
             self.dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
             reason = f"quantization = {options.quantization}: activations in bf16 where the CPU computes it natively"
@@ -87,12 +92,23 @@ class TorchExecutor(RunnerExecutor):
                 amx = amx_kernels(kernels)  # None unless the CPU has AMX, granted and self-checked
                 if amx is not None:
                     kernels, reason = amx, "as configured; linears on AMX tiles"
-        log.info("executor.dtype", requested=options.dtype, dtype=str(self.dtype).removeprefix("torch."), reason=reason)
+        log.info(
+            "executor.dtype",
+            requested=options.dtype,
+            dtype=str(self.dtype).removeprefix("torch."),
+            reason=reason,
+        )
         graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
-        self.runner = build(self.dtype, kernels, ctx.num_blocks + graphs, ctx.block_size)  # + the graphs' scratch block
+        self.runner = build(
+            self.dtype, kernels, ctx.num_blocks + graphs, ctx.block_size
+        )  # + the graphs' scratch block
         if graphs:
-            self.graph_runner = build_decode_graphs(self.runner, scratch_block=ctx.num_blocks,
-                                                    max_num_seqs=ctx.max_num_seqs, max_model_len=ctx.max_model_len)
+            self.graph_runner = build_decode_graphs(
+                self.runner,
+                scratch_block=ctx.num_blocks,
+                max_num_seqs=ctx.max_num_seqs,
+                max_model_len=ctx.max_model_len,
+            )
         if kernels is not None and options.fused_decode and shard is None:
             log.info("executor.fused_decode", applies=self.runner.model.fused_decode is not None)
 
@@ -115,8 +131,18 @@ class TorchExecutor(RunnerExecutor):
         return super().execute(batch)  # the runner, or a decode graph (cuda_graphs on a GPU)
 
 
-def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, shard, device: torch.device,
-                  dtype: torch.dtype, kernels, num_blocks: int, block_size: int, cache_dir) -> ModelRunner:
+def _build_runner(
+    ctx: ExecutorContext,
+    options: TorchExecutorOptions,
+    backend,
+    shard,
+    device: torch.device,
+    dtype: torch.dtype,
+    kernels,
+    num_blocks: int,
+    block_size: int,
+    cache_dir,
+) -> ModelRunner:
     """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
     cache, where it can be; the compiled kernels' fused steps) over a cache of ``num_blocks``."""
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
@@ -137,8 +163,14 @@ def _build_runner(ctx: ExecutorContext, options: TorchExecutorOptions, backend, 
                 module.float32_output = True  # logits in fp32 straight from the matmul
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps
-    runner = ModelRunner(model, num_blocks=num_blocks, block_size=block_size, dtype=dtype, device=device,
-                         num_swap_blocks=ctx.num_swap_blocks)
+    runner = ModelRunner(
+        model,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        dtype=dtype,
+        device=device,
+        num_swap_blocks=ctx.num_swap_blocks,
+    )
     if kernels is not None and pack and options.fused_decode and shard is None:
         model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
     return runner
@@ -153,7 +185,9 @@ def _device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise ConfigError(f"executor.torch.device: invalid device {name!r}; use e.g. 'cpu' or 'cuda:0'") from exc
+        raise ConfigError(
+            f"executor.torch.device: invalid device {name!r}; use e.g. 'cpu' or 'cuda:0'"
+        ) from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             f"executor.torch.device is {name!r} but this torch build sees no CUDA device; use device = 'cpu'"
@@ -172,4 +206,6 @@ def _cpu_kernels(options: TorchExecutorOptions, device: torch.device):
     try:
         return load_cpu_kernels(required=options.cpu_kernels == "compiled")
     except KernelUnavailable as exc:
-        raise ConfigError(f"[executor.torch] cpu_kernels = \"compiled\": {exc}; use \"auto\" or \"torch\"") from None
+        raise ConfigError(
+            f'[executor.torch] cpu_kernels = "compiled": {exc}; use "auto" or "torch"'
+        ) from None

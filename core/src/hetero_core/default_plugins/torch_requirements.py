@@ -27,7 +27,9 @@ REAL_MODEL_MODULES = {
 
 def missing_real_model_packages() -> list[str]:
     """Reasons the real-model path cannot run here (empty when everything is installed)."""
-    missing = [dist for module, dist in REAL_MODEL_MODULES.items() if importlib.util.find_spec(module) is None]
+    missing = [
+        dist for module, dist in REAL_MODEL_MODULES.items() if importlib.util.find_spec(module) is None
+    ]
     if not missing:
         return []
     if "torch" in missing:
@@ -35,7 +37,9 @@ def missing_real_model_packages() -> list[str]:
             f"torch is not installed; for the CPU build run: {TORCH_CPU_INSTALL} && {EXTRA_INSTALL} "
             "(or choose another executor, e.g. --executor mock)"
         ]
-    return [f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; run: {EXTRA_INSTALL}"]
+    return [
+        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; run: {EXTRA_INSTALL}"
+    ]
 
 
 def require_real_model_packages(what: str) -> None:

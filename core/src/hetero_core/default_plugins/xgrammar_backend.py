@@ -56,11 +56,14 @@ class XGrammarBackend:
         if params.whitespace_pattern is not None:
             raise InvalidRequestError(
                 "guided_decoding whitespace_pattern is not supported by xgrammar: leave it None (JSON is "
-                "compact; the option [structured_output.xgrammar] any_whitespace = true allows any whitespace)")
+                "compact; the option [structured_output.xgrammar] any_whitespace = true allows any whitespace)"
+            )
         try:
             if kind in ("json", "json_object"):  # json_object: OpenAI's JSON mode asks for an object
                 schema = params.json if kind == "json" else '{"type": "object"}'
-                grammar = self._xgr.Grammar.from_json_schema(schema, any_whitespace=self.options.any_whitespace)
+                grammar = self._xgr.Grammar.from_json_schema(
+                    schema, any_whitespace=self.options.any_whitespace
+                )
                 return compiler.compile_grammar(_without_control_characters(str(grammar)))
             if kind == "regex":
                 return compiler.compile_regex(params.regex)
@@ -69,7 +72,9 @@ class XGrammarBackend:
             return compiler.compile_grammar(params.grammar)
         except (RuntimeError, ValueError, TypeError) as exc:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InvalidRequestError(f"guided {kind} could not be compiled by xgrammar: {first_line}") from None
+            raise InvalidRequestError(
+                f"guided {kind} could not be compiled by xgrammar: {first_line}"
+            ) from None
 
     def new_state(self, compiled) -> XGrammarState:
         return XGrammarState(self._xgr.GrammarMatcher(compiled))
@@ -93,15 +98,16 @@ def _tokenizer_info(xgr, tokenizer, vocab_size: int):
             f"the xgrammar backend cannot read the vocabulary of tokenizer {type(tokenizer).__name__}: "
             "it needs backend_tokenizer (a tokenizers.Tokenizer) or grammar_vocab() (bytes per id)"
         )
-    return xgr.TokenizerInfo(grammar_vocab(), vocab_type=xgr.VocabType.RAW, vocab_size=vocab_size,
-                             stop_token_ids=stop)
+    return xgr.TokenizerInfo(
+        grammar_vocab(), vocab_type=xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stop
+    )
 
 
 # xgrammar 0.2.8 writes the characters of a length-bounded JSON string as ``[^"\\\r\n]``, which
 # lets raw control characters (U+0000-U+001F, invalid in JSON strings) through; its unbounded
 # strings exclude them. Found by the StructuredOutputContract kit.
-_LOOSE_STRING_CHARACTER = r'[^\"\\\r\n]'
-_JSON_STRING_CHARACTER = r'[^\0-\x1f\"\\]'
+_LOOSE_STRING_CHARACTER = r"[^\"\\\r\n]"
+_JSON_STRING_CHARACTER = r"[^\0-\x1f\"\\]"
 
 
 def _without_control_characters(ebnf: str) -> str:

@@ -7,7 +7,8 @@ class XGrammarOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     any_whitespace: bool = Field(
-        False, description="let JSON output put any whitespace between tokens (off: compact JSON, which "
-                           "keeps small models from looping on whitespace)"
+        False,
+        description="let JSON output put any whitespace between tokens (off: compact JSON, which "
+        "keeps small models from looping on whitespace)",
     )
     max_threads: int = Field(2, ge=1, description="threads xgrammar may use to compile a grammar")

@@ -34,7 +34,9 @@ ABORTED = "the front end was shut down; the request was aborted"
 _END = object()
 # The KV transfer timings of the HTTP request being handled, one dict per choice (``frontend.py`` sends them
 # as the ``x-hetero-kv-transfer`` header).
-request_timings: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("hetero_kv_timings", default=None)
+request_timings: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar(
+    "hetero_kv_timings", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,30 @@ class DisaggregatedClient:
     def stats(self) -> FrontendStats:
         return FrontendStats(num_pending=self._pending)
 
-    async def generate(self, prompt, params: SamplingParams | None = None, request_id: str | None = None, *,
-                       fit_max_tokens: bool = False, priority: int | None = None,
-                       tenant: str | None = None) -> AsyncIterator:
+    async def generate(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        *,
+        fit_max_tokens: bool = False,
+        priority: int | None = None,
+        tenant: str | None = None,
+    ) -> AsyncIterator:
         """The request's deltas. Its HTTP exchanges with the roles run in a task of their own, which
         ``shutdown`` cancels (the request then fails with ``EngineDeadError``, as ``AsyncLLM``'s do)."""
         if self._closed:
             raise EngineDeadError("the front end was shut down before the request started")
         params = params or self.engine.default_params
         inbox: asyncio.Queue = asyncio.Queue()
-        request = dict(prompt=prompt, params=params, request_id=request_id, priority=priority, tenant=tenant,
-                       fit_max_tokens=fit_max_tokens)
+        request = dict(
+            prompt=prompt,
+            params=params,
+            request_id=request_id,
+            priority=priority,
+            tenant=tenant,
+            fit_max_tokens=fit_max_tokens,
+        )
         worker = asyncio.ensure_future(self._relay(request, inbox))
         self._running[worker] = inbox
         self._pending += 1
@@ -115,8 +130,10 @@ class DisaggregatedClient:
             http = self._http_client()
             body = {k: request[k] for k in ("prompt", "params", "request_id", "priority", "tenant")}
             handoff = await self._prefill(http, body)
-            body = dict(handoff=handoff, **{k: request[k] for k in ("params", "request_id", "fit_max_tokens",
-                                                                     "priority", "tenant")})
+            body = dict(
+                handoff=handoff,
+                **{k: request[k] for k in ("params", "request_id", "fit_max_tokens", "priority", "tenant")},
+            )
             async for delta in self._decode(http, body):
                 inbox.put_nowait(delta)
         except Exception as exc:
@@ -128,8 +145,13 @@ class DisaggregatedClient:
         """One pooled client per event loop (a connection per request would cost more than the transfer)."""
         loop = asyncio.get_running_loop()
         if self._http is None or self._http[0] is not loop:
-            self._http = (loop, httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=5.0),
-                                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)))
+            self._http = (
+                loop,
+                httpx.AsyncClient(
+                    timeout=httpx.Timeout(self.timeout_s, connect=5.0),
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                ),
+            )
         return self._http[1]
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -161,8 +183,11 @@ class DisaggregatedClient:
     async def _prefill(self, http: httpx.AsyncClient, body: dict) -> dict:
         self.num_started["prefill"] += 1
         try:
-            response = await http.post(self.urls["prefill"] + "/disagg/prefill", content=frame(body),
-                                       headers={"content-type": CONTENT_TYPE})
+            response = await http.post(
+                self.urls["prefill"] + "/disagg/prefill",
+                content=frame(body),
+                headers={"content-type": CONTENT_TYPE},
+            )
         except httpx.HTTPError as exc:
             raise self._lost("prefill", body["request_id"], exc) from None
         if response.status_code != 200:
@@ -176,8 +201,12 @@ class DisaggregatedClient:
         self.num_started["decode"] += 1
         reader, finished = FrameReader(), False
         try:
-            async with http.stream("POST", self.urls["decode"] + "/disagg/decode", content=frame(body),
-                                   headers={"content-type": CONTENT_TYPE}) as response:
+            async with http.stream(
+                "POST",
+                self.urls["decode"] + "/disagg/decode",
+                content=frame(body),
+                headers={"content-type": CONTENT_TYPE},
+            ) as response:
                 if response.status_code != 200:
                     raise self._lost("decode", body["request_id"], f"HTTP {response.status_code}")
                 async for chunk in response.aiter_raw():
@@ -201,8 +230,10 @@ class DisaggregatedClient:
         self.num_lost[role] += 1
         why = why if isinstance(why, str) else f"{type(why).__name__}: {why}"
         log.warning("disagg.request_lost", role=role, request_id=request_id, error=why)
-        return RoleLostError(f"the {role} engine ({self.urls[role]}) failed request {request_id}: {why}; "
-                             "the request was lost, retry it")
+        return RoleLostError(
+            f"the {role} engine ({self.urls[role]}) failed request {request_id}: {why}; "
+            "the request was lost, retry it"
+        )
 
     # -- health -----------------------------------------------------------------------------------
     def _get(self, role: str, path: str) -> httpx.Response:

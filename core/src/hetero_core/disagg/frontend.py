@@ -15,8 +15,9 @@ TIMINGS_HEADER = "x-hetero-kv-transfer"
 
 
 def create_frontend_app(client: DisaggregatedClient, *, model_name: str, **app_options) -> FastAPI:
-    app = create_app(client, model_name=model_name, engine_metrics=DisaggregatedMetrics(), shutdown_llm=True,
-                     **app_options)
+    app = create_app(
+        client, model_name=model_name, engine_metrics=DisaggregatedMetrics(), shutdown_llm=True, **app_options
+    )
     app.add_middleware(TimingsHeader)
     return app
 
@@ -36,8 +37,13 @@ class TimingsHeader:
 
         async def send_with_header(message) -> None:
             if message["type"] == "http.response.start" and timings:
-                value = ",".join(f"prefill={t['prefill_s']:.4f};transfer={t['transfer_s']:.4f}" for t in timings)
-                message = {**message, "headers": [*message.get("headers", []), (TIMINGS_HEADER.encode(), value.encode())]}
+                value = ",".join(
+                    f"prefill={t['prefill_s']:.4f};transfer={t['transfer_s']:.4f}" for t in timings
+                )
+                message = {
+                    **message,
+                    "headers": [*message.get("headers", []), (TIMINGS_HEADER.encode(), value.encode())],
+                }
             await send(message)
 
         try:

@@ -8,8 +8,6 @@ under ``--disaggregated`` the front end stops first, then its children."""
 
 from __future__ import annotations
 
-import sys
-
 import httpx
 
 from hetero_core.async_llm import AsyncLLM
@@ -23,8 +21,15 @@ from hetero_core.errors import ConfigError
 from hetero_core.server.runner import listen, run_server, served_model
 
 # flags of ``hetero serve`` that the launcher sets itself for its children (with a value, or without)
-_OWN_FLAGS_WITH_VALUE = ("--port", "--host", "--role", "--prefill-url", "--decode-url",
-                         "--role-restart-retries", "--role-restart-backoff-seconds")
+_OWN_FLAGS_WITH_VALUE = (
+    "--port",
+    "--host",
+    "--role",
+    "--prefill-url",
+    "--decode-url",
+    "--role-restart-retries",
+    "--role-restart-backoff-seconds",
+)
 _OWN_FLAGS = ("--disaggregated",)
 
 
@@ -35,7 +40,9 @@ def serve_role(settings, server, log_level: str = "info") -> bool:
         llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests)
         connector = build_kv_connector(settings)
         try:
-            app = create_role_app(server.role, llm, connector, kv_transfer_timeout_s=server.kv_transfer_timeout_s)
+            app = create_role_app(
+                server.role, llm, connector, kv_transfer_timeout_s=server.kv_transfer_timeout_s
+            )
             host, port = listening.getsockname()[:2]
             serving = served_model(settings, server)[1]
             line = f"hetero: {server.role} role of {serving} on http://{host}:{port}"
@@ -48,12 +55,14 @@ def serve_role(settings, server, log_level: str = "info") -> bool:
 def serve_disaggregated(settings, server, argv: list[str], log_level: str = "info") -> bool:
     """Both roles as children, the front end here, until stopped; True if a signal stopped it. A role
     that cannot be restarted stops the front end and raises ``EngineDeadError`` naming it."""
-    roles = RoleProcesses(_engine_argv(argv), retries=server.role_restart_retries,
-                          backoff_s=server.role_restart_backoff_seconds)
+    roles = RoleProcesses(
+        _engine_argv(argv), retries=server.role_restart_retries, backoff_s=server.role_restart_backoff_seconds
+    )
     try:
         urls = roles.start()
-        interrupted = serve_frontend(settings, server, urls["prefill"], urls["decode"], log_level,
-                                     stop=roles.stop)
+        interrupted = serve_frontend(
+            settings, server, urls["prefill"], urls["decode"], log_level, stop=roles.stop
+        )
     finally:
         roles.close()
     if roles.failure and not interrupted:
@@ -61,19 +70,26 @@ def serve_disaggregated(settings, server, argv: list[str], log_level: str = "inf
     return interrupted
 
 
-def serve_frontend(settings, server, prefill_url: str, decode_url: str, log_level: str = "info",
-                   stop=None) -> bool:
+def serve_frontend(
+    settings, server, prefill_url: str, decode_url: str, log_level: str = "info", stop=None
+) -> bool:
     """The OpenAI front end over running roles (here or on other machines) until stopped (a signal, or
     the ``stop`` event); True if a signal stopped it."""
     with listen(server.host, server.port) as listening:
         try:
             client = DisaggregatedClient(prefill_url, decode_url, timeout_s=server.kv_transfer_timeout_s)
         except httpx.HTTPError as exc:
-            raise ConfigError(f"the decode role at {decode_url} did not answer /disagg/info ({exc}); start it "
-                              "first, or check --decode-url") from None
-        app = create_frontend_app(client, model_name=served_model(settings, server)[0],
-                                  api_key=server.key(), max_body_bytes=server.max_body_bytes,
-                                  max_pending_choices=server.max_pending_requests)
+            raise ConfigError(
+                f"the decode role at {decode_url} did not answer /disagg/info ({exc}); start it "
+                "first, or check --decode-url"
+            ) from None
+        app = create_frontend_app(
+            client,
+            model_name=served_model(settings, server)[0],
+            api_key=server.key(),
+            max_body_bytes=server.max_body_bytes,
+            max_pending_choices=server.max_pending_requests,
+        )
         return run_server(app, server, listening, log_level=log_level, stop=stop)
 
 

@@ -24,9 +24,10 @@ class _Collector:
 
     def collect(self):
         c = self.client
-        for name, doc, counts in (("hetero_role_requests", "Requests a role started", c.num_started),
-                                  ("hetero_role_requests_lost", "Requests lost because their role failed",
-                                   c.num_lost)):
+        for name, doc, counts in (
+            ("hetero_role_requests", "Requests a role started", c.num_started),
+            ("hetero_role_requests_lost", "Requests lost because their role failed", c.num_lost),
+        ):
             family = CounterMetricFamily(name, doc, labels=["role"])
             for role in ("prefill", "decode"):
                 family.add_metric([role], counts[role])
@@ -34,7 +35,11 @@ class _Collector:
         timings = c.timings[-100:]
         for key in ("prefill_s", "transfer_s"):
             values = [t[key] for t in timings if key in t]
-            yield GaugeMetricFamily(f"hetero_disagg_mean_{key[:-2]}_seconds",
-                                    f"Mean {key[:-2]} seconds of the last {len(values)} requests",
-                                    value=sum(values) / len(values) if values else 0.0)
-        yield GaugeMetricFamily("hetero_disagg_roles_up", "Roles answering /health (of 2)", value=2 - len(c._down))
+            yield GaugeMetricFamily(
+                f"hetero_disagg_mean_{key[:-2]}_seconds",
+                f"Mean {key[:-2]} seconds of the last {len(values)} requests",
+                value=sum(values) / len(values) if values else 0.0,
+            )
+        yield GaugeMetricFamily(
+            "hetero_disagg_roles_up", "Roles answering /health (of 2)", value=2 - len(c._down)
+        )

@@ -39,23 +39,35 @@ def create_role_app(role: str, llm: AsyncLLM, connector, *, kv_transfer_timeout_
     async def health():
         if llm.is_running:
             return JSONResponse({"status": "ok", "role": role})
-        return JSONResponse({"status": "unavailable", "role": role, "reason": llm.dead_reason or "shut down"}, 503)
+        return JSONResponse(
+            {"status": "unavailable", "role": role, "reason": llm.dead_reason or "shut down"}, 503
+        )
 
     @app.get("/disagg/info")
     async def info():
         engine = llm.engine
-        return Response(frame({"max_model_len": engine.max_model_len, "default_params": engine.default_params,
-                               "role": role}), media_type=CONTENT_TYPE)
+        return Response(
+            frame(
+                {"max_model_len": engine.max_model_len, "default_params": engine.default_params, "role": role}
+            ),
+            media_type=CONTENT_TYPE,
+        )
 
     if role == "prefill":
+
         @app.post("/disagg/prefill")
         async def prefill(request: Request):
-            return Response(frame(await _prefill(llm, connector, loads(await request.body()))), media_type=CONTENT_TYPE)
+            return Response(
+                frame(await _prefill(llm, connector, loads(await request.body()))), media_type=CONTENT_TYPE
+            )
     else:
+
         @app.post("/disagg/decode")
         async def decode(request: Request):
             body = loads(await request.body())
-            return StreamingResponse(_decode(llm, connector, body, kv_transfer_timeout_s), media_type=CONTENT_TYPE)
+            return StreamingResponse(
+                _decode(llm, connector, body, kv_transfer_timeout_s), media_type=CONTENT_TYPE
+            )
 
     return app
 
@@ -65,16 +77,27 @@ async def _prefill(llm: AsyncLLM, connector, body: dict) -> dict:
     one_token = replace(params, max_tokens=1, min_tokens=min(params.min_tokens, 1))
     started, final = perf_counter(), None
     try:
-        async for delta in llm.generate(body["prompt"], one_token, body["request_id"], priority=body.get("priority"),
-                                        tenant=body.get("tenant"), export_kv=True):
+        async for delta in llm.generate(
+            body["prompt"],
+            one_token,
+            body["request_id"],
+            priority=body.get("priority"),
+            tenant=body.get("tenant"),
+            export_kv=True,
+        ):
             final = delta.output
         address = connector.publish(body["request_id"], final.kv_blocks)
     except Exception as exc:  # travels to the front end, raised there as the engine's error
         return {"error": RemoteError.of(exc)}
-    return {"first_token_id": final.output_token_ids[0],
-            "first_logprobs": final.logprobs[0] if final.logprobs else None,
-            "prompt_token_ids": final.prompt_token_ids, "address": address, "transfer_id": body["request_id"],
-            "num_cached_tokens": final.num_cached_tokens, "prefill_s": perf_counter() - started}
+    return {
+        "first_token_id": final.output_token_ids[0],
+        "first_logprobs": final.logprobs[0] if final.logprobs else None,
+        "prompt_token_ids": final.prompt_token_ids,
+        "address": address,
+        "transfer_id": body["request_id"],
+        "num_cached_tokens": final.num_cached_tokens,
+        "prefill_s": perf_counter() - started,
+    }
 
 
 async def _decode(llm: AsyncLLM, connector, body: dict, timeout: float):
@@ -84,16 +107,25 @@ async def _decode(llm: AsyncLLM, connector, body: dict, timeout: float):
         blocks = await asyncio.to_thread(connector.fetch, handoff["address"], handoff["transfer_id"], timeout)
     except KVTransferError as exc:
         log.warning("disagg.kv_fetch_failed", request_id=body["request_id"], error=str(exc))
-        yield frame(RemoteError("KVTransferError", f"fetching the prompt's KV blocks from the prefill engine "
-                                                   f"failed: {exc}"))
+        yield frame(
+            RemoteError(
+                "KVTransferError", f"fetching the prompt's KV blocks from the prefill engine failed: {exc}"
+            )
+        )
         return
     timings = {"prefill_s": handoff["prefill_s"], "transfer_s": perf_counter() - started}
     yield frame(timings)
     kv = KVHandoff(handoff["first_token_id"], blocks, handoff["first_logprobs"], timings)
     try:
-        async for delta in llm.generate(handoff["prompt_token_ids"], body["params"], body["request_id"],
-                                        fit_max_tokens=body.get("fit_max_tokens", False),
-                                        priority=body.get("priority"), tenant=body.get("tenant"), kv_transfer=kv):
+        async for delta in llm.generate(
+            handoff["prompt_token_ids"],
+            body["params"],
+            body["request_id"],
+            fit_max_tokens=body.get("fit_max_tokens", False),
+            priority=body.get("priority"),
+            tenant=body.get("tenant"),
+            kv_transfer=kv,
+        ):
             yield frame(delta)
     except Exception as exc:
         yield frame(RemoteError.of(exc))

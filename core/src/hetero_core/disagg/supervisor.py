@@ -31,8 +31,11 @@ STOP_TIMEOUT_S = 30.0  # after SIGINT, how long a role may take to exit before i
 STABLE_S = 60.0  # a restarted role that serves this long has its restart count (and backoff) reset
 POLL_S = 0.05
 # HETERO_* variables of the launcher's own settings, not handed to the roles (which would refuse them)
-LAUNCHER_VARIABLES = ("HETERO_ROLE_RESTART_RETRIES", "HETERO_ROLE_RESTART_BACKOFF_SECONDS",
-                      "HETERO_DISAGGREGATED")
+LAUNCHER_VARIABLES = (
+    "HETERO_ROLE_RESTART_RETRIES",
+    "HETERO_ROLE_RESTART_BACKOFF_SECONDS",
+    "HETERO_DISAGGREGATED",
+)
 # A role's environment names its launcher: a role whose launcher is gone (killed by SIGKILL, say) stops itself.
 LAUNCHER_PID = "HETERO_LAUNCHER_PID"
 
@@ -82,22 +85,31 @@ class RoleProcesses:
                 deaths[role] += 1
                 cause = exit_cause(status)
                 if deaths[role] > self.retries:
-                    self.failure = (f"the {role} engine process {cause}, {deaths[role]} times in a row; "
-                                    f"gave up after {self.retries} restart(s) (role_restart_retries); its "
-                                    "output above says why")
+                    self.failure = (
+                        f"the {role} engine process {cause}, {deaths[role]} times in a row; "
+                        f"gave up after {self.retries} restart(s) (role_restart_retries); its "
+                        "output above says why"
+                    )
                     log.error("disagg.role_given_up", role=role, cause=cause, restarts=self.retries)
                     self.stop.set()
                     return
                 delay = self.backoff_s * 2 ** (deaths[role] - 1)
-                log.warning("disagg.role_exited", role=role, cause=cause, restart=deaths[role],
-                            retries=self.retries, restart_in_s=delay)
+                log.warning(
+                    "disagg.role_exited",
+                    role=role,
+                    cause=cause,
+                    restart=deaths[role],
+                    retries=self.retries,
+                    restart_in_s=delay,
+                )
                 if self._stopping.wait(delay):
                     return
                 self.children[role] = self._spawn(role)
                 if self._wait_ready(role):
                     ready_at[role] = time.monotonic()
-                    log.info("disagg.role_restarted", role=role, pid=self.children[role].pid,
-                             url=self.urls[role])
+                    log.info(
+                        "disagg.role_restarted", role=role, pid=self.children[role].pid, url=self.urls[role]
+                    )
                 elif self._stopping.is_set():
                     return
                 elif self.children[role].poll() is None:  # not ready in time: counted as its next death
@@ -108,8 +120,19 @@ class RoleProcesses:
         port = self.urls[role].rsplit(":", 1)[1]
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
         env[LAUNCHER_PID] = str(os.getpid())
-        argv = [sys.executable, "-m", "hetero_core", "serve", *self.engine_argv, "--role", role,
-                "--host", "127.0.0.1", "--port", port]
+        argv = [
+            sys.executable,
+            "-m",
+            "hetero_core",
+            "serve",
+            *self.engine_argv,
+            "--role",
+            role,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+        ]
         return subprocess.Popen(argv, env=env, start_new_session=True)
 
     def _wait_ready(self, role: str) -> bool:
@@ -130,8 +153,10 @@ class RoleProcesses:
     def _start_failure(self, role: str) -> str:
         child = self.children[role]
         if child.poll() is not None:
-            return (f"the {role} engine process {exit_cause(child.returncode)} before it was ready; its "
-                    "output above says why")
+            return (
+                f"the {role} engine process {exit_cause(child.returncode)} before it was ready; its "
+                "output above says why"
+            )
         return f"the {role} engine did not answer {self.urls[role]}/health within {START_TIMEOUT_S:.0f}s"
 
 

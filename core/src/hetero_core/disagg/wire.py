@@ -48,8 +48,10 @@ def loads(data: bytes):
     """The object of one whole frame (a request or response body)."""
     (size,) = HEADER.unpack_from(data)
     if len(data) != HEADER.size + size:
-        raise ValueError(f"a frame of {len(data)} bytes announces {size} + {HEADER.size}: cut short or not a frame")
-    return pickle.loads(data[HEADER.size:])
+        raise ValueError(
+            f"a frame of {len(data)} bytes announces {size} + {HEADER.size}: cut short or not a frame"
+        )
+    return pickle.loads(data[HEADER.size :])
 
 
 class FrameReader:
@@ -65,8 +67,8 @@ class FrameReader:
             (size,) = HEADER.unpack_from(self.buffer)
             if len(self.buffer) < HEADER.size + size:
                 break
-            objects.append(pickle.loads(bytes(self.buffer[HEADER.size:HEADER.size + size])))
-            del self.buffer[:HEADER.size + size]
+            objects.append(pickle.loads(bytes(self.buffer[HEADER.size : HEADER.size + size])))
+            del self.buffer[: HEADER.size + size]
         return objects
 
     @property

@@ -26,8 +26,10 @@ def check_executor(component, registry, size: int) -> None:
         return
     able = [name for name in registry.names("executor") if _supports(registry, name)]
     hint = f"use --executor {' / '.join(able)} or" if able else "use"
-    raise ConfigError(f"executor '{component.name}' does not support tensor parallelism "
-                      f"(tensor_parallel_size {size}); {hint} tensor_parallel_size 1")
+    raise ConfigError(
+        f"executor '{component.name}' does not support tensor parallelism "
+        f"(tensor_parallel_size {size}); {hint} tensor_parallel_size 1"
+    )
 
 
 def check_model(model_dir: Path, size: int, expert_parallel: bool = False) -> None:
@@ -37,8 +39,10 @@ def check_model(model_dir: Path, size: int, expert_parallel: bool = False) -> No
     if size == 1 and not expert_parallel:
         return
     if size == 1:
-        raise ConfigError("enable_expert_parallel splits a model's experts across the tensor_parallel_size ranks; "
-                          "set tensor_parallel_size > 1 or turn enable_expert_parallel off")
+        raise ConfigError(
+            "enable_expert_parallel splits a model's experts across the tensor_parallel_size ranks; "
+            "set tensor_parallel_size > 1 or turn enable_expert_parallel off"
+        )
     from hetero_core.model.config import ModelConfig
     from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size
 

@@ -35,8 +35,9 @@ def join_store(port: int, world_size: int) -> dist.TCPStore:
 
 def init_group(store: dist.TCPStore, rank: int, world_size: int, backend_name: str) -> None:
     """Join the default process group (blocks until every rank has joined)."""
-    dist.init_process_group(backend_name, store=store, rank=rank, world_size=world_size,
-                            timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        backend_name, store=store, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
+    )
 
 
 def destroy_group() -> None:

@@ -29,8 +29,8 @@ from hetero_core.distributed import process_group
 from hetero_core.distributed.failures import WorkerReport, blame, describe_failure
 from hetero_core.distributed.worker import ERROR, OK, READY, STARTED
 from hetero_core.distributed.worker_process import WorkerProcess, pickle_for_workers
-from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.engine.executor_capabilities import check_capabilities
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ExecutorDeadError, HeteroError
 from hetero_core.logging import get_logger
 
@@ -52,8 +52,10 @@ class TensorParallelExecutor:
         self._closed = False
         self.local = None
         if process_group.dist.is_initialized():
-            raise ConfigError("a torch.distributed process group already exists in this process (another "
-                              "tensor-parallel engine, or torchrun); shut it down before starting one")
+            raise ConfigError(
+                "a torch.distributed process group already exists in this process (another "
+                "tensor-parallel engine, or torchrun); shut it down before starting one"
+            )
         payload = pickle_for_workers(factory, ctx, executor_name)  # before any process starts
         try:
             self._start(payload, factory, ctx)
@@ -73,8 +75,13 @@ class TensorParallelExecutor:
         for rank in range(1, self.size):
             self._workers.append(WorkerProcess(rank))
         for worker in self._workers:
-            setup = {"sys_path": list(sys.path), "rank": worker.rank, "world_size": self.size,
-                     "port": store.port, "backend": backend}
+            setup = {
+                "sys_path": list(sys.path),
+                "rank": worker.rank,
+                "world_size": self.size,
+                "port": store.port,
+                "backend": backend,
+            }
             try:
                 worker.send_setup(setup, payload)
             except OSError:  # it exited already: _fail says how
@@ -86,8 +93,13 @@ class TensorParallelExecutor:
         local = check_capabilities(self.local, self.executor_name)
         self.capabilities = replace(local, kv_export=False, kv_import=False)
         self._wait_for(READY, process_group.START_TIMEOUT.total_seconds(), "loading its shard")
-        log.info("tensor_parallel.ready", size=self.size, backend=backend, executor=self.executor_name,
-                 workers=self.worker_pids)
+        log.info(
+            "tensor_parallel.ready",
+            size=self.size,
+            backend=backend,
+            executor=self.executor_name,
+            workers=self.worker_pids,
+        )
 
     # -- the executor -----------------------------------------------------------------------------
     def execute(self, batch: Batch) -> ExecutorOutput:
@@ -161,8 +173,10 @@ class TensorParallelExecutor:
             ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 ranks = ", ".join(str(w.rank) for w in pending.values())
-                raise _WorkerGone(f"tensor-parallel worker rank(s) {ranks} did not answer within "
-                                  f"{timeout:.0f}s while {doing}")
+                raise _WorkerGone(
+                    f"tensor-parallel worker rank(s) {ranks} did not answer within "
+                    f"{timeout:.0f}s while {doing}"
+                )
             for conn in ready:
                 try:
                     message = conn.recv()
@@ -187,7 +201,8 @@ class TensorParallelExecutor:
         for report in reports:  # the cause's traceback; the others' only say they lost a peer
             if report.traceback:
                 (log.error if report is culprit else log.info)(
-                    "tensor_parallel.worker_error", rank=report.rank, traceback=report.traceback)
+                    "tensor_parallel.worker_error", rank=report.rank, traceback=report.traceback
+                )
         log.info("tensor_parallel.failed", reason=self.dead_reason)  # the error raised carries it
         self._stop_workers(graceful=False)
         return ExecutorDeadError(self.dead_reason)

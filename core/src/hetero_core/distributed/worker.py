@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         report_error(conn, exc)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_FAILED)  # at once, closing the sockets its peers may be waiting on (no teardown that could block)
+        os._exit(
+            EXIT_FAILED
+        )  # at once, closing the sockets its peers may be waiting on (no teardown that could block)
     process_group.destroy_group()
 
 

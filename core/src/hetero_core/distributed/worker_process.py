@@ -39,16 +39,22 @@ class WorkerProcess:
         ours, theirs = socket.socketpair()
         try:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=worker_environment(),
-                start_new_session=True)
+                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=worker_environment(),
+                start_new_session=True,
+            )
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
-        self._stderr = threading.Thread(target=self._pass_stderr, name=f"hetero-tp-rank{rank}-stderr", daemon=True)
+        self._stderr = threading.Thread(
+            target=self._pass_stderr, name=f"hetero-tp-rank{rank}-stderr", daemon=True
+        )
         self._stderr.start()
 
     @property
@@ -114,12 +120,16 @@ def pickle_for_workers(factory, ctx, executor_name: str) -> bytes:
     try:
         _WorkerPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump((factory, ctx))
     except _DefinedInMain as exc:
-        raise ConfigError(f"executor '{executor_name}' cannot start tensor-parallel workers: {exc.name} is "
-                          "defined in __main__ (the script being run), which the workers do not run; "
-                          "define it in a module they can import") from None
+        raise ConfigError(
+            f"executor '{executor_name}' cannot start tensor-parallel workers: {exc.name} is "
+            "defined in __main__ (the script being run), which the workers do not run; "
+            "define it in a module they can import"
+        ) from None
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
-        raise ConfigError(f"executor '{executor_name}' cannot start tensor-parallel workers: its factory or "
-                          f"context cannot be sent to another process ({exc})") from None
+        raise ConfigError(
+            f"executor '{executor_name}' cannot start tensor-parallel workers: its factory or "
+            f"context cannot be sent to another process ({exc})"
+        ) from None
     return buffer.getvalue()
 
 

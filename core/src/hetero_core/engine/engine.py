@@ -46,17 +46,17 @@ from collections.abc import Iterable
 from time import perf_counter
 
 from hetero_core.engine.kv.kv_transfer import KVHandoff
+from hetero_core.engine.postprocess import Postprocessor
+from hetero_core.engine.request_intake import Params, RequestIntake
 from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.engine.postprocess import Postprocessor
 from hetero_core.engine.requests.processor import EngineRequest, RequestProcessor
-from hetero_core.engine.sampling.prompt_logprobs import prompt_logprobs_refusal
 from hetero_core.engine.requests.prompts import Prompt
-from hetero_core.engine.request_intake import Params, RequestIntake
+from hetero_core.engine.requests.sequence import Sequence
+from hetero_core.engine.sampling.prompt_logprobs import prompt_logprobs_refusal
 from hetero_core.engine.scheduling.scheduled_step import ScheduledStep
 from hetero_core.engine.scheduling.scheduler import Scheduler
 from hetero_core.engine.scheduling.scheduler_stats import SchedulerStats
-from hetero_core.engine.requests.sequence import Sequence
 from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_driver import StepDriver
 from hetero_core.engine.step_sampler import StepSampler
@@ -69,18 +69,30 @@ __all__ = ["Engine", "Prompt"]
 class Engine:
     """Requests in (``intake``), steps run (``driver``), tokens out (``postprocessor``), over ``state``."""
 
-    def __init__(self, *, tokenizer, executor, scheduler: Scheduler, max_model_len: int,
-                 default_params: SamplingParams | None = None, sampler_seed: int | None = None,
-                 structured_output=None, async_scheduling: bool = False, speculation=None) -> None:
+    def __init__(
+        self,
+        *,
+        tokenizer,
+        executor,
+        scheduler: Scheduler,
+        max_model_len: int,
+        default_params: SamplingParams | None = None,
+        sampler_seed: int | None = None,
+        structured_output=None,
+        async_scheduling: bool = False,
+        speculation=None,
+    ) -> None:
         """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or
         None; ``async_scheduling``: plan the next step while the executor runs this one;
         ``speculation``: an ``engine.speculation.Speculation`` (speculative decoding, sync steps only),
         or None."""
         if speculation is not None and async_scheduling:
-            raise ValueError("speculative decoding runs without async scheduling; "
-                             "pass async_scheduling=False")
-        processor = RequestProcessor(tokenizer, max_model_len, default_params or SamplingParams(),
-                                     structured_output)
+            raise ValueError(
+                "speculative decoding runs without async scheduling; pass async_scheduling=False"
+            )
+        processor = RequestProcessor(
+            tokenizer, max_model_len, default_params or SamplingParams(), structured_output
+        )
         processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
         self.state = EngineState(processor, executor, scheduler, structured_output, speculation)
         self.guard = ThreadGuard("an Engine")
@@ -137,10 +149,18 @@ class Engine:
         return self.state.processor.default_params
 
     # -- requests in (request_intake) -------------------------------------------------------------
-    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None,
-                    request_id: str | None = None, *, priority: int = 0, tenant: str | None = None,
-                    stream: bool = True, kv_transfer: KVHandoff | None = None,
-                    export_kv: bool = False) -> str:
+    def add_request(
+        self,
+        prompt: Prompt | EngineRequest,
+        params: Params = None,
+        request_id: str | None = None,
+        *,
+        priority: int = 0,
+        tenant: str | None = None,
+        stream: bool = True,
+        kv_transfer: KVHandoff | None = None,
+        export_kv: bool = False,
+    ) -> str:
         """Queue a request and return its id. ``params``: SamplingParams, a dict of their fields
         (overriding the engine's defaults) or None (the defaults). Raises InvalidRequestError, and
         keeps nothing, for a request that is invalid or can never run within the engine's limits.
@@ -155,11 +175,26 @@ class Engine:
         prompt's blocks and first token from a prefill engine) continues a request another engine
         prefilled: the prompt is not computed again."""
         with self.guard:
-            return self.intake.add_request(prompt, params, request_id, priority=priority, tenant=tenant,
-                                           stream=stream, kv_transfer=kv_transfer, export_kv=export_kv)
+            return self.intake.add_request(
+                prompt,
+                params,
+                request_id,
+                priority=priority,
+                tenant=tenant,
+                stream=stream,
+                kv_transfer=kv_transfer,
+                export_kv=export_kv,
+            )
 
-    def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
-                     priority: int = 0, tenant: str | None = None, stream: bool = True) -> list[str]:
+    def add_requests(
+        self,
+        prompts: Iterable[Prompt] | Prompt,
+        params: Params | list[Params] = None,
+        *,
+        priority: int = 0,
+        tenant: str | None = None,
+        stream: bool = True,
+    ) -> list[str]:
         """Check every request, then queue them all; return their ids in order. A request that can
         never run is queued as failed (its final output, with the error, comes from the next
         ``step()``); anything else that goes wrong raises before any request is queued. ``stream``:
@@ -240,8 +275,14 @@ class Engine:
             outputs = [o for rid, o in held.items() if rid not in fresh] + outputs
         return outputs
 
-    def generate(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
-                 priority: int = 0, tenant: str | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: Iterable[Prompt] | Prompt,
+        params: Params | list[Params] = None,
+        *,
+        priority: int = 0,
+        tenant: str | None = None,
+    ) -> list[RequestOutput]:
         """Run prompts to completion; outputs in prompt order. ``prompts``: one prompt (a string,
         token ids, a vLLM prompt dict) or a list. Every request is checked before any is queued
         (``add_requests``); a bad prompt fails alone (its output carries the error). Outputs of
@@ -266,9 +307,12 @@ class Engine:
         spec = self.state.speculation
         if spec is None:
             return stats
-        return dataclasses.replace(stats, spec_num_drafts=spec.num_drafts,
-                                   spec_num_draft_tokens=spec.num_draft_tokens,
-                                   spec_num_accepted_tokens=spec.num_accepted_tokens)
+        return dataclasses.replace(
+            stats,
+            spec_num_drafts=spec.num_drafts,
+            spec_num_draft_tokens=spec.num_draft_tokens,
+            spec_num_accepted_tokens=spec.num_accepted_tokens,
+        )
 
     def running_request_ids(self) -> list[str]:
         """The requests that are running (holding KV blocks) now."""

@@ -86,14 +86,18 @@ def capabilities_problem(executor) -> str | None:
     ``ExecutorCapabilities`` and every method it declares must be callable."""
     capabilities = executor.capabilities
     if not isinstance(capabilities, ExecutorCapabilities):
-        return (f"its capabilities is a {type(capabilities).__name__}, not an ExecutorCapabilities "
-                "(hetero_core.executor)")
+        return (
+            f"its capabilities is a {type(capabilities).__name__}, not an ExecutorCapabilities "
+            "(hetero_core.executor)"
+        )
     # Checks the declaration; core never asks an executor what it has that it did not declare.
     missing = [m for m in capabilities.declared_methods if not callable(getattr(executor, m, None))]
     if missing:
         declared = [name for name, methods in DECLARED_METHODS.items() if set(methods) & set(missing)]
-        return (f"it declares {', '.join(f'{n}=True' for n in declared)} but has no callable "
-                f"{', '.join(missing)}; add the method(s) or leave the capability False")
+        return (
+            f"it declares {', '.join(f'{n}=True' for n in declared)} but has no callable "
+            f"{', '.join(missing)}; add the method(s) or leave the capability False"
+        )
     return None
 
 
@@ -102,23 +106,28 @@ def check_capabilities(executor, executor_name: str) -> ExecutorCapabilities:
     unusable. An executor written before declarations existed (no ``capabilities`` attribute) keeps
     running with the default declaration (nothing optional), with a DeprecationWarning naming it."""
     if not hasattr(executor, "capabilities"):
-        message = (f"executor '{executor_name}' ({type(executor).__name__}) declares no capabilities: it "
-                   "runs with ExecutorCapabilities() (no block copies, swap, KV transfer, prompt logits or "
-                   "speculative decoding; vocab_size and the KV pool as the context gives them); set its "
-                   "capabilities attribute (hetero_core.executor.ExecutorCapabilities, docs/hooks.md) - "
-                   "running without one is deprecated")
+        message = (
+            f"executor '{executor_name}' ({type(executor).__name__}) declares no capabilities: it "
+            "runs with ExecutorCapabilities() (no block copies, swap, KV transfer, prompt logits or "
+            "speculative decoding; vocab_size and the KV pool as the context gives them); set its "
+            "capabilities attribute (hetero_core.executor.ExecutorCapabilities, docs/hooks.md) - "
+            "running without one is deprecated"
+        )
         warnings.warn(message, DeprecationWarning, stacklevel=3)
         log.warning("executor.capabilities_undeclared", executor=executor_name, reason=message)
         try:
             executor.capabilities = ExecutorCapabilities()
         except AttributeError:  # __slots__, or a read-only property
-            raise PluginError(f"executor '{executor_name}' ({type(executor).__name__}) declares no "
-                              "capabilities and none can be set on it; give it a capabilities attribute "
-                              "(hetero_core.executor.ExecutorCapabilities, docs/hooks.md)") from None
+            raise PluginError(
+                f"executor '{executor_name}' ({type(executor).__name__}) declares no "
+                "capabilities and none can be set on it; give it a capabilities attribute "
+                "(hetero_core.executor.ExecutorCapabilities, docs/hooks.md)"
+            ) from None
     problem = capabilities_problem(executor)
     if problem:
-        raise PluginError(f"executor '{executor_name}' ({type(executor).__name__}): {problem} "
-                          "(docs/hooks.md)")
+        raise PluginError(
+            f"executor '{executor_name}' ({type(executor).__name__}): {problem} (docs/hooks.md)"
+        )
     return executor.capabilities
 
 

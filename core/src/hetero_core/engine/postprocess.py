@@ -15,15 +15,15 @@ from __future__ import annotations
 import time
 from itertools import repeat
 
-from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.kv.kv_transfer import export_prompt_blocks
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.requests.outputs import RequestOutput
-from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, confirm_swap_ins
 from hetero_core.engine.requests.sequence import FinishReason, Sequence, SequenceStatus
+from hetero_core.engine.requests.stop_checker import check_stop_string, check_stop_token
+from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, confirm_swap_ins
 from hetero_core.engine.speculation.spec_postprocess import append_verified
 from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_sampler import Sampled
-from hetero_core.engine.requests.stop_checker import check_stop_string, check_stop_token
 from hetero_core.logging import get_logger
 
 __all__ = ["Postprocessor", "queued_tokens"]
@@ -43,8 +43,9 @@ class Postprocessor:
         eos_token_id = self.state.tokenizer.eos_token_id
         # a plain step samples a token a row; one that verified proposals, each row's kept ones and its own
         specs = repeat(None) if scheduled.spec_token_ids is None else scheduled.spec_token_ids
-        for seq, num_new, epoch, sample, spec in zip(scheduled.seqs, scheduled.num_new_tokens,
-                                                     scheduled.kv_epochs, scheduled.batch.sample, specs):
+        for seq, num_new, epoch, sample, spec in zip(
+            scheduled.seqs, scheduled.num_new_tokens, scheduled.kv_epochs, scheduled.batch.sample, specs
+        ):
             if sample:
                 token, logprobs, error = next(tokens)
             if seq.status.is_done:
@@ -74,8 +75,11 @@ class Postprocessor:
             seq.output_logprobs.append(logprobs)
         grammar = seq.grammar
         if grammar is not None and not grammar.accept_token(token_id):
-            self.finish(seq, error=f"token {token_id} is not allowed by the request's guided decoding "
-                                   "(an executor that returns token ids must honour Batch.token_bitmask)")
+            self.finish(
+                seq,
+                error=f"token {token_id} is not allowed by the request's guided decoding "
+                "(an executor that returns token ids must honour Batch.token_bitmask)",
+            )
             return
         self.check_stop(seq, token_id, eos_token_id)
         if grammar is not None and not seq.status.is_done and grammar.is_terminated():
@@ -84,9 +88,14 @@ class Postprocessor:
     def _count_step(self, scheduled: ScheduledStep) -> None:
         timings = self.state.timings
         timings.num_steps += 1
-        log.debug("engine.step", step=timings.num_steps, num_seqs=scheduled.batch.num_seqs,
-                  num_tokens=scheduled.batch.num_tokens, num_preempted=len(scheduled.preempted),
-                  num_free_blocks=self.state.scheduler.allocator.num_free_blocks)
+        log.debug(
+            "engine.step",
+            step=timings.num_steps,
+            num_seqs=scheduled.batch.num_seqs,
+            num_tokens=scheduled.batch.num_tokens,
+            num_preempted=len(scheduled.preempted),
+            num_free_blocks=self.state.scheduler.allocator.num_free_blocks,
+        )
 
     def check_stop(self, seq: Sequence, token_id: int, eos_token_id: int | None) -> None:
         """The new token's stop checks (EOS and stop ids, its text and stop strings, length)."""
@@ -99,8 +108,9 @@ class Postprocessor:
         try:
             delta = self.state.detokenizers[seq.seq_id].add(token_id)
         except Exception as exc:  # a tokenizer that cannot decode this id fails this request alone
-            self.finish(seq, error=f"the tokenizer could not decode token {token_id}: "
-                                   f"{type(exc).__name__}: {exc}")
+            self.finish(
+                seq, error=f"the tokenizer could not decode token {token_id}: {type(exc).__name__}: {exc}"
+            )
             return
         if delta:
             seq.output_text += delta
@@ -116,8 +126,13 @@ class Postprocessor:
         for seq in [s for s in self.state.seqs.values() if not s.status.is_done]:
             self.finish(seq, error=self.state.scheduler.unschedulable_error(seq))
 
-    def finish(self, seq: Sequence, reason: FinishReason | None = None, error: str | None = None,
-               keep_held_text: bool = True) -> None:
+    def finish(
+        self,
+        seq: Sequence,
+        reason: FinishReason | None = None,
+        error: str | None = None,
+        keep_held_text: bool = True,
+    ) -> None:
         """End ``seq``: its place, blocks and detokenizer released, its final output kept for ``step()``."""
         state = self.state
         detokenizer = state.detokenizers.pop(seq.seq_id, None)
@@ -139,8 +154,13 @@ class Postprocessor:
         if error:
             log.warning("request.failed", request_id=seq.request_id, reason=error)
         else:
-            log.info("request.finished", request_id=seq.request_id, finish_reason=reason.value,
-                     num_output_tokens=seq.num_output_tokens, num_preemptions=seq.num_preemptions)
+            log.info(
+                "request.finished",
+                request_id=seq.request_id,
+                finish_reason=reason.value,
+                num_output_tokens=seq.num_output_tokens,
+                num_preemptions=seq.num_preemptions,
+            )
 
     def fail_step(self, scheduled: ScheduledStep, exc: Exception, executor_failed: bool = False) -> set[int]:
         """The executor (or the sampler) failed on this step: its requests fail, nothing else; with

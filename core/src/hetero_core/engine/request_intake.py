@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.kv.kv_transfer import KVHandoff, kv_import_error
+from hetero_core.engine.postprocess import Postprocessor, queued_tokens
+from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.requests.parallel_sampling import ParallelRequest, child_params, child_request_id
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.engine.postprocess import Postprocessor, queued_tokens
 from hetero_core.engine.requests.processor import EngineRequest
 from hetero_core.engine.requests.prompts import Prompt, as_prompt_list, prompt_text
 from hetero_core.engine.requests.sequence import FinishReason, Sequence
@@ -34,10 +34,18 @@ class RequestIntake:
         self.state = state
         self.postprocessor = postprocessor  # ends requests (finish) and checks a handed-over first token
 
-    def add_request(self, prompt: Prompt | EngineRequest, params: Params = None,
-                    request_id: str | None = None, *, priority: int = 0, tenant: str | None = None,
-                    stream: bool = True, kv_transfer: KVHandoff | None = None,
-                    export_kv: bool = False) -> str:
+    def add_request(
+        self,
+        prompt: Prompt | EngineRequest,
+        params: Params = None,
+        request_id: str | None = None,
+        *,
+        priority: int = 0,
+        tenant: str | None = None,
+        stream: bool = True,
+        kv_transfer: KVHandoff | None = None,
+        export_kv: bool = False,
+    ) -> str:
         """Queue a request and return its id (the options and errors: ``Engine.add_request``)."""
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidRequestError(f"request_id must be a string, got {type(request_id).__name__}")
@@ -51,8 +59,15 @@ class RequestIntake:
             request = replace(request, kv_transfer=kv_transfer, export_kv=export_kv)
         return self._queue_entry(self._new_entry(request, request_id), stream)
 
-    def add_requests(self, prompts: Iterable[Prompt] | Prompt, params: Params | list[Params] = None, *,
-                     priority: int = 0, tenant: str | None = None, stream: bool = True) -> list[str]:
+    def add_requests(
+        self,
+        prompts: Iterable[Prompt] | Prompt,
+        params: Params | list[Params] = None,
+        *,
+        priority: int = 0,
+        tenant: str | None = None,
+        stream: bool = True,
+    ) -> list[str]:
         """Check every request, then queue them all; their ids in order (``Engine.add_requests``)."""
         prompts = as_prompt_list(prompts)
         params_list = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
@@ -88,18 +103,24 @@ class RequestIntake:
         if request.params.num_samples == 1:
             return self._new_sequence(request, request_id)
         if request.kv_transfer is not None or request.export_kv:
-            raise InvalidRequestError("KV transfer (prefill/decode disaggregation) takes one completion per "
-                                      "request (n = 1); send n requests instead")
+            raise InvalidRequestError(
+                "KV transfer (prefill/decode disaggregation) takes one completion per "
+                "request (n = 1); send n requests instead"
+            )
         if request_id is None:
             request_id = self._auto_request_id(next(self.state.seq_ids))
         elif self._id_in_use(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
-        children = [self._new_sequence(replace(request, params=child_params(request.params, i)),
-                                       child_request_id(request_id, i))
-                    for i in range(request.params.num_samples)]
+        children = [
+            self._new_sequence(
+                replace(request, params=child_params(request.params, i)), child_request_id(request_id, i)
+            )
+            for i in range(request.params.num_samples)
+        ]
         scheduler = self.state.scheduler
-        share_prompt = (scheduler.prefix_caching
-                        and len(request.prompt_token_ids) > scheduler.allocator.block_size)
+        share_prompt = (
+            scheduler.prefix_caching and len(request.prompt_token_ids) > scheduler.allocator.block_size
+        )
         return ParallelRequest(request_id, request.params, children, share_prompt)
 
     def _queue_entry(self, entry, stream: bool = True) -> str:
@@ -126,16 +147,25 @@ class RequestIntake:
         state = self.state
         return request_id in state.seqs or request_id in state.held_outputs or state.parallel.owns(request_id)
 
-    def _new_sequence(self, request: EngineRequest, request_id: str | None
-                      ) -> tuple[Sequence, IncrementalDetokenizer]:
+    def _new_sequence(
+        self, request: EngineRequest, request_id: str | None
+    ) -> tuple[Sequence, IncrementalDetokenizer]:
         """The request's sequence, checked against the engine's limits; nothing is queued yet."""
         state = self.state
         if request_id is not None and self._id_in_use(request_id):
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         seq_id = next(state.seq_ids)
         request_id = request_id if request_id is not None else self._auto_request_id(seq_id)
-        seq = Sequence(seq_id, request_id, request.prompt, list(request.prompt_token_ids), request.params,
-                       time.time(), priority=request.priority, tenant=request.tenant)
+        seq = Sequence(
+            seq_id,
+            request_id,
+            request.prompt,
+            list(request.prompt_token_ids),
+            request.params,
+            time.time(),
+            priority=request.priority,
+            tenant=request.tenant,
+        )
         if request.grammar is not None:
             seq.grammar = state.structured_output.new_state(request.grammar)
         seq.export_kv = request.export_kv
@@ -172,8 +202,11 @@ class RequestIntake:
         if seq.params.logprobs is not None:
             seq.output_logprobs.append(handoff.first_logprobs)
         if seq.grammar is not None and not seq.grammar.accept_token(token_id):
-            self.postprocessor.finish(seq, error=f"the prefill engine's first token {token_id} is not "
-                                                 "allowed by the request's guided decoding")
+            self.postprocessor.finish(
+                seq,
+                error=f"the prefill engine's first token {token_id} is not "
+                "allowed by the request's guided decoding",
+            )
             return
         self.postprocessor.check_stop(seq, token_id, self.state.tokenizer.eos_token_id)
 

@@ -174,7 +174,9 @@ class SharedEngine:
             if others:
                 self.engine.hold_outputs(others)
             if call is not None and not call.is_done and not self.engine.has_unfinished_requests():
-                lost = [i for i in call.request_ids if i not in call.finished and not self.engine.has_request(i)]
+                lost = [
+                    i for i in call.request_ids if i not in call.finished and not self.engine.has_request(i)
+                ]
                 if lost:
                     raise RuntimeError(f"engine bug: requests {lost} ended without a final output")
 

@@ -18,11 +18,11 @@ from hetero_core.engine.requests.detokenizer import IncrementalDetokenizer
 from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.engine.requests.parallel_sampling import ParallelRequests
 from hetero_core.engine.requests.processor import RequestProcessor
-from hetero_core.engine.scheduling.scheduler import Scheduler
 from hetero_core.engine.requests.sequence import Sequence
+from hetero_core.engine.sampling.structured_output import StructuredOutput
+from hetero_core.engine.scheduling.scheduler import Scheduler
 from hetero_core.engine.speculation.speculation import Speculation
 from hetero_core.engine.step_timings import StepTimings
-from hetero_core.engine.sampling.structured_output import StructuredOutput
 from hetero_core.engine.token_texts import TokenTexts
 
 __all__ = ["EngineState"]

@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from time import perf_counter
 
-from hetero_core.engine.kv.block_transfer import apply_block_transfers
 from hetero_core.engine.executor_thread import ExecutorThread
+from hetero_core.engine.kv.block_transfer import apply_block_transfers
 from hetero_core.engine.postprocess import Postprocessor
-from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, unschedule, without_seqs
 from hetero_core.engine.requests.sequence import Sequence
+from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, unschedule, without_seqs
 from hetero_core.engine.state import EngineState
 from hetero_core.engine.step_sampler import Sampled, StepSampler
 from hetero_core.errors import ExecutorDeadError
@@ -98,8 +98,11 @@ class StepDriver:
                 self.executor_thread = ExecutorThread()
             batch = self._constrained(scheduled) if scheduled.batch is not None else None
             submitted = scheduled if batch is scheduled.batch else dataclasses.replace(scheduled, batch=batch)
-            self.running = (scheduled, self.executor_thread.submit(self.state.executor, submitted),
-                            batch.token_bitmask if batch is not None else None)
+            self.running = (
+                scheduled,
+                self.executor_thread.submit(self.state.executor, submitted),
+                batch.token_bitmask if batch is not None else None,
+            )
         if previous is None:
             return progressed
         return self._postprocess_timed(previous[0], sampled)
@@ -135,8 +138,9 @@ class StepDriver:
         if not state.num_constrained:  # no work per step unless a request asks for structured output
             return batch
         # a sequence that ended meanwhile (async: stopped by the step before) is not constrained
-        states = [None if s.status.is_done else s.grammar
-                  for s, flag in zip(scheduled.seqs, batch.sample) if flag]
+        states = [
+            None if s.status.is_done else s.grammar for s, flag in zip(scheduled.seqs, batch.sample) if flag
+        ]
         bitmask = state.structured_output.bitmask(states)
         return batch if bitmask is None else dataclasses.replace(batch, token_bitmask=bitmask)
 
@@ -145,8 +149,9 @@ def _write_sampled_tokens(previous: ScheduledStep, sampled: Sampled, scheduled: 
     """Write the tokens ``previous`` sampled into ``scheduled``'s placeholder rows (async). A row
     whose token failed gets token 0: its request fails with ``previous``, and its result is dropped."""
     sampled_seqs = [s for s, flag in zip(previous.seqs, previous.batch.sample) if flag]
-    token_of = {seq.seq_id: (token if error is None else 0)
-                for seq, (token, _, error) in zip(sampled_seqs, sampled)}
+    token_of = {
+        seq.seq_id: (token if error is None else 0) for seq, (token, _, error) in zip(sampled_seqs, sampled)
+    }
     batch = scheduled.batch
     for row in scheduled.placeholder_rows:
         batch.token_ids[batch.query_start_loc[row + 1] - 1] = token_of[scheduled.seqs[row].seq_id]

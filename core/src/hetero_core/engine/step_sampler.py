@@ -39,10 +39,14 @@ class StepSampler:
         state, batch = self.state, scheduled.batch
         tokenizer = state.tokenizer
         num_rows = batch.num_sampled_rows
-        add_prompt_logprobs(scheduled, output.prompt_logits,
-                            lambda token_id: state.token_texts.text(tokenizer, token_id))
-        specs = None if scheduled.spec_token_ids is None else [
-            spec for spec, flag in zip(scheduled.spec_token_ids, batch.sample) if flag]
+        add_prompt_logprobs(
+            scheduled, output.prompt_logits, lambda token_id: state.token_texts.text(tokenizer, token_id)
+        )
+        specs = (
+            None
+            if scheduled.spec_token_ids is None
+            else [spec for spec, flag in zip(scheduled.spec_token_ids, batch.sample) if flag]
+        )
         if output.token_ids is not None:
             if len(output.token_ids) != num_rows:
                 raise ValueError(f"executor returned {len(output.token_ids)} token ids for {num_rows} rows")
@@ -58,7 +62,8 @@ class StepSampler:
             self._sampler = Sampler(seed=self.seed, eos_token_id=tokenizer.eos_token_id)
         rows = [
             SamplingRow(s.params, s.prompt_token_ids, s.output_token_ids)
-            for s, flag in zip(scheduled.seqs, batch.sample) if flag
+            for s, flag in zip(scheduled.seqs, batch.sample)
+            if flag
         ]
         if specs is not None:
             from hetero_core.engine.speculation.spec_verify import verify_logits

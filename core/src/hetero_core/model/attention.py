@@ -90,5 +90,7 @@ class NoAttention:
 
     @staticmethod
     def _message() -> str:
-        return ("this model was loaded without an attention backend (weights only); pass backend= to "
-                "load_model, e.g. hetero_core.model.cpu.torch_attention.TorchPagedAttention()")
+        return (
+            "this model was loaded without an attention backend (weights only); pass backend= to "
+            "load_model, e.g. hetero_core.model.cpu.torch_attention.TorchPagedAttention()"
+        )

@@ -32,14 +32,26 @@ class CausalLM(Protocol):
     backend: AttentionBackend
     lm_head: Any
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: Any,
-                kv_caches: list[KVCache], output_rows: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: Any,
+        kv_caches: list[KVCache],
+        output_rows: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Hidden states ``[num_tokens, hidden]`` after the final norm (only ``output_rows``' rows when
         given); every token's K/V is written to ``kv_caches`` (one per layer) at the step's slots."""
         ...
 
-    def sampled_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: Any,
-                       kv_caches: list[KVCache], rows: torch.Tensor | None) -> torch.Tensor:
+    def sampled_logits(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: Any,
+        kv_caches: list[KVCache],
+        rows: torch.Tensor | None,
+    ) -> torch.Tensor:
         """``[len(rows), vocab]`` logits of the flat rows ``rows`` (int64, on the model's device) after a
         forward over every token; ``rows`` None: every row, in order."""
         ...

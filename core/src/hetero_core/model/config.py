@@ -84,8 +84,9 @@ class ModelConfig:
         return architecture.config({**raw, "architectures": [name]}, source)
 
 
-def parse_config(raw: dict[str, Any], source: str = "config", config_class: type = ModelConfig,
-                 **fields: Any) -> ModelConfig:
+def parse_config(
+    raw: dict[str, Any], source: str = "config", config_class: type = ModelConfig, **fields: Any
+) -> ModelConfig:
     """The fields of ``ModelConfig`` read from ``raw`` the Llama way (an adapter's building block):
     ``fields`` override or add to them (a subclass's extra fields). A missing or malformed field is
     a ``ModelLoadError`` naming it; RoPE settings in either spelling (``rope_settings``)."""
@@ -116,7 +117,9 @@ def parse_config(raw: dict[str, Any], source: str = "config", config_class: type
     except KeyError as exc:
         raise ModelLoadError(f"{source}: missing required field {exc.args[0]!r}") from exc
     except (TypeError, ValueError) as exc:
-        raise ModelLoadError(f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?") from exc
+        raise ModelLoadError(
+            f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?"
+        ) from exc
 
 
 def rope_settings(raw: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

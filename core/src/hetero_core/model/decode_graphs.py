@@ -52,13 +52,19 @@ class DecodeGraphInputs:
 
 
 # The static arrays of a size, in buffer order: (name, dtype, columns); columns None: one per sequence.
-LAYOUT = (("input_ids", torch.long, None), ("positions", torch.long, None), ("slot_mapping", torch.long, None),
-          ("sampled_rows", torch.long, None), ("context_lens", torch.int32, None),
-          ("block_tables", torch.int32, "width"))
+LAYOUT = (
+    ("input_ids", torch.long, None),
+    ("positions", torch.long, None),
+    ("slot_mapping", torch.long, None),
+    ("sampled_rows", torch.long, None),
+    ("context_lens", torch.int32, None),
+    ("block_tables", torch.int32, "width"),
+)
 
 
-def build_decode_graphs(runner, *, scratch_block: int, max_num_seqs: int, max_model_len: int,
-                       batch_sizes: list[int] | None = None) -> DecodeGraphs | None:
+def build_decode_graphs(
+    runner, *, scratch_block: int, max_num_seqs: int, max_model_len: int, batch_sizes: list[int] | None = None
+) -> DecodeGraphs | None:
     """Decode graphs over ``runner``'s model and cache (``runner.kv_cache`` holds ``scratch_block``,
     a block the pool never hands out), captured on a CUDA device (emulated elsewhere); None for a
     model whose forward waits on the device (``captures_in_cuda_graphs = False``: a mixture of
@@ -78,8 +84,17 @@ def build_decode_graphs(runner, *, scratch_block: int, max_num_seqs: int, max_mo
 class DecodeGraphs:
     """Decode graphs of ``model`` (its ``backend`` has ``decode_graph_metadata``) over ``kv_caches``."""
 
-    def __init__(self, model, kv_caches, *, batch_sizes: list[int], max_blocks_per_seq: int, scratch_block: int,
-                 block_size: int, device: torch.device):
+    def __init__(
+        self,
+        model,
+        kv_caches,
+        *,
+        batch_sizes: list[int],
+        max_blocks_per_seq: int,
+        scratch_block: int,
+        block_size: int,
+        device: torch.device,
+    ):
         self.model = model
         self.kv_caches = kv_caches
         self.batch_sizes = sorted(batch_sizes)
@@ -127,8 +142,11 @@ class DecodeGraphs:
         except Exception as exc:  # noqa: BLE001 - any failure leaves eager mode, which is always correct
             self.graphs, self.outputs = {}, {}
             torch.cuda.synchronize(self.device)
-            log.warning("cuda_graphs.capture_failed", error=f"{type(exc).__name__}: {exc}",
-                        action="every step runs eagerly")
+            log.warning(
+                "cuda_graphs.capture_failed",
+                error=f"{type(exc).__name__}: {exc}",
+                action="every step runs eagerly",
+            )
             return
         torch.cuda.synchronize(self.device)
         self.is_captured = True
@@ -149,7 +167,7 @@ class DecodeGraphs:
         if num_sampled != batch.num_seqs:
             rows = self._views(size)["sampled_rows"][:num_sampled]
             return logits.index_select(0, rows).float()
-        return logits[:batch.num_seqs].to(torch.float32, copy=True)  # the graph's output is reused
+        return logits[: batch.num_seqs].to(torch.float32, copy=True)  # the graph's output is reused
 
     def _stage(self, size: int, batch: Batch | None) -> StepUpload:
         """Size ``size``'s arrays for ``batch`` (None: padding only), in ``LAYOUT`` order."""
@@ -159,7 +177,7 @@ class DecodeGraphs:
         def column(values, fill: int, dtype: torch.dtype) -> None:
             array = np.full(size, fill, dtype=np.int64 if dtype == torch.long else np.int32)
             if n:
-                array[:len(values)] = values
+                array[: len(values)] = values
             upload.add(array, dtype)
 
         empty = []
@@ -175,7 +193,9 @@ class DecodeGraphs:
         return upload
 
     def _shapes(self, size: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
-        return [((size, self.max_blocks_per_seq) if columns else (size,), dtype) for _, dtype, columns in LAYOUT]
+        return [
+            ((size, self.max_blocks_per_seq) if columns else (size,), dtype) for _, dtype, columns in LAYOUT
+        ]
 
     def _views(self, size: int) -> dict[str, torch.Tensor]:
         views = packed_views(self.static, self._shapes(size))

@@ -23,7 +23,9 @@ def fused_projections(config: ModelConfig) -> dict[str, tuple[tuple[str, int], .
     mlp_size = config.intermediate_size
     return {
         "self_attn.qkv_proj": (
-            ("self_attn.q_proj", q_size), ("self_attn.k_proj", kv_size), ("self_attn.v_proj", kv_size)
+            ("self_attn.q_proj", q_size),
+            ("self_attn.k_proj", kv_size),
+            ("self_attn.v_proj", kv_size),
         ),
         "mlp.gate_up_proj": (("mlp.gate_proj", mlp_size), ("mlp.up_proj", mlp_size)),
     }

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hetero_core.errors import ModelLoadError
 from hetero_core.cache import cache_file
 from hetero_core.cache.cache_dir import default_cache_dir
+from hetero_core.errors import ModelLoadError
 
 # Bump when the exported layout changes, so stale caches are rebuilt rather than trusted.
 EXPORT_VERSION = 1
@@ -62,8 +62,10 @@ def check_converted_weights(folder: Path) -> None:
     except cache_file.CacheFileInvalid as exc:
         error = exc
     if source is None or not source.is_file() or cache_key(source) != folder.name:
-        raise ModelLoadError(f"the converted model {folder} is damaged ({error.problem}) and the GGUF it was "
-                             f"converted from is gone; delete {folder} and load the .gguf file again")
+        raise ModelLoadError(
+            f"the converted model {folder} is damaged ({error.problem}) and the GGUF it was "
+            f"converted from is gone; delete {folder} and load the .gguf file again"
+        )
     cache_file.warn_rebuilding(error)
     _convert_atomically(source, folder, again=True)
 
@@ -78,7 +80,9 @@ def _check(folder: Path, gguf_path: Path, *, weights: bool) -> None:
     checksums are checked only if ``weights`` (their sizes always)."""
     manifest = cache_file.read_manifest(folder)
     if manifest.get("gguf") != [gguf_path.name, gguf_path.stat().st_size]:
-        raise cache_file.CacheFileInvalid(folder, f"converted from {manifest.get('gguf')}, not {gguf_path.name}")
+        raise cache_file.CacheFileInvalid(
+            folder, f"converted from {manifest.get('gguf')}, not {gguf_path.name}"
+        )
     names = list(manifest["files"])
     checked = names if weights else [name for name in names if not name.endswith(".safetensors")]
     cache_file.check_listed(folder, manifest, names, checked)
@@ -92,11 +96,15 @@ def _convert_atomically(gguf_path: Path, target: Path, again: bool = False) -> N
     _remove_stale_tmp_dirs(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        description = (f"converting {gguf_path.name} into {target} again (the cached copy is damaged)" if again
-                       else f"first use: converting {gguf_path.name} into {target} (once)")
+        description = (
+            f"converting {gguf_path.name} into {target} again (the cached copy is damaged)"
+            if again
+            else f"first use: converting {gguf_path.name} into {target} (once)"
+        )
         gguf_export.export_gguf(gguf_path, tmp, description)
-        cache_file.write_manifest(tmp, gguf=[gguf_path.name, gguf_path.stat().st_size],
-                                  source=str(gguf_path.resolve()))
+        cache_file.write_manifest(
+            tmp, gguf=[gguf_path.name, gguf_path.stat().st_size], source=str(gguf_path.resolve())
+        )
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary shared folder
         _move_into_place(tmp, target, gguf_path)
     finally:

@@ -104,7 +104,9 @@ def gguf_config(reader, path: Path) -> dict[str, Any]:
     return config
 
 
-def llama3_scaling_from_factors(factors: np.ndarray, head_dim: int, theta: float, path: Path) -> dict[str, Any]:
+def llama3_scaling_from_factors(
+    factors: np.ndarray, head_dim: int, theta: float, path: Path
+) -> dict[str, Any]:
     """Recover HF ``rope_scaling`` from llama.cpp's ``rope_freqs`` (per-frequency divisors).
 
     GGUF keeps only the divisors; Llama 3.x always used low/high freq factors 1 and 4 over an 8192

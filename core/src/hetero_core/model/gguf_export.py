@@ -46,7 +46,9 @@ def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int) -> None:
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:
-        raise ModelLoadError("converting a GGUF tokenizer needs transformers; run: pip install transformers") from exc
+        raise ModelLoadError(
+            "converting a GGUF tokenizer needs transformers; run: pip install transformers"
+        ) from exc
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)

@@ -26,7 +26,12 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         kernels = self.kernels
-        if kernels is not None and x.dim() == 2 and kernels.handles(x, x.shape[1]) and self.weight.dtype == x.dtype:
+        if (
+            kernels is not None
+            and x.dim() == 2
+            and kernels.handles(x, x.shape[1])
+            and self.weight.dtype == x.dtype
+        ):
             normed = kernels.rms_norm(x, self.weight, self.eps, residual)
             return normed if residual is None else (normed, residual)
         if residual is not None:
@@ -55,7 +60,11 @@ class SwiGLU(nn.Module):
         if getattr(self.gate_up_proj, "swiglu", False):  # a packed projection that applies the activation
             return self.down_proj(self.gate_up_proj(x))
         gate_up = self.gate_up_proj(x)
-        if self.kernels is not None and gate_up.dim() == 2 and self.kernels.handles(gate_up, gate_up.shape[1] // 2):
+        if (
+            self.kernels is not None
+            and gate_up.dim() == 2
+            and self.kernels.handles(gate_up, gate_up.shape[1] // 2)
+        ):
             return self.down_proj(self.kernels.silu_mul(gate_up))
         gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate).mul_(up))

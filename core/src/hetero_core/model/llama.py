@@ -37,8 +37,9 @@ class LlamaAttention(nn.Module):
             self.q_norm = self.k_norm = None
         self.kernels = None  # the compiled CPU kernels (RoPE in place), see layers.use_cpu_kernels
 
-    def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any,
-                output_rows: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any, output_rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``output_rows``: only these rows of the output are needed (every row's K/V is still
         written): the output projection runs on them alone."""
         num_tokens = hidden.shape[0]
@@ -66,8 +67,16 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
 
-    def forward(self, hidden, residual, cos, sin, kv_cache: KVCache, attn_metadata: Any,
-                output_rows: torch.Tensor | None = None):
+    def forward(
+        self,
+        hidden,
+        residual,
+        cos,
+        sin,
+        kv_cache: KVCache,
+        attn_metadata: Any,
+        output_rows: torch.Tensor | None = None,
+    ):
         """``(hidden, residual) -> (hidden, residual)``: the layer's output is their sum, left
         unadded so the next norm adds it in the same pass (``residual`` is None for the first layer).
         ``output_rows``: the output only for these rows (after attention, which writes every row's
@@ -90,7 +99,9 @@ class LlamaModel(nn.Module):
         # nn.Embedding's normal_ init would import torch._dynamo (~1.5 s of a warm start).
         shape = (config.vocab_size, config.hidden_size)
         self.embed_tokens = nn.Embedding(*shape, _weight=torch.empty(shape))
-        self.layers = nn.ModuleList(LlamaDecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(config, backend) for _ in range(config.num_hidden_layers)
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -107,7 +118,9 @@ class LlamaForCausalLM(nn.Module):
         self.backend = backend
         self.model = LlamaModel(config, backend)
         self.lm_head = (
-            None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            None
+            if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
         self.fused_decode = None  # a fused_decode.FusedDecode: pure decode steps in one kernel call
@@ -122,7 +135,11 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
-        fused = None if self.fused_decode is None else self.fused_decode(hidden, cos, sin, attn_metadata, kv_caches)
+        fused = (
+            None
+            if self.fused_decode is None
+            else self.fused_decode(hidden, cos, sin, attn_metadata, kv_caches)
+        )
         if fused is not None:
             hidden = self.model.norm(*fused)[0]
             return hidden if output_rows is None else hidden[output_rows]
@@ -136,8 +153,14 @@ class LlamaForCausalLM(nn.Module):
             return hidden if output_rows is None else hidden[output_rows]
         return self.model.norm(hidden, residual)[0]
 
-    def sampled_logits(self, input_ids: torch.Tensor, positions: torch.Tensor, attn_metadata: Any,
-                       kv_caches: list[KVCache], rows: torch.Tensor | None) -> torch.Tensor:
+    def sampled_logits(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        attn_metadata: Any,
+        kv_caches: list[KVCache],
+        rows: torch.Tensor | None,
+    ) -> torch.Tensor:
         """``[len(rows), vocab]``: the logits of the flat batch's rows ``rows`` (the sampled ones, an
         int64 tensor on the model's device) after a forward over every token; the last layer's
         projection and MLP run on them alone (``output_rows``). ``rows`` None: every row, in order."""

@@ -13,9 +13,9 @@ import torch
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend
+from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.gguf_cache import check_converted_weights
-from hetero_core.model.causal_lm import CausalLM
 from hetero_core.model.model_builder import build_model
 from hetero_core.model.source import resolve_model_source
 from hetero_core.model.tensor_parallel import build_shard
@@ -45,7 +45,9 @@ def read_checkpoint(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     if path.is_dir():
         from hetero_core.model.safetensors_checkpoint import read_safetensors
 
-        check_converted_weights(path)  # a converted GGUF's weights: checked before use, converted again if damaged
+        check_converted_weights(
+            path
+        )  # a converted GGUF's weights: checked before use, converted again if damaged
         config = ModelConfig.from_dir(path)
         return config, read_safetensors(path)
     if path.suffix == ".gguf":

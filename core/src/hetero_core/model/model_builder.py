@@ -41,7 +41,8 @@ def build_model(
             f" ({len(missing)} missing, {len(unexpected)} unexpected); is config.json from the same model?"
         )
     tensors = {
-        name: tensor.to(device=device, dtype=dtype) for name, tensor in weights.from_checkpoint(state, names, config).items()
+        name: tensor.to(device=device, dtype=dtype)
+        for name, tensor in weights.from_checkpoint(state, names, config).items()
     }
     try:
         model.load_state_dict(tensors, strict=True, assign=True)
@@ -56,8 +57,10 @@ def check_causal_lm(model, config: ModelConfig) -> None:
     missing = [name for name in CAUSAL_LM_METHODS if not callable(getattr(model, name, None))]
     missing += [name for name in ("config", "backend") if not hasattr(model, name)]
     if missing:
-        raise ModelLoadError(f"architecture {config.architecture}: its build() returned a {type(model).__name__} "
-                             f"without {', '.join(missing)}; it must implement hetero_core.architectures.CausalLM")
+        raise ModelLoadError(
+            f"architecture {config.architecture}: its build() returned a {type(model).__name__} "
+            f"without {', '.join(missing)}; it must implement hetero_core.architectures.CausalLM"
+        )
 
 
 def _is_ignored(name: str, weights, config: ModelConfig) -> bool:

@@ -33,8 +33,15 @@ class StepProgress:
             if tqdm is not None:
                 # A terminal that reports no size (some emulators, `script`) still gets a bar.
                 width, height = shutil.get_terminal_size((80, 24))
-                self._bar = tqdm(total=self.total, desc=self.description, file=self.stream, unit="step",
-                                 leave=False, ncols=width if width >= 40 else 80, nrows=max(height, 1))
+                self._bar = tqdm(
+                    total=self.total,
+                    desc=self.description,
+                    file=self.stream,
+                    unit="step",
+                    leave=False,
+                    ncols=width if width >= 40 else 80,
+                    nrows=max(height, 1),
+                )
         if self._bar is None:
             print(f"hetero: {self.description} ...", file=self.stream, flush=True)
         return self

@@ -42,15 +42,30 @@ class ModelRunner:
     # It returns ExecutorOutput.prompt_logits for batch.prompt_logits and 1 + n rows per sampled sequence
     # with batch.num_spec_tokens: ``RunnerExecutor.runner_capabilities`` declares both for its executor.
 
-    def __init__(self, model: CausalLM, *, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device, num_swap_blocks: int = 0):
+    def __init__(
+        self,
+        model: CausalLM,
+        *,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        num_swap_blocks: int = 0,
+    ):
         self.model = model
         self.backend = model.backend
         self.block_size = block_size
         self.dtype = dtype
         self.device = device
-        self.kv_cache = PagedKVCache(self.backend, model.config, num_blocks=num_blocks, block_size=block_size,
-                                     dtype=dtype, device=device, num_swap_blocks=num_swap_blocks)
+        self.kv_cache = PagedKVCache(
+            self.backend,
+            model.config,
+            num_blocks=num_blocks,
+            block_size=block_size,
+            dtype=dtype,
+            device=device,
+            num_swap_blocks=num_swap_blocks,
+        )
         self.inputs = StepInputs(device)
         rotary = getattr(model, "rotary", None)
         if rotary is not None:
@@ -80,8 +95,9 @@ class ModelRunner:
             logits = self.sampled_logits(batch, prompt_rows).float()
             num_sampled = batch.num_sampled_rows
             sizes = [batch.query_len(i) for i in batch.prompt_logits_indices]
-            return ExecutorOutput(logits=logits[:num_sampled],
-                                  prompt_logits=list(torch.split(logits[num_sampled:], sizes)))
+            return ExecutorOutput(
+                logits=logits[:num_sampled], prompt_logits=list(torch.split(logits[num_sampled:], sizes))
+            )
 
     def sampled_logits(self, batch: Batch, extra_rows: np.ndarray | None = None) -> torch.Tensor:
         """The model over ``batch`` (its K/V written to the cache): logits of the sampled rows in
@@ -98,8 +114,13 @@ class ModelRunner:
         metadata = self.backend.build_metadata(batch, self.device, upload)  # uploads everything
         if not upload.is_uploaded:
             upload.upload()
-        return self.model.sampled_logits(input_ids.tensor, positions.tensor, metadata, self.kv_caches,
-                                         None if staged_rows is None else staged_rows.tensor)
+        return self.model.sampled_logits(
+            input_ids.tensor,
+            positions.tensor,
+            metadata,
+            self.kv_caches,
+            None if staged_rows is None else staged_rows.tensor,
+        )
 
     def check_block_size(self, batch: Batch) -> None:
         if batch.block_size != self.block_size:
@@ -149,6 +170,9 @@ def sampled_rows(batch: Batch) -> np.ndarray | None:
     ends = np.asarray(batch.query_start_loc[1:], dtype=np.int64)
     if batch.num_spec_tokens is None:
         return ends[np.asarray(batch.sample, dtype=bool)] - 1
-    spans = [np.arange(end - 1 - n, end, dtype=np.int64)
-             for end, flag, n in zip(ends.tolist(), batch.sample, batch.num_spec_tokens) if flag]
+    spans = [
+        np.arange(end - 1 - n, end, dtype=np.int64)
+        for end, flag, n in zip(ends.tolist(), batch.sample, batch.num_spec_tokens)
+        if flag
+    ]
     return np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64)

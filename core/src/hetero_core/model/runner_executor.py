@@ -16,9 +16,9 @@ from functools import cached_property
 
 import torch
 
-from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.engine.executor_capabilities import ExecutorCapabilities
 from hetero_core.engine.kv.kv_transfer import KVTensor, kv_tensor_from_torch, kv_tensor_to_torch
+from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.model.attention import KVCache
 from hetero_core.model.decode_graphs import DecodeGraphs
 from hetero_core.model.runner import ModelRunner
@@ -39,9 +39,16 @@ class RunnerExecutor:
         logits and ``1 + n`` rows per speculating sequence (a decode graph runs neither), copies, swaps,
         exports and imports whole blocks (along its cache's block dimension), and its logits rows are
         the model's vocabulary wide."""
-        values = dict(vocab_size=self.runner.vocab_size, supports_prompt_logits=True,
-                      supports_speculative_decoding=True, block_copy=True, block_swap=True, kv_export=True,
-                      kv_import=True, kv_block_dim=self.runner.kv_cache.block_dim)
+        values = dict(
+            vocab_size=self.runner.vocab_size,
+            supports_prompt_logits=True,
+            supports_speculative_decoding=True,
+            block_copy=True,
+            block_swap=True,
+            kv_export=True,
+            kv_import=True,
+            kv_block_dim=self.runner.kv_cache.block_dim,
+        )
         return ExecutorCapabilities(**{**values, **declared})
 
     @property
@@ -58,7 +65,11 @@ class RunnerExecutor:
         return self.runner.kv_caches
 
     def execute(self, batch: Batch) -> ExecutorOutput:
-        if self.graph_runner is None or batch.prompt_logits is not None or not self.graph_runner.can_run(batch):
+        if (
+            self.graph_runner is None
+            or batch.prompt_logits is not None
+            or not self.graph_runner.can_run(batch)
+        ):
             return self.runner.execute(batch)
         self.runner.check_block_size(batch)
         with torch.inference_mode():
@@ -78,11 +89,15 @@ class RunnerExecutor:
 
     def export_blocks(self, block_ids: list[int]) -> list[tuple[KVTensor, ...]]:
         """Whole KV blocks, per layer its K and V (CPU bytes in the cache's layout), for a KV transfer."""
-        return [tuple(kv_tensor_from_torch(t) for t in layer) for layer in self.runner.export_blocks(block_ids)]
+        return [
+            tuple(kv_tensor_from_torch(t) for t in layer) for layer in self.runner.export_blocks(block_ids)
+        ]
 
     def import_blocks(self, block_ids: list[int], layers: list[tuple[KVTensor, ...]]) -> None:
         """Write blocks another engine's ``export_blocks`` produced into ``block_ids``."""
-        self.runner.import_blocks(block_ids, [tuple(kv_tensor_to_torch(t) for t in layer) for layer in layers])
+        self.runner.import_blocks(
+            block_ids, [tuple(kv_tensor_to_torch(t) for t in layer) for layer in layers]
+        )
 
     def shutdown(self) -> None:
         self.graph_runner = None  # the graphs hold memory of their own

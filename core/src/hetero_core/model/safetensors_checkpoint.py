@@ -25,7 +25,9 @@ def safetensors_files(model_dir: Path) -> list[Path]:
         shards = [model_dir / name for name in dict.fromkeys(weight_map.values())]
         missing = [str(p.name) for p in shards if not p.is_file()]
         if missing:
-            raise ModelLoadError(f"{index} lists missing shard(s): {', '.join(missing)}; re-download the model")
+            raise ModelLoadError(
+                f"{index} lists missing shard(s): {', '.join(missing)}; re-download the model"
+            )
         return shards
     if (model_dir / SINGLE_FILE).is_file():
         return [model_dir / SINGLE_FILE]

@@ -73,8 +73,9 @@ class StepInputs:
 
     def __init__(self, device: torch.device | str, transfers: CudaTransfers | None = None):
         self.device = torch.device(device)
-        self.transfers = transfers if transfers is not None else (
-            CudaTransfers() if self.device.type == "cuda" else None)
+        self.transfers = (
+            transfers if transfers is not None else (CudaTransfers() if self.device.type == "cuda" else None)
+        )
         self._host: list[torch.Tensor | None] = [None, None]
         self._copied: list = [None, None]  # the event after each host buffer's last copy
         self._next = 0
@@ -95,8 +96,10 @@ class StepInputs:
         offsets, total = _layout([(a.host.shape, a.dtype) for a in arrays])
         destination = into if into is not None else self._device_bytes(total)
         if destination.numel() < total:
-            raise ValueError(f"StepUpload.upload(into=...): the step needs {total} bytes, the buffer has "
-                             f"{destination.numel()}")
+            raise ValueError(
+                f"StepUpload.upload(into=...): the step needs {total} bytes, the buffer has "
+                f"{destination.numel()}"
+            )
         if self.transfers is not None:
             host = self._host_buffer(total)
             _pack(host.numpy(), arrays, offsets)
@@ -193,20 +196,24 @@ def packed_size(shapes: list[tuple[tuple[int, ...], torch.dtype]]) -> int:
     return _layout(shapes)[1]
 
 
-def packed_views(buffer: torch.Tensor, shapes: list[tuple[tuple[int, ...], torch.dtype]]) -> list[torch.Tensor]:
+def packed_views(
+    buffer: torch.Tensor, shapes: list[tuple[tuple[int, ...], torch.dtype]]
+) -> list[torch.Tensor]:
     """The arrays of these (shape, dtype), in order, as views of the uint8 ``buffer``, where an upload
     of arrays of these shapes puts them."""
     offsets, _ = _layout(shapes)
     views = []
     for (shape, dtype), offset in zip(shapes, offsets):
         size = int(np.prod(shape)) * _itemsize(dtype)
-        views.append(buffer[offset:offset + size].view(dtype).view(shape))
+        views.append(buffer[offset : offset + size].view(dtype).view(shape))
     return views
 
 
 def _pack(out: np.ndarray, arrays: list[Staged], offsets: list[int]) -> None:
     for staged, offset in zip(arrays, offsets):
-        out[offset:offset + staged.host.nbytes] = np.ascontiguousarray(staged.host).reshape(-1).view(np.uint8)
+        out[offset : offset + staged.host.nbytes] = (
+            np.ascontiguousarray(staged.host).reshape(-1).view(np.uint8)
+        )
 
 
 def _layout(shapes) -> tuple[list[int], int]:

@@ -42,8 +42,15 @@ from hetero_core.model.moe.block import SparseMoeBlock
 from hetero_core.model.tensor_parallel_plan import check_tensor_parallel_size, shard_config
 
 # Checkpoint (Hugging Face) tensors, by name suffix, and the dimension each rank takes a slice of.
-_ROW_SHARDED = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj",
-                "embed_tokens", "lm_head")  # output rows (weight and bias)
+_ROW_SHARDED = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "embed_tokens",
+    "lm_head",
+)  # output rows (weight and bias)
 _COLUMN_SHARDED = ("self_attn.o_proj", "mlp.down_proj")  # input columns (weight only; the bias is whole)
 
 
@@ -70,24 +77,35 @@ def placement(ctx, device: torch.device) -> tuple[TensorParallelShard | None, to
     if device.type == "cuda":
         first = device.index or 0
         if first + size > torch.cuda.device_count():
-            raise ConfigError(f"tensor_parallel_size {size} needs CUDA devices {first}..{first + size - 1} "
-                              f"but {torch.cuda.device_count()} are visible")
+            raise ConfigError(
+                f"tensor_parallel_size {size} needs CUDA devices {first}..{first + size - 1} "
+                f"but {torch.cuda.device_count()} are visible"
+            )
         device = torch.device("cuda", first + rank)
         torch.cuda.set_device(device)
     elif device.type != "cpu":
-        raise ConfigError(f"tensor parallelism runs on CPU (gloo) or CUDA (NCCL) devices, not {device.type!r}")
-    return TensorParallelShard(rank, size, expert_parallel=getattr(ctx, "enable_expert_parallel", False)), device
+        raise ConfigError(
+            f"tensor parallelism runs on CPU (gloo) or CUDA (NCCL) devices, not {device.type!r}"
+        )
+    return TensorParallelShard(
+        rank, size, expert_parallel=getattr(ctx, "enable_expert_parallel", False)
+    ), device
 
 
-def shard_checkpoint(state: dict[str, torch.Tensor], config: ModelConfig,
-                     shard: TensorParallelShard) -> dict[str, torch.Tensor]:
+def shard_checkpoint(
+    state: dict[str, torch.Tensor], config: ModelConfig, shard: TensorParallelShard
+) -> dict[str, torch.Tensor]:
     """The rank's part of a checkpoint (Hugging Face names): slices are copied, so the full tensors
     can be freed. Tensors not listed above (norms, q/k norms) are whole on every rank."""
     check_tensor_parallel_size(config, shard.size)
     sharded = {}
     for name, tensor in state.items():
         module, _, kind = name.rpartition(".")
-        expert = None if shard.expert_parallel else sharded_experts.shard_tensor(name, tensor, shard.rank, shard.size)
+        expert = (
+            None
+            if shard.expert_parallel
+            else sharded_experts.shard_tensor(name, tensor, shard.rank, shard.size)
+        )
         if expert is not None:  # a MoE expert's slice of its intermediate columns
             sharded[name] = expert
         elif module.endswith(_ROW_SHARDED):
@@ -99,14 +117,18 @@ def shard_checkpoint(state: dict[str, torch.Tensor], config: ModelConfig,
     return sharded
 
 
-def build_shard(config: ModelConfig, state: dict[str, torch.Tensor], shard: TensorParallelShard, **build_options):
+def build_shard(
+    config: ModelConfig, state: dict[str, torch.Tensor], shard: TensorParallelShard, **build_options
+):
     """Rank ``shard.rank``'s model: built from its checkpoint slice, then parallelized.
     ``build_options``: ``model_builder.build_model``'s keywords (backend, device, dtype)."""
     local = shard_config(config, shard.size)
     state = shard_checkpoint(state, config, shard)
     if shard.expert_parallel:
         local = expert_parallel.shard_config(local, shard.rank, shard.size)
-        state = {name: tensor for name, tensor in state.items() if expert_parallel.is_local_tensor(name, local)}
+        state = {
+            name: tensor for name, tensor in state.items() if expert_parallel.is_local_tensor(name, local)
+        }
     elif getattr(local, "moe", None) is not None:
         local = sharded_experts.shard_config(local, shard.size)
     model = build_model(replace(local, vocab_size=config.vocab_size // shard.size), state, **build_options)
@@ -130,7 +152,9 @@ def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
         for block in [m for m in model.modules() if isinstance(m, SparseMoeBlock)]:
             block.reduce_output = AllReduce(shard.group)
     embed = model.model.embed_tokens
-    model.model.embed_tokens = VocabParallelEmbedding(embed.weight, shard.rank * embed.weight.shape[0], shard.group)
+    model.model.embed_tokens = VocabParallelEmbedding(
+        embed.weight, shard.rank * embed.weight.shape[0], shard.group
+    )
     model.lm_head = VocabParallelLMHead(model.lm_head, shard.size, shard.group)
 
 

@@ -31,15 +31,23 @@ def check_tensor_parallel_size(config: ModelConfig, size: int) -> None:
     """Raise a one-line ConfigError (with both numbers, and the sizes that work) unless ``size`` fits."""
     if size > 1 and not architecture_of(config).tensor_parallel:
         registry = installed_architectures()
-        able = [name for name in registry.names() if name in registry.entries and registry.get(name).tensor_parallel]
-        raise ConfigError(f"tensor_parallel_size {size}: architecture {config.architecture} (plugin "
-                          f"'{registry.plugin_of(config.architecture)}') does not declare tensor_parallel; "
-                          f"set tensor_parallel_size = 1 (architectures that shard: {', '.join(able)})")
+        able = [
+            name
+            for name in registry.names()
+            if name in registry.entries and registry.get(name).tensor_parallel
+        ]
+        raise ConfigError(
+            f"tensor_parallel_size {size}: architecture {config.architecture} (plugin "
+            f"'{registry.plugin_of(config.architecture)}') does not declare tensor_parallel; "
+            f"set tensor_parallel_size = 1 (architectures that shard: {', '.join(able)})"
+        )
     problems = tensor_parallel_problems(config, size)
     if problems:
         sizes = ", ".join(map(str, working_sizes(config)))
-        raise ConfigError(f"tensor_parallel_size {size} does not divide the model's {' or '.join(problems)} "
-                          f"(sizes that divide its heads, KV heads, intermediate_size and vocab_size: {sizes})")
+        raise ConfigError(
+            f"tensor_parallel_size {size} does not divide the model's {' or '.join(problems)} "
+            f"(sizes that divide its heads, KV heads, intermediate_size and vocab_size: {sizes})"
+        )
 
 
 def shard_config(config: ModelConfig, size: int) -> ModelConfig:

@@ -18,5 +18,7 @@ def chat_prompt(body: ChatCompletionRequest, mode: str | None, tokenizer) -> lis
     if not options:
         return messages
     if tokenizer is None:
-        raise InvalidRequestError(f"{', '.join(options)}: rendering the chat template needs the model's tokenizer")
+        raise InvalidRequestError(
+            f"{', '.join(options)}: rendering the chat template needs the model's tokenizer"
+        )
     return encode_chat(tokenizer, messages, options)

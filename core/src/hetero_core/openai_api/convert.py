@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hetero_core.async_llm.request_stream import TokenLogprob
 from hetero_core.engine.requests.outputs import RequestOutput
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.async_llm.request_stream import TokenLogprob
 from hetero_core.openai_api.guided import guided_decoding
 from hetero_core.openai_api.protocol import (
     ChatLogprobs,
@@ -21,8 +21,9 @@ from hetero_core.openai_api.protocol import (
 )
 
 
-def sampling_params(body: SamplingFields, defaults: SamplingParams, max_tokens: int | None,
-                    logprobs: int | None) -> SamplingParams:
+def sampling_params(
+    body: SamplingFields, defaults: SamplingParams, max_tokens: int | None, logprobs: int | None
+) -> SamplingParams:
     """The body's fields, with ``defaults`` for those it leaves out (None)."""
     d = defaults
     return SamplingParams(
@@ -30,7 +31,9 @@ def sampling_params(body: SamplingFields, defaults: SamplingParams, max_tokens: 
         top_p=d.top_p if body.top_p is None else body.top_p,
         top_k=d.top_k if body.top_k is None else body.top_k,
         min_p=d.min_p if body.min_p is None else body.min_p,
-        repetition_penalty=d.repetition_penalty if body.repetition_penalty is None else body.repetition_penalty,
+        repetition_penalty=d.repetition_penalty
+        if body.repetition_penalty is None
+        else body.repetition_penalty,
         presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
         max_tokens=d.max_tokens if max_tokens is None else max_tokens,
@@ -58,8 +61,11 @@ def usage(outputs: list, n: int) -> Usage:
     """Real token counts: each prompt once, every choice's generated tokens."""
     prompt_tokens = sum(len(o.prompt_token_ids) for o in outputs[::n] if o is not None)
     completion_tokens = sum(len(o.output_token_ids) for o in outputs if o is not None)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                 total_tokens=prompt_tokens + completion_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
 
 
 def completion_logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> CompletionLogprobs:
@@ -76,13 +82,19 @@ def completion_logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> Co
 
 def chat_logprobs(entries: list[TokenLogprob]) -> ChatLogprobs:
     """The chat shape: one object per token with its bytes and its top alternatives."""
-    return ChatLogprobs(content=[
-        ChatTokenLogprob(
-            token=e.token, logprob=e.logprob, bytes=list(e.token.encode("utf-8")),
-            top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode("utf-8"))) for t, v in e.top],
-        )
-        for e in entries
-    ])
+    return ChatLogprobs(
+        content=[
+            ChatTokenLogprob(
+                token=e.token,
+                logprob=e.logprob,
+                bytes=list(e.token.encode("utf-8")),
+                top_logprobs=[
+                    TopLogprob(token=t, logprob=v, bytes=list(t.encode("utf-8"))) for t, v in e.top
+                ],
+            )
+            for e in entries
+        ]
+    )
 
 
 def prompt_logprobs_out(output, k: int | None = None) -> list | None:
@@ -92,7 +104,13 @@ def prompt_logprobs_out(output, k: int | None = None) -> list | None:
     entries = getattr(output, "prompt_logprobs", None)
     if entries is None:
         return None
-    return [None if entry is None else
-            {str(t): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
-             for i, (t, lp) in enumerate(entry.items()) if k is None or i == 0 or (lp.rank or 0) <= k}
-            for entry in entries]
+    return [
+        None
+        if entry is None
+        else {
+            str(t): {"logprob": lp.logprob, "rank": lp.rank, "decoded_token": lp.decoded_token}
+            for i, (t, lp) in enumerate(entry.items())
+            if k is None or i == 0 or (lp.rank or 0) <= k
+        }
+        for entry in entries
+    ]

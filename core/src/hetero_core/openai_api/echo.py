@@ -16,8 +16,16 @@ from hetero_core.openai_api.convert import completion_logprobs, finish_reason, p
 from hetero_core.openai_api.protocol import CompletionChoice, CompletionRequest, Usage
 
 
-def completion_choice(body: CompletionRequest, index: int, output, text: str, logprobs: list, first: bool,
-                      finished: bool, decode) -> CompletionChoice:
+def completion_choice(
+    body: CompletionRequest,
+    index: int,
+    output,
+    text: str,
+    logprobs: list,
+    first: bool,
+    finished: bool,
+    decode,
+) -> CompletionChoice:
     """A choice of ``output`` (``text``, ``logprobs``: its generated ones), or a streamed choice's chunk
     (``first``: its first, which carries the echoed prompt and vLLM's ``prompt_logprobs``);
     ``decode(token_id)``: a token's text."""
@@ -30,9 +38,12 @@ def completion_choice(body: CompletionRequest, index: int, output, text: str, lo
     reason = (finish_reason(output) if body.generates else "length") if finished else None
     shown = first and body.prompt_logprobs is not None  # vLLM's extra, as asked
     return CompletionChoice(
-        index=index, text=text, finish_reason=reason,
+        index=index,
+        text=text,
+        finish_reason=reason,
         logprobs=completion_logprobs(logprobs, 0) if body.logprobs is not None else None,
-        prompt_logprobs=prompt_logprobs_out(output, body.prompt_logprobs) if shown else None)
+        prompt_logprobs=prompt_logprobs_out(output, body.prompt_logprobs) if shown else None,
+    )
 
 
 def prompt_token_logprobs(output, k: int, decode) -> list[TokenLogprob]:

@@ -7,7 +7,12 @@ from hetero_core.engine.requests.guided import GuidedDecodingParams
 from hetero_core.errors import InvalidRequestError
 from hetero_core.openai_api.protocol import GuidedFields
 
-GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
+GUIDED = {
+    "guided_json": "json",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+}
 
 
 def guided_decoding(body: GuidedFields) -> GuidedDecodingParams | None:
@@ -17,7 +22,9 @@ def guided_decoding(body: GuidedFields) -> GuidedDecodingParams | None:
     if fmt is not None and fmt.type != "text":
         asked["response_format"] = fmt.type
     if len(asked) > 1:
-        raise InvalidRequestError(f"give at most one of response_format, {', '.join(GUIDED)}; got {', '.join(asked)}")
+        raise InvalidRequestError(
+            f"give at most one of response_format, {', '.join(GUIDED)}; got {', '.join(asked)}"
+        )
     if not asked:
         return None
     field = next(iter(asked))
@@ -26,5 +33,7 @@ def guided_decoding(body: GuidedFields) -> GuidedDecodingParams | None:
     if fmt.type == "json_object":
         return GuidedDecodingParams(json_object=True)
     if fmt.json_schema is None or fmt.json_schema.schema_ is None:
-        raise InvalidRequestError("response_format of type json_schema needs json_schema.schema (a JSON schema)")
+        raise InvalidRequestError(
+            "response_format of type json_schema needs json_schema.schema (a JSON schema)"
+        )
     return GuidedDecodingParams(json=fmt.json_schema.schema_)

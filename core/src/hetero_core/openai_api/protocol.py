@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from hetero_core.engine.requests.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
+from hetero_core.engine.requests.sequence import MAX_TENANT_LENGTH
 from hetero_core.openai_api.extras import SamplingExtras
 from hetero_core.openai_api.request_model import RequestModel
 from hetero_core.openai_api.tool_protocol import (
@@ -23,8 +25,6 @@ from hetero_core.openai_api.tool_protocol import (
     ToolCallDelta,
     ToolCallOut,
 )
-from hetero_core.engine.requests.params import MAX_LOGPROBS, MAX_REPETITION_PENALTY, MIN_REPETITION_PENALTY
-from hetero_core.engine.requests.sequence import MAX_TENANT_LENGTH
 
 MAX_N = 16
 MAX_STOP_STRINGS = 16
@@ -32,7 +32,12 @@ MAX_STOP_STRINGS = 16
 # The shapes the schema documents; the "before" validators below check the same with clearer messages.
 Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-Prompt = Text | Annotated[list[Text], Field(min_length=1)] | TokenIds | Annotated[list[TokenIds], Field(min_length=1)]
+Prompt = (
+    Text
+    | Annotated[list[Text], Field(min_length=1)]
+    | TokenIds
+    | Annotated[list[TokenIds], Field(min_length=1)]
+)
 Stop = Text | Annotated[list[Text], Field(max_length=MAX_STOP_STRINGS)]
 
 
@@ -87,8 +92,11 @@ class SamplingFields(GuidedFields, SamplingExtras):
     @field_validator("stop", mode="before")
     @classmethod
     def _stop_strings(cls, value):
-        if not (value is None or isinstance(value, str)
-                or (isinstance(value, list) and all(isinstance(s, str) for s in value))):
+        if not (
+            value is None
+            or isinstance(value, str)
+            or (isinstance(value, list) and all(isinstance(s, str) for s in value))
+        ):
             raise ValueError("expected a string or a list of strings")
         stops = [value] if isinstance(value, str) else (value or [])
         if len(stops) > MAX_STOP_STRINGS:
@@ -120,8 +128,10 @@ class CompletionRequest(SamplingFields):
     @model_validator(mode="after")
     def _no_tokens_needs_echo(self):
         if self.max_tokens == 0 and not self.echo:
-            raise ValueError("max_tokens 0 generates nothing: it needs echo true (the prompt back, with its "
-                             "logprobs if logprobs is set); or set max_tokens to 1 or more")
+            raise ValueError(
+                "max_tokens 0 generates nothing: it needs echo true (the prompt back, with its "
+                "logprobs if logprobs is set); or set max_tokens to 1 or more"
+            )
         return self
 
     @property
@@ -153,10 +163,14 @@ class CompletionRequest(SamplingFields):
         def is_ids(v):
             return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
 
-        if not (isinstance(value, str) or is_ids(value)
-                or (isinstance(value, list) and all(isinstance(p, str) or is_ids(p) for p in value))):
-            raise ValueError("expected a string, a list of strings, a list of token ids or a list of "
-                             "token-id lists")
+        if not (
+            isinstance(value, str)
+            or is_ids(value)
+            or (isinstance(value, list) and all(isinstance(p, str) or is_ids(p) for p in value))
+        ):
+            raise ValueError(
+                "expected a string, a list of strings, a list of token ids or a list of token-id lists"
+            )
         if not value:
             raise ValueError("the prompt is empty")
         if isinstance(value, list) and any(not p for p in value):
@@ -225,8 +239,10 @@ class ChatCompletionRequest(SamplingFields):
                 kind = part.get("type") if isinstance(part, dict) else None
                 if kind in MEDIA_PARTS:
                     article = "an" if kind[0] in "aeiou" else "a"
-                    raise ValueError(f"messages[{i}].content[{j}] is {article} {kind} part; this model takes "
-                                     "text only: send text parts (type \"text\") or a string")
+                    raise ValueError(
+                        f"messages[{i}].content[{j}] is {article} {kind} part; this model takes "
+                        'text only: send text parts (type "text") or a string'
+                    )
         return value
 
 

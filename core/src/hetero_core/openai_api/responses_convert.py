@@ -51,30 +51,40 @@ def chat_request(body: ResponsesRequest, history: list[dict]) -> ChatCompletionR
     fields = {name: getattr(body, name) for name in SAMPLING}
     fields.update(body.model_dump(include=set(SamplingExtras.model_fields)))
     if body.tools:
-        fields["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
-                           for t in body.tools]
+        fields["tools"] = [
+            {"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
+            for t in body.tools
+        ]
     choice = body.tool_choice
     if choice is not None:
-        fields["tool_choice"] = choice if isinstance(choice, str) else {"type": "function",
-                                                                       "function": {"name": choice.name}}
+        fields["tool_choice"] = (
+            choice if isinstance(choice, str) else {"type": "function", "function": {"name": choice.name}}
+        )
     fmt = body.text.format if body.text else None
     if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
-        raise InvalidRequestError("text.format of type json_schema needs its schema (a JSON schema) "
-                                  "in 'schema'")
+        raise InvalidRequestError(
+            "text.format of type json_schema needs its schema (a JSON schema) in 'schema'"
+        )
     if fmt is not None and fmt.type != "text":
         schema = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
-        fields["response_format"] = ({"type": fmt.type} if fmt.type == "json_object"
-                                     else {"type": "json_schema", "json_schema": schema})
+        fields["response_format"] = (
+            {"type": fmt.type}
+            if fmt.type == "json_object"
+            else {"type": "json_schema", "json_schema": schema}
+        )
     if body.top_logprobs is not None:
         fields.update(logprobs=True, top_logprobs=body.top_logprobs)
     messages = system + history + input_messages(body)
     if not messages:
         raise InvalidRequestError("input holds no message: give a string or at least one message item")
     try:
-        return ChatCompletionRequest.model_validate({**fields, "messages": messages, "stream": body.stream,
-                                                     "max_tokens": body.max_output_tokens})
+        return ChatCompletionRequest.model_validate(
+            {**fields, "messages": messages, "stream": body.stream, "max_tokens": body.max_output_tokens}
+        )
     except ValidationError as exc:  # a turn the chat path cannot take (a field this module maps wrong)
-        raise InvalidRequestError(f"the request cannot be served as a chat: {exc.errors()[0]['msg']}") from None
+        raise InvalidRequestError(
+            f"the request cannot be served as a chat: {exc.errors()[0]['msg']}"
+        ) from None
 
 
 def output_items(content: str | None, calls: list[Call], status: str = "completed") -> list:
@@ -82,8 +92,9 @@ def output_items(content: str | None, calls: list[Call], status: str = "complete
     items: list = []
     if content:
         items.append(OutputMessage(id=item_id("msg"), status=status, content=[OutputText(text=content)]))
-    items += [FunctionCallOutput(id=item_id("fc"), call_id=c.id, name=c.name, arguments=c.arguments)
-              for c in calls]
+    items += [
+        FunctionCallOutput(id=item_id("fc"), call_id=c.id, name=c.name, arguments=c.arguments) for c in calls
+    ]
     return items
 
 
@@ -100,8 +111,11 @@ def turns(items: list) -> list[dict]:
 
 def _add_call(messages: list[dict], item) -> None:
     """A function call joins the assistant turn before it (or opens one) as one of its tool calls."""
-    call = {"id": item.call_id, "type": "function",
-            "function": {"name": item.name, "arguments": item.arguments}}
+    call = {
+        "id": item.call_id,
+        "type": "function",
+        "function": {"name": item.name, "arguments": item.arguments},
+    }
     if not (messages and messages[-1]["role"] == "assistant"):
         messages.append({"role": "assistant", "content": None})
     messages[-1].setdefault("tool_calls", []).append(call)

@@ -33,8 +33,9 @@ class ContentPart(RequestModel):
     @classmethod
     def _text_only(cls, value):
         if value in NOT_TEXT:
-            raise ValueError(f"this model takes text only: a {value} part cannot be read; "
-                             "send input_text parts")
+            raise ValueError(
+                f"this model takes text only: a {value} part cannot be read; send input_text parts"
+            )
         return value
 
 
@@ -83,7 +84,8 @@ def _item_type(value) -> str | None:
 
 
 InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_type),
@@ -101,8 +103,10 @@ class FunctionTool(RequestModel):
     @classmethod
     def _functions_only(cls, value):
         if value != "function":
-            raise ValueError(f"only function tools are served, not {value!r}; give {{\"type\": \"function\", "
-                             "\"name\": ..., \"parameters\": ...}")
+            raise ValueError(
+                f'only function tools are served, not {value!r}; give {{"type": "function", '
+                '"name": ..., "parameters": ...}'
+            )
         return value
 
 

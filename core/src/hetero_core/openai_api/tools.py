@@ -37,7 +37,7 @@ SYSTEM = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
     "For each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}"
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}'
     "\n</tool_call>"
 )
 
@@ -58,15 +58,19 @@ def tool_mode(body: ChatCompletionRequest) -> str | None:
     choice = body.tool_choice
     if not body.tools:
         if choice not in (None, "none", "auto"):
-            raise InvalidRequestError("tool_choice needs tools: give the functions the model may call in 'tools'")
+            raise InvalidRequestError(
+                "tool_choice needs tools: give the functions the model may call in 'tools'"
+            )
         return None
     if choice == "none":
         return None
     if isinstance(choice, NamedToolChoice):
         names = [t.function.name for t in body.tools]
         if choice.function.name not in names:
-            raise InvalidRequestError(f"tool_choice names function '{choice.function.name}', which is not in "
-                                      f"tools; available: {', '.join(names)}")
+            raise InvalidRequestError(
+                f"tool_choice names function '{choice.function.name}', which is not in "
+                f"tools; available: {', '.join(names)}"
+            )
         return "named"
     return choice or "auto"
 
@@ -76,8 +80,10 @@ def chat_messages(body: ChatCompletionRequest, mode: str | None) -> list[dict[st
     messages = [_render(m) for m in body.messages]
     if mode is None:
         return messages
-    listed = "\n".join(json.dumps({"type": "function", "function": t.function.model_dump(exclude_none=True)})
-                       for t in body.tools)
+    listed = "\n".join(
+        json.dumps({"type": "function", "function": t.function.model_dump(exclude_none=True)})
+        for t in body.tools
+    )
     system = SYSTEM.format(tools=listed)
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": messages[0]["content"] + "\n\n" + system}] + messages[1:]
@@ -117,10 +123,20 @@ def tool_call_schema(tools, parallel: bool) -> dict:
             defs[key] = _rebased(parameters, f"#/$defs/{key}")
             parameters = {"$ref": f"#/$defs/{key}"}
         properties = {"name": {"const": tool.function.name}, "arguments": parameters}
-        calls.append({"type": "object", "properties": properties,
-                      "required": ["name", "arguments"], "additionalProperties": False})
-    schema = {"type": "array", "minItems": 1, "maxItems": MAX_CALLS if parallel else 1,
-              "items": calls[0] if len(calls) == 1 else {"anyOf": calls}}
+        calls.append(
+            {
+                "type": "object",
+                "properties": properties,
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_CALLS if parallel else 1,
+        "items": calls[0] if len(calls) == 1 else {"anyOf": calls},
+    }
     if defs:
         schema["$defs"] = defs
     return schema
@@ -161,7 +177,11 @@ def calls_from_json(text: str, body: ChatCompletionRequest, mode: str) -> list[C
     once; ``named``: the arguments)."""
     if mode == "named":
         value = _loads(text)
-        return [Call(body.tool_choice.function.name, json.dumps(value), new_call_id())] if value is not None else []
+        return (
+            [Call(body.tool_choice.function.name, json.dumps(value), new_call_id())]
+            if value is not None
+            else []
+        )
     return calls_of(complete_calls(text)[0])
 
 
@@ -219,7 +239,7 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[Call]]:
         arguments = json.dumps(value.get("arguments", value.get("parameters", {})))
         if all((c.name, c.arguments) != (value["name"], arguments) for c in calls):
             calls.append(Call(value["name"], arguments, new_call_id()))
-        kept.append(text[last:match.start()])
+        kept.append(text[last : match.start()])
         last = match.end()
     kept.append(text[last:])
     content = "".join(kept).strip() if calls else text
@@ -239,8 +259,10 @@ def with_tool_grammar(body: ChatCompletionRequest, mode: str | None) -> ChatComp
     if guided is None:
         return body
     if guided_decoding(body) is not None:
-        raise InvalidRequestError(f"tool_choice '{mode}' already fixes the output's format; leave out "
-                                  "response_format and the guided_* fields")
+        raise InvalidRequestError(
+            f"tool_choice '{mode}' already fixes the output's format; leave out "
+            "response_format and the guided_* fields"
+        )
     return body.model_copy(update={"guided_json": json.loads(guided.json)})
 
 

@@ -77,14 +77,20 @@ class WeightMapping:
 
     checkpoint_names: Callable[[Iterable[str], Any], list[str]] = lambda names, config: list(names)
     from_checkpoint: Callable[[dict, Iterable[str], Any], dict] = lambda state, names, config: {
-        name: state[name] for name in names}
+        name: state[name] for name in names
+    }
     to_checkpoint: Callable[[dict, Any], dict] = lambda state, config: dict(state)
     ignored: Callable[[str, Any], bool] = unused_buffers
 
     @classmethod
-    def from_module(cls, module: str, checkpoint_names: str = "checkpoint_names",
-                    from_checkpoint: str = "from_checkpoint", to_checkpoint: str = "to_checkpoint",
-                    ignored: Callable[[str, Any], bool] = unused_buffers) -> WeightMapping:
+    def from_module(
+        cls,
+        module: str,
+        checkpoint_names: str = "checkpoint_names",
+        from_checkpoint: str = "from_checkpoint",
+        to_checkpoint: str = "to_checkpoint",
+        ignored: Callable[[str, Any], bool] = unused_buffers,
+    ) -> WeightMapping:
         """The mapping whose three functions are ``module``'s functions of those names, imported on
         first use (so registering an architecture imports no torch)."""
 
@@ -137,7 +143,9 @@ class ArchitectureRegistry:
 
     def add(self, name: str, architecture: ModelArchitecture, plugin: str) -> None:
         if name in self.entries or name in self.conflicts:
-            owners = self.conflicts.setdefault(name, [self.entries.pop(name)[1]] if name in self.entries else [])
+            owners = self.conflicts.setdefault(
+                name, [self.entries.pop(name)[1]] if name in self.entries else []
+            )
             owners.append(plugin)
             return
         self.entries[name] = (architecture, plugin)
@@ -157,8 +165,10 @@ class ArchitectureRegistry:
     def get(self, name: str) -> ModelArchitecture:
         if name in self.conflicts:
             owners = " and ".join(f"'{p}'" for p in self.conflicts[name])
-            raise PluginError(f"architecture '{name}' is registered by more than one plugin: {owners}; "
-                              "uninstall one of them or restrict plugins with the 'plugins' allow-list")
+            raise PluginError(
+                f"architecture '{name}' is registered by more than one plugin: {owners}; "
+                "uninstall one of them or restrict plugins with the 'plugins' allow-list"
+            )
         if name not in self.entries:
             raise ModelLoadError(self._unknown(name))
         return self.entries[name][0]
@@ -172,6 +182,8 @@ class ArchitectureRegistry:
         raise ModelLoadError(self._unknown(names[0] if names else "<none given>"))
 
     def _unknown(self, name: str) -> str:
-        return (f"unsupported architecture '{name}'; supported: {', '.join(self.names()) or '(none)'} "
-                f"(registered by plugins: {', '.join(self.plugins())}; "
-                "a plugin adds one through register_model_architectures, see docs/models.md)")
+        return (
+            f"unsupported architecture '{name}'; supported: {', '.join(self.names()) or '(none)'} "
+            f"(registered by plugins: {', '.join(self.plugins())}; "
+            "a plugin adds one through register_model_architectures, see docs/models.md)"
+        )

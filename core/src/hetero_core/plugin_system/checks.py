@@ -42,7 +42,14 @@ REQUIRED = {
     "scheduler_policy": (("decide",), ()),
     "kv_allocator": (  # hetero_core.kv.KVAllocator
         ("num_blocks_for", "get_computed_blocks", "allocate_slots", "cache_blocks", "free"),
-        ("num_blocks", "block_size", "has_prefix_cache", "has_copy_on_write", "num_free_blocks", "num_cached_blocks"),
+        (
+            "num_blocks",
+            "block_size",
+            "has_prefix_cache",
+            "has_copy_on_write",
+            "num_free_blocks",
+            "num_cached_blocks",
+        ),
     ),
     "executor": (("execute", "shutdown"), ()),
     "structured_output": (("compile", "new_state"), ()),
@@ -64,8 +71,9 @@ SIGNATURES = {
 }
 
 
-def check_registration(seam: str, name: Any, factory: Any, options: Any,
-                       traits: dict[str, Any] | None = None) -> None:
+def check_registration(
+    seam: str, name: Any, factory: Any, options: Any, traits: dict[str, Any] | None = None
+) -> None:
     """Raise ValueError (the loader records it as the plugin's failure) if a registration is unusable."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ValueError(
@@ -75,7 +83,9 @@ def check_registration(seam: str, name: Any, factory: Any, options: Any,
     arguments = FACTORY_ARGUMENTS[seam]
     call = f"factory({', '.join(arguments)})"
     if not callable(factory):
-        raise ValueError(f"{seam} '{name}': the factory must be callable as {call}, got {type(factory).__name__}")
+        raise ValueError(
+            f"{seam} '{name}': the factory must be callable as {call}, got {type(factory).__name__}"
+        )
     problem = _signature_problem(factory, len(arguments))
     if problem:
         raise ValueError(f"{seam} '{name}': core calls {call} but the factory {problem}; fix its parameters")

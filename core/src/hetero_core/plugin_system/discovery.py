@@ -78,7 +78,8 @@ def load_plugins(
     allowed = None if allow is None else set(allow)
 
     candidates: list[tuple[PluginInfo, object]] = [
-        (PluginInfo(name, *_core_dist()), importlib.import_module(module)) for name, module in BUILTIN_PLUGINS.items()
+        (PluginInfo(name, *_core_dist()), importlib.import_module(module))
+        for name, module in BUILTIN_PLUGINS.items()
     ]
     if entry_points is None:
         entry_points = _discover() if not os.environ.get(AUTOLOAD_ENV) else []
@@ -121,7 +122,9 @@ def load_plugins(
             info.components[ARCHITECTURES] = [name for name, _ in architectures]
         idle = None if components or commands or architectures else _idle_reason(manager, plugin)
         if idle:
-            registry.idle.append(f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}")
+            registry.idle.append(
+                f"plugin '{info.name}'{distribution_label(info.distribution, info.version)} {idle}"
+            )
         if commands:
             info.components[COMMANDS] = commands
     return PluginSet(manager, registry, infos)
@@ -138,8 +141,10 @@ def _check_hook_names(manager: pluggy.PluginManager, plugin: object) -> None:
             raise
         hook = unknown[0]
         specs = sorted(name for name, caller in vars(manager.hook).items() if caller.has_spec())
-        raise ValueError(f"implements {hook}, which is not a hetero hook{did_you_mean(hook, specs)} "
-                         f"(hooks: {', '.join(specs)})") from None
+        raise ValueError(
+            f"implements {hook}, which is not a hetero hook{did_you_mean(hook, specs)} "
+            f"(hooks: {', '.join(specs)})"
+        ) from None
 
 
 def _idle_reason(manager: pluggy.PluginManager, plugin: object) -> str | None:
@@ -174,18 +179,24 @@ def _collect(manager: pluggy.PluginManager, info: PluginInfo) -> list[Component]
     return collected
 
 
-def _collect_architectures(manager: pluggy.PluginManager, info: PluginInfo) -> list[tuple[str, ModelArchitecture]]:
+def _collect_architectures(
+    manager: pluggy.PluginManager, info: PluginInfo
+) -> list[tuple[str, ModelArchitecture]]:
     """The model architectures this plugin registers (``register_model_architectures``); a name that
     is not an identifier or a value that is not a ``ModelArchitecture`` fails the plugin."""
     collected: list[tuple[str, ModelArchitecture]] = []
 
     def register(name, architecture):
         if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"architecture name {name!r} must be the config.json 'architectures' entry, "
-                             "e.g. 'Phi3ForCausalLM'")
+            raise ValueError(
+                f"architecture name {name!r} must be the config.json 'architectures' entry, "
+                "e.g. 'Phi3ForCausalLM'"
+            )
         if not isinstance(architecture, ModelArchitecture):
-            raise ValueError(f"architecture '{name}': register a hetero_core.architectures.ModelArchitecture, "
-                             f"got {type(architecture).__name__}")
+            raise ValueError(
+                f"architecture '{name}': register a hetero_core.architectures.ModelArchitecture, "
+                f"got {type(architecture).__name__}"
+            )
         collected.append((name, architecture))
 
     for impl in manager.hook.register_model_architectures.get_hookimpls():
@@ -214,8 +225,10 @@ def _collect_commands(manager: pluggy.PluginManager, info: PluginInfo) -> list[s
             raise RuntimeError(f"register_commands raised {type(exc).__name__}: {exc}") from exc
     for name, parser in commands.choices.items():
         if not callable(parser.get_default("handler")):
-            raise RuntimeError(f"register_commands: command '{name}' has no handler; "
-                               "call set_defaults(handler=fn) on its parser")
+            raise RuntimeError(
+                f"register_commands: command '{name}' has no handler; "
+                "call set_defaults(handler=fn) on its parser"
+            )
     return list(commands.choices)
 
 

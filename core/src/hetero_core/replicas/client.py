@@ -58,11 +58,24 @@ class ReplicaClient:
     def is_running(self) -> bool:
         return not self._closed
 
-    async def generate(self, prompt, params: SamplingParams | None = None, request_id: str | None = None, *,
-                       fit_max_tokens: bool = False, priority: int | None = None,
-                       tenant: str | None = None) -> AsyncIterator:
-        response = self.handle.generate.remote(prompt=prompt, params=params, request_id=request_id,
-                                               fit_max_tokens=fit_max_tokens, priority=priority, tenant=tenant)
+    async def generate(
+        self,
+        prompt,
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        *,
+        fit_max_tokens: bool = False,
+        priority: int | None = None,
+        tenant: str | None = None,
+    ) -> AsyncIterator:
+        response = self.handle.generate.remote(
+            prompt=prompt,
+            params=params,
+            request_id=request_id,
+            fit_max_tokens=fit_max_tokens,
+            priority=priority,
+            tenant=tenant,
+        )
         replica, finished = None, False
         try:
             async for item in response:
@@ -77,12 +90,18 @@ class ReplicaClient:
         except RayActorError as exc:
             if replica is not None:
                 self.num_lost[replica] += 1
-            log.warning("replica.request_lost", replica=replica, request_id=request_id, error=type(exc).__name__)
-            raise ReplicaLostError(f"replica {replica or '(unknown)'} stopped while serving request {request_id} "
-                                   f"({type(exc).__name__}); the request was lost, retry it") from None
+            log.warning(
+                "replica.request_lost", replica=replica, request_id=request_id, error=type(exc).__name__
+            )
+            raise ReplicaLostError(
+                f"replica {replica or '(unknown)'} stopped while serving request {request_id} "
+                f"({type(exc).__name__}); the request was lost, retry it"
+            ) from None
         except BackPressureError:
-            raise EngineOverloadedError("every replica is at its limit of pending requests and the queue "
-                                        "in front of them is full (max_pending_requests); retry later") from None
+            raise EngineOverloadedError(
+                "every replica is at its limit of pending requests and the queue "
+                "in front of them is full (max_pending_requests); retry later"
+            ) from None
         except DeploymentUnavailableError as exc:
             raise EngineDeadError(f"no engine replica is available: {exc}") from None
         finally:

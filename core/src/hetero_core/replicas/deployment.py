@@ -50,8 +50,10 @@ def build_application(settings, server: ServerSettings):
         # frontend's router, up to the same number again, then get a 429.
         max_ongoing_requests=server.max_pending_requests,
         max_queued_requests=server.max_pending_requests,
-        request_router_config=RequestRouterConfig(request_router_class=FewestQueuedTokensRouter,
-                                                  request_routing_stats_period_s=ROUTING_STATS_PERIOD_S),
+        request_router_config=RequestRouterConfig(
+            request_router_class=FewestQueuedTokensRouter,
+            request_routing_stats_period_s=ROUTING_STATS_PERIOD_S,
+        ),
         health_check_period_s=HEALTH_CHECK_PERIOD_S,
         graceful_shutdown_timeout_s=server.graceful_shutdown_seconds,
         max_constructor_retry_count=MAX_CONSTRUCTOR_RETRIES,
@@ -67,9 +69,13 @@ def build_application(settings, server: ServerSettings):
         max_constructor_retry_count=MAX_CONSTRUCTOR_RETRIES,
         logging_config={"log_level": log_level, "enable_access_log": False},
     )
-    return frontend.bind(engine, model_name=server.served_model_name or settings.model, api_key=server.key(),
-                         max_body_bytes=server.max_body_bytes,
-                         max_pending_choices=server.replicas * server.max_pending_requests)
+    return frontend.bind(
+        engine,
+        model_name=server.served_model_name or settings.model,
+        api_key=server.key(),
+        max_body_bytes=server.max_body_bytes,
+        max_pending_choices=server.replicas * server.max_pending_requests,
+    )
 
 
 def app_builder(args: dict[str, str]):

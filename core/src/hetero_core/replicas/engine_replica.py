@@ -25,20 +25,33 @@ log = get_logger("hetero.replicas")
 
 class EngineReplica:
     def __init__(self, settings, max_pending_requests: int) -> None:
-        configure_logging(settings.log_format, settings.log_level)  # this process is ours: log as the CLI does
+        configure_logging(
+            settings.log_format, settings.log_level
+        )  # this process is ours: log as the CLI does
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.llm = AsyncLLM.from_settings(settings, max_pending_requests=max_pending_requests)
         log.info("replica.started", replica=self.replica_id)
 
-    async def generate(self, *, prompt, params: SamplingParams | None, request_id: str, fit_max_tokens: bool = False,
-                       priority: int | None = None, tenant: str | None = None) -> AsyncIterator:
+    async def generate(
+        self,
+        *,
+        prompt,
+        params: SamplingParams | None,
+        request_id: str,
+        fit_max_tokens: bool = False,
+        priority: int | None = None,
+        tenant: str | None = None,
+    ) -> AsyncIterator:
         yield self.replica_id
-        async for delta in self.llm.generate(prompt, params, request_id, fit_max_tokens=fit_max_tokens,
-                                             priority=priority, tenant=tenant):
+        async for delta in self.llm.generate(
+            prompt, params, request_id, fit_max_tokens=fit_max_tokens, priority=priority, tenant=tenant
+        ):
             yield delta
 
     def engine_info(self) -> EngineInfo:
-        return EngineInfo(max_model_len=self.llm.engine.max_model_len, default_params=self.llm.engine.default_params)
+        return EngineInfo(
+            max_model_len=self.llm.engine.max_model_len, default_params=self.llm.engine.default_params
+        )
 
     def record_routing_stats(self) -> dict:
         return {QUEUED_TOKENS_KEY: self.llm.stats.num_queued_tokens, REPORT_TIME_KEY: time.time()}

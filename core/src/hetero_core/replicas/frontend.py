@@ -12,11 +12,22 @@ REPLICA_HEADER = "x-hetero-replica"
 
 
 class Frontend:
-    def __init__(self, engine_handle, *, model_name: str, api_key: str | None, max_body_bytes: int,
-                 max_pending_choices: int) -> None:
+    def __init__(
+        self,
+        engine_handle,
+        *,
+        model_name: str,
+        api_key: str | None,
+        max_body_bytes: int,
+        max_pending_choices: int,
+    ) -> None:
         self.engine_handle = engine_handle
-        self.app_options = {"model_name": model_name, "api_key": api_key, "max_body_bytes": max_body_bytes,
-                            "max_pending_choices": max_pending_choices}
+        self.app_options = {
+            "model_name": model_name,
+            "api_key": api_key,
+            "max_body_bytes": max_body_bytes,
+            "max_pending_choices": max_pending_choices,
+        }
 
     async def __serve_build_asgi_app__(self):
         """Called by Ray Serve once the replica is constructed (``@serve.ingress()`` without an app)."""
@@ -42,7 +53,10 @@ class ReplicaHeader:
 
         async def send_with_header(message) -> None:
             if message["type"] == "http.response.start" and replicas:
-                headers = [*message.get("headers", []), (REPLICA_HEADER.encode(), ",".join(replicas).encode())]
+                headers = [
+                    *message.get("headers", []),
+                    (REPLICA_HEADER.encode(), ",".join(replicas).encode()),
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 

@@ -41,16 +41,20 @@ def connect(server: ServerSettings, log_level: str = "warning") -> bool:
             ray.init(address=server.ray_address, logging_level=level)
         except Exception as exc:  # ConnectionError, an authentication failure, ...
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise HeteroError(f"could not connect to the Ray cluster at {server.ray_address!r}: {reason} (a "
-                              "cluster with token authentication needs RAY_AUTH_MODE=token and its token)") from None
+            raise HeteroError(
+                f"could not connect to the Ray cluster at {server.ray_address!r}: {reason} (a "
+                "cluster with token authentication needs RAY_AUTH_MODE=token and its token)"
+            ) from None
         return False
     num_cpus = max(os.cpu_count() or 1, math.ceil(server.replicas * server.replica_cpus))
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=level)
     num_gpus = ray.cluster_resources().get("GPU", 0)
     if server.replicas * server.replica_gpus > num_gpus:
         ray.shutdown()
-        raise ConfigError(f"--replicas {server.replicas} with --replica-gpus {server.replica_gpus:g} needs "
-                          f"{server.replicas * server.replica_gpus:g} GPUs; this machine has {num_gpus:g}")
+        raise ConfigError(
+            f"--replicas {server.replicas} with --replica-gpus {server.replica_gpus:g} needs "
+            f"{server.replicas * server.replica_gpus:g} GPUs; this machine has {num_gpus:g}"
+        )
     return True
 
 
@@ -59,7 +63,9 @@ def deploy(settings, server: ServerSettings) -> str:
     is up. (On a cluster whose Serve already runs, its proxy keeps the address it has.)"""
     level = settings.log_level.upper()
     logging.getLogger("ray.serve").setLevel(level)  # this process's Serve messages
-    serve.start(http_options=HTTPOptions(host=server.host, port=server.port), logging_config={"log_level": level})
+    serve.start(
+        http_options=HTTPOptions(host=server.host, port=server.port), logging_config={"log_level": level}
+    )
     try:
         serve.run(build_application(settings, server), name=APP_NAME, route_prefix="/")
     except RuntimeError as exc:  # a replica's constructor failed (a wrong setting, a missing model)
@@ -88,8 +94,10 @@ def serve_replicas(settings, server: ServerSettings) -> None:
             connect(server, settings.log_level)
         url = deploy(settings, server)
         where = "a local Ray instance" if starts_ray else f"the Ray cluster at {server.ray_address}"
-        print(f"hetero: serving {server.replicas} engine replica(s) on {where} at {url} (Ctrl-C stops)",
-              file=sys.stderr)
+        print(
+            f"hetero: serving {server.replicas} engine replica(s) on {where} at {url} (Ctrl-C stops)",
+            file=sys.stderr,
+        )
         while True:  # until a signal's handler interrupts it (in this thread, within a second)
             time.sleep(1.0)
     finally:
@@ -113,12 +121,16 @@ def _check_reachable(address: str) -> None:
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not (sep and host and port.isdigit()):
-        raise ConfigError(f"ray_address {address!r} is not HOST:PORT (the head's GCS), ray://HOST:PORT "
-                          "(Ray Client), auto or local")
+        raise ConfigError(
+            f"ray_address {address!r} is not HOST:PORT (the head's GCS), ray://HOST:PORT "
+            "(Ray Client), auto or local"
+        )
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
-        raise HeteroError(f"could not connect to the Ray cluster at {address!r}: {exc.strerror or exc}") from None
+        raise HeteroError(
+            f"could not connect to the Ray cluster at {address!r}: {exc.strerror or exc}"
+        ) from None
 
 
 def _failure_reason(exc: RuntimeError) -> str:

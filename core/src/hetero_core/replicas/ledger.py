@@ -47,7 +47,9 @@ class QueuedTokensLedger:
     """The latest report of each replica and the requests sent to it. Replicas are any hashable ids."""
 
     reports: dict = field(default_factory=dict)  # replica -> [queued tokens, reported_at]
-    sent: dict = field(default_factory=dict)  # request id -> _Sent (one replica per request), until it finishes
+    sent: dict = field(
+        default_factory=dict
+    )  # request id -> _Sent (one replica per request), until it finishes
 
     def report(self, replica, stats: dict | None) -> None:
         """Take a replica's routing stats if newer than the last; requests sent to it at least
@@ -84,7 +86,9 @@ class QueuedTokensLedger:
 
     def queued_tokens(self, replica) -> int:
         reported = self.reports.get(replica, (0, 0.0))[0]
-        return reported + sum(s.num_tokens for s in self.sent.values() if s.replica == replica and not s.in_report)
+        return reported + sum(
+            s.num_tokens for s in self.sent.values() if s.replica == replica and not s.in_report
+        )
 
     def rank(self, replicas: list, rng: random.Random | None = None) -> list:
         """``replicas`` from fewest to most queued tokens; ties in random order, so equal replicas

@@ -24,11 +24,24 @@ class _ReplicaCollector:
     def collect(self):
         c = self.client
         families = [
-            (CounterMetricFamily, "hetero_replica_requests", "Engine requests a replica started", c.num_started),
-            (CounterMetricFamily, "hetero_replica_requests_lost",
-             "Engine requests lost because their replica stopped", c.num_lost),
-            (GaugeMetricFamily, "hetero_replica_requests_running", "Engine requests in flight on a replica",
-             c.num_running),
+            (
+                CounterMetricFamily,
+                "hetero_replica_requests",
+                "Engine requests a replica started",
+                c.num_started,
+            ),
+            (
+                CounterMetricFamily,
+                "hetero_replica_requests_lost",
+                "Engine requests lost because their replica stopped",
+                c.num_lost,
+            ),
+            (
+                GaugeMetricFamily,
+                "hetero_replica_requests_running",
+                "Engine requests in flight on a replica",
+                c.num_running,
+            ),
         ]
         for kind, name, doc, counts in families:
             family = kind(name, doc, labels=["replica"])

@@ -22,8 +22,9 @@ class FewestQueuedTokensRouter(RequestRouter):
     def initialize_state(self, **kwargs) -> None:
         self.ledger = QueuedTokensLedger()
 
-    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
-                              pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
+    ) -> list[list[RunningReplica]]:
         by_id = {r.replica_id: r for r in candidate_replicas}
         for replica_id, replica in by_id.items():
             self.ledger.report(replica_id, replica.routing_stats)
@@ -44,5 +45,9 @@ class FewestQueuedTokensRouter(RequestRouter):
 
     def _charge(self, pending_request: PendingRequest, replica_id) -> None:
         kwargs = pending_request.kwargs or {}
-        num_tokens = estimate_request_tokens(kwargs.get("prompt"), getattr(kwargs.get("params"), "max_tokens", None))
-        self.ledger.record_sent(replica_id, pending_request.metadata.internal_request_id, num_tokens, time.time())
+        num_tokens = estimate_request_tokens(
+            kwargs.get("prompt"), getattr(kwargs.get("params"), "max_tokens", None)
+        )
+        self.ledger.record_sent(
+            replica_id, pending_request.metadata.internal_request_id, num_tokens, time.time()
+        )

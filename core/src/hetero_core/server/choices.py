@@ -22,13 +22,21 @@ class ChoiceBudget:
         limit, num_choices = self.max_pending_choices, num_prompts * n
         asked = f"{num_choices} choices ({num_prompts} prompt{'s' if num_prompts > 1 else ''} x n={n})"
         if num_choices > limit:
-            raise APIError(400, f"this request asks for {asked}; the server runs at most {limit} at once "
-                                "(max_pending_requests): send fewer prompts per request or a smaller n",
-                           param="n" if num_prompts == 1 else "prompt", code="too_many_choices")
+            raise APIError(
+                400,
+                f"this request asks for {asked}; the server runs at most {limit} at once "
+                "(max_pending_requests): send fewer prompts per request or a smaller n",
+                param="n" if num_prompts == 1 else "prompt",
+                code="too_many_choices",
+            )
         if self.num_pending + num_choices > limit:
-            raise APIError(429, f"{asked} do not fit beside the {self.num_pending} choices running (limit "
-                                f"{limit}, max_pending_requests); retry later", "rate_limit_error",
-                           code="too_many_pending_requests")
+            raise APIError(
+                429,
+                f"{asked} do not fit beside the {self.num_pending} choices running (limit "
+                f"{limit}, max_pending_requests); retry later",
+                "rate_limit_error",
+                code="too_many_pending_requests",
+            )
         self.num_pending += num_choices
         return Reservation(self, num_choices)
 

@@ -30,8 +30,14 @@ class ClientDisconnected(Exception):
 class APIError(Exception):
     """An error answered with ``status`` and OpenAI's error body."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -42,8 +48,9 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
 
 def error_response(error: APIError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    return JSONResponse(error_body(error.message, error.type, error.param, error.code), error.status,
-                        headers=headers)
+    return JSONResponse(
+        error_body(error.message, error.type, error.param, error.code), error.status, headers=headers
+    )
 
 
 def to_api_error(exc: Exception) -> APIError:
@@ -70,8 +77,11 @@ def describe_validation(errors: list[dict]) -> APIError:
     for error in errors:
         loc = [str(p) for p in error.get("loc", ()) if p != "body"]
         if error.get("type") == "json_invalid":
-            return APIError(400, "the request body is not valid JSON: " + _json_problem(str(error.get("msg"))),
-                            code="invalid_json")
+            return APIError(
+                400,
+                "the request body is not valid JSON: " + _json_problem(str(error.get("msg"))),
+                code="invalid_json",
+            )
         if error.get("type") == "model_type" and not loc:  # the body itself is not an object
             got = _JSON_TYPES.get(type(error.get("input")), "a scalar")
             return APIError(400, f"the request body must be a JSON object, got {got}", code="invalid_json")
@@ -85,11 +95,19 @@ def describe_validation(errors: list[dict]) -> APIError:
         if top not in problems:  # one message per field: a union's branches would repeat it
             message = str(error.get("msg", "")).removeprefix("Value error, ")
             problems[top] = f"{field}: {message}{shown}"
-    return APIError(400, "invalid request: " + "; ".join(problems.values()), param=param, code="invalid_value")
+    return APIError(
+        400, "invalid request: " + "; ".join(problems.values()), param=param, code="invalid_value"
+    )
 
 
-_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
-               type(None): "null"}
+_JSON_TYPES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 # What the JSON parser's terse messages mean for the client, and the fix.
 _JSON_HINTS = {
     "surrogate": "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair",
@@ -113,6 +131,7 @@ def _short(value) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     """OpenAI error JSON for every error: ours, FastAPI's and Starlette's by handler, anything else
     (a bug) by ``InternalErrorGuard`` around the whole app."""
+
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
         return error_response(describe_validation(exc.errors()))
@@ -120,8 +139,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
-        return error_response(APIError(exc.status_code, str(exc.detail), "invalid_request_error",
-                                       code=kinds.get(exc.status_code)))
+        return error_response(
+            APIError(
+                exc.status_code, str(exc.detail), "invalid_request_error", code=kinds.get(exc.status_code)
+            )
+        )
 
     @app.exception_handler(APIError)
     @app.exception_handler(HeteroError)
@@ -159,5 +181,6 @@ class InternalErrorGuard:
         except Exception as exc:
             log.error("server.internal_error", path=scope.get("path"), error=repr(exc), exc_info=exc)
             if not started:  # else the response is cut short; uvicorn closes the connection
-                await error_response(APIError(500, f"internal server error: {type(exc).__name__}",
-                                              "server_error"))(scope, receive, send)
+                await error_response(
+                    APIError(500, f"internal server error: {type(exc).__name__}", "server_error")
+                )(scope, receive, send)

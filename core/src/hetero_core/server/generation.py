@@ -35,14 +35,28 @@ class ChoiceSpec:
 
 
 class Generation:
-    def __init__(self, llm: AsyncLLM, request_id: str, specs: list[ChoiceSpec], *,
-                 priority: int | None = None, tenant: str | None = None, reservation: Reservation | None = None,
-                 num_per_prompt: int = 1) -> None:
+    def __init__(
+        self,
+        llm: AsyncLLM,
+        request_id: str,
+        specs: list[ChoiceSpec],
+        *,
+        priority: int | None = None,
+        tenant: str | None = None,
+        reservation: Reservation | None = None,
+        num_per_prompt: int = 1,
+    ) -> None:
         self._reservation = reservation  # given back when the generation closes
         self._num_per_prompt = num_per_prompt  # choices of one prompt, consecutive in ``specs``
         self._streams = [
-            llm.generate(spec.prompt, spec.params, f"{request_id}-{i}", fit_max_tokens=spec.fit_max_tokens,
-                         priority=priority, tenant=tenant)
+            llm.generate(
+                spec.prompt,
+                spec.params,
+                f"{request_id}-{i}",
+                fit_max_tokens=spec.fit_max_tokens,
+                priority=priority,
+                tenant=tenant,
+            )
             for i, spec in enumerate(specs)
         ]
         self._firsts: list[RequestDelta] = []
@@ -130,21 +144,37 @@ async def collect(generation: Generation, num_choices: int) -> list[ChoiceResult
     return results
 
 
-async def run_choices(request: Request, state, body, request_id: str, prompts: list, max_tokens: int | None,
-                      num_logprobs: int | None, num_per_prompt: int | None = None,
-                      ) -> tuple[Generation, int, list[ChoiceResult] | None]:
+async def run_choices(
+    request: Request,
+    state,
+    body,
+    request_id: str,
+    prompts: list,
+    max_tokens: int | None,
+    num_logprobs: int | None,
+    num_per_prompt: int | None = None,
+) -> tuple[Generation, int, list[ChoiceResult] | None]:
     """Submit every choice (``num_per_prompt`` per prompt, default ``n``; more for ``best_of``) of an
     endpoint's request and wait for their first deltas; returns the generation, its number of choices
     and, unless the request streams, their results."""
     num_per_prompt = num_per_prompt or body.n
-    reservation = state.choices.reserve(len(prompts), num_per_prompt)  # 400 / 429 here, before any engine work
+    reservation = state.choices.reserve(
+        len(prompts), num_per_prompt
+    )  # 400 / 429 here, before any engine work
     try:
         specs = state.choice_specs(body, prompts, max_tokens, num_logprobs, num_per_prompt)
     except BaseException:
         reservation.release()
         raise
-    generation = Generation(state.llm, request_id, specs, priority=body.priority, tenant=body.user,
-                            reservation=reservation, num_per_prompt=num_per_prompt)
+    generation = Generation(
+        state.llm,
+        request_id,
+        specs,
+        priority=body.priority,
+        tenant=body.user,
+        reservation=reservation,
+        num_per_prompt=num_per_prompt,
+    )
     await until_disconnected(request, generation.start(), generation)
     if body.stream:
         return generation, len(specs), None
@@ -188,8 +218,11 @@ class EventStream(StreamingResponse):
     client left before the first event (so an unread stream is aborted and its choices given back)."""
 
     def __init__(self, events: AsyncIterator[str], generation: Generation) -> None:
-        super().__init__(events, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
         self.generation = generation
 
     async def __call__(self, scope, receive, send) -> None:

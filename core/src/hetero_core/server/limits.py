@@ -37,9 +37,15 @@ class ApiKeyGuard:
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.key):
             return await self.app(scope, receive, send)
         what = "missing" if not header else "wrong"
-        response = error_response(APIError(
-            401, f"{what} API key: send 'Authorization: Bearer <key>' with the server's key "
-                 "(--api-key / HETERO_API_KEY)", "authentication_error", code="invalid_api_key"))
+        response = error_response(
+            APIError(
+                401,
+                f"{what} API key: send 'Authorization: Bearer <key>' with the server's key "
+                "(--api-key / HETERO_API_KEY)",
+                "authentication_error",
+                code="invalid_api_key",
+            )
+        )
         length = _content_length(headers)
         if length is None or length > UNREAD_BODY_KEEPALIVE_BYTES:
             response.headers["connection"] = "close"
@@ -54,8 +60,11 @@ class BodySizeLimit:
         self.app, self.max_bytes = app, max_bytes
 
     def too_large(self) -> APIError:
-        return APIError(413, f"the request body is larger than the server's limit of {self.max_bytes} bytes "
-                             "(max_body_bytes)", code="request_too_large")
+        return APIError(
+            413,
+            f"the request body is larger than the server's limit of {self.max_bytes} bytes (max_body_bytes)",
+            code="request_too_large",
+        )
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":

@@ -30,15 +30,36 @@ class EngineMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.prompt_tokens = Counter("hetero_prompt_tokens", "Prompt tokens of requests that started generating", registry=r)
+        self.prompt_tokens = Counter(
+            "hetero_prompt_tokens", "Prompt tokens of requests that started generating", registry=r
+        )
         self.generation_tokens = Counter("hetero_generation_tokens", "Generated tokens", registry=r)
-        self.finished = Counter("hetero_requests_finished", "Finished requests by reason", ["finish_reason"], registry=r)
+        self.finished = Counter(
+            "hetero_requests_finished", "Finished requests by reason", ["finish_reason"], registry=r
+        )
         self.failed = Counter("hetero_requests_failed", "Requests the engine failed", registry=r)
         self.preemptions = Counter("hetero_preemptions", "Preemptions of finished requests", registry=r)
-        self.ttft = Histogram("hetero_time_to_first_token_seconds", "Arrival to first token", buckets=LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("hetero_inter_token_latency_seconds", "Between consecutive tokens of a request", buckets=LATENCY_BUCKETS, registry=r)
-        self.e2e = Histogram("hetero_e2e_request_latency_seconds", "Arrival to finish", buckets=LATENCY_BUCKETS, registry=r)
-        self.batch_size = Histogram("hetero_step_batch_size", "Sequences carried by one engine step", buckets=BATCH_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "hetero_time_to_first_token_seconds",
+            "Arrival to first token",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "hetero_inter_token_latency_seconds",
+            "Between consecutive tokens of a request",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "hetero_e2e_request_latency_seconds", "Arrival to finish", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.batch_size = Histogram(
+            "hetero_step_batch_size",
+            "Sequences carried by one engine step",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self._last_token_time: dict[str, float] = {}
 
     def watch(self, llm: AsyncLLM) -> None:
@@ -83,7 +104,10 @@ class _StatsCollector:
             "hetero_requests_waiting": ("Sequences waiting for admission", s.num_waiting),
             "hetero_requests_swapped": ("Sequences swapped out", s.num_swapped),
             "hetero_requests_pending": ("Requests accepted and not finished", s.num_pending),
-            "hetero_queued_tokens": ("Prompt + remaining output tokens of unfinished requests", s.num_queued_tokens),
+            "hetero_queued_tokens": (
+                "Prompt + remaining output tokens of unfinished requests",
+                s.num_queued_tokens,
+            ),
             "hetero_kv_blocks_used": ("KV cache blocks in use", s.num_blocks - s.num_free_blocks),
             "hetero_kv_blocks_total": ("KV cache blocks in the pool", s.num_blocks),
             "hetero_engine_steps": ("Engine steps that ran a batch", s.num_steps),
@@ -95,17 +119,33 @@ class _StatsCollector:
             yield GaugeMetricFamily(name, doc, value=value)
         counters = {  # speculative decoding (vLLM's names): acceptance rate = accepted / draft tokens,
             # mean accepted length = 1 + accepted / drafts
-            "hetero_spec_decode_num_drafts": ("Sequence-steps that verified proposed tokens", s.spec_num_drafts),
-            "hetero_spec_decode_num_draft_tokens": ("Proposed tokens verified by the target", s.spec_num_draft_tokens),
-            "hetero_spec_decode_num_accepted_tokens": ("Proposed tokens the target kept", s.spec_num_accepted_tokens),
+            "hetero_spec_decode_num_drafts": (
+                "Sequence-steps that verified proposed tokens",
+                s.spec_num_drafts,
+            ),
+            "hetero_spec_decode_num_draft_tokens": (
+                "Proposed tokens verified by the target",
+                s.spec_num_draft_tokens,
+            ),
+            "hetero_spec_decode_num_accepted_tokens": (
+                "Proposed tokens the target kept",
+                s.spec_num_accepted_tokens,
+            ),
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=value)
 
 
-@router.get("/metrics", response_class=Response, responses={200: {
-    "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
-    "description": "Prometheus text format"}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+            "description": "Prometheus text format",
+        }
+    },
+)
 async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from hetero_core.server.openapi import errors
 from hetero_core import __version__
 from hetero_core.openai_api.protocol import Health, ModelCard, ModelList
 from hetero_core.openai_api.token_protocol import VersionResponse
+from hetero_core.server.openapi import errors
 from hetero_core.server.state import get_state
 
 router = APIRouter()
@@ -34,8 +34,11 @@ async def version() -> VersionResponse:
     return VersionResponse(version=__version__)
 
 
-@health_router.get("/health", response_model=Health,
-                   responses={503: {"model": Health, "description": "the engine loop has stopped"}})
+@health_router.get(
+    "/health",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "the engine loop has stopped"}},
+)
 async def health(request: Request) -> JSONResponse:
     """200 while the engine loop serves; 503 with the reason once it has stopped."""
     llm = get_state(request).llm

@@ -33,34 +33,57 @@ def errors(*statuses: int) -> dict:
 def generation_route(request: type[BaseModel], response: type[BaseModel], chunk: type[BaseModel]) -> dict:
     """``router.post`` arguments of an endpoint that generates: JSON body in, JSON or events out. Each
     event of a stream is described as OpenAPI 3.2 does (its ``data`` holds JSON of the given schema)."""
-    def json_data(model: type[BaseModel]) -> dict:
-        return {"type": "string", "contentMediaType": "application/json",
-                "contentSchema": {"$ref": f"#/components/schemas/{model.__name__}"}}
 
-    events = {"schema": {
-        "description": f"one server-sent event: data: <{chunk.__name__}> for each new piece of text, "
-                       "data: <ErrorResponse> if the engine fails after the stream started, then data: [DONE]",
-        "type": "object", "required": ["data"],
-        "properties": {"data": {"anyOf": [json_data(chunk), json_data(ErrorResponse), {"const": "[DONE]"}]}},
-    }}
+    def json_data(model: type[BaseModel]) -> dict:
+        return {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": f"#/components/schemas/{model.__name__}"},
+        }
+
+    events = {
+        "schema": {
+            "description": f"one server-sent event: data: <{chunk.__name__}> for each new piece of text, "
+            "data: <ErrorResponse> if the engine fails after the stream started, then data: [DONE]",
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "data": {"anyOf": [json_data(chunk), json_data(ErrorResponse), {"const": "[DONE]"}]}
+            },
+        }
+    }
     return {
         "response_model": None,
-        "responses": {200: {"model": response, "content": {"text/event-stream": events},
-                            "description": "the answer; with stream: true, server-sent events"},
-                      **errors(400, 401, 404, 413, 429, 500, 503)},
-        "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{request.__name__}"}}}}},
+        "responses": {
+            200: {
+                "model": response,
+                "content": {"text/event-stream": events},
+                "description": "the answer; with stream: true, server-sent events",
+            },
+            **errors(400, 401, 404, 413, 429, 500, 503),
+        },
+        "openapi_extra": {
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{request.__name__}"}}
+                },
+            }
+        },
     }
 
 
-def install_openapi(app: FastAPI, models: list[type[BaseModel]], *, public_paths: frozenset[str],
-                    has_api_key: bool) -> None:
+def install_openapi(
+    app: FastAPI, models: list[type[BaseModel]], *, public_paths: frozenset[str], has_api_key: bool
+) -> None:
     """Serve a schema that holds ``models`` (and, with a key, bearer auth on non-public paths)."""
+
     def openapi() -> dict:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-            _, definitions = models_json_schema([(m, "validation") for m in models],
-                                                ref_template="#/components/schemas/{model}")
+            _, definitions = models_json_schema(
+                [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
+            )
             components = schema.setdefault("components", {})
             components.setdefault("schemas", {}).update(definitions.get("$defs", {}))
             if has_api_key:

@@ -45,16 +45,20 @@ async def create_response(request: Request):
     state = get_state(request)
     state.check_model(body.model)
     store = response_store(request)
-    history = store.get(body.previous_response_id, "previous_response_id").conversation \
-        if body.previous_response_id else []
+    history = (
+        store.get(body.previous_response_id, "previous_response_id").conversation
+        if body.previous_response_id
+        else []
+    )
     chat = chat_request(body, history)
     mode = tool_mode(chat)
     prompt = await asyncio.to_thread(chat_prompt, chat, mode, getattr(state.llm.engine, "tokenizer", None))
     chat = with_tool_grammar(chat, mode)
     response = _response(body, item_id("resp"), state.model_name)
     conversation = history + input_messages(body)
-    generation, _, results = await run_choices(request, state, chat, response.id, [prompt], chat.max_tokens,
-                                               chat.num_logprobs)
+    generation, _, results = await run_choices(
+        request, state, chat, response.id, [prompt], chat.max_tokens, chat.num_logprobs
+    )
     if results is None:
         return EventStream(_events(body, chat, mode, response, generation, store, conversation), generation)
     [result] = results
@@ -76,21 +80,33 @@ async def retrieve_response(response_id: str, request: Request) -> Response:
 def _response(body: ResponsesRequest, response_id: str, model: str) -> Response:
     choice = body.tool_choice
     return Response(
-        id=response_id, model=model, status="in_progress", instructions=body.instructions,
-        max_output_tokens=body.max_output_tokens, temperature=body.temperature, top_p=body.top_p,
+        id=response_id,
+        model=model,
+        status="in_progress",
+        instructions=body.instructions,
+        max_output_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
         tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
         tool_choice=choice.model_dump() if isinstance(choice, NamedFunctionChoice) else choice or "auto",
         parallel_tool_calls=body.parallel_tool_calls,
         text={"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
-        if body.text and body.text.format else {"format": {"type": "text"}},
-        previous_response_id=body.previous_response_id, store=body.store, metadata=body.metadata or {},
-        user=body.user)
+        if body.text and body.text.format
+        else {"format": {"type": "text"}},
+        previous_response_id=body.previous_response_id,
+        store=body.store,
+        metadata=body.metadata or {},
+        user=body.user,
+    )
 
 
 def _usage(output) -> ResponseUsage:
     counts = usage([output], 1)
-    return ResponseUsage(input_tokens=counts.prompt_tokens, output_tokens=counts.completion_tokens,
-                         total_tokens=counts.total_tokens)
+    return ResponseUsage(
+        input_tokens=counts.prompt_tokens,
+        output_tokens=counts.completion_tokens,
+        total_tokens=counts.total_tokens,
+    )
 
 
 def _status(calls, output) -> str:
@@ -103,17 +119,26 @@ def _keep(body: ResponsesRequest, store: ResponseStore, response: Response, conv
         store.put(response, conversation + turns(response.output))
 
 
-async def _events(body: ResponsesRequest, chat: ChatCompletionRequest, mode: str | None, response: Response,
-                  generation: Generation, store: ResponseStore, conversation: list[dict],
-                  ) -> AsyncIterator[str]:
+async def _events(
+    body: ResponsesRequest,
+    chat: ChatCompletionRequest,
+    mode: str | None,
+    response: Response,
+    generation: Generation,
+    store: ResponseStore,
+    conversation: list[dict],
+) -> AsyncIterator[str]:
     events = ResponseEvents(response)
     tools = ToolCallStream(chat, mode) if mode else None
     try:
         for event in events.start():
             yield event
         async for _, delta in generation.deltas():
-            logprobs = ([entry.model_dump(mode="json") for entry in chat_logprobs(delta.logprobs or []).content]
-                        if body.top_logprobs is not None else None)
+            logprobs = (
+                [entry.model_dump(mode="json") for entry in chat_logprobs(delta.logprobs or []).content]
+                if body.top_logprobs is not None
+                else None
+            )
             if tools is not None:
                 pieces = tools.feed(delta.text) + (tools.finish() if delta.finished else [])
             else:

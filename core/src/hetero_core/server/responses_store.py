@@ -34,9 +34,13 @@ class ResponseStore:
     def get(self, response_id: str, param: str = "response_id") -> Stored:
         stored = self._kept.get(response_id)
         if stored is None:
-            raise APIError(404, f"no stored response {response_id!r}: this server keeps the last "
-                                f"{self.capacity} responses made with store true", param=param,
-                           code="response_not_found")
+            raise APIError(
+                404,
+                f"no stored response {response_id!r}: this server keeps the last "
+                f"{self.capacity} responses made with store true",
+                param=param,
+                code="response_not_found",
+            )
         return stored
 
 

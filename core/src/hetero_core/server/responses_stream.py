@@ -46,8 +46,10 @@ class ResponseEvents:
     def start(self) -> list[str]:
         self.response.status = "in_progress"
         snapshot = self.response.model_dump(mode="json")
-        return [self.event("response.created", response=snapshot),
-                self.event("response.in_progress", response=snapshot)]
+        return [
+            self.event("response.created", response=snapshot),
+            self.event("response.in_progress", response=snapshot),
+        ]
 
     def delta(self, delta: ChatDelta, logprobs: list | None = None) -> list[str]:
         events = []
@@ -55,13 +57,20 @@ class ResponseEvents:
             events += self.text(delta.content, logprobs or [])
         for call in delta.tool_calls or []:
             if call.id is not None:
-                item = FunctionCallOutput(id=item_id("fc"), call_id=call.id, name=call.function.name,
-                                          status="in_progress")
+                item = FunctionCallOutput(
+                    id=item_id("fc"), call_id=call.id, name=call.function.name, status="in_progress"
+                )
                 events += self._add(item)
             if call.function.arguments:
                 self._open.arguments += call.function.arguments
-                events.append(self.event("response.function_call_arguments.delta", item_id=self._open.id,
-                                         output_index=self._index, delta=call.function.arguments))
+                events.append(
+                    self.event(
+                        "response.function_call_arguments.delta",
+                        item_id=self._open.id,
+                        output_index=self._index,
+                        delta=call.function.arguments,
+                    )
+                )
         return events
 
     def text(self, text: str, logprobs: list) -> list[str]:
@@ -69,15 +78,29 @@ class ResponseEvents:
         if not isinstance(self._open, OutputMessage):
             events += self._add(OutputMessage(id=item_id("msg"), status="in_progress"))
             self._open.content.append(OutputText(logprobs=[] if logprobs else None))
-            events.append(self.event("response.content_part.added", item_id=self._open.id,
-                                     output_index=self._index, content_index=0,
-                                     part=OutputText().model_dump(mode="json")))
+            events.append(
+                self.event(
+                    "response.content_part.added",
+                    item_id=self._open.id,
+                    output_index=self._index,
+                    content_index=0,
+                    part=OutputText().model_dump(mode="json"),
+                )
+            )
         part = self._open.content[0]
         part.text += text
         if part.logprobs is not None:
             part.logprobs += logprobs
-        events.append(self.event("response.output_text.delta", item_id=self._open.id,
-                                 output_index=self._index, content_index=0, delta=text, logprobs=logprobs))
+        events.append(
+            self.event(
+                "response.output_text.delta",
+                item_id=self._open.id,
+                output_index=self._index,
+                content_index=0,
+                delta=text,
+                logprobs=logprobs,
+            )
+        )
         return events
 
     def finish(self, status: str, usage) -> list[str]:
@@ -89,8 +112,10 @@ class ResponseEvents:
     def fail(self, code: str, message: str, param: str | None) -> list[str]:
         self.response.status = "failed"
         self.response.error = ResponseError(code=code, message=message)
-        return [self.event("error", code=code, message=message, param=param),
-                self.event("response.failed", response=self.response.model_dump(mode="json"))]
+        return [
+            self.event("error", code=code, message=message, param=param),
+            self.event("response.failed", response=self.response.model_dump(mode="json")),
+        ]
 
     @property
     def _index(self) -> int:
@@ -100,8 +125,11 @@ class ResponseEvents:
         events = self._close()
         self.response.output.append(item)
         self._open = item
-        return events + [self.event("response.output_item.added", output_index=self._index,
-                                    item=item.model_dump(mode="json"))]
+        return events + [
+            self.event(
+                "response.output_item.added", output_index=self._index, item=item.model_dump(mode="json")
+            )
+        ]
 
     def _close(self) -> list[str]:
         item, self._open = self._open, None
@@ -110,12 +138,35 @@ class ResponseEvents:
         item.status = "completed"
         if isinstance(item, OutputMessage):
             part = item.content[0]
-            events = [self.event("response.output_text.done", item_id=item.id, output_index=self._index,
-                                 content_index=0, text=part.text, logprobs=part.logprobs or []),
-                      self.event("response.content_part.done", item_id=item.id, output_index=self._index,
-                                 content_index=0, part=part.model_dump(mode="json"))]
+            events = [
+                self.event(
+                    "response.output_text.done",
+                    item_id=item.id,
+                    output_index=self._index,
+                    content_index=0,
+                    text=part.text,
+                    logprobs=part.logprobs or [],
+                ),
+                self.event(
+                    "response.content_part.done",
+                    item_id=item.id,
+                    output_index=self._index,
+                    content_index=0,
+                    part=part.model_dump(mode="json"),
+                ),
+            ]
         else:
-            events = [self.event("response.function_call_arguments.done", item_id=item.id,
-                                 output_index=self._index, name=item.name, arguments=item.arguments)]
-        return events + [self.event("response.output_item.done", output_index=self._index,
-                                    item=item.model_dump(mode="json"))]
+            events = [
+                self.event(
+                    "response.function_call_arguments.done",
+                    item_id=item.id,
+                    output_index=self._index,
+                    name=item.name,
+                    arguments=item.arguments,
+                )
+            ]
+        return events + [
+            self.event(
+                "response.output_item.done", output_index=self._index, item=item.model_dump(mode="json")
+            )
+        ]

@@ -27,12 +27,19 @@ FINAL_WRITE_SECONDS = 5.0
 def create_server_app(settings, server: ServerSettings) -> FastAPI:
     """Engine + AsyncLLM + app; the engine loop stops when the app shuts down."""
     engine_metrics = EngineMetrics()
-    llm = AsyncLLM.from_settings(settings, max_pending_requests=server.max_pending_requests,
-                                 observer=engine_metrics)
+    llm = AsyncLLM.from_settings(
+        settings, max_pending_requests=server.max_pending_requests, observer=engine_metrics
+    )
     model_name, serving = served_model(settings, server)
-    app = create_app(llm, model_name=model_name, api_key=server.key(),
-                     max_body_bytes=server.max_body_bytes, engine_metrics=engine_metrics, shutdown_llm=True,
-                     max_pending_choices=server.max_pending_requests)
+    app = create_app(
+        llm,
+        model_name=model_name,
+        api_key=server.key(),
+        max_body_bytes=server.max_body_bytes,
+        engine_metrics=engine_metrics,
+        shutdown_llm=True,
+        max_pending_choices=server.max_pending_requests,
+    )
     app.state.serving = serving  # what the ready line says is served
     return app
 
@@ -57,8 +64,14 @@ class GracefulServer(uvicorn.Server):
     end's client (whose ``shutdown`` aborts the requests it relays). ``stop``: an event that stops it as
     a signal would, without ``interrupted`` (the disaggregated launcher's, when a role is given up)."""
 
-    def __init__(self, config: uvicorn.Config, llm, drain_seconds: float, on_ready=None,
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        llm,
+        drain_seconds: float,
+        on_ready=None,
+        stop: threading.Event | None = None,
+    ) -> None:
         super().__init__(config)
         self.llm, self.drain_seconds = llm, drain_seconds
         self.on_ready = on_ready  # called once, when the server accepts connections
@@ -89,13 +102,22 @@ class GracefulServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def make_uvicorn_server(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, drain_seconds: float = 30.0,
-                        log_level: str = "info", on_ready=None, llm=None,
-                        stop: threading.Event | None = None) -> GracefulServer:
+def make_uvicorn_server(
+    app: FastAPI,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    drain_seconds: float = 30.0,
+    log_level: str = "info",
+    on_ready=None,
+    llm=None,
+    stop: threading.Event | None = None,
+) -> GracefulServer:
     """``llm``: what the drain waits for and the stop aborts (default: the OpenAI app's,
     ``app.state.hetero.llm``)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=FINAL_WRITE_SECONDS)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=FINAL_WRITE_SECONDS
+    )
     llm = llm if llm is not None else app.state.hetero.llm
     return GracefulServer(config, llm, drain_seconds, on_ready, stop)
 
@@ -108,17 +130,31 @@ def ready_line(model_name: str, listening: socket.socket) -> str:
     return f"hetero: serving {model_name} on http://{host}:{port} (OpenAI API at /v1)"
 
 
-def run_server(app: FastAPI, server: ServerSettings, listening: socket.socket, log_level: str = "info", *,
-               line: str | None = None, llm=None, stop: threading.Event | None = None) -> bool:
+def run_server(
+    app: FastAPI,
+    server: ServerSettings,
+    listening: socket.socket,
+    log_level: str = "info",
+    *,
+    line: str | None = None,
+    llm=None,
+    stop: threading.Event | None = None,
+) -> bool:
     """Serve on ``listening`` (from ``listen``) until stopped: Ctrl-C or SIGTERM (inside
     ``signals.sigterm_interrupts``) raise KeyboardInterrupt once the server has shut down; True if a
     signal stopped it without raising. ``line``: printed once it accepts connections (default:
     ``ready_line``); ``llm`` and ``stop``: as ``make_uvicorn_server``'s."""
     line = line or ready_line(getattr(app.state, "serving", app.state.hetero.model_name), listening)
-    runner = make_uvicorn_server(app, host=server.host, port=server.port,
-                                 drain_seconds=server.graceful_shutdown_seconds, log_level=log_level,
-                                 on_ready=lambda: print(line, file=sys.stderr, flush=True),
-                                 llm=llm, stop=stop)
+    runner = make_uvicorn_server(
+        app,
+        host=server.host,
+        port=server.port,
+        drain_seconds=server.graceful_shutdown_seconds,
+        log_level=log_level,
+        on_ready=lambda: print(line, file=sys.stderr, flush=True),
+        llm=llm,
+        stop=stop,
+    )
     runner.run(sockets=[listening])
     return runner.interrupted
 
@@ -127,8 +163,9 @@ def listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound before the engine loads, so that an address in use or not available
     is a one-line error at once (``hetero serve`` exits 2), not uvicorn's log line and exit 3 later."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; check --host") from None
@@ -137,6 +174,8 @@ def listen(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port "
-                          "or --host, or stop what uses it") from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port "
+            "or --host, or stop what uses it"
+        ) from None
     return sock

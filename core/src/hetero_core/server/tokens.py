@@ -23,9 +23,17 @@ router = APIRouter()
 
 def json_route(request_model) -> dict:
     """``router.post`` arguments: the body is ``request_model`` (in the schema's components), errors as documented."""
-    return {"responses": errors(400, 401, 404, 413), "openapi_extra": {"requestBody": {
-        "required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/{request_model.__name__}"}}}}}}
+    return {
+        "responses": errors(400, 401, 404, 413),
+        "openapi_extra": {
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{request_model.__name__}"}}
+                },
+            }
+        },
+    }
 
 
 @router.post("/tokenize", **json_route(TokenizeRequest))

@@ -37,21 +37,25 @@ class ToolCallStream:
         if not text:
             return []
         if self.mode == "named":
-            deltas = [] if self.num_calls else [_open(0, Call(self.body.tool_choice.function.name, "", new_call_id()))]
+            deltas = (
+                []
+                if self.num_calls
+                else [_open(0, Call(self.body.tool_choice.function.name, "", new_call_id()))]
+            )
             self.num_calls = 1
             return deltas + [_arguments(0, text)]
         self.held += text
         if self.mode == "required" or not self.streaming_content:
-            return self._send(self._completed()[self.num_calls:])
+            return self._send(self._completed()[self.num_calls :])
         start = self.held.find(OPEN)
         if start < 0:
             keep = _partial_tag(self.held)
-            content, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+            content, self.held = self.held[: len(self.held) - keep], self.held[len(self.held) - keep :]
             return [ChatDelta(content=content)] if content else []
         self.streaming_content = False
         content, self.held = self.held[:start], self.held[start:]
         deltas = [ChatDelta(content=content)] if content else []
-        return deltas + self._send(self._completed()[self.num_calls:])
+        return deltas + self._send(self._completed()[self.num_calls :])
 
     def finish(self) -> list[ChatDelta]:
         """The calls still to send, and any held content."""
@@ -63,7 +67,7 @@ class ToolCallStream:
             content, calls = auto_calls(self.held, self.body)
             content = content if calls else self.held
         deltas = [ChatDelta(content=content)] if content else []
-        deltas += self._send(calls[self.num_calls:])
+        deltas += self._send(calls[self.num_calls :])
         self.held = ""
         return deltas
 
@@ -72,7 +76,7 @@ class ToolCallStream:
         if self.mode == "required":
             return calls_of(complete_calls(self.held)[0])
         end = self.held.rfind(CLOSE)
-        return auto_calls(self.held[:end + len(CLOSE)], self.body)[1] if end >= 0 else []
+        return auto_calls(self.held[: end + len(CLOSE)], self.body)[1] if end >= 0 else []
 
     def _send(self, calls: list[Call]) -> list[ChatDelta]:
         deltas = []
@@ -83,8 +87,16 @@ class ToolCallStream:
 
 
 def _open(index: int, call: Call) -> ChatDelta:
-    return ChatDelta(tool_calls=[ToolCallDelta(index=index, id=call.id, type="function",
-                                               function=FunctionCallDelta(name=call.name, arguments=""))])
+    return ChatDelta(
+        tool_calls=[
+            ToolCallDelta(
+                index=index,
+                id=call.id,
+                type="function",
+                function=FunctionCallDelta(name=call.name, arguments=""),
+            )
+        ]
+    )
 
 
 def _arguments(index: int, text: str) -> ChatDelta:

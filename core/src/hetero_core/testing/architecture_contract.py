@@ -106,10 +106,18 @@ class ArchitectureContract:
         from hetero_core.executor import ExecutorContext
 
         self.plugin_set()
-        ctx = ExecutorContext(settings=None, options=TorchExecutorOptions(dtype="float32"),
-                              model_dir=self.model_dir(), num_blocks=num_blocks, block_size=self.block_size,
-                              max_model_len=1024, max_num_batched_tokens=1024, max_num_seqs=8, eos_token_id=None,
-                              vocab_size=self.vocab())
+        ctx = ExecutorContext(
+            settings=None,
+            options=TorchExecutorOptions(dtype="float32"),
+            model_dir=self.model_dir(),
+            num_blocks=num_blocks,
+            block_size=self.block_size,
+            max_model_len=1024,
+            max_num_batched_tokens=1024,
+            max_num_seqs=8,
+            eos_token_id=None,
+            vocab_size=self.vocab(),
+        )
         return TorchExecutor(ctx)
 
     # -- the checks ---------------------------------------------------------------------------------
@@ -122,8 +130,10 @@ class ArchitectureContract:
         raw = json.loads((self.model_dir() / "config.json").read_text())
         config = ModelConfig.from_dir(self.model_dir())
         if config.architecture not in raw["architectures"]:
-            raise ContractFailure("config.json's architecture is the one parsed",
-                                  f"config.json names {raw['architectures']}, parsed as {config.architecture}")
+            raise ContractFailure(
+                "config.json's architecture is the one parsed",
+                f"config.json names {raw['architectures']}, parsed as {config.architecture}",
+            )
 
     def test_logits_match_hf_prefill_then_decode_over_shuffled_blocks(self):
         tokens = self.tokens(self.prompt_length + self.num_decode_tokens, seed=1)
@@ -165,18 +175,30 @@ class ArchitectureContract:
         params = SamplingParams(temperature=0, max_tokens=self.num_greedy_tokens, ignore_eos=True)
         for mode in ("recompute", "swap"):
             settings = load_settings(
-                model=str(self.model_dir()), executor="torch", tokenizer="byte", dtype="float32",
-                block_size=self.block_size, max_model_len=blocks_per_seq * self.block_size,
-                max_num_blocks=blocks_per_seq + 2, max_prefill_chunk=5, max_total_tokens=16, memory_threshold=1.0,
-                preemption_mode=mode, num_swap_blocks=4 * blocks_per_seq, enable_prefix_caching=False)
+                model=str(self.model_dir()),
+                executor="torch",
+                tokenizer="byte",
+                dtype="float32",
+                block_size=self.block_size,
+                max_model_len=blocks_per_seq * self.block_size,
+                max_num_blocks=blocks_per_seq + 2,
+                max_prefill_chunk=5,
+                max_total_tokens=16,
+                memory_threshold=1.0,
+                preemption_mode=mode,
+                num_swap_blocks=4 * blocks_per_seq,
+                enable_prefix_caching=False,
+            )
             engine = build_engine(settings, self.plugin_set())
             try:
                 outputs = engine.generate(prompts, params)
             finally:
                 engine.shutdown()
             if sum(out.num_preemptions for out in outputs) == 0:
-                raise ContractFailure("the greedy check preempts sequences",
-                                      f"{mode}: no sequence was preempted; the check needs a smaller pool")
+                raise ContractFailure(
+                    "the greedy check preempts sequences",
+                    f"{mode}: no sequence was preempted; the check needs a smaller pool",
+                )
             for prompt, out, want in zip(prompts, outputs, expected, strict=True):
                 self._check_greedy(prompt, list(out.output_token_ids), want, mode)
 
@@ -230,14 +252,18 @@ class ArchitectureContract:
             if token != want:
                 if near_tie:
                     return  # either of two tied tokens is right; the sequences part here
-                raise ContractFailure("greedy tokens through the engine equal HF's",
-                                      f"{label}: greedy token {position} after a {len(prompt)}-token prompt is "
-                                      f"{token}, HF's is {want} (first {position} tokens equal)")
+                raise ContractFailure(
+                    "greedy tokens through the engine equal HF's",
+                    f"{label}: greedy token {position} after a {len(prompt)}-token prompt is "
+                    f"{token}, HF's is {want} (first {position} tokens equal)",
+                )
 
     def _check_rows(self, rows, expected, first: int, label: str) -> None:
         for offset, row in enumerate(rows):
             error = float((row.float() - expected[first + offset]).abs().max())
             if error > self.logits_atol:
-                raise ContractFailure("logits equal HF's within logits_atol",
-                                      f"{label}: at position {first + offset} they differ by {error:.2e} "
-                                      f"(> logits_atol {self.logits_atol})")
+                raise ContractFailure(
+                    "logits equal HF's within logits_atol",
+                    f"{label}: at position {first + offset} they differ by {error:.2e} "
+                    f"(> logits_atol {self.logits_atol})",
+                )

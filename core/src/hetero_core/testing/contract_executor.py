@@ -55,4 +55,4 @@ class ContractExecutor:
     def _move(self, source: array, destination: array, pairs: list[tuple[int, int]]) -> None:
         size = self.block_size
         for src, dst in pairs:
-            destination[dst * size:(dst + 1) * size] = source[src * size:(src + 1) * size]
+            destination[dst * size : (dst + 1) * size] = source[src * size : (src + 1) * size]

@@ -18,11 +18,14 @@ def check_output(output, num_rows: int, vocab_size: int, executor_vocab_size: in
     if output.token_ids is not None:
         vocab_size = executor_vocab_size or vocab_size
         if len(output.token_ids) != num_rows:
-            raise ContractFailure(ONE_ROW, f"{len(output.token_ids)} token ids for {num_rows} sampled sequences")
+            raise ContractFailure(
+                ONE_ROW, f"{len(output.token_ids)} token ids for {num_rows} sampled sequences"
+            )
         for row, token_id in enumerate(output.token_ids):
             if not isinstance(token_id, int) or isinstance(token_id, bool) or not 0 <= token_id < vocab_size:
-                raise ContractFailure(f"token ids are ints in [0, vocab_size = {vocab_size})",
-                                      f"row {row} is {token_id!r}")
+                raise ContractFailure(
+                    f"token ids are ints in [0, vocab_size = {vocab_size})", f"row {row} is {token_id!r}"
+                )
         return
     import torch
 
@@ -35,8 +38,10 @@ def check_output(output, num_rows: int, vocab_size: int, executor_vocab_size: in
     if logits.shape[1] < 1:
         raise ContractFailure("logits have one column per token of the vocabulary", "got 0 columns")
     if executor_vocab_size and logits.shape[1] != executor_vocab_size:
-        raise ContractFailure(f"logits have one column per token of the executor's vocab_size "
-                              f"({executor_vocab_size})", f"got {logits.shape[1]}")
+        raise ContractFailure(
+            f"logits have one column per token of the executor's vocab_size ({executor_vocab_size})",
+            f"got {logits.shape[1]}",
+        )
     if not logits.dtype.is_floating_point:
         raise ContractFailure("logits are floating point", f"got {logits.dtype}")
     if not bool(torch.isfinite(logits).all()):

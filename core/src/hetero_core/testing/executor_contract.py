@@ -123,14 +123,23 @@ class ExecutorContract:
         first_chunk = min(self.prefill_chunk, seqs[0].num_prompt_tokens - 1)
         segments = [(seqs[0], first_chunk)] + [(s, s.num_prompt_tokens) for s in seqs[1:]]
         batch = build_batch(segments, BlockPool(self.num_blocks), self.block_size)
-        check_output(executor.execute(batch), len(batch.sample_indices), self.vocab_size,
-                     self._capabilities(executor).vocab_size)
+        check_output(
+            executor.execute(batch),
+            len(batch.sample_indices),
+            self.vocab_size,
+            self._capabilities(executor).vocab_size,
+        )
 
     def test_block_tables_are_honoured(self):
         contiguous = self._run(self._alone_schedule(chunk=None), shuffle=False)
         shuffled = self._run(self._alone_schedule(chunk=None), shuffle=True)
-        check_same_rows(shuffled, contiguous, "block tables are honoured", "shuffled, non-contiguous block tables",
-                        self.logits_atol)
+        check_same_rows(
+            shuffled,
+            contiguous,
+            "block tables are honoured",
+            "shuffled, non-contiguous block tables",
+            self.logits_atol,
+        )
 
     def test_slot_writes_land_where_the_batch_says(self):
         """A copy of sequence 0 that takes its full blocks as a cached prefix reads what sequence 0
@@ -140,15 +149,26 @@ class ExecutorContract:
         original = self._sequences()[0]
         num_cached = (original.num_prompt_tokens // self.block_size) * self.block_size
         if num_cached == 0:
-            raise ValueError(f"prompt_lengths[0] ({original.num_prompt_tokens}) must span at least one full "
-                             f"block (block_size {self.block_size}); raise it in your test class")
+            raise ValueError(
+                f"prompt_lengths[0] ({original.num_prompt_tokens}) must span at least one full "
+                f"block (block_size {self.block_size}); raise it in your test class"
+            )
         expected = self._execute(executor, [[(original, original.num_prompt_tokens)], [(original, 1)]], pool)
-        copy = ContractSequence(100, list(original.token_ids), original.num_prompt_tokens, num_computed=num_cached,
-                                block_table=list(original.block_table[: num_cached // self.block_size]))
+        copy = ContractSequence(
+            100,
+            list(original.token_ids),
+            original.num_prompt_tokens,
+            num_computed=num_cached,
+            block_table=list(original.block_table[: num_cached // self.block_size]),
+        )
         got = self._execute(executor, [[(copy, original.num_prompt_tokens - num_cached)], [(copy, 1)]], pool)
-        check_same_rows({k[1]: v for k, v in got.items()}, {k[1]: v for k, v in expected.items()},
-                        "slot writes land where the batch says", "a sequence reading another's cached blocks",
-                        self.logits_atol)
+        check_same_rows(
+            {k[1]: v for k, v in got.items()},
+            {k[1]: v for k, v in expected.items()},
+            "slot writes land where the batch says",
+            "a sequence reading another's cached blocks",
+            self.logits_atol,
+        )
 
     def test_declared_block_copies_copy(self):
         executor = self._executor()
@@ -159,9 +179,13 @@ class ExecutorContract:
         sources = self._full_blocks(original)
         destinations = [pool.take() for _ in sources]
         executor.copy_blocks(list(zip(sources, destinations)))
-        check_same_rows(self._read_prefix(executor, original, destinations, pool), expected,
-                        "copy_blocks copies whole blocks (block_copy)", "a sequence reading the copies",
-                        self.logits_atol)
+        check_same_rows(
+            self._read_prefix(executor, original, destinations, pool),
+            expected,
+            "copy_blocks copies whole blocks (block_copy)",
+            "a sequence reading the copies",
+            self.logits_atol,
+        )
 
     def test_declared_swaps_round_trip(self):
         num_swap_blocks = self.num_swap_blocks or -(-self.prompt_lengths[0] // self.block_size)
@@ -172,15 +196,21 @@ class ExecutorContract:
         original, expected = self._written_prompt(executor, pool)
         sources = self._full_blocks(original)
         if len(sources) > num_swap_blocks:
-            raise ValueError(f"num_swap_blocks ({num_swap_blocks}) must hold the {len(sources)} full blocks "
-                             f"of prompt_lengths[0]; raise it in your test class")
+            raise ValueError(
+                f"num_swap_blocks ({num_swap_blocks}) must hold the {len(sources)} full blocks "
+                f"of prompt_lengths[0]; raise it in your test class"
+            )
         swap_blocks = list(range(len(sources)))[::-1]
         destinations = [pool.take() for _ in sources]
         executor.swap_out(list(zip(sources, swap_blocks)))
         executor.swap_in(list(zip(swap_blocks, destinations)))
-        check_same_rows(self._read_prefix(executor, original, destinations, pool), expected,
-                        "swap_out then swap_in gives the blocks back (block_swap)",
-                        "a sequence reading swapped-in blocks", self.logits_atol)
+        check_same_rows(
+            self._read_prefix(executor, original, destinations, pool),
+            expected,
+            "swap_out then swap_in gives the blocks back (block_swap)",
+            "a sequence reading swapped-in blocks",
+            self.logits_atol,
+        )
 
     def test_declared_kv_transfer_moves_blocks(self):
         exporter = self._executor()
@@ -191,24 +221,38 @@ class ExecutorContract:
         original, expected = self._written_prompt(exporter, pool)
         sources = self._full_blocks(original)
         layers = exporter.export_blocks(sources)
-        if not isinstance(layers, list) or not all(isinstance(layer, tuple) and layer and all(
-                isinstance(t, KVTensor) for t in layer) for layer in layers) or not layers:
-            raise ContractFailure("export_blocks returns a list of layers, each a tuple of KVTensor "
-                                  "(kv_export)", f"got {_describe_layers(layers)}")
+        if (
+            not isinstance(layers, list)
+            or not all(
+                isinstance(layer, tuple) and layer and all(isinstance(t, KVTensor) for t in layer)
+                for layer in layers
+            )
+            or not layers
+        ):
+            raise ContractFailure(
+                "export_blocks returns a list of layers, each a tuple of KVTensor (kv_export)",
+                f"got {_describe_layers(layers)}",
+            )
         dim = capabilities.kv_block_dim
         shapes = [t.shape for layer in layers for t in layer]
         if any(len(shape) <= dim or shape[dim] != len(sources) for shape in shapes):
-            raise ContractFailure(f"exported tensors hold the blocks along kv_block_dim ({dim})",
-                                  f"{len(sources)} blocks exported as shapes {sorted(set(shapes))}")
+            raise ContractFailure(
+                f"exported tensors hold the blocks along kv_block_dim ({dim})",
+                f"{len(sources)} blocks exported as shapes {sorted(set(shapes))}",
+            )
         importer = self._executor()
         if not self._capabilities(importer).kv_import:
             return
         pool = BlockPool(self.num_blocks, shuffle=True, seed=19)
         destinations = [pool.take() for _ in sources]
         importer.import_blocks(destinations, layers)
-        check_same_rows(self._read_prefix(importer, original, destinations, pool), expected,
-                        "import_blocks writes what export_blocks exported (kv_export, kv_import)",
-                        "a fresh executor reading imported blocks", self.logits_atol)
+        check_same_rows(
+            self._read_prefix(importer, original, destinations, pool),
+            expected,
+            "import_blocks writes what export_blocks exported (kv_export, kv_import)",
+            "a fresh executor reading imported blocks",
+            self.logits_atol,
+        )
 
     def test_declared_async_scheduling_runs_on_another_thread(self):
         if not self._capabilities(self._executor()).prefers_async_scheduling:
@@ -222,20 +266,35 @@ class ExecutorContract:
         thread = threading.Thread(target=run, name="contract-executor-thread")
         thread.start()
         thread.join()
-        check_same_rows(there.get("rows", {}), here, "execute gives the same rows on another thread "
-                        "(prefers_async_scheduling)", "the executor thread", self.logits_atol)
+        check_same_rows(
+            there.get("rows", {}),
+            here,
+            "execute gives the same rows on another thread (prefers_async_scheduling)",
+            "the executor thread",
+            self.logits_atol,
+        )
 
     def test_chunked_prefill_matches_unchunked(self):
         whole = self._run(self._alone_schedule(chunk=None))
         chunked = self._run(self._alone_schedule(chunk=self.prefill_chunk))
-        check_same_rows(chunked, whole, "chunked prefill gives the rows of an unchunked one",
-                        f"prefill in chunks of {self.prefill_chunk}", self.logits_atol)
+        check_same_rows(
+            chunked,
+            whole,
+            "chunked prefill gives the rows of an unchunked one",
+            f"prefill in chunks of {self.prefill_chunk}",
+            self.logits_atol,
+        )
 
     def test_mixed_prefill_and_decode_batches_match_separate_runs(self):
         alone = self._run(self._alone_schedule(chunk=None))
         mixed = self._run(self._mixed_schedule(), shuffle=True)
-        check_same_rows(mixed, alone, "a batch gives each sequence the rows it gets alone",
-                        "mixed prefill + decode batches", self.logits_atol)
+        check_same_rows(
+            mixed,
+            alone,
+            "a batch gives each sequence the rows it gets alone",
+            "mixed prefill + decode batches",
+            self.logits_atol,
+        )
 
     def test_prompt_logits_are_returned_or_refused(self):
         executor = self._executor()
@@ -246,8 +305,13 @@ class ExecutorContract:
             return
         whole = self._prompt_rows(self._alone_schedule(chunk=None))
         mixed = self._prompt_rows(self._mixed_schedule())
-        check_same_rows(mixed, whole, "prompt logits are the same chunked, beside other sequences or not",
-                        "mixed prefill + decode batches with prompt_logits", self.logits_atol)
+        check_same_rows(
+            mixed,
+            whole,
+            "prompt logits are the same chunked, beside other sequences or not",
+            "mixed prefill + decode batches with prompt_logits",
+            self.logits_atol,
+        )
 
     def test_speculative_rows_match_one_token_steps(self):
         """An executor that declares ``supports_speculative_decoding=True`` returns, for a sampled
@@ -261,9 +325,13 @@ class ExecutorContract:
         seqs, pool, rows = self._sequences(), BlockPool(self.num_blocks, shuffle=True, seed=5), {}
         # after the prompts, one step: the first sequence verifies all its fed tokens but the first
         # as proposals, the second none, the third one (each sequence's first fed token is its "last")
-        spec = [[self.num_fed_tokens - 1, 0, min(1, self.num_fed_tokens - 1)][i % 3] for i in range(len(seqs))]
-        steps = [([(s, s.num_prompt_tokens) for s in seqs], [0] * len(seqs)),
-                 ([(s, 1 + n) for s, n in zip(seqs, spec)], spec)]
+        spec = [
+            [self.num_fed_tokens - 1, 0, min(1, self.num_fed_tokens - 1)][i % 3] for i in range(len(seqs))
+        ]
+        steps = [
+            ([(s, s.num_prompt_tokens) for s in seqs], [0] * len(seqs)),
+            ([(s, 1 + n) for s, n in zip(seqs, spec)], spec),
+        ]
         for segments, proposals in steps:
             batch = build_batch(segments, pool, self.block_size)
             batch = dataclasses.replace(batch, num_spec_tokens=list(proposals))
@@ -273,8 +341,13 @@ class ExecutorContract:
             for i in batch.sample_indices:
                 for position in range(batch.context_lens[i] - proposals[i], batch.context_lens[i] + 1):
                     rows[(batch.seq_ids[i], position)] = next(values)
-        check_same_rows(rows, {key: alone[key] for key in rows}, "1 + n rows per sequence with n proposals",
-                        "a batch with num_spec_tokens", self.logits_atol)
+        check_same_rows(
+            rows,
+            {key: alone[key] for key in rows},
+            "1 + n rows per sequence with n proposals",
+            "a batch with num_spec_tokens",
+            self.logits_atol,
+        )
 
     def test_greedy_matches_the_reference(self):
         prompt = self._sequences()[0].token_ids[: self.prompt_lengths[0]]
@@ -283,17 +356,20 @@ class ExecutorContract:
             first, _ = self._greedy(self._executor(), prompt, feed=None)
             second, _ = self._greedy(self._executor(), prompt, feed=None)
             if first != second:
-                raise ContractFailure("greedy decoding is deterministic",
-                                      f"two fresh executors chose {first} and {second}")
+                raise ContractFailure(
+                    "greedy decoding is deterministic", f"two fresh executors chose {first} and {second}"
+                )
             return
         chosen, rows = self._greedy(self._executor(), prompt, feed=list(reference))
         for step, (want, got, row) in enumerate(zip(reference, chosen, rows)):
             if got != want:
                 margin = None if row is None else float(row[got] - row[want])
                 if margin is None or margin > self.logits_atol:
-                    raise ContractFailure("greedy decoding matches reference_greedy",
-                                          f"token {step}: executor chose {got}, reference {want} "
-                                          f"(logit margin {margin}, logits_atol {self.logits_atol})")
+                    raise ContractFailure(
+                        "greedy decoding matches reference_greedy",
+                        f"token {step}: executor chose {got}, reference {want} "
+                        f"(logit margin {margin}, logits_atol {self.logits_atol})",
+                    )
 
     # -- helpers ----------------------------------------------------------------------------------
     def _capabilities(self, executor) -> ExecutorCapabilities:
@@ -310,9 +386,11 @@ class ExecutorContract:
         """Sequence 0 run on ``executor`` (its prompt, then one fed token): (it, position -> row)."""
         original = self._sequences()[0]
         if original.num_prompt_tokens <= self.block_size:
-            raise ValueError(f"prompt_lengths[0] ({original.num_prompt_tokens}) must exceed block_size "
-                             f"({self.block_size}) for the block transfer checks; raise it in your test "
-                             "class")
+            raise ValueError(
+                f"prompt_lengths[0] ({original.num_prompt_tokens}) must exceed block_size "
+                f"({self.block_size}) for the block transfer checks; raise it in your test "
+                "class"
+            )
         rows = self._execute(executor, [[(original, original.num_prompt_tokens)], [(original, 1)]], pool)
         return original, {k[1]: v for k, v in rows.items()}
 
@@ -324,8 +402,13 @@ class ExecutorContract:
         """position -> row of a copy of ``original`` whose cached prefix is ``blocks`` (read through its own
         block table), computing the rest of the prompt and one fed token on ``executor``."""
         num_cached = len(blocks) * self.block_size
-        copy = ContractSequence(100, list(original.token_ids), original.num_prompt_tokens,
-                                num_computed=num_cached, block_table=list(blocks))
+        copy = ContractSequence(
+            100,
+            list(original.token_ids),
+            original.num_prompt_tokens,
+            num_computed=num_cached,
+            block_table=list(blocks),
+        )
         rows = self._execute(executor, [[(copy, original.num_prompt_tokens - num_cached)], [(copy, 1)]], pool)
         return {k[1]: v for k, v in rows.items()}
 
@@ -342,6 +425,7 @@ class ExecutorContract:
             ) from exc
         self.__dict__.setdefault("_contract_executors", []).append(executor)
         return executor
+
     def teardown_method(self, method):
         for executor in self.__dict__.pop("_contract_executors", []):
             executor.shutdown()
@@ -410,15 +494,26 @@ class ExecutorContract:
             flagged = batch.prompt_logits_indices
             got = output.prompt_logits
             if not isinstance(got, list) or len(got) != len(flagged):
-                raise ContractFailure("prompt_logits: one tensor per flagged sequence",
-                                      f"{len(flagged)} flagged, got {type(got).__name__} of {len(got or [])}")
+                raise ContractFailure(
+                    "prompt_logits: one tensor per flagged sequence",
+                    f"{len(flagged)} flagged, got {type(got).__name__} of {len(got or [])}",
+                )
             sampled = dict(zip(batch.sample_indices, list(output.logits)))
             for i, logits in zip(flagged, got):
-                check_output(ExecutorOutput(logits=logits), batch.query_len(i), self.vocab_size,
-                             executor.capabilities.vocab_size)
+                check_output(
+                    ExecutorOutput(logits=logits),
+                    batch.query_len(i),
+                    self.vocab_size,
+                    executor.capabilities.vocab_size,
+                )
                 if i in sampled:
-                    check_same_rows({0: logits[-1]}, {0: sampled[i]}, "the last prompt logits row is the sampled "
-                                    "row", "a sampled prompt segment", self.logits_atol)
+                    check_same_rows(
+                        {0: logits[-1]},
+                        {0: sampled[i]},
+                        "the last prompt logits row is the sampled row",
+                        "a sampled prompt segment",
+                        self.logits_atol,
+                    )
                 first = batch.positions[batch.query_start_loc[i]]
                 for j, row in enumerate(logits):
                     rows[(batch.seq_ids[i], first + j)] = row
@@ -445,6 +540,13 @@ class ExecutorContract:
 def _describe_layers(layers) -> str:
     if not isinstance(layers, list):
         return type(layers).__name__
-    return "[" + ", ".join(type(layer).__name__ if not isinstance(layer, tuple) else
-                           "(" + ", ".join(type(t).__name__ for t in layer) + ")" for layer in layers[:3]) + \
-        (", ...]" if len(layers) > 3 else "]")
+    return (
+        "["
+        + ", ".join(
+            type(layer).__name__
+            if not isinstance(layer, tuple)
+            else "(" + ", ".join(type(t).__name__ for t in layer) + ")"
+            for layer in layers[:3]
+        )
+        + (", ...]" if len(layers) > 3 else "]")
+    )

@@ -51,35 +51,60 @@ class World:
         num_free = allocator.num_free_blocks
         computed = allocator.get_computed_blocks(tokens)
         blocks = list(computed.block_ids)
-        expect(allocator.num_free_blocks == num_free, "get_computed_blocks takes no block",
-               f"num_free_blocks went from {num_free} to {allocator.num_free_blocks}")
-        expect(computed.num_tokens == len(blocks) * bs <= len(tokens), "computed blocks are full blocks of the prefix",
-               f"{len(blocks)} blocks of {bs} for num_tokens={computed.num_tokens} of {len(tokens)} tokens")
-        expect(allocator.has_prefix_cache or not blocks, "without a prefix cache nothing is computed",
-               f"get_computed_blocks returned {blocks}")
+        expect(
+            allocator.num_free_blocks == num_free,
+            "get_computed_blocks takes no block",
+            f"num_free_blocks went from {num_free} to {allocator.num_free_blocks}",
+        )
+        expect(
+            computed.num_tokens == len(blocks) * bs <= len(tokens),
+            "computed blocks are full blocks of the prefix",
+            f"{len(blocks)} blocks of {bs} for num_tokens={computed.num_tokens} of {len(tokens)} tokens",
+        )
+        expect(
+            allocator.has_prefix_cache or not blocks,
+            "without a prefix cache nothing is computed",
+            f"get_computed_blocks returned {blocks}",
+        )
         for i, block in enumerate(blocks):
             held = [self.slots.get((block, j)) for j in range(bs)]
-            expect(held == tokens[i * bs : (i + 1) * bs], "a computed block holds those tokens",
-                   f"block {block} (position {i}) holds {held}, the prefix has {tokens[i * bs:(i + 1) * bs]}")
+            expect(
+                held == tokens[i * bs : (i + 1) * bs],
+                "a computed block holds those tokens",
+                f"block {block} (position {i}) holds {held}, the prefix has {tokens[i * bs : (i + 1) * bs]}",
+            )
         return computed
 
-    def allocate(self, table: Table, num_new: int, computed: ComputedBlocks | None = None,
-                 max_used_blocks: float | None = None) -> bool:
+    def allocate(
+        self,
+        table: Table,
+        num_new: int,
+        computed: ComputedBlocks | None = None,
+        max_used_blocks: float | None = None,
+    ) -> bool:
         """``allocate_slots`` for the table's next ``num_new`` tokens, checked, then "computed"."""
         allocator, bs = self.allocator, self.bs
         before, num_free = list(table.blocks), allocator.num_free_blocks
         start, end = table.num_computed, table.num_computed + num_new
-        slots = allocator.allocate_slots(table.blocks, start, num_new, computed, max_used_blocks=max_used_blocks)
+        slots = allocator.allocate_slots(
+            table.blocks, start, num_new, computed, max_used_blocks=max_used_blocks
+        )
         if slots is None:
-            expect(table.blocks == before and allocator.num_free_blocks == num_free, "allocate_slots is all or nothing",
-                   f"it returned None but the table went from {before} to {table.blocks} and num_free_blocks "
-                   f"from {num_free} to {allocator.num_free_blocks}")
+            expect(
+                table.blocks == before and allocator.num_free_blocks == num_free,
+                "allocate_slots is all or nothing",
+                f"it returned None but the table went from {before} to {table.blocks} and num_free_blocks "
+                f"from {num_free} to {allocator.num_free_blocks}",
+            )
             return False
         self._check_filled(table, before, computed, slots.block_copies, end)
         if max_used_blocks is not None:
             used = allocator.num_blocks - allocator.num_free_blocks
-            expect(used <= max_used_blocks, "allocate_slots respects max_used_blocks",
-                   f"{used} blocks in use after it, max_used_blocks={max_used_blocks}")
+            expect(
+                used <= max_used_blocks,
+                "allocate_slots respects max_used_blocks",
+                f"{used} blocks in use after it, max_used_blocks={max_used_blocks}",
+            )
         for source, destination in slots.block_copies:  # the executor copies before the batch runs
             for j in range(bs):
                 if (source, j) in self.slots:
@@ -87,39 +112,56 @@ class World:
         others = Counter(b for other in self.tables if other is not table for b in other.blocks)
         for position in range(start, end):
             block = table.blocks[position // bs]
-            expect(not others[block], "a block a table writes is held by no other table",
-                   f"position {position} goes to block {block}, which another table holds (no copy-on-write)")
+            expect(
+                not others[block],
+                "a block a table writes is held by no other table",
+                f"position {position} goes to block {block}, which another table holds (no copy-on-write)",
+            )
             self.slots[block, position % bs] = table.tokens[position]
         table.num_computed = end
         return True
 
     def _check_filled(self, table: Table, before: list[int], computed, copies, end: int) -> None:
         allocator, blocks = self.allocator, table.blocks
-        expect(len(blocks) >= allocator.num_blocks_for(end), "allocate_slots fills the table",
-               f"{len(blocks)} blocks hold {end} tokens of {self.bs} per block")
-        expect(all(0 <= b < allocator.num_blocks for b in blocks), "blocks are in the pool",
-               f"table {blocks}, pool of {allocator.num_blocks}")
+        expect(
+            len(blocks) >= allocator.num_blocks_for(end),
+            "allocate_slots fills the table",
+            f"{len(blocks)} blocks hold {end} tokens of {self.bs} per block",
+        )
+        expect(
+            all(0 <= b < allocator.num_blocks for b in blocks),
+            "blocks are in the pool",
+            f"table {blocks}, pool of {allocator.num_blocks}",
+        )
         expect(len(set(blocks)) == len(blocks), "a table holds a block once", f"table {blocks}")
         kept = before or list(computed.block_ids if computed is not None else ())
         replaced = dict(copies)
         for i, block in enumerate(kept):
-            expect(blocks[i] == block or replaced.get(block) == blocks[i], "a table's blocks never move",
-                   f"index {i} held {block}, now {blocks[i]}; block copies {list(copies)}")
+            expect(
+                blocks[i] == block or replaced.get(block) == blocks[i],
+                "a table's blocks never move",
+                f"index {i} held {block}, now {blocks[i]}; block copies {list(copies)}",
+            )
 
     def check_counts(self) -> None:
         allocator = self.allocator
         held = {b for table in self.tables for b in table.blocks}
-        expect(allocator.num_free_blocks == allocator.num_blocks - len(held),
-               "free blocks are the pool minus the held ones",
-               f"num_free_blocks={allocator.num_free_blocks}, pool {allocator.num_blocks}, {len(held)} held")
+        expect(
+            allocator.num_free_blocks == allocator.num_blocks - len(held),
+            "free blocks are the pool minus the held ones",
+            f"num_free_blocks={allocator.num_free_blocks}, pool {allocator.num_blocks}, {len(held)} held",
+        )
 
     def check_tables_intact(self) -> None:
         for table in self.tables:
             for position in range(table.num_computed):
                 block = table.blocks[position // self.bs]
                 held = self.slots.get((block, position % self.bs))
-                expect(held == table.tokens[position], "what a table computed stays in its blocks",
-                       f"position {position} (block {block}) holds {held}, was {table.tokens[position]}")
+                expect(
+                    held == table.tokens[position],
+                    "what a table computed stays in its blocks",
+                    f"position {position} (block {block}) holds {held}, was {table.tokens[position]}",
+                )
 
     def free(self, table: Table) -> None:
         stale = list(table.blocks)
@@ -134,7 +176,6 @@ class World:
             expect(False, "a double free raises BlockAllocatorError", f"freeing {stale} again raised nothing")
 
 
-
 class AllocatorMachine(RuleBasedStateMachine):
     """Random start / extend / cache / free, checked after every rule."""
 
@@ -145,13 +186,19 @@ class AllocatorMachine(RuleBasedStateMachine):
     def make_world(self) -> World:
         raise NotImplementedError
 
-    @rule(document=st.sampled_from(DOCUMENTS), length=st.sampled_from([4, 8]) | st.integers(1, 30), data=st.data(),
-          max_used=st.sampled_from([None, None, 6.0, 9.5]))
+    @rule(
+        document=st.sampled_from(DOCUMENTS),
+        length=st.sampled_from([4, 8]) | st.integers(1, 30),
+        data=st.data(),
+        max_used=st.sampled_from([None, None, 6.0, 9.5]),
+    )
     def start(self, document, length, data, max_used):
         world, allocator = self.world, self.world.allocator
         table = Table(tokens=document[:length])
         computed = None
-        if allocator.has_prefix_cache:  # as the scheduler asks: the last token is recomputed unless it can copy
+        if (
+            allocator.has_prefix_cache
+        ):  # as the scheduler asks: the last token is recomputed unless it can copy
             limit = length if allocator.has_copy_on_write else length - 1
             computed = world.lookup(table.tokens[:limit])
             table.num_computed = min(computed.num_tokens, length - 1)

@@ -36,8 +36,9 @@ __all__ = ["KVConnectorContract", "sample_blocks"]
 SLACK_S = 5.0  # how far past its timeout a failing fetch may return
 
 
-def sample_blocks(seed: int = 0, num_layers: int = 3, num_blocks: int = 3, block_size: int = 4,
-                  row_bytes: int = 96) -> KVBlocks:
+def sample_blocks(
+    seed: int = 0, num_layers: int = 3, num_blocks: int = 3, block_size: int = 4, row_bytes: int = 96
+) -> KVBlocks:
     """KV blocks of random bytes: per layer a K and a V (``float32`` and ``bfloat16`` alternating)."""
     rng = random.Random(seed)
     layers = []
@@ -77,13 +78,16 @@ class KVConnectorContract:
             got = fetch()
         except KVTransferError as exc:
             if time.monotonic() - started > self.timeout_s + SLACK_S:
-                raise ContractFailure(rule, f"failed only after {time.monotonic() - started:.1f}s "
-                                            f"(timeout {self.timeout_s}s)") from None
+                raise ContractFailure(
+                    rule, f"failed only after {time.monotonic() - started:.1f}s (timeout {self.timeout_s}s)"
+                ) from None
             if not str(exc):
                 raise ContractFailure(rule, "KVTransferError without a message") from None
             return exc
         except Exception as exc:
-            raise ContractFailure(rule, f"raised {type(exc).__name__}: {exc} instead of KVTransferError") from None
+            raise ContractFailure(
+                rule, f"raised {type(exc).__name__}: {exc} instead of KVTransferError"
+            ) from None
         raise ContractFailure(rule, f"the fetch returned {type(got).__name__} instead of failing")
 
     @staticmethod
@@ -103,51 +107,71 @@ class KVConnectorContract:
                 raise ContractFailure(rule, f"layer {i}: sent {len(a)} tensors, got {len(b)}")
             for j, (x, y) in enumerate(zip(a, b)):
                 if (x.dtype, tuple(x.shape)) != (y.dtype, tuple(y.shape)):
-                    raise ContractFailure(rule, f"layer {i} tensor {j}: sent {x.dtype} {x.shape}, got {y.dtype} {y.shape}")
+                    raise ContractFailure(
+                        rule, f"layer {i} tensor {j}: sent {x.dtype} {x.shape}, got {y.dtype} {y.shape}"
+                    )
                 if bytes(x.data) != bytes(y.data):
                     raise ContractFailure(rule, f"layer {i} tensor {j}: the bytes changed")
 
     # -- the rules --------------------------------------------------------------------------------
     def test_round_trip_keeps_bytes_dtype_and_layout(self):
         publisher, fetcher = self._pair()
-        for seed, blocks in enumerate([sample_blocks(1), sample_blocks(2, num_layers=1, num_blocks=1),
-                                       sample_blocks(3, num_layers=2, num_blocks=64, row_bytes=4096)]):
+        for seed, blocks in enumerate(
+            [
+                sample_blocks(1),
+                sample_blocks(2, num_layers=1, num_blocks=1),
+                sample_blocks(3, num_layers=2, num_blocks=64, row_bytes=4096),
+            ]
+        ):
             address = publisher.publish(f"t{seed}", blocks)
-            self._check_same("a round trip keeps every byte, dtype, shape and token id",
-                             fetcher.fetch(address, f"t{seed}", self.timeout_s), blocks)
+            self._check_same(
+                "a round trip keeps every byte, dtype, shape and token id",
+                fetcher.fetch(address, f"t{seed}", self.timeout_s),
+                blocks,
+            )
 
     def test_a_transfer_is_fetched_once_and_discard_drops_it(self):
         publisher, fetcher = self._pair()
         address = publisher.publish("once", sample_blocks())
         fetcher.fetch(address, "once", self.timeout_s)
-        self._expect_failure("a second fetch of a transfer fails with KVTransferError",
-                             lambda: fetcher.fetch(address, "once", self.timeout_s))
+        self._expect_failure(
+            "a second fetch of a transfer fails with KVTransferError",
+            lambda: fetcher.fetch(address, "once", self.timeout_s),
+        )
         address = publisher.publish("dropped", sample_blocks())
         publisher.discard("dropped")
         publisher.discard("never-published")  # no error
-        self._expect_failure("a fetch after discard fails with KVTransferError",
-                             lambda: fetcher.fetch(address, "dropped", self.timeout_s))
+        self._expect_failure(
+            "a fetch after discard fails with KVTransferError",
+            lambda: fetcher.fetch(address, "dropped", self.timeout_s),
+        )
 
     def test_an_unknown_transfer_fails_clearly(self):
         publisher, fetcher = self._pair()
         address = publisher.publish("known", sample_blocks())
-        self._expect_failure("an unknown transfer id fails with KVTransferError",
-                             lambda: fetcher.fetch(address, "unknown", self.timeout_s))
+        self._expect_failure(
+            "an unknown transfer id fails with KVTransferError",
+            lambda: fetcher.fetch(address, "unknown", self.timeout_s),
+        )
 
     def test_a_closed_publisher_fails_the_fetch(self):
         publisher, fetcher = self._pair()
         address = publisher.publish("orphan", sample_blocks())
         publisher.close()
-        self._expect_failure("a fetch from a publisher that closed fails with KVTransferError",
-                             lambda: fetcher.fetch(address, "orphan", self.timeout_s))
+        self._expect_failure(
+            "a fetch from a publisher that closed fails with KVTransferError",
+            lambda: fetcher.fetch(address, "orphan", self.timeout_s),
+        )
 
     def test_a_silent_peer_times_out(self):
         address = self.silent_address()
         if address is None:
             return
         _, fetcher = self._pair()
-        self._expect_failure("a fetch from a peer that never answers fails with KVTransferError in time",
-                             lambda: fetcher.fetch(address, "anything", self.timeout_s))
+        self._expect_failure(
+            "a fetch from a peer that never answers fails with KVTransferError in time",
+            lambda: fetcher.fetch(address, "anything", self.timeout_s),
+        )
 
     def test_one_failed_transfer_leaves_the_others_intact(self):
         publisher, fetcher = self._pair()
@@ -155,8 +179,10 @@ class KVConnectorContract:
         address = ""
         for tid, blocks in sent.items():
             address = publisher.publish(tid, blocks)
-        self._expect_failure("an unknown transfer id fails with KVTransferError",
-                             lambda: fetcher.fetch(address, "c-missing", self.timeout_s))
+        self._expect_failure(
+            "an unknown transfer id fails with KVTransferError",
+            lambda: fetcher.fetch(address, "c-missing", self.timeout_s),
+        )
         results, errors = {}, []
 
         def fetch(tid):
@@ -171,7 +197,11 @@ class KVConnectorContract:
         for t in threads:
             t.join(self.timeout_s + SLACK_S)
         if errors or len(results) != len(sent):
-            raise ContractFailure("transfers fetched from several threads at once each arrive whole",
-                                  "; ".join(errors) or f"{len(results)} of {len(sent)} arrived")
+            raise ContractFailure(
+                "transfers fetched from several threads at once each arrive whole",
+                "; ".join(errors) or f"{len(results)} of {len(sent)} arrived",
+            )
         for tid, blocks in sent.items():
-            self._check_same("transfers fetched from several threads at once each arrive whole", results[tid], blocks)
+            self._check_same(
+                "transfers fetched from several threads at once each arrive whole", results[tid], blocks
+            )

@@ -43,9 +43,21 @@ class ContractSequence:
 def build_batch(segments: list[tuple[ContractSequence, int]], pool: BlockPool, block_size: int) -> Batch:
     """One step: each ``(seq, num_new)`` processes its next ``num_new`` tokens; a sequence is
     sampled when its segment reaches the end of the prompt or beyond. Advances ``num_computed``."""
-    values: dict[str, list] = {k: [] for k in (
-        "seq_ids", "token_ids", "positions", "slot_mapping", "context_lens", "block_tables",
-        "is_prefill", "sample", "num_prompt_tokens", "seeds")}
+    values: dict[str, list] = {
+        k: []
+        for k in (
+            "seq_ids",
+            "token_ids",
+            "positions",
+            "slot_mapping",
+            "context_lens",
+            "block_tables",
+            "is_prefill",
+            "sample",
+            "num_prompt_tokens",
+            "seeds",
+        )
+    }
     query_start_loc = [0]
     for seq, num_new in segments:
         start, end = seq.num_computed, seq.num_computed + num_new

@@ -19,7 +19,8 @@ the rule and the offending value. Needs hypothesis: ``pip install 'hetero-core[t
 from __future__ import annotations
 
 try:
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(
         "SchedulerPolicyContract generates workloads with hypothesis, which is not installed: "
@@ -33,8 +34,12 @@ from hetero_core.testing.policy_workload import VALID, Arrival, WorkloadResult, 
 __all__ = ["ARRIVALS", "TIGHT", "WORKLOADS", "Arrival", "SchedulerPolicyContract", "WorkloadResult"]
 
 # One test function serves every policy class that mixes the kit in: hypothesis must not mix their examples.
-EXAMPLES = settings(max_examples=20, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+EXAMPLES = settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
 
 ARRIVALS = st.builds(
     Arrival,
@@ -46,8 +51,15 @@ ARRIVALS = st.builds(
     abort_at=st.none() | st.integers(1, 20),
 )
 WORKLOADS = st.lists(ARRIVALS, min_size=1, max_size=10)
-TIGHT = dict(block_size=4, max_num_blocks=24, max_batch_size=4, max_total_tokens=32, max_model_len=64,
-             memory_threshold=1.0, max_prefill_chunk=12)
+TIGHT = dict(
+    block_size=4,
+    max_num_blocks=24,
+    max_batch_size=4,
+    max_total_tokens=32,
+    max_model_len=64,
+    memory_threshold=1.0,
+    max_prefill_chunk=12,
+)
 
 
 @st.composite
@@ -60,17 +72,33 @@ def snapshots(draw) -> SchedulerSnapshot:
         outputs = draw(st.integers(1, 11)) if state in ("decode", "swapped") else 0
         computed = {"decode": prompt + outputs - 1, "prefill": draw(st.integers(0, prompt - 1))}.get(state, 0)
         view = RequestView(
-            request_id=f"r{i}", arrival_order=i, arrival_time=float(i), priority=draw(st.integers(-2, 2)),
-            tenant=draw(st.sampled_from([None, "alice", "bob"])), state=state, num_prompt_tokens=prompt,
-            num_computed_tokens=computed, num_output_tokens=outputs, num_cached_prefix_tokens=0, max_tokens=12,
-            num_preemptions=draw(st.integers(0, 2)) if state in ("waiting", "swapped") else 0)
+            request_id=f"r{i}",
+            arrival_order=i,
+            arrival_time=float(i),
+            priority=draw(st.integers(-2, 2)),
+            tenant=draw(st.sampled_from([None, "alice", "bob"])),
+            state=state,
+            num_prompt_tokens=prompt,
+            num_computed_tokens=computed,
+            num_output_tokens=outputs,
+            num_cached_prefix_tokens=0,
+            max_tokens=12,
+            num_preemptions=draw(st.integers(0, 2)) if state in ("waiting", "swapped") else 0,
+        )
         queues["running" if state in ("prefill", "decode") else state].append(view)
     return SchedulerSnapshot(
-        step=draw(st.integers(0, 50)), waiting=tuple(queues["waiting"]), running=tuple(queues["running"]),
-        swapped=tuple(queues["swapped"]), num_free_blocks=draw(st.integers(0, TIGHT["max_num_blocks"])),
-        num_cached_blocks=0, num_total_blocks=TIGHT["max_num_blocks"], block_size=TIGHT["block_size"],
-        max_num_batched_tokens=TIGHT["max_total_tokens"], max_batch_size=TIGHT["max_batch_size"],
-        max_num_seqs=TIGHT["max_batch_size"])
+        step=draw(st.integers(0, 50)),
+        waiting=tuple(queues["waiting"]),
+        running=tuple(queues["running"]),
+        swapped=tuple(queues["swapped"]),
+        num_free_blocks=draw(st.integers(0, TIGHT["max_num_blocks"])),
+        num_cached_blocks=0,
+        num_total_blocks=TIGHT["max_num_blocks"],
+        block_size=TIGHT["block_size"],
+        max_num_batched_tokens=TIGHT["max_total_tokens"],
+        max_batch_size=TIGHT["max_batch_size"],
+        max_num_seqs=TIGHT["max_batch_size"],
+    )
 
 
 class SchedulerPolicyContract:
@@ -86,27 +114,34 @@ class SchedulerPolicyContract:
         result = self.run_workload(workload, **TIGHT)
         for step, batch in enumerate(result.batches):
             if batch.num_seqs > TIGHT["max_batch_size"] or batch.num_tokens > TIGHT["max_total_tokens"]:
-                raise ContractFailure("a step stays within max_batch_size and max_total_tokens",
-                                      f"step {step}: {batch.num_seqs} sequences, {batch.num_tokens} tokens "
-                                      f"(limits {TIGHT['max_batch_size']}, {TIGHT['max_total_tokens']})")
+                raise ContractFailure(
+                    "a step stays within max_batch_size and max_total_tokens",
+                    f"step {step}: {batch.num_seqs} sequences, {batch.num_tokens} tokens "
+                    f"(limits {TIGHT['max_batch_size']}, {TIGHT['max_total_tokens']})",
+                )
         for i, (arrival, output) in enumerate(zip(workload, result.outputs.values())):
             done = output.finished and not output.failed
             complete = done and len(output.output_token_ids) == arrival.max_tokens
             if output.finish_reason != "abort" and not complete:
-                raise ContractFailure("every admissible request finishes with its max_tokens",
-                                      f"request {i} ({arrival}): finish_reason {output.finish_reason}, "
-                                      f"{len(output.output_token_ids)} tokens, error {output.error!r}")
+                raise ContractFailure(
+                    "every admissible request finishes with its max_tokens",
+                    f"request {i} ({arrival}): finish_reason {output.finish_reason}, "
+                    f"{len(output.output_token_ids)} tokens, error {output.error!r}",
+                )
 
     @EXAMPLES
     @given(workload=WORKLOADS)
     def test_same_input_gives_the_same_schedule(self, workload):
-        runs = [[(b.seq_ids, b.token_ids) for b in self.run_workload(workload, **TIGHT).batches]
-                for _ in range(2)]
+        runs = [
+            [(b.seq_ids, b.token_ids) for b in self.run_workload(workload, **TIGHT).batches] for _ in range(2)
+        ]
         if runs[0] != runs[1]:
             step = next((k for k, (a, b) in enumerate(zip(*runs)) if a != b), min(map(len, runs)))
             first, second = (run[step][0] if step < len(run) else "nothing" for run in runs)
-            raise ContractFailure("the same input gives the same schedule (no hash, set or time order)",
-                                  f"step {step} ran sequences {first} in the first run, {second} in the second")
+            raise ContractFailure(
+                "the same input gives the same schedule (no hash, set or time order)",
+                f"step {step} ran sequences {first} in the first run, {second} in the second",
+            )
 
     @EXAMPLES
     @given(workload=WORKLOADS, mode=st.sampled_from(["recompute", "swap"]))
@@ -116,9 +151,11 @@ class SchedulerPolicyContract:
         tight = self.run_workload(workload, **TIGHT, preemption_mode=mode, num_swap_blocks=8)
         for i, (want, got) in enumerate(zip(roomy.outputs.values(), tight.outputs.values())):
             if got.output_token_ids != want.output_token_ids:
-                raise ContractFailure(f"preemption ({mode}) never changes output",
-                                      f"request {i}: {got.output_token_ids} in a tight pool, "
-                                      f"{want.output_token_ids} in a roomy one")
+                raise ContractFailure(
+                    f"preemption ({mode}) never changes output",
+                    f"request {i}: {got.output_token_ids} in a tight pool, "
+                    f"{want.output_token_ids} in a roomy one",
+                )
 
     @EXAMPLES
     @given(snapshot=snapshots())
@@ -127,13 +164,15 @@ class SchedulerPolicyContract:
         try:
             decision = policy.decide(snapshot)
         except Exception as exc:
-            raise ContractFailure("decide(snapshot) returns a SchedulingDecision",
-                                  f"it raised {type(exc).__name__}: {exc}") from exc
+            raise ContractFailure(
+                "decide(snapshot) returns a SchedulingDecision", f"it raised {type(exc).__name__}: {exc}"
+            ) from exc
         problems = decision_problems(snapshot, decision)
         if problems:
             ids = {k: [r.request_id for r in getattr(snapshot, k)] for k in ("waiting", "running", "swapped")}
-            raise ContractFailure(VALID, f"{'; '.join(problems)} for a snapshot with {ids} "
-                                  f"(the decision: {decision!r})")
+            raise ContractFailure(
+                VALID, f"{'; '.join(problems)} for a snapshot with {ids} (the decision: {decision!r})"
+            )
 
     # -- helpers ----------------------------------------------------------------------------------
     def make_engine(self, policy_factory=None, **overrides):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from hetero_core.builder import build_engine
 from hetero_core.engine.requests.params import SamplingParams
-from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.plugin_system.discovery import load_plugins
+from hetero_core.plugin_system.hookspecs import hookimpl
 from hetero_core.policy import MAX_STEPS_HELD_BACK, decision_problems
 from hetero_core.settings import load_settings
 from hetero_core.testing.contract_executor import ContractExecutor
@@ -50,8 +50,10 @@ class PolicyUnderTest:
 
     def __init__(self, policy) -> None:
         if not callable(getattr(policy, "decide", None)):
-            raise ContractFailure("a policy has decide(snapshot) -> SchedulingDecision",
-                                  f"make_policy() returned a {type(policy).__name__} without it")
+            raise ContractFailure(
+                "a policy has decide(snapshot) -> SchedulingDecision",
+                f"make_policy() returned a {type(policy).__name__} without it",
+            )
         self.policy = policy
         self.name = getattr(policy, "name", type(policy).__name__)
         self.first_problem: str | None = None
@@ -102,19 +104,25 @@ class KitPlugin:
     def check_engine_forgave_nothing(self, engine) -> None:
         stats = engine.stats()
         if stats.num_invalid_policy_decisions:
-            raise ContractFailure(VALID, self.policy.first_problem or f"{stats.num_invalid_policy_decisions} invalid")
+            raise ContractFailure(
+                VALID, self.policy.first_problem or f"{stats.num_invalid_policy_decisions} invalid"
+            )
         if stats.num_policy_hold_back_overrides:
-            raise ContractFailure(NO_STALL, f"nothing ran and it held back every request "
-                                  f"({self.policy.held_back_while_idle}) for {MAX_STEPS_HELD_BACK} steps in a row, "
-                                  "so the engine overrode its hold-backs")
+            raise ContractFailure(
+                NO_STALL,
+                f"nothing ran and it held back every request "
+                f"({self.policy.held_back_while_idle}) for {MAX_STEPS_HELD_BACK} steps in a row, "
+                "so the engine overrode its hold-backs",
+            )
 
 
 def build_engine_for(make_policy, **overrides):
     """An engine on the kit's executor with the policy ``make_policy()`` returns; (engine, KitPlugin)."""
     kit = KitPlugin(make_policy)
     plugins = load_plugins(entry_points=[], extra_plugins=[("policy-contract", kit)])
-    settings = load_settings(executor="contract", tokenizer="byte", scheduler_policy="policy-under-test",
-                             **overrides)
+    settings = load_settings(
+        executor="contract", tokenizer="byte", scheduler_policy="policy-under-test", **overrides
+    )
     return build_engine(settings, plugins), kit
 
 
@@ -127,7 +135,9 @@ def run_workload(make_policy, workload: list[Arrival], **overrides) -> WorkloadR
         for i, arrival in enumerate(workload):
             if arrival.step == step:
                 prompt = [32 + (7 * i + j) % 90 for j in range(arrival.prompt_len)]
-                ids[i] = engine.add_request(prompt, params[i], priority=arrival.priority, tenant=arrival.tenant)
+                ids[i] = engine.add_request(
+                    prompt, params[i], priority=arrival.priority, tenant=arrival.tenant
+                )
             if arrival.abort_at == step and i in ids:
                 engine.abort(ids[i])
         outputs.update((o.request_id, o) for o in engine.step() if o.finished)
@@ -136,8 +146,10 @@ def run_workload(make_policy, workload: list[Arrival], **overrides) -> WorkloadR
         step += 1
         if step >= MAX_STEPS:
             unfinished = sorted(i for i in ids if ids[i] not in outputs)
-            raise ContractFailure("every admissible request finishes",
-                                  f"arrivals {unfinished} still unfinished after {MAX_STEPS} steps")
+            raise ContractFailure(
+                "every admissible request finishes",
+                f"arrivals {unfinished} still unfinished after {MAX_STEPS} steps",
+            )
     return WorkloadResult(kit.executor.batches, {i: outputs[ids[i]] for i in sorted(ids)})
 
 
@@ -148,14 +160,21 @@ def check_allocator(scheduler) -> None:
     owners = Counter(b for seq in scheduler.running for b in seq.block_table)
     for seq in scheduler.waiting + scheduler.swapped:
         if seq.block_table:
-            raise ContractFailure(rule, f"request {seq.request_id} holds blocks {seq.block_table} while not "
-                                  "running")
+            raise ContractFailure(
+                rule, f"request {seq.request_id} holds blocks {seq.block_table} while not running"
+            )
     for block, count in owners.items():
         if allocator.ref_count(block) != count:
-            raise ContractFailure(rule, f"block {block} has {allocator.ref_count(block)} references, "
-                                  f"{count} owners")
+            raise ContractFailure(
+                rule, f"block {block} has {allocator.ref_count(block)} references, {count} owners"
+            )
     if allocator.num_used_blocks != len(owners):
-        raise ContractFailure(rule, f"{allocator.num_used_blocks} blocks in use, {len(owners)} owned (a leak)")
+        raise ContractFailure(
+            rule, f"{allocator.num_used_blocks} blocks in use, {len(owners)} owned (a leak)"
+        )
     if allocator.num_free_blocks + allocator.num_used_blocks != allocator.num_blocks:
-        raise ContractFailure(rule, f"free {allocator.num_free_blocks} + used {allocator.num_used_blocks} "
-                              f"!= {allocator.num_blocks} blocks")
+        raise ContractFailure(
+            rule,
+            f"free {allocator.num_free_blocks} + used {allocator.num_used_blocks} "
+            f"!= {allocator.num_blocks} blocks",
+        )

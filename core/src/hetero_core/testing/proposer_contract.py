@@ -45,29 +45,52 @@ class ProposerContract:
         raise NotImplementedError("subclass ProposerContract and implement make_proposer(ctx)")
 
     def make_context(self) -> ProposerContext:
-        return ProposerContext(options=self.options, num_speculative_tokens=self.num_speculative_tokens,
-                               vocab_size=self.vocab_size, model_dir=self.model_dir, executor=self.executor,
-                               block_size=4, max_model_len=512, max_num_seqs=8, eos_token_id=None)
+        return ProposerContext(
+            options=self.options,
+            num_speculative_tokens=self.num_speculative_tokens,
+            vocab_size=self.vocab_size,
+            model_dir=self.model_dir,
+            executor=self.executor,
+            block_size=4,
+            max_model_len=512,
+            max_num_seqs=8,
+            eos_token_id=None,
+        )
 
     def sequences(self, seed: int) -> list[list[int]]:
         """Prompts with repeats (so that a lookup proposer finds something) and without."""
         rng = random.Random(seed)
         phrase = [rng.randrange(self.vocab_size) for _ in range(5)]
-        return [phrase * 4, [rng.randrange(self.vocab_size) for _ in range(23)], phrase + [1, 2] + phrase[:3], [7]]
+        return [
+            phrase * 4,
+            [rng.randrange(self.vocab_size) for _ in range(23)],
+            phrase + [1, 2] + phrase[:3],
+            [7],
+        ]
 
     def propose(self, proposer, inputs: list[ProposalInput]) -> list[list[int]]:
         proposals = proposer.propose(inputs)
         if not isinstance(proposals, list) or len(proposals) != len(inputs):
-            raise ContractFailure("propose returns a list with one entry per input",
-                                  f"{len(inputs)} inputs, got {proposals!r:.200}")
+            raise ContractFailure(
+                "propose returns a list with one entry per input",
+                f"{len(inputs)} inputs, got {proposals!r:.200}",
+            )
         for given, tokens in zip(inputs, proposals):
             if not isinstance(tokens, list) or len(tokens) > given.num_tokens:
-                raise ContractFailure("each proposal is a list of at most num_tokens ids",
-                                      f"seq {given.seq_id} num_tokens={given.num_tokens}: {tokens!r:.200}")
-            bad = [t for t in tokens if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size]
+                raise ContractFailure(
+                    "each proposal is a list of at most num_tokens ids",
+                    f"seq {given.seq_id} num_tokens={given.num_tokens}: {tokens!r:.200}",
+                )
+            bad = [
+                t
+                for t in tokens
+                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self.vocab_size
+            ]
             if bad:
-                raise ContractFailure(f"proposed ids are ints in [0, vocab_size={self.vocab_size})",
-                                      f"seq {given.seq_id}: {bad[:5]}")
+                raise ContractFailure(
+                    f"proposed ids are ints in [0, vocab_size={self.vocab_size})",
+                    f"seq {given.seq_id}: {bad[:5]}",
+                )
         return proposals
 
     def decode(self, proposer, seed: int, num_steps: int = 12) -> list[list[list[int]]]:
@@ -77,12 +100,14 @@ class ProposerContract:
         seqs = self.sequences(seed)
         history = []
         for _ in range(num_steps):
-            inputs = [ProposalInput(i, tuple(tokens), rng.randint(1, self.num_speculative_tokens))
-                      for i, tokens in enumerate(seqs)]
+            inputs = [
+                ProposalInput(i, tuple(tokens), rng.randint(1, self.num_speculative_tokens))
+                for i, tokens in enumerate(seqs)
+            ]
             proposals = self.propose(proposer, inputs)
             history.append(proposals)
             for tokens, proposal in zip(seqs, proposals):
-                tokens += proposal[:rng.randint(0, len(proposal))]
+                tokens += proposal[: rng.randint(0, len(proposal))]
                 tokens.append(rng.randrange(self.vocab_size))
         return history
 
@@ -104,8 +129,10 @@ class ProposerContract:
                 second.shutdown()
             if a != b:
                 step = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-                raise ContractFailure("the same inputs give the same proposals",
-                                      f"seed {seed}, step {step}: {a[step]} then {b[step]}")
+                raise ContractFailure(
+                    "the same inputs give the same proposals",
+                    f"seed {seed}, step {step}: {a[step]} then {b[step]}",
+                )
 
     def test_release_is_idempotent_and_a_released_sequence_can_return(self):
         proposer = self.make_proposer(self.make_context())
@@ -118,12 +145,16 @@ class ProposerContract:
                 proposer.release(i)
                 proposer.release(i)
             # preempted and back: the same seq ids, other tokens (a shorter recompute of another prompt)
-            again = [ProposalInput(i, tuple(reversed(s)), self.num_speculative_tokens) for i, s in enumerate(seqs)]
+            again = [
+                ProposalInput(i, tuple(reversed(s)), self.num_speculative_tokens) for i, s in enumerate(seqs)
+            ]
             fresh = self.make_proposer(self.make_context())
             try:
                 if self.propose(proposer, again) != self.propose(fresh, again):
-                    raise ContractFailure("a released sequence comes back as new",
-                                          "proposals for re-added seq ids differ from a fresh proposer's")
+                    raise ContractFailure(
+                        "a released sequence comes back as new",
+                        "proposals for re-added seq ids differ from a fresh proposer's",
+                    )
             finally:
                 fresh.shutdown()
         finally:

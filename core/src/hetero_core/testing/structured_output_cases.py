@@ -9,7 +9,10 @@ from typing import Any
 
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -17,43 +20,73 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "flat object": PERSON,
     "nested objects": {
         "type": "object",
-        "properties": {"owner": PERSON, "address": {"type": "object", "properties": {
-            "city": {"type": "string", "maxLength": 16}, "zip": {"type": "string", "maxLength": 8}},
-            "required": ["city", "zip"], "additionalProperties": False}},
+        "properties": {
+            "owner": PERSON,
+            "address": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 16},
+                    "zip": {"type": "string", "maxLength": 8},
+                },
+                "required": ["city", "zip"],
+                "additionalProperties": False,
+            },
+        },
         "required": ["owner", "address"],
         "additionalProperties": False,
     },
     "enum and const": {
         "type": "object",
-        "properties": {"colour": {"enum": ["red", "green", "blue"]}, "kind": {"const": "paint"},
-                       "size": {"enum": [1, 2, 3]}},
+        "properties": {
+            "colour": {"enum": ["red", "green", "blue"]},
+            "kind": {"const": "paint"},
+            "size": {"enum": [1, 2, 3]},
+        },
         "required": ["colour", "kind", "size"],
         "additionalProperties": False,
     },
     "arrays": {
         "type": "object",
-        "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1,
-                                "maxItems": 3},
-                       "scores": {"type": "array", "items": {"type": "number"}, "maxItems": 4}},
+        "properties": {
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 8},
+                "minItems": 1,
+                "maxItems": 3,
+            },
+            "scores": {"type": "array", "items": {"type": "number"}, "maxItems": 4},
+        },
         "required": ["tags", "scores"],
         "additionalProperties": False,
     },
     "numbers and booleans": {
         "type": "object",
-        "properties": {"price": {"type": "number", "minimum": 0, "maximum": 1000}, "count": {"type": "integer"},
-                       "in_stock": {"type": "boolean"}, "note": {"anyOf": [{"type": "string", "maxLength": 10},
-                                                                          {"type": "null"}]}},
+        "properties": {
+            "price": {"type": "number", "minimum": 0, "maximum": 1000},
+            "count": {"type": "integer"},
+            "in_stock": {"type": "boolean"},
+            "note": {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}]},
+        },
         "required": ["price", "count", "in_stock", "note"],
         "additionalProperties": False,
     },
     "array of objects": {
         "type": "array",
-        "items": {"type": "object", "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
-                  "required": ["id", "ok"], "additionalProperties": False},
-        "minItems": 1, "maxItems": 3,
+        "items": {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
+            "required": ["id", "ok"],
+            "additionalProperties": False,
+        },
+        "minItems": 1,
+        "maxItems": 3,
     },
 }
-REGEXES = {"date": r"\d{4}-\d{2}-\d{2}", "word list": r"[a-z]{1,8}(, [a-z]{1,8}){0,3}", "phone": r"\+\d{2} \d{3}"}
+REGEXES = {
+    "date": r"\d{4}-\d{2}-\d{2}",
+    "word list": r"[a-z]{1,8}(, [a-z]{1,8}){0,3}",
+    "phone": r"\+\d{2} \d{3}",
+}
 CHOICES = {"sentiment": ["positive", "negative", "neutral"], "yes or no": ["yes", "no"]}
 
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}

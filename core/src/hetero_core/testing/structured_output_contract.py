@@ -67,14 +67,18 @@ class StructuredOutputContract:
             bitmask = so.bitmask([state])
             allowed = allowed_token_ids(bitmask[0], so.vocab_size)
             if not allowed:
-                raise ContractFailure("a live grammar allows at least one token", f"{params.kind} after {tokens}")
+                raise ContractFailure(
+                    "a live grammar allows at least one token", f"{params.kind} after {tokens}"
+                )
             token = eos if eos in allowed else rng.choice(allowed)
             if not state.accept_token(token):
                 raise ContractFailure("accept_token takes every token the mask allows", f"token {token}")
             if token == eos or state.is_terminated():
                 return so.tokenizer.decode(tokens)
             tokens.append(token)
-        raise ContractFailure("a walk terminates within max_tokens", f"{params.kind}: {so.tokenizer.decode(tokens)[:80]!r}")
+        raise ContractFailure(
+            "a walk terminates within max_tokens", f"{params.kind}: {so.tokenizer.decode(tokens)[:80]!r}"
+        )
 
     def test_json_schemas(self):
         so = self.structured_output()
@@ -87,7 +91,9 @@ class StructuredOutputContract:
                     raise ContractFailure("guided json output parses", f"{name}: {exc}: {text!r}") from None
                 problems = schema_problems(value, schema)
                 if problems:
-                    raise ContractFailure("guided json output matches its schema", f"{name}: {problems} in {text!r}")
+                    raise ContractFailure(
+                        "guided json output matches its schema", f"{name}: {problems} in {text!r}"
+                    )
 
     def test_json_object(self):
         so = self.structured_output()
@@ -125,9 +131,14 @@ class StructuredOutputContract:
 
     def test_a_bad_schema_is_an_invalid_request(self):
         so = self.structured_output()
-        for params in (GuidedDecodingParams(json={"type": "no-such-type"}), GuidedDecodingParams(regex="(unclosed")):
+        for params in (
+            GuidedDecodingParams(json={"type": "no-such-type"}),
+            GuidedDecodingParams(regex="(unclosed"),
+        ):
             try:
                 so.compile(params)
             except InvalidRequestError:
                 continue
-            raise ContractFailure("a schema or regex the backend cannot take is an InvalidRequestError", params.spec)
+            raise ContractFailure(
+                "a schema or regex the backend cannot take is an InvalidRequestError", params.spec
+            )

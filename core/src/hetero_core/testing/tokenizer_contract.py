@@ -75,8 +75,10 @@ class TokenizerContract:
     def checked_tokenizer(self):
         tokenizer = self.make_tokenizer()
         if not isinstance(tokenizer, Tokenizer):
-            raise ContractFailure("a tokenizer has eos_token_id, vocab_size, encode, decode and encode_chat",
-                                  f"{type(tokenizer).__name__} lacks some of them")
+            raise ContractFailure(
+                "a tokenizer has eos_token_id, vocab_size, encode, decode and encode_chat",
+                f"{type(tokenizer).__name__} lacks some of them",
+            )
         return tokenizer
 
     def encode(self, tokenizer, text: str) -> list[int]:
@@ -87,9 +89,15 @@ class TokenizerContract:
     def check_ids(self, tokenizer, ids, what: str) -> None:
         if not isinstance(ids, list):
             raise ContractFailure("encode and encode_chat return a list of ints", f"{what} -> {ids!r:.200}")
-        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < tokenizer.vocab_size]
+        bad = [
+            i
+            for i in ids
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < tokenizer.vocab_size
+        ]
         if bad:
-            raise ContractFailure(f"token ids are ints in [0, vocab_size={tokenizer.vocab_size})", f"{what}: {bad[:5]}")
+            raise ContractFailure(
+                f"token ids are ints in [0, vocab_size={tokenizer.vocab_size})", f"{what}: {bad[:5]}"
+            )
 
     def test_vocab_size_and_eos_token_id(self):
         tokenizer = self.checked_tokenizer()
@@ -107,8 +115,10 @@ class TokenizerContract:
             if not isinstance(decoded, str):
                 raise ContractFailure("decode returns a str", f"decode({ids[:10]}...) -> {decoded!r:.100}")
             if self.round_trip and decoded != text:
-                raise ContractFailure("decode(encode(text)) == text (set round_trip = False for a tokenizer "
-                                      "that normalises)", f"{text!r:.80} -> {decoded!r:.80}")
+                raise ContractFailure(
+                    "decode(encode(text)) == text (set round_trip = False for a tokenizer that normalises)",
+                    f"{text!r:.80} -> {decoded!r:.80}",
+                )
 
     def test_every_id_in_the_vocabulary_decodes(self):
         tokenizer = self.checked_tokenizer()
@@ -119,7 +129,8 @@ class TokenizerContract:
                 text = tokenizer.decode([token_id])
             except Exception as exc:  # noqa: BLE001 - any exception breaks the rule; report it
                 raise ContractFailure(
-                    "every id below vocab_size decodes", f"decode([{token_id}]) raised {exc!r}") from exc
+                    "every id below vocab_size decodes", f"decode([{token_id}]) raised {exc!r}"
+                ) from exc
             if not isinstance(text, str):
                 raise ContractFailure("decode returns a str", f"decode([{token_id}]) -> {text!r:.100}")
 
@@ -128,19 +139,27 @@ class TokenizerContract:
         ids = self.encode(tokenizer, self.texts[0])
         eos = tokenizer.eos_token_id
         if eos is not None and tokenizer.decode([*ids, eos]) != tokenizer.decode(ids):
-            raise ContractFailure("decode leaves the EOS token out (skip_special_tokens defaults to True)",
-                                  f"decode(ids + [{eos}]) = {tokenizer.decode([*ids, eos])!r:.100}")
+            raise ContractFailure(
+                "decode leaves the EOS token out (skip_special_tokens defaults to True)",
+                f"decode(ids + [{eos}]) = {tokenizer.decode([*ids, eos])!r:.100}",
+            )
         keyword = "skip_special_tokens" in inspect.signature(tokenizer.decode).parameters
         for text, token_id in self.special_tokens.items():
             if tokenizer.encode(text) != [token_id]:
-                raise ContractFailure("a special token's text encodes to its one id",
-                                      f"encode({text!r}) = {tokenizer.encode(text)}, expected [{token_id}]")
+                raise ContractFailure(
+                    "a special token's text encodes to its one id",
+                    f"encode({text!r}) = {tokenizer.encode(text)}, expected [{token_id}]",
+                )
             if tokenizer.decode([token_id]) != "":
-                raise ContractFailure("decode leaves special tokens out by default",
-                                      f"decode([{token_id}]) = {tokenizer.decode([token_id])!r}")
+                raise ContractFailure(
+                    "decode leaves special tokens out by default",
+                    f"decode([{token_id}]) = {tokenizer.decode([token_id])!r}",
+                )
             if keyword and tokenizer.decode([token_id], skip_special_tokens=False) != text:
-                raise ContractFailure("decode(ids, skip_special_tokens=False) shows a special token as its text",
-                                      f"{token_id} -> {tokenizer.decode([token_id], skip_special_tokens=False)!r}")
+                raise ContractFailure(
+                    "decode(ids, skip_special_tokens=False) shows a special token as its text",
+                    f"{token_id} -> {tokenizer.decode([token_id], skip_special_tokens=False)!r}",
+                )
 
     def test_encode_chat_holds_every_message(self):
         tokenizer = self.checked_tokenizer()
@@ -150,15 +169,19 @@ class TokenizerContract:
                 tokenizer.encode_chat(messages)
             except InvalidRequestError:
                 return
-            raise ContractFailure("encode_chat raises InvalidRequestError without a chat template",
-                                  "it returned ids although chat_template is None")
+            raise ContractFailure(
+                "encode_chat raises InvalidRequestError without a chat template",
+                "it returned ids although chat_template is None",
+            )
         ids = tokenizer.encode_chat(messages)
         self.check_ids(tokenizer, ids, "encode_chat(messages)")
         keyword = "skip_special_tokens" in inspect.signature(tokenizer.decode).parameters
         text = tokenizer.decode(ids, skip_special_tokens=False) if keyword else tokenizer.decode(ids)
         missing = [m["content"] for m in messages if m["content"] not in text]
         if missing:
-            raise ContractFailure("encode_chat's ids hold every message's content", f"{missing} not in {text!r:.200}")
+            raise ContractFailure(
+                "encode_chat's ids hold every message's content", f"{missing} not in {text!r:.200}"
+            )
         if messages != [dict(m) for m in self.chat_messages]:
             raise ContractFailure("encode_chat leaves its messages unchanged", repr(messages)[:200])
 
@@ -170,17 +193,23 @@ class TokenizerContract:
         for ids, text in reversed(prefixes):  # the same ids, after other ids, in the other order
             again = tokenizer.decode(tuple(ids))
             if again != text:
-                raise ContractFailure("decode is a pure function of its ids (no state between calls)",
-                                      f"{ids[:10]}: {text!r:.60} then {again!r:.60}")
+                raise ContractFailure(
+                    "decode is a pure function of its ids (no state between calls)",
+                    f"{ids[:10]}: {text!r:.60} then {again!r:.60}",
+                )
         for ids, text in zip(all_ids, first):
             passed = list(ids)
             tokenizer.decode(passed)
             if passed != ids:
-                raise ContractFailure("decode leaves the ids it is given unchanged", f"{ids[:10]} -> {passed[:10]}")
+                raise ContractFailure(
+                    "decode leaves the ids it is given unchanged", f"{ids[:10]} -> {passed[:10]}"
+                )
             streamed = streaming_text(tokenizer, ids)
             if streamed != text:
-                raise ContractFailure("the engine's incremental detokenizer over decode gives decode's text",
-                                      f"{ids[:10]}: streamed {streamed!r:.60}, decode {text!r:.60}")
+                raise ContractFailure(
+                    "the engine's incremental detokenizer over decode gives decode's text",
+                    f"{ids[:10]}: streamed {streamed!r:.60}, decode {text!r:.60}",
+                )
 
     def test_concurrent_calls_give_what_sequential_calls_give(self):
         tokenizer = self.checked_tokenizer()
@@ -203,8 +232,10 @@ class TokenizerContract:
         for thread, outcome in enumerate(outcomes):
             if outcome != expected:
                 wrong = next(i for i, (a, b) in enumerate(zip(outcome, expected)) if a != b)
-                raise ContractFailure("encode, encode_chat and decode from several threads give what they give "
-                                      "one at a time", f"thread {thread}, call {wrong}: {outcome[wrong]!r:.150}")
+                raise ContractFailure(
+                    "encode, encode_chat and decode from several threads give what they give one at a time",
+                    f"thread {thread}, call {wrong}: {outcome[wrong]!r:.150}",
+                )
 
 
 def streaming_text(tokenizer, ids: list[int]) -> str:

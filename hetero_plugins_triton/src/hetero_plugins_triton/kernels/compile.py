@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache
 
 from hetero_core import ConfigError
 
@@ -32,7 +32,9 @@ def import_triton(interpret: bool) -> None:
 
     loaded_for_interpreter = isinstance(tl.max, InterpretedFunction)
     if loaded_for_interpreter != interpret:
-        wanted, loaded = ("the CPU interpreter", "the GPU") if interpret else ("the GPU", "the CPU interpreter")
+        wanted, loaded = (
+            ("the CPU interpreter", "the GPU") if interpret else ("the GPU", "the CPU interpreter")
+        )
         raise ConfigError(
             f"executor 'triton' needs triton set up for {wanted}, but this process already imported it for "
             f"{loaded}; start a new process (with TRITON_INTERPRET=1 set from the start for the interpreter)"
@@ -70,7 +72,7 @@ class _InterpretedKernel:
         return run
 
 
-@lru_cache(maxsize=None)
+@cache
 def compile_kernel(body: Callable, interpret: bool):
     """The launchable kernel for ``body``: ``kernel[grid](*args, **constexprs)``."""
     if interpret:

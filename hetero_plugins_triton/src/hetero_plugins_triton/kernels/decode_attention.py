@@ -19,12 +19,32 @@ LOG2_E = 1.4426950408889634
 
 
 def decode_split_kernel(
-    query_ptr, key_cache_ptr, value_cache_ptr, block_tables_ptr, context_lens_ptr, query_rows_ptr,
-    out_ptr, partial_out_ptr, partial_lse_ptr, scale_log2, num_splits,
-    query_stride_t, query_stride_h, out_stride_t, out_stride_h, block_table_stride,
-    NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-    HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-    WRITE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
+    query_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    block_tables_ptr,
+    context_lens_ptr,
+    query_rows_ptr,
+    out_ptr,
+    partial_out_ptr,
+    partial_lse_ptr,
+    scale_log2,
+    num_splits,
+    query_stride_t,
+    query_stride_h,
+    out_stride_t,
+    out_stride_h,
+    block_table_stride,
+    NUM_HEADS: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DIM_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    WRITE_FINAL: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -41,8 +61,11 @@ def decode_split_kernel(
     dims = tl.arange(0, DIM_PAD)
     dim_mask = dims < HEAD_DIM
     q_mask = head_mask[:, None] & dim_mask[None, :]
-    q = tl.load(query_ptr + row * query_stride_t + heads[:, None] * query_stride_h + dims[None, :],
-                mask=q_mask, other=0.0)
+    q = tl.load(
+        query_ptr + row * query_stride_t + heads[:, None] * query_stride_h + dims[None, :],
+        mask=q_mask,
+        other=0.0,
+    )
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
@@ -76,8 +99,20 @@ def decode_split_kernel(
         tl.store(partial_out_ptr + partial[:, None] * HEAD_DIM + dims[None, :], out, mask=q_mask)
 
 
-def decode_attention(query, key_cache, value_cache, block_tables, context_lens, query_rows, out, *,
-                     scale: float, num_splits: int, block_n: int, interpret: bool) -> None:
+def decode_attention(
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    context_lens,
+    query_rows,
+    out,
+    *,
+    scale: float,
+    num_splits: int,
+    block_n: int,
+    interpret: bool,
+) -> None:
     """Attend ``query[query_rows[i]]`` (``[num_tokens, num_heads, head_dim]``) to sequence ``i``'s
     ``context_lens[i]`` cached tokens through ``block_tables[i]``; write ``out[query_rows[i]]``.
 
@@ -95,16 +130,39 @@ def decode_attention(query, key_cache, value_cache, block_tables, context_lens, 
     if write_final:
         partial_out = partial_lse = out  # unused by the kernel
     else:
-        partial_out = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32,
-                                  device=query.device)
+        partial_out = torch.empty(
+            (num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=query.device
+        )
         partial_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=query.device)
     compile_kernel(decode_split_kernel, interpret)[(num_seqs, num_kv_heads, num_splits)](
-        query, key_cache, value_cache, block_tables, context_lens, query_rows,
-        out, partial_out, partial_lse, scale * LOG2_E, num_splits,
-        query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
-        NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)),
-        HEAD_DIM=head_dim, DIM_PAD=max(16, next_power_of_2(head_dim)), PAGE=page, BLOCK_N=block_n,
-        WRITE_FINAL=write_final, PRECISION=dot_precision(query.dtype), num_warps=4, num_stages=2,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        context_lens,
+        query_rows,
+        out,
+        partial_out,
+        partial_lse,
+        scale * LOG2_E,
+        num_splits,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        NUM_HEADS=num_heads,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=group,
+        GROUP_PAD=max(16, next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        DIM_PAD=max(16, next_power_of_2(head_dim)),
+        PAGE=page,
+        BLOCK_N=block_n,
+        WRITE_FINAL=write_final,
+        PRECISION=dot_precision(query.dtype),
+        num_warps=4,
+        num_stages=2,
     )
     if not write_final:
         merge_splits(partial_out, partial_lse, query_rows, out, interpret=interpret)
@@ -119,15 +177,28 @@ def _check(query, key_cache, value_cache, block_tables, query_rows, out, num_spl
     num_heads, head_dim = query.shape[1:]
     num_kv_heads, cache_head_dim = key_cache.shape[2:]
     if cache_head_dim != head_dim or value_cache.shape != key_cache.shape or num_heads % num_kv_heads:
-        raise ValueError(f"decode_attention: query {tuple(query.shape)} does not fit the cache "
-                         f"{tuple(key_cache.shape)} (head_dim must match, num_heads a multiple of num_kv_heads)")
+        raise ValueError(
+            f"decode_attention: query {tuple(query.shape)} does not fit the cache "
+            f"{tuple(key_cache.shape)} (head_dim must match, num_heads a multiple of num_kv_heads)"
+        )
     if out.shape != query.shape or out.dtype != query.dtype or key_cache.dtype != query.dtype:
-        raise ValueError(f"decode_attention: out {tuple(out.shape)} {out.dtype} and cache {key_cache.dtype} "
-                         f"must match query {tuple(query.shape)} {query.dtype}")
-    if query.stride(2) != 1 or out.stride(2) != 1 or not key_cache.is_contiguous() or not value_cache.is_contiguous():
+        raise ValueError(
+            f"decode_attention: out {tuple(out.shape)} {out.dtype} and cache {key_cache.dtype} "
+            f"must match query {tuple(query.shape)} {query.dtype}"
+        )
+    if (
+        query.stride(2) != 1
+        or out.stride(2) != 1
+        or not key_cache.is_contiguous()
+        or not value_cache.is_contiguous()
+    ):
         raise ValueError("decode_attention: head_dim of query/out and the whole KV cache must be contiguous")
     if block_tables.dtype != torch.int32 or query_rows.dtype != torch.int32 or block_tables.stride(1) != 1:
-        raise ValueError("decode_attention: block_tables and query_rows must be int32 (block tables row-major)")
+        raise ValueError(
+            "decode_attention: block_tables and query_rows must be int32 (block tables row-major)"
+        )
     if num_splits < 1 or block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"decode_attention: num_splits {num_splits} must be >= 1 and block_n {block_n} "
-                         "a power of two >= 16")
+        raise ValueError(
+            f"decode_attention: num_splits {num_splits} must be >= 1 and block_n {block_n} "
+            "a power of two >= 16"
+        )

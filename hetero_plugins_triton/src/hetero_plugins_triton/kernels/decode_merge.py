@@ -13,8 +13,17 @@ from hetero_plugins_triton.kernels.compile import compile_kernel, next_power_of_
 
 
 def decode_merge_kernel(
-    partial_out_ptr, partial_lse_ptr, query_rows_ptr, out_ptr, num_splits, out_stride_t, out_stride_h,
-    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    partial_out_ptr,
+    partial_lse_ptr,
+    query_rows_ptr,
+    out_ptr,
+    num_splits,
+    out_stride_t,
+    out_stride_h,
+    NUM_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DIM_PAD: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -27,11 +36,17 @@ def decode_merge_kernel(
     weights = weights / tl.sum(weights, 0)
     dims = tl.arange(0, DIM_PAD)
     dim_mask = dims < HEAD_DIM
-    parts = tl.load(partial_out_ptr + partial[:, None] * HEAD_DIM + dims[None, :],
-                    mask=split_mask[:, None] & dim_mask[None, :], other=0.0)
+    parts = tl.load(
+        partial_out_ptr + partial[:, None] * HEAD_DIM + dims[None, :],
+        mask=split_mask[:, None] & dim_mask[None, :],
+        other=0.0,
+    )
     out = tl.sum(parts * weights[:, None], 0)
-    tl.store(out_ptr + row * out_stride_t + head * out_stride_h + dims, out.to(out_ptr.dtype.element_ty),
-             mask=dim_mask)
+    tl.store(
+        out_ptr + row * out_stride_t + head * out_stride_h + dims,
+        out.to(out_ptr.dtype.element_ty),
+        mask=dim_mask,
+    )
 
 
 def merge_splits(partial_out, partial_lse, query_rows, out, *, interpret: bool) -> None:
@@ -39,7 +54,16 @@ def merge_splits(partial_out, partial_lse, query_rows, out, *, interpret: bool) 
     ``[num_seqs, num_heads, num_splits]`` -> ``out[query_rows[i]]`` ``[num_heads, head_dim]``."""
     num_seqs, num_heads, num_splits, head_dim = partial_out.shape
     compile_kernel(decode_merge_kernel, interpret)[(num_seqs, num_heads)](
-        partial_out, partial_lse, query_rows, out, num_splits, out.stride(0), out.stride(1),
-        NUM_HEADS=num_heads, HEAD_DIM=head_dim, DIM_PAD=next_power_of_2(head_dim),
-        SPLITS_PAD=next_power_of_2(num_splits), num_warps=4,
+        partial_out,
+        partial_lse,
+        query_rows,
+        out,
+        num_splits,
+        out.stride(0),
+        out.stride(1),
+        NUM_HEADS=num_heads,
+        HEAD_DIM=head_dim,
+        DIM_PAD=next_power_of_2(head_dim),
+        SPLITS_PAD=next_power_of_2(num_splits),
+        num_warps=4,
     )

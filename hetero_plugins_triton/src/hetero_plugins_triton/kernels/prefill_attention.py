@@ -17,11 +17,28 @@ from hetero_plugins_triton.kernels.decode_attention import LOG2_E, dot_precision
 
 
 def prefill_attention_kernel(
-    query_ptr, key_cache_ptr, value_cache_ptr, out_ptr, block_tables_ptr,
-    query_starts_ptr, query_lens_ptr, context_lens_ptr, scale_log2,
-    query_stride_t, query_stride_h, out_stride_t, out_stride_h, block_table_stride,
-    NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
-    PAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    query_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    out_ptr,
+    block_tables_ptr,
+    query_starts_ptr,
+    query_lens_ptr,
+    context_lens_ptr,
+    scale_log2,
+    query_stride_t,
+    query_stride_h,
+    out_stride_t,
+    out_stride_h,
+    block_table_stride,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DIM_PAD: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -41,7 +58,9 @@ def prefill_attention_kernel(
     q_offsets = (query_start + rows)[:, None] * query_stride_t + head * query_stride_h + dims[None, :]
     q = tl.load(query_ptr + q_offsets, mask=q_mask, other=0.0)
     # Causal bound of this tile; zero for a tile past the query (the loop then does nothing).
-    kv_end = tl.where(tile * BLOCK_M < query_len, tl.minimum(context_len, num_cached + (tile + 1) * BLOCK_M), 0)
+    kv_end = tl.where(
+        tile * BLOCK_M < query_len, tl.minimum(context_len, num_cached + (tile + 1) * BLOCK_M), 0
+    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -71,9 +90,22 @@ def prefill_attention_kernel(
     tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
-def prefill_attention(query, key_cache, value_cache, block_tables, query_starts, query_lens, context_lens,
-                      out, *, max_query_len: int, scale: float, block_m: int, block_n: int,
-                      interpret: bool) -> None:
+def prefill_attention(
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    query_starts,
+    query_lens,
+    context_lens,
+    out,
+    *,
+    max_query_len: int,
+    scale: float,
+    block_m: int,
+    block_n: int,
+    interpret: bool,
+) -> None:
     """Causal attention of each sequence's new rows of ``query`` (``[num_tokens, num_heads, head_dim]``)
     to its whole context in the paged caches; writes the same rows of ``out``.
 
@@ -88,11 +120,30 @@ def prefill_attention(query, key_cache, value_cache, block_tables, query_starts,
         return
     grid = (num_seqs, num_heads, cdiv(max_query_len, block_m))
     compile_kernel(prefill_attention_kernel, interpret)[grid](
-        query, key_cache, value_cache, out, block_tables, query_starts, query_lens, context_lens,
-        scale * LOG2_E, query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
-        NUM_KV_HEADS=num_kv_heads, GROUP=num_heads // num_kv_heads, HEAD_DIM=head_dim,
-        DIM_PAD=max(16, next_power_of_2(head_dim)), PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n,
-        PRECISION=dot_precision(query.dtype), num_warps=4 if block_m * block_n <= 4096 else 8, num_stages=2,
+        query,
+        key_cache,
+        value_cache,
+        out,
+        block_tables,
+        query_starts,
+        query_lens,
+        context_lens,
+        scale * LOG2_E,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=num_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        DIM_PAD=max(16, next_power_of_2(head_dim)),
+        PAGE=page,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        PRECISION=dot_precision(query.dtype),
+        num_warps=4 if block_m * block_n <= 4096 else 8,
+        num_stages=2,
     )
 
 
@@ -100,12 +151,21 @@ def _check(query, key_cache, value_cache, block_tables, out, block_m, block_n) -
     num_heads, head_dim = query.shape[1:]
     num_kv_heads, cache_head_dim = key_cache.shape[2:]
     if cache_head_dim != head_dim or value_cache.shape != key_cache.shape or num_heads % num_kv_heads:
-        raise ValueError(f"prefill_attention: query {tuple(query.shape)} does not fit the cache "
-                         f"{tuple(key_cache.shape)} (head_dim must match, num_heads a multiple of num_kv_heads)")
+        raise ValueError(
+            f"prefill_attention: query {tuple(query.shape)} does not fit the cache "
+            f"{tuple(key_cache.shape)} (head_dim must match, num_heads a multiple of num_kv_heads)"
+        )
     if out.shape != query.shape or out.dtype != query.dtype or key_cache.dtype != query.dtype:
-        raise ValueError(f"prefill_attention: out {tuple(out.shape)} {out.dtype} and cache {key_cache.dtype} "
-                         f"must match query {tuple(query.shape)} {query.dtype}")
-    if query.stride(2) != 1 or out.stride(2) != 1 or not key_cache.is_contiguous() or not value_cache.is_contiguous():
+        raise ValueError(
+            f"prefill_attention: out {tuple(out.shape)} {out.dtype} and cache {key_cache.dtype} "
+            f"must match query {tuple(query.shape)} {query.dtype}"
+        )
+    if (
+        query.stride(2) != 1
+        or out.stride(2) != 1
+        or not key_cache.is_contiguous()
+        or not value_cache.is_contiguous()
+    ):
         raise ValueError("prefill_attention: head_dim of query/out and the whole KV cache must be contiguous")
     if block_tables.dtype != torch.int32 or block_tables.stride(1) != 1:
         raise ValueError("prefill_attention: block_tables must be int32, row-major")

@@ -42,14 +42,20 @@ def phi3_config(raw: dict[str, Any], source: str = "config") -> Phi3Config:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     rope_type = "longrope" if rope_type in _LONGROPE_ALIASES else rope_type
     if rope_type not in ROPE_TYPES:
-        raise ModelLoadError(f"{source}: Phi-3 rope_type {rope_type!r} is not supported; supported: "
-                             f"{', '.join(ROPE_TYPES)} (and su, yarn as longrope)")
+        raise ModelLoadError(
+            f"{source}: Phi-3 rope_type {rope_type!r} is not supported; supported: "
+            f"{', '.join(ROPE_TYPES)} (and su, yarn as longrope)"
+        )
     plain = {k: v for k, v in raw.items() if k not in ("rope_parameters", "rope_scaling")}
     base = parse_config({**plain, "rope_theta": theta}, source)
-    rotary_dim = int(base.head_dim * float(rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))))
+    rotary_dim = int(
+        base.head_dim * float(rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0)))
+    )
     if rotary_dim % 2 or not 0 < rotary_dim <= base.head_dim:
-        raise ModelLoadError(f"{source}: partial_rotary_factor gives {rotary_dim} rotated channels of "
-                             f"{base.head_dim}; it must be an even number")
+        raise ModelLoadError(
+            f"{source}: partial_rotary_factor gives {rotary_dim} rotated channels of "
+            f"{base.head_dim}; it must be an even number"
+        )
     limit = base.max_position_embeddings
     fields: dict[str, Any] = {}
     if rope_type == "longrope":
@@ -57,9 +63,15 @@ def phi3_config(raw: dict[str, Any], source: str = "config") -> Phi3Config:
     window = raw.get("sliding_window")
     if window is not None:
         limit = min(limit, int(window))
-    return parse_config({**plain, "rope_theta": theta}, source, Phi3Config, rotary_dim=rotary_dim,
-                        max_position_embeddings=limit, sliding_window=None if window is None else int(window),
-                        **fields)
+    return parse_config(
+        {**plain, "rope_theta": theta},
+        source,
+        Phi3Config,
+        rotary_dim=rotary_dim,
+        max_position_embeddings=limit,
+        sliding_window=None if window is None else int(window),
+        **fields,
+    )
 
 
 def _longrope(rope: dict, raw: dict, max_positions: int, rotary_dim: int, source: str) -> tuple[dict, int]:
@@ -69,8 +81,10 @@ def _longrope(rope: dict, raw: dict, max_positions: int, rotary_dim: int, source
     if original is None or short is None:
         raise ModelLoadError(f"{source}: longrope needs short_factor and original_max_position_embeddings")
     if len(short) != rotary_dim // 2:
-        raise ModelLoadError(f"{source}: longrope short_factor has {len(short)} entries; {rotary_dim // 2} "
-                             "(rotated channels / 2) expected")
+        raise ModelLoadError(
+            f"{source}: longrope short_factor has {len(short)} entries; {rotary_dim // 2} "
+            "(rotated channels / 2) expected"
+        )
     factor = rope.get("factor") or max_positions / int(original)
     attention = rope.get("attention_factor")
     if attention is None:

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from hetero_core.architectures import AttentionBackend, KVCache, LlamaAttention, LlamaForCausalLM, apply_rotary
+from hetero_core.architectures import (
+    AttentionBackend,
+    KVCache,
+    LlamaAttention,
+    LlamaForCausalLM,
+    apply_rotary,
+)
 from hetero_model_phi3.config import Phi3Config
 
 
@@ -22,7 +28,9 @@ class Phi3RotaryEmbedding:
     def __init__(self, config: Phi3Config):
         dim = config.rotary_dim
         exponents = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim
-        factors = torch.tensor(config.rope_short_factor or [1.0] * (dim // 2), dtype=torch.float32, device="cpu")
+        factors = torch.tensor(
+            config.rope_short_factor or [1.0] * (dim // 2), dtype=torch.float32, device="cpu"
+        )
         self.inv_freq = 1.0 / (factors * config.rope_theta**exponents)
         self.attention_factor = config.rope_attention_factor
 
@@ -50,7 +58,9 @@ class Phi3Attention(LlamaAttention):
         if self.rotary_dim == self.head_dim:
             qk = apply_rotary(qk, cos, sin)
         else:  # only the first rotary_dim channels of each head turn
-            qk = torch.cat([apply_rotary(qk[..., : self.rotary_dim], cos, sin), qk[..., self.rotary_dim :]], dim=-1)
+            qk = torch.cat(
+                [apply_rotary(qk[..., : self.rotary_dim], cos, sin), qk[..., self.rotary_dim :]], dim=-1
+            )
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         out = self.backend.forward(q, k, qkv[:, num_qk:], kv_cache, attn_metadata, self.scale)
         out = out.reshape(num_tokens, self.num_heads * self.head_dim)

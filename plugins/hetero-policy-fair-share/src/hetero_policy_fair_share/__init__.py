@@ -4,7 +4,6 @@ Registers the scheduler policy ``fair-share`` through the ``hetero`` entry-point
 """
 
 from hetero_core import hookimpl
-
 from hetero_policy_fair_share.policy import FairShareOptions, FairSharePolicy
 
 __all__ = ["FairShareOptions", "FairSharePolicy"]

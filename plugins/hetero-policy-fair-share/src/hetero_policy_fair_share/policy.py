@@ -35,7 +35,9 @@ class FairSharePolicy:
     def decide(self, snapshot: SchedulerSnapshot) -> SchedulingDecision:
         self._account(snapshot.running)
         ranked = sorted(snapshot.requests, key=self._key)
-        return SchedulingDecision(order=tuple(r.request_id for r in ranked), hold_back=self._held(snapshot, ranked))
+        return SchedulingDecision(
+            order=tuple(r.request_id for r in ranked), hold_back=self._held(snapshot, ranked)
+        )
 
     def _key(self, request: RequestView):
         tenant = request.tenant or NO_TENANT

@@ -84,9 +84,15 @@ class PagedBlockAllocator:
             blocks.append(block)
         return ComputedBlocks(tuple(blocks), len(blocks) * bs) if blocks else NO_COMPUTED_BLOCKS
 
-    def allocate_slots(self, block_table: list[int], num_computed_tokens: int, num_new_tokens: int,
-                       computed: ComputedBlocks | None = None, *,
-                       max_used_blocks: float | None = None) -> SlotAllocation | None:
+    def allocate_slots(
+        self,
+        block_table: list[int],
+        num_computed_tokens: int,
+        num_new_tokens: int,
+        computed: ComputedBlocks | None = None,
+        *,
+        max_used_blocks: float | None = None,
+    ) -> SlotAllocation | None:
         """Room for tokens ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``, all or
         nothing: take ``computed`` (an empty table only), copy the shared blocks those tokens will
         write, append blocks. None, with nothing changed, if it does not fit."""
@@ -95,8 +101,11 @@ class PagedBlockAllocator:
             if index < len(block_table):
                 if self._ref_counts[block_table[index]] == 1:
                     return NO_BLOCK_COPIES
-            elif index == len(block_table) and self._free and (
-                    max_used_blocks is None or self.num_used_blocks + 1 <= max_used_blocks):
+            elif (
+                index == len(block_table)
+                and self._free
+                and (max_used_blocks is None or self.num_used_blocks + 1 <= max_used_blocks)
+            ):
                 block_table.append(self._take_block())
                 return NO_BLOCK_COPIES
         hits = computed.block_ids if computed is not None else ()
@@ -118,8 +127,9 @@ class PagedBlockAllocator:
             block_table.append(self._take_block())
         return SlotAllocation(copies) if copies else NO_BLOCK_COPIES
 
-    def cache_blocks(self, block_table: list[int], num_computed_tokens: int,
-                     token_ids: Callable[[int, int], list[int]]) -> None:
+    def cache_blocks(
+        self, block_table: list[int], num_computed_tokens: int, token_ids: Callable[[int, int], list[int]]
+    ) -> None:
         """Name every full, computed block of ``block_table`` in the cache; ``token_ids(start, end)``
         gives the sequence's tokens. Cheap when nothing new is full (the usual decode step)."""
         bs = self.block_size

@@ -30,12 +30,19 @@ def block_transfer_options(executor, executor_name: str, settings) -> dict:
     """Scheduler keyword arguments for what ``executor`` can do with ``settings``' preemption mode."""
     mode = settings.preemption_mode
     if mode == "swap" and not can_swap(executor):
-        log.warning("preemption.swap_unsupported", executor=executor_name, preemption_mode="recompute",
-                    reason=f"executor '{executor_name}' does not declare block_swap (swap_out/swap_in); "
-                    "preemption falls back to recompute")
+        log.warning(
+            "preemption.swap_unsupported",
+            executor=executor_name,
+            preemption_mode="recompute",
+            reason=f"executor '{executor_name}' does not declare block_swap (swap_out/swap_in); "
+            "preemption falls back to recompute",
+        )
         mode = "recompute"
-    return {"can_copy_blocks": can_copy_blocks(executor), "preemption_mode": mode,
-            "num_swap_blocks": settings.num_swap_blocks if mode == "swap" else 0}
+    return {
+        "can_copy_blocks": can_copy_blocks(executor),
+        "preemption_mode": mode,
+        "num_swap_blocks": settings.num_swap_blocks if mode == "swap" else 0,
+    }
 
 
 def apply_block_transfers(executor, step) -> None:

@@ -39,7 +39,7 @@ class ContiguousBlockAllocator(NoPrefixCache):
                 f"kv_allocator 'contiguous' reserves max_model_len ({max_model_len}) tokens per request, "
                 f"{self.num_reserved_blocks} blocks of {block_size}, but the pool has {num_blocks} blocks; "
                 f"raise max_num_blocks to {self.num_reserved_blocks} or more, lower max_model_len, "
-                "or use kv_allocator = \"paged\""
+                'or use kv_allocator = "paged"'
             )
         self._ref_counts = [0] * num_blocks
         self._free: set[int] = set(range(num_blocks))
@@ -62,13 +62,21 @@ class ContiguousBlockAllocator(NoPrefixCache):
         return -(-num_tokens // self.block_size)
 
     # -- the scheduler's questions ----------------------------------------------------------------
-    def allocate_slots(self, block_table: list[int], num_computed_tokens: int, num_new_tokens: int,
-                       computed: ComputedBlocks | None = None, *,
-                       max_used_blocks: float | None = None) -> SlotAllocation | None:
+    def allocate_slots(
+        self,
+        block_table: list[int],
+        num_computed_tokens: int,
+        num_new_tokens: int,
+        computed: ComputedBlocks | None = None,
+        *,
+        max_used_blocks: float | None = None,
+    ) -> SlotAllocation | None:
         """Reserve (empty table) or extend ``block_table`` so that it holds ``num_computed_tokens +
         num_new_tokens`` tokens, all or nothing; None, with nothing changed, if it does not fit."""
         if computed is not None and computed.block_ids:
-            raise BlockAllocatorError("kv_allocator 'contiguous' keeps no prefix cache: it takes no computed blocks")
+            raise BlockAllocatorError(
+                "kv_allocator 'contiguous' keeps no prefix cache: it takes no computed blocks"
+            )
         needed = self._num_new_blocks(block_table, num_computed_tokens + num_new_tokens)
         if needed > self.num_free_blocks:
             return None

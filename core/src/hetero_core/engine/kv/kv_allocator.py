@@ -22,8 +22,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = [
-    "NO_BLOCK_COPIES", "NO_COMPUTED_BLOCKS", "BlockAllocatorError", "ComputedBlocks", "KVAllocator",
-    "NoPrefixCache", "SlotAllocation",
+    "NO_BLOCK_COPIES",
+    "NO_COMPUTED_BLOCKS",
+    "BlockAllocatorError",
+    "ComputedBlocks",
+    "KVAllocator",
+    "NoPrefixCache",
+    "SlotAllocation",
 ]
 
 
@@ -75,16 +80,23 @@ class KVAllocator(Protocol):
         """The cached blocks holding the longest prefix of ``token_ids`` (``NO_COMPUTED_BLOCKS``
         without a prefix cache). Takes no reference."""
 
-    def allocate_slots(self, block_table: list[int], num_computed_tokens: int, num_new_tokens: int,
-                       computed: ComputedBlocks | None = None, *,
-                       max_used_blocks: float | None = None) -> SlotAllocation | None:
+    def allocate_slots(
+        self,
+        block_table: list[int],
+        num_computed_tokens: int,
+        num_new_tokens: int,
+        computed: ComputedBlocks | None = None,
+        *,
+        max_used_blocks: float | None = None,
+    ) -> SlotAllocation | None:
         """Give ``block_table`` room for tokens ``[num_computed_tokens, num_computed_tokens +
         num_new_tokens)``, all or nothing. ``computed`` (only for an empty table) starts the table
         with those cached blocks. None, with nothing changed, when the free blocks do not suffice
         or when more than ``max_used_blocks`` would then be in use."""
 
-    def cache_blocks(self, block_table: list[int], num_computed_tokens: int,
-                     token_ids: Callable[[int, int], list[int]]) -> None:
+    def cache_blocks(
+        self, block_table: list[int], num_computed_tokens: int, token_ids: Callable[[int, int], list[int]]
+    ) -> None:
         """Name the full blocks holding the first ``num_computed_tokens`` tokens in the prefix cache;
         ``token_ids(start, end)`` gives the sequence's tokens. Cheap when nothing new is full."""
 
@@ -103,6 +115,7 @@ class NoPrefixCache:
     def get_computed_blocks(self, token_ids: list[int]) -> ComputedBlocks:
         return NO_COMPUTED_BLOCKS
 
-    def cache_blocks(self, block_table: list[int], num_computed_tokens: int,
-                     token_ids: Callable[[int, int], list[int]]) -> None:
+    def cache_blocks(
+        self, block_table: list[int], num_computed_tokens: int, token_ids: Callable[[int, int], list[int]]
+    ) -> None:
         return None

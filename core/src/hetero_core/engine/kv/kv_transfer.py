@@ -22,9 +22,19 @@ from typing import Any, Protocol, runtime_checkable
 
 from hetero_core.errors import HeteroError
 
-__all__ = ["KVBlocks", "KVConnector", "KVConnectorContext", "KVHandoff", "KVTensor", "KVTransferError",
-           "export_prompt_blocks", "kv_import_error", "kv_tensor_from_torch", "kv_tensor_to_torch",
-           "without_first_blocks"]
+__all__ = [
+    "KVBlocks",
+    "KVConnector",
+    "KVConnectorContext",
+    "KVHandoff",
+    "KVTensor",
+    "KVTransferError",
+    "export_prompt_blocks",
+    "kv_import_error",
+    "kv_tensor_from_torch",
+    "kv_tensor_to_torch",
+    "without_first_blocks",
+]
 
 
 class KVTransferError(HeteroError):
@@ -69,11 +79,15 @@ class KVBlocks:
         """Why these blocks cannot serve as the K/V of ``prompt_token_ids`` in an engine of
         ``block_size``, or None."""
         if self.block_size != block_size:
-            return f"the KV blocks have block_size {self.block_size} but this engine's is {block_size}; " \
-                   "run both engines with the same --block-size"
+            return (
+                f"the KV blocks have block_size {self.block_size} but this engine's is {block_size}; "
+                "run both engines with the same --block-size"
+            )
         if list(self.token_ids) != list(prompt_token_ids):
-            return f"the KV blocks hold {len(self.token_ids)} tokens that are not the request's prompt " \
-                   f"({len(prompt_token_ids)} tokens); send the prompt the prefill engine ran"
+            return (
+                f"the KV blocks hold {len(self.token_ids)} tokens that are not the request's prompt "
+                f"({len(prompt_token_ids)} tokens); send the prompt the prefill engine ran"
+            )
         return None
 
 
@@ -121,8 +135,10 @@ def kv_import_error(seq, scheduler, executor) -> str | None:
     """Why ``seq``'s ``kv_import`` (a KVHandoff) cannot be taken by this engine, or None."""
     handoff: KVHandoff = seq.kv_import
     if not executor.capabilities.kv_import:
-        return (f"this engine's executor ({type(executor).__name__}) cannot import KV blocks (it does not "
-                "declare kv_import)")
+        return (
+            f"this engine's executor ({type(executor).__name__}) cannot import KV blocks (it does not "
+            "declare kv_import)"
+        )
     if not isinstance(handoff, KVHandoff):
         return f"kv_transfer must be a KVHandoff, got {type(handoff).__name__}"
     if seq.params.prompt_logprobs is not None:
@@ -136,16 +152,20 @@ def export_prompt_blocks(executor, seq, block_size: int) -> tuple[KVBlocks | Non
     """(the KV blocks of ``seq``'s prompt, None), or (None, why they could not be exported)."""
     num_prompt = len(seq.prompt_token_ids)
     if not executor.capabilities.kv_export:
-        return None, (f"this engine's executor ({type(executor).__name__}) cannot export KV blocks (it does "
-                      "not declare kv_export)")
+        return None, (
+            f"this engine's executor ({type(executor).__name__}) cannot export KV blocks (it does "
+            "not declare kv_export)"
+        )
     if seq.num_confirmed_tokens < num_prompt:
         return None, f"only {seq.num_confirmed_tokens} of the prompt's {num_prompt} tokens have K/V to export"
     try:
-        layers = executor.export_blocks(seq.block_table[:-(-num_prompt // block_size)])
+        layers = executor.export_blocks(seq.block_table[: -(-num_prompt // block_size)])
     except Exception as exc:
         return None, f"the executor failed to export the prompt's KV blocks: {type(exc).__name__}: {exc}"
     block_dim = executor.capabilities.kv_block_dim
-    return KVBlocks(block_size, block_dim, tuple(tuple(layer) for layer in layers), tuple(seq.prompt_token_ids)), None
+    return KVBlocks(
+        block_size, block_dim, tuple(tuple(layer) for layer in layers), tuple(seq.prompt_token_ids)
+    ), None
 
 
 def without_first_blocks(tensor: KVTensor, num_blocks: int, block_dim: int) -> KVTensor:
@@ -158,7 +178,7 @@ def without_first_blocks(tensor: KVTensor, num_blocks: int, block_dim: int) -> K
         outer *= n
     stride = tensor.num_bytes // (outer * shape[block_dim])  # bytes per block within one outer row
     view, row = memoryview(tensor.data).cast("B"), shape[block_dim] * stride
-    data = b"".join(view[o * row + num_blocks * stride:(o + 1) * row] for o in range(outer))
+    data = b"".join(view[o * row + num_blocks * stride : (o + 1) * row] for o in range(outer))
     shape[block_dim] -= num_blocks
     return KVTensor(tensor.dtype, tuple(shape), data)
 
@@ -179,5 +199,9 @@ def kv_tensor_to_torch(kv: KVTensor):
     dtype = getattr(torch, kv.dtype, None)
     if not isinstance(dtype, torch.dtype):
         raise KVTransferError(f"KV tensor of unknown dtype {kv.dtype!r}")
-    raw = torch.frombuffer(bytearray(kv.data), dtype=torch.uint8) if kv.num_bytes else torch.empty(0, dtype=torch.uint8)
+    raw = (
+        torch.frombuffer(bytearray(kv.data), dtype=torch.uint8)
+        if kv.num_bytes
+        else torch.empty(0, dtype=torch.uint8)
+    )
     return raw.view(dtype).reshape(kv.shape)

@@ -17,13 +17,19 @@ from hetero_core.errors import HeteroError, InvalidRequestError
 __all__ = ["chat_options", "encode_chat"]
 
 
-def chat_options(add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
-                 tools: list[dict] | None = None) -> dict[str, Any]:
+def chat_options(
+    add_generation_prompt: bool = True,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    tools: list[dict] | None = None,
+) -> dict[str, Any]:
     """The options that differ from the defaults, checked; ``{}`` when none does."""
     if not isinstance(add_generation_prompt, bool):
-        raise InvalidRequestError(f"add_generation_prompt must be true or false, got {add_generation_prompt!r:.40}")
+        raise InvalidRequestError(
+            f"add_generation_prompt must be true or false, got {add_generation_prompt!r:.40}"
+        )
     if chat_template_kwargs is not None and not (
-            isinstance(chat_template_kwargs, dict) and all(isinstance(k, str) for k in chat_template_kwargs)):
+        isinstance(chat_template_kwargs, dict) and all(isinstance(k, str) for k in chat_template_kwargs)
+    ):
         raise InvalidRequestError(
             f"chat_template_kwargs must be a dict of template variable names to values, got {chat_template_kwargs!r:.60}"
         )
@@ -60,4 +66,6 @@ def encode_chat(tokenizer, messages: list[dict], options: dict[str, Any]) -> lis
     except HeteroError:
         raise
     except Exception as exc:  # a template choking on these messages fails this call alone
-        raise InvalidRequestError(f"the chat template could not render the conversation: {type(exc).__name__}: {exc}") from exc
+        raise InvalidRequestError(
+            f"the chat template could not render the conversation: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -52,12 +52,20 @@ MAX_HELD_TOKENS = 16
 class IncrementalDetokenizer:
     """Turns one request's output tokens into text deltas, one token at a time."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt_token_ids: Sequence[int], params=None,
-                 token_texts: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        params=None,
+        token_texts: dict[int, str] | None = None,
+    ) -> None:
         self._decode = tokenizer.decode
         if params is not None and not params.skip_special_tokens:
-            self._decode = partial(tokenizer.decode, skip_special_tokens=False,
-                                   spaces_between_special_tokens=params.spaces_between_special_tokens)
+            self._decode = partial(
+                tokenizer.decode,
+                skip_special_tokens=False,
+                spaces_between_special_tokens=params.spaces_between_special_tokens,
+            )
             token_texts = None  # the shared single-token texts are decoded with the defaults
         # decode([token]) by token, shared by the requests of one tokenizer: a window's context is
         # usually the one token handed out last, so one decode call per token instead of two

@@ -40,7 +40,11 @@ class GuidedDecodingParams:
             set_(self, "json", _schema_text(self.json))
         if self.choice is not None:
             choice = self.choice
-            if not isinstance(choice, (list, tuple)) or not choice or not all(isinstance(c, str) and c for c in choice):
+            if (
+                not isinstance(choice, (list, tuple))
+                or not choice
+                or not all(isinstance(c, str) and c for c in choice)
+            ):
                 raise InvalidRequestError("guided choice must be a non-empty list of non-empty strings")
             set_(self, "choice", tuple(choice))
         for name in ("regex", "grammar"):
@@ -51,7 +55,9 @@ class GuidedDecodingParams:
             raise InvalidRequestError("guided json_object must be true or false")
         text = self.spec
         if isinstance(text, str) and len(text) > MAX_SPEC_CHARS:
-            raise InvalidRequestError(f"guided {self.kind} is {len(text)} characters; the limit is {MAX_SPEC_CHARS}")
+            raise InvalidRequestError(
+                f"guided {self.kind} is {len(text)} characters; the limit is {MAX_SPEC_CHARS}"
+            )
 
     @property
     def kind(self) -> str:

@@ -61,8 +61,13 @@ class RequestOutput:
     @property
     def metrics(self) -> RequestMetrics:
         """Timings: arrival, first token, finish; time to first token, latency, decode speed."""
-        return RequestMetrics(self.arrival_time, self.first_token_time, self.finish_time,
-                              len(self.prompt_token_ids), len(self.output_token_ids))
+        return RequestMetrics(
+            self.arrival_time,
+            self.first_token_time,
+            self.finish_time,
+            len(self.prompt_token_ids),
+            len(self.output_token_ids),
+        )
 
     @classmethod
     def from_sequence(cls, seq: Sequence, index: int = 0) -> RequestOutput:
@@ -73,7 +78,9 @@ class RequestOutput:
             index=index,
             text=seq.output_text,
             token_ids=token_ids,
-            cumulative_logprob=sum(lp.logprob for lp in logprobs if lp is not None) if logprobs is not None else None,
+            cumulative_logprob=sum(lp.logprob for lp in logprobs if lp is not None)
+            if logprobs is not None
+            else None,
             logprobs=logprobs,
             finish_reason=completion_finish_reason(reason),
             stop_reason=seq.stop_reason,
@@ -94,7 +101,9 @@ class RequestOutput:
             finish_time=seq.finish_time,
             outputs=[completion],
             num_cached_tokens=seq.num_cached_tokens,
-            prompt_logprobs=(seq.prompt_logprobs or [None]) if seq.params.prompt_logprobs is not None else None,
+            prompt_logprobs=(seq.prompt_logprobs or [None])
+            if seq.params.prompt_logprobs is not None
+            else None,
             kv_blocks=seq.kv_export,
         )
 

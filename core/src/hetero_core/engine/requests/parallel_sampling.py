@@ -65,7 +65,7 @@ class ParallelRequest:
             count = len(self.children)
         else:
             return []
-        chosen = [c for c in self.children[self.num_queued:count] if not c[0].status.is_done]
+        chosen = [c for c in self.children[self.num_queued : count] if not c[0].status.is_done]
         self.num_queued = count
         return chosen
 
@@ -81,7 +81,9 @@ class ParallelRequest:
             ranked.sort(key=lambda item: _score(item[1]), reverse=True)
         ranked = ranked[: self.params.n]
         completions = [self._completion(position, out) for position, (_, out) in enumerate(ranked)]
-        completions += [CompletionOutput(i, "", [], None, None, None) for i in range(len(completions), self.params.n)]
+        completions += [
+            CompletionOutput(i, "", [], None, None, None) for i in range(len(completions), self.params.n)
+        ]
         first = ranked[0][1]
         seen = [out for out in self.latest if out is not None]
         errors = [out.error for out in seen if out.error]

@@ -32,7 +32,14 @@ GREEDY_TEMPERATURE = 1e-5
 MIN_REPETITION_PENALTY = 1e-4
 MAX_REPETITION_PENALTY = 1e4
 
-_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+_FLOAT_FIELDS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
 _INT_FIELDS = ("top_k", "max_tokens")
 _BOOL_FIELDS = ("ignore_eos", "include_stop_str_in_output")
 
@@ -198,16 +205,16 @@ class SamplingParams:
     @property
     def has_token_constraints(self) -> bool:
         """Whether the sampler must edit this request's logits before choosing (``logits_constraints``)."""
-        return bool(self.min_tokens or self.bad_words_token_ids or self.allowed_token_ids is not None
-                    or self.logit_bias)
+        return bool(
+            self.min_tokens
+            or self.bad_words_token_ids
+            or self.allowed_token_ids is not None
+            or self.logit_bias
+        )
 
     @property
     def has_penalties(self) -> bool:
-        return (
-            self.repetition_penalty != 1.0
-            or self.presence_penalty != 0.0
-            or self.frequency_penalty != 0.0
-        )
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
 
 def _is_int(value: Any) -> bool:

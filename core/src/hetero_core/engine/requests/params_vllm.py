@@ -40,9 +40,13 @@ def type_problems(p) -> list[str]:
     if not (words is None or isinstance(words, str) or _is_list_of(words, lambda w: isinstance(w, str))):
         problems.append(f"bad_words must be a list of strings or None, got {_describe(words)}")
     if not (p.allowed_token_ids is None or _is_list_of(p.allowed_token_ids, _is_int)):
-        problems.append(f"allowed_token_ids must be a list of token ids or None, got {_describe(p.allowed_token_ids)}")
+        problems.append(
+            f"allowed_token_ids must be a list of token ids or None, got {_describe(p.allowed_token_ids)}"
+        )
     if not _is_list_of(p.bad_words_token_ids, lambda ids: _is_list_of(ids, _is_int)):
-        problems.append(f"bad_words_token_ids must be a list of lists of token ids, got {_describe(p.bad_words_token_ids)}")
+        problems.append(
+            f"bad_words_token_ids must be a list of lists of token ids, got {_describe(p.bad_words_token_ids)}"
+        )
     if p.logit_bias is not None and _bias_pairs(p.logit_bias) is None:
         problems.append(
             "logit_bias must be a dict of token id (an int, or a string of digits) to a number, "

@@ -18,9 +18,14 @@ from typing import Any
 
 from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.requests.params_tokens import resolve_token_params
-from hetero_core.engine.sampling.prompt_logprobs import check_prompt_logprobs
-from hetero_core.engine.requests.prompts import check_prompt_size, decode_prompt, tokenize_prompt, unwrap_prompt
+from hetero_core.engine.requests.prompts import (
+    check_prompt_size,
+    decode_prompt,
+    tokenize_prompt,
+    unwrap_prompt,
+)
 from hetero_core.engine.requests.sequence import check_priority_and_tenant
+from hetero_core.engine.sampling.prompt_logprobs import check_prompt_logprobs
 from hetero_core.errors import InvalidRequestError
 
 __all__ = ["CheckedRequest", "EngineRequest", "RequestProcessor"]
@@ -46,15 +51,18 @@ class EngineRequest:
     priority: int = 0
     tenant: str | None = None
     grammar: Any = None  # the compiled grammar of params.guided_decoding (engine.structured_output)
-    kv_transfer: Any = None  # a KVHandoff: the prompt's K/V and first token from a prefill engine (kv_transfer.py)
+    kv_transfer: Any = (
+        None  # a KVHandoff: the prompt's K/V and first token from a prefill engine (kv_transfer.py)
+    )
     export_kv: bool = False  # the final output carries the prompt's KV blocks (RequestOutput.kv_blocks)
 
 
 class RequestProcessor:
     """Checks and tokenizes requests for one engine; safe to call from several threads at once."""
 
-    def __init__(self, tokenizer, max_model_len: int, default_params: SamplingParams,
-                 structured_output=None) -> None:
+    def __init__(
+        self, tokenizer, max_model_len: int, default_params: SamplingParams, structured_output=None
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.default_params = default_params
@@ -73,7 +81,9 @@ class RequestProcessor:
         check_prompt_logprobs(resolved, self.prompt_logprobs_refusal)
         check_priority_and_tenant(priority, tenant)
         prompt = unwrap_prompt(prompt)
-        check_prompt_size(prompt, self.max_model_len, lambda: getattr(self.tokenizer, "max_token_chars", None))
+        check_prompt_size(
+            prompt, self.max_model_len, lambda: getattr(self.tokenizer, "max_token_chars", None)
+        )
         return CheckedRequest(prompt, resolved, priority, tenant)
 
     def tokenize(self, request: CheckedRequest) -> EngineRequest:
@@ -81,15 +91,18 @@ class RequestProcessor:
         token_ids = tokenize_prompt(self.tokenizer, request.prompt)
         text = request.prompt if isinstance(request.prompt, str) else decode_prompt(self.tokenizer, token_ids)
         params = resolve_token_params(request.params, self.tokenizer)
-        return EngineRequest(text, tuple(token_ids), params, request.priority, request.tenant,
-                             self._compile(params))
+        return EngineRequest(
+            text, tuple(token_ids), params, request.priority, request.tenant, self._compile(params)
+        )
 
     def _compile(self, params: SamplingParams):
         """The request's compiled grammar (None without ``guided_decoding``)."""
         if params.guided_decoding is None:
             return None
         if self.structured_output is None:
-            raise InvalidRequestError("guided decoding is not available: this engine has no structured-output backend")
+            raise InvalidRequestError(
+                "guided decoding is not available: this engine has no structured-output backend"
+            )
         return self.structured_output.compile(params.guided_decoding)
 
     def resolve_params(self, params) -> SamplingParams:

@@ -22,7 +22,9 @@ from hetero_core.errors import HeteroError, InvalidRequestError
 
 Prompt = str | list[int] | list[dict[str, str]]  # text, token ids, or chat messages
 
-ACCEPTED = "a prompt is a string, a list of token ids or a list of chat messages ({'role': ..., 'content': ...})"
+ACCEPTED = (
+    "a prompt is a string, a list of token ids or a list of chat messages ({'role': ..., 'content': ...})"
+)
 MESSAGE_KEYS = ("role", "content", "name")
 
 
@@ -119,8 +121,11 @@ def prompt_text(prompt: Any) -> str:
 
 
 def _is_token_ids(value: Any) -> bool:
-    return (isinstance(value, (list, tuple)) and len(value) > 0
-            and all(isinstance(t, int) and not isinstance(t, bool) for t in value))
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
 
 
 def _check_token_ids(prompt: list | tuple, vocab_size: int) -> list[int]:
@@ -150,9 +155,7 @@ def _check_message(index: int, message: dict) -> None:
         )
     for key in message:
         if not isinstance(message[key], str):
-            raise InvalidRequestError(
-                f"{where}: {key!r} must be a string, got {type(message[key]).__name__}"
-            )
+            raise InvalidRequestError(f"{where}: {key!r} must be a string, got {type(message[key]).__name__}")
         _check_text(message[key], f"{where} {key!r}")
     if not message["role"]:
         raise InvalidRequestError(f"{where}: 'role' is empty (e.g. 'system', 'user', 'assistant')")

@@ -41,7 +41,9 @@ class Sequence:
     arrival_time: float
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list = field(default_factory=list)
-    prompt_logprobs: list | None = None  # prompt_logprobs requested: None, then one entry per prompt token so far
+    prompt_logprobs: list | None = (
+        None  # prompt_logprobs requested: None, then one entry per prompt token so far
+    )
     output_text: str = ""
     status: SequenceStatus = SequenceStatus.PENDING
     finish_reason: FinishReason | None = None
@@ -64,10 +66,14 @@ class Sequence:
     first_token_time: float | None = None
     finish_time: float | None = None
     grammar: object | None = None  # its structured-output GrammarState (engine.structured_output), or None
-    kv_import: object | None = None  # a KVHandoff whose blocks are written when it is admitted (kv_transfer.py)
+    kv_import: object | None = (
+        None  # a KVHandoff whose blocks are written when it is admitted (kv_transfer.py)
+    )
     export_kv: bool = False  # export the prompt's KV blocks when it finishes (into kv_export)
     kv_export: object | None = None  # the exported KVBlocks
-    stream: bool = True  # step() returns its output after every step that advanced it (else only the final one)
+    stream: bool = (
+        True  # step() returns its output after every step that advanced it (else only the final one)
+    )
     # Speculative decoding: the proposer's tokens for this step (set before scheduling, taken by the scheduler)
     spec_token_ids: tuple[int, ...] = ()
     # Scheduler-owned, per step: the policy's order (lower first); a cached sort key; a copy of the

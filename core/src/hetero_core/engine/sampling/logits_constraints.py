@@ -59,7 +59,7 @@ def banned_words(words: Sequence[Sequence[int]], output: Sequence[int]) -> list[
     banned = []
     for word in words:
         head = len(word) - 1
-        if head == 0 or (head <= len(output) and list(output[len(output) - head:]) == list(word[:head])):
+        if head == 0 or (head <= len(output) and list(output[len(output) - head :]) == list(word[:head])):
             banned.append(word[-1])
     return banned
 

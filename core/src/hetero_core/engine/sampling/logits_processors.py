@@ -75,9 +75,7 @@ def apply_temperature(logits: torch.Tensor, temperatures: Sequence[float]) -> No
 HEAD_SIZE = 256
 
 
-def apply_top_k_top_p(
-    logits: torch.Tensor, top_ks: Sequence[int], top_ps: Sequence[float]
-) -> None:
+def apply_top_k_top_p(logits: torch.Tensor, top_ks: Sequence[int], top_ps: Sequence[float]) -> None:
     """Keep each row's ``top_k`` best tokens (``top_k <= 0``: all), then the smallest set of the
     survivors whose probability mass reaches ``top_p``. The best token always survives; tokens
     tied with the last survivor survive too.

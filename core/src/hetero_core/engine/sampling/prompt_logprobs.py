@@ -25,9 +25,11 @@ def prompt_logprobs_refusal(executor) -> str | None:
     """Why ``executor`` cannot give prompt logprobs (None: it can)."""
     if executor.capabilities.supports_prompt_logits:
         return None
-    return (f"prompt_logprobs is not supported by the executor {type(executor).__name__}: it does not "
-            "return logits for prompt positions (it does not declare supports_prompt_logits); use an "
-            "executor that runs the model (torch, triton, cuda) or leave prompt_logprobs None")
+    return (
+        f"prompt_logprobs is not supported by the executor {type(executor).__name__}: it does not "
+        "return logits for prompt positions (it does not declare supports_prompt_logits); use an "
+        "executor that runs the model (torch, triton, cuda) or leave prompt_logprobs None"
+    )
 
 
 def check_prompt_logprobs(params, refusal: str | None) -> None:
@@ -45,8 +47,10 @@ def add_prompt_logprobs(scheduled, prompt_logits: list | None, token_text) -> No
         return
     indices = batch.prompt_logits_indices
     if len(prompt_logits) != len(indices):
-        raise ValueError(f"executor returned prompt logits for {len(prompt_logits)} sequences, "
-                         f"the batch flags {len(indices)}")
+        raise ValueError(
+            f"executor returned prompt logits for {len(prompt_logits)} sequences, "
+            f"the batch flags {len(indices)}"
+        )
     for i, logits in zip(indices, prompt_logits):
         seq = scheduled.seqs[i]
         if seq.status.is_done:
@@ -59,10 +63,11 @@ def add_prompt_logprobs(scheduled, prompt_logits: list | None, token_text) -> No
         if start < 0 or stop <= start:
             seq.prompt_logprobs = entries
             continue
-        targets = seq.prompt_token_ids[first + start + 1:first + stop + 1]
+        targets = seq.prompt_token_ids[first + start + 1 : first + stop + 1]
         # a new list: outputs already handed out keep theirs unchanged
-        seq.prompt_logprobs = entries + position_logprobs(logits[start:stop], targets, seq.params.prompt_logprobs,
-                                                          token_text)
+        seq.prompt_logprobs = entries + position_logprobs(
+            logits[start:stop], targets, seq.params.prompt_logprobs, token_text
+        )
 
 
 def position_logprobs(logits, targets: list[int], k: int, token_text) -> list[dict[int, Logprob]]:

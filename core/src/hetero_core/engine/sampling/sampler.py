@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.sampling.logits_constraints import apply_token_constraints
 from hetero_core.engine.sampling.logits_processors import (
     apply_min_p,
@@ -35,7 +36,6 @@ from hetero_core.engine.sampling.logits_processors import (
     apply_top_k_top_p,
 )
 from hetero_core.engine.sampling.logprobs import TokenLogprobs
-from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.sampling.token_bitmask import FORBIDDEN, apply_token_bitmask
 
 
@@ -81,8 +81,7 @@ class Sampler:
         """The generator unseeded rows draw from (speculative verification draws from it too)."""
         return self._rng
 
-    def _reconcile_grammar(self, scores, bitmask,
-                           errors: list[str | None]) -> None:
+    def _reconcile_grammar(self, scores, bitmask, errors: list[str | None]) -> None:
         """Rows whose grammar allows only tokens their constraints banned: a grammar that allows EOS
         (it is complete) gets it, though ``min_tokens`` is not reached (the format cannot take more);
         other rows fail with the fields that contradict."""
@@ -94,9 +93,11 @@ class Sampler:
             if eos is not None and eos < scores.shape[1] and int(bitmask[i, eos // 32]) >> (eos % 32) & 1:
                 scores[i, eos] = 0.0
             else:
-                errors[i] = ("the request's guided output (response_format, guided_*, tool_choice) and its "
-                             "allowed_token_ids / bad_words / logit_bias leave no token here; allow the tokens "
-                             "the format needs, or drop one of them")
+                errors[i] = (
+                    "the request's guided output (response_format, guided_*, tool_choice) and its "
+                    "allowed_token_ids / bad_words / logit_bias leave no token here; allow the tokens "
+                    "the format needs, or drop one of them"
+                )
 
     def sample(self, logits: torch.Tensor, rows: list[SamplingRow], token_bitmask=None) -> SamplerOutput:
         """Pick one token per row of ``logits`` (``[len(rows), vocab_size]``, any float dtype).
@@ -138,7 +139,10 @@ class Sampler:
             _apply_temperature_rows(scores, randoms, [rows[i].params.temperature for i in randoms])
         if token_bitmask is not None:
             for i in apply_token_bitmask(scores, token_bitmask):
-                errors[i] = errors[i] or "the request's guided decoding allows no token of this model's vocabulary here"
+                errors[i] = (
+                    errors[i]
+                    or "the request's guided decoding allows no token of this model's vocabulary here"
+                )
             self._reconcile_grammar(scores, token_bitmask, errors)
         for i in _broken_rows(scores):
             scores[i] = 0.0
@@ -221,7 +225,9 @@ def _non_finite(best: torch.Tensor) -> list[int]:
     return bad.nonzero().flatten().tolist()
 
 
-def _checked(token_ids: list[int], logprobs: list, errors: list[str | None], vocab_size: int) -> SamplerOutput:
+def _checked(
+    token_ids: list[int], logprobs: list, errors: list[str | None], vocab_size: int
+) -> SamplerOutput:
     """The last guard: an id outside ``[0, vocab_size)`` fails its row instead of leaving the sampler."""
     for i, token_id in enumerate(token_ids):
         if errors[i] is None and not 0 <= token_id < vocab_size:
@@ -233,8 +239,12 @@ def _checked(token_ids: list[int], logprobs: list, errors: list[str | None], voc
 
 
 def _is_plain_greedy(params: SamplingParams) -> bool:
-    return (params.is_greedy and not params.has_penalties and params.logprobs is None
-            and not params.has_token_constraints)
+    return (
+        params.is_greedy
+        and not params.has_penalties
+        and params.logprobs is None
+        and not params.has_token_constraints
+    )
 
 
 def _logprobs(

@@ -70,8 +70,9 @@ class StructuredOutput:
     ``compile`` runs in callers' threads (``RequestProcessor``); the rest in the engine's thread.
     """
 
-    def __init__(self, create_backend: Callable[[], StructuredOutputBackend] | None, vocab_size: int,
-                 name: str = "") -> None:
+    def __init__(
+        self, create_backend: Callable[[], StructuredOutputBackend] | None, vocab_size: int, name: str = ""
+    ) -> None:
         self._create_backend = create_backend
         self._backend: StructuredOutputBackend | None = None
         self._lock = threading.Lock()
@@ -99,7 +100,8 @@ class StructuredOutput:
             raise InvalidRequestError(
                 f"guided_decoding backend {asked!r} is not this engine's: it uses {self.name!r} (the "
                 "structured_output setting chooses it for every request); leave backend None, 'auto' or "
-                f"{self.name!r}")
+                f"{self.name!r}"
+            )
         with self._lock:
             if params in self._cache:
                 self._cache.move_to_end(params)

@@ -32,7 +32,9 @@ def unpack_token_bitmask(bitmask, vocab_size: int):
     allowed = bits.bool().reshape(bitmask.shape[0], -1)
     if allowed.shape[1] >= vocab_size:
         return allowed[:, :vocab_size]
-    pad = torch.zeros(bitmask.shape[0], vocab_size - allowed.shape[1], dtype=torch.bool, device=bitmask.device)
+    pad = torch.zeros(
+        bitmask.shape[0], vocab_size - allowed.shape[1], dtype=torch.bool, device=bitmask.device
+    )
     return torch.cat([allowed, pad], dim=1)
 
 

@@ -62,9 +62,13 @@ class Batch:
     num_prompt_tokens: list[int]
     seeds: list[int | None]
     block_size: int
-    token_bitmask: Any = None  # structured output: int32 [sampled rows, words] (engine.token_bitmask), or None
+    token_bitmask: Any = (
+        None  # structured output: int32 [sampled rows, words] (engine.token_bitmask), or None
+    )
     prompt_logits: list[bool] | None = None  # prompt logprobs: sequences whose every row's logits come back
-    num_spec_tokens: list[int] | None = None  # speculative decoding: proposed tokens at the end of each segment
+    num_spec_tokens: list[int] | None = (
+        None  # speculative decoding: proposed tokens at the end of each segment
+    )
 
     @property
     def prompt_logits_indices(self) -> list[int]:

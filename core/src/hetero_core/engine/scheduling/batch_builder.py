@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from time import perf_counter
 
-from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.engine.requests.sequence import Sequence
+from hetero_core.engine.scheduling.batch import Batch
 
 __all__ = ["PLACEHOLDER", "BatchBuilder"]
 PLACEHOLDER = -1
@@ -57,7 +57,9 @@ class BatchBuilder:
             token_ids, positions, slots, context_lens, placeholders = self._decode_columns(seqs, tables)
             starts = self._starts(len(seqs))
         else:
-            token_ids, positions, slots, context_lens, placeholders, starts = self._columns(seqs, num_new, tables, spec)
+            token_ids, positions, slots, context_lens, placeholders, starts = self._columns(
+                seqs, num_new, tables, spec
+            )
         batch = Batch(
             seq_ids=self._seq_ids,
             token_ids=token_ids,
@@ -127,9 +129,12 @@ class BatchBuilder:
 def prompt_logits_column(seqs: list[Sequence], is_prefill: list[bool]) -> list[bool] | None:
     """``Batch.prompt_logits``: the prefill segments of sequences that asked for prompt_logprobs and
     have not got them all yet (a recompute after preemption runs its prompt again without them)."""
-    flags = [prefill and s.params.prompt_logprobs is not None
-             and len(s.prompt_logprobs or (None,)) < len(s.prompt_token_ids)
-             for s, prefill in zip(seqs, is_prefill)]
+    flags = [
+        prefill
+        and s.params.prompt_logprobs is not None
+        and len(s.prompt_logprobs or (None,)) < len(s.prompt_token_ids)
+        for s, prefill in zip(seqs, is_prefill)
+    ]
     return flags if any(flags) else None
 
 

@@ -128,5 +128,7 @@ def decision_problems(snapshot: SchedulerSnapshot, decision: Any) -> list[str]:
     if not set(decision.hold_back) <= known:
         problems.append("hold_back names unknown requests")
     if not set(decision.preempt) <= running:
-        problems.append(f"preempt names requests that are not running: {sorted(set(decision.preempt) - running)[:5]}")
+        problems.append(
+            f"preempt names requests that are not running: {sorted(set(decision.preempt) - running)[:5]}"
+        )
     return problems

@@ -15,14 +15,15 @@ from __future__ import annotations
 from dataclasses import fields
 from operator import attrgetter
 
-from hetero_core.engine.scheduling.policy import RequestView
 from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
+from hetero_core.engine.scheduling.policy import RequestView
 
 __all__ = ["STATIC_FIELDS", "SortKeys", "view_of"]
 
 # RequestView fields that never change while a request is queued or running
-STATIC_FIELDS = frozenset({"request_id", "arrival_order", "arrival_time", "priority", "tenant",
-                           "num_prompt_tokens", "max_tokens"})
+STATIC_FIELDS = frozenset(
+    {"request_id", "arrival_order", "arrival_time", "priority", "tenant", "num_prompt_tokens", "max_tokens"}
+)
 _FIELDS = frozenset(f.name for f in fields(RequestView))
 _STATE = {
     SequenceStatus.PENDING: "waiting",

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 
+from hetero_core.engine.requests.sequence import Sequence
 from hetero_core.engine.scheduling.policy import (
     MAX_STEPS_HELD_BACK,
     SchedulerSnapshot,
@@ -26,7 +27,6 @@ from hetero_core.engine.scheduling.policy import (
     decision_problems,
 )
 from hetero_core.engine.scheduling.policy_keys import SortKeys
-from hetero_core.engine.requests.sequence import Sequence
 from hetero_core.errors import ConfigError
 from hetero_core.logging import get_logger
 
@@ -70,8 +70,13 @@ class PolicyRunner:
         is_sort_key = isinstance(policy, SortKeyPolicy) and type(policy).decide is SortKeyPolicy.decide
         self._sort_keys = SortKeys(policy) if is_sort_key else None
 
-    def plan(self, running: list[Sequence], waiting: list[Sequence], swapped: list[Sequence],
-             snapshot: Callable[[], SchedulerSnapshot]) -> Plan:
+    def plan(
+        self,
+        running: list[Sequence],
+        waiting: list[Sequence],
+        swapped: list[Sequence],
+        snapshot: Callable[[], SchedulerSnapshot],
+    ) -> Plan:
         """Rank ``running``, ``waiting`` and ``swapped`` (``seq.rank``); ``snapshot`` builds what a
         policy that decides sees (a sort key needs none)."""
         if self._sort_keys is not None:
@@ -106,9 +111,13 @@ class PolicyRunner:
         self.num_idle_steps = self.num_idle_steps + 1 if idle else 0
         if self.num_idle_steps > MAX_STEPS_HELD_BACK:
             self.num_hold_back_overrides += 1
-            log.warning("policy.hold_back_overridden", policy=self.name, num_idle_steps=self.num_idle_steps - 1,
-                        request_ids=[s.request_id for s in pending][:5],
-                        reason="nothing runs and the policy holds every request back")
+            log.warning(
+                "policy.hold_back_overridden",
+                policy=self.name,
+                num_idle_steps=self.num_idle_steps - 1,
+                request_ids=[s.request_id for s in pending][:5],
+                reason="nothing runs and the policy holds every request back",
+            )
             hold_back = frozenset()
         return Plan(hold_back, tuple(decision.preempt))
 
@@ -120,5 +129,9 @@ class PolicyRunner:
     def _report(self, problems: list[str]) -> None:
         self.num_invalid_decisions += 1
         if self.num_invalid_decisions == 1:
-            log.warning("policy.invalid_decision", policy=self.name, problems="; ".join(problems),
-                        fallback="arrival order for this step; later invalid decisions are only counted")
+            log.warning(
+                "policy.invalid_decision",
+                policy=self.name,
+                problems="; ".join(problems),
+                fallback="arrival order for this step; later invalid decisions are only counted",
+            )

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hetero_core.engine.requests.sequence import Sequence
 from hetero_core.engine.kv.swap import SwapSpace
+from hetero_core.engine.requests.sequence import Sequence
 
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -43,7 +43,9 @@ class Preemptor:
 
     def __init__(self, mode: str, num_swap_blocks: int) -> None:
         if mode not in PREEMPTION_MODES:
-            raise ValueError(f"unknown preemption_mode {mode!r}; valid options are: {', '.join(PREEMPTION_MODES)}")
+            raise ValueError(
+                f"unknown preemption_mode {mode!r}; valid options are: {', '.join(PREEMPTION_MODES)}"
+            )
         self.mode = mode
         self.swap_space = SwapSpace(num_swap_blocks) if mode == "swap" else None
 

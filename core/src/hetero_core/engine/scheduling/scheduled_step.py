@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.engine.kv.kv_allocator import SlotAllocation
 from hetero_core.engine.kv.kv_transfer import without_first_blocks
 from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
+from hetero_core.engine.scheduling.batch import Batch
 
 __all__ = ["ScheduledStep", "StepBuilder", "confirm_swap_ins", "unschedule", "without_seqs"]
 PREFILL, DECODE = SequenceStatus.PREFILL, SequenceStatus.DECODE
@@ -47,7 +47,9 @@ class ScheduledStep:
     swapped_out: list[Sequence] = field(default_factory=list)
     # (blocks, layers): K/V from another engine written into these blocks after swap-in (kv_transfer.py)
     kv_imports: list[tuple[list[int], object]] = field(default_factory=list)
-    kv_imported_tokens: dict[int, int] = field(default_factory=dict)  # seq_id -> prompt tokens its import counts
+    kv_imported_tokens: dict[int, int] = field(
+        default_factory=dict
+    )  # seq_id -> prompt tokens its import counts
     # speculative decoding: each sequence's proposed tokens, run after its last token (None: no proposals)
     spec_token_ids: list[tuple[int, ...]] | None = None
 
@@ -106,7 +108,9 @@ class StepBuilder:
         seq.num_computed_tokens = end
         seq.num_inflight_tokens += num_new
         # num_scheduled_tokens, inline; the proposals follow the last token, whose next one is sampled
-        sample = end - len(spec) == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens
+        sample = (
+            end - len(spec) == len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens
+        )
         self.sample.append(sample)
         if sample:
             seq.num_pending_tokens += 1
@@ -126,10 +130,12 @@ class StepBuilder:
         flight until the step completes (as a swap-in's tokens), and the first token runs as a decode."""
         handoff, seq.kv_import = seq.kv_import, None
         num_prompt = len(seq.prompt_token_ids)
-        blocks = seq.block_table[first_block:-(-num_prompt // handoff.blocks.block_size)]
+        blocks = seq.block_table[first_block : -(-num_prompt // handoff.blocks.block_size)]
         if blocks:
-            layers = [tuple(without_first_blocks(t, first_block, handoff.blocks.block_dim) for t in layer)
-                      for layer in handoff.blocks.layers]
+            layers = [
+                tuple(without_first_blocks(t, first_block, handoff.blocks.block_dim) for t in layer)
+                for layer in handoff.blocks.layers
+            ]
             self.kv_imports.append((blocks, layers))
         num_imported = num_prompt - seq.num_computed_tokens
         seq.num_computed_tokens = num_prompt
@@ -184,13 +190,25 @@ def without_seqs(step: ScheduledStep, seq_ids: set[int], batches) -> ScheduledSt
     if len(keep) == len(step.seqs):
         return step
     spec = None if step.spec_token_ids is None else [step.spec_token_ids[i] for i in keep]
-    rows = _Rows([step.seqs[i] for i in keep], [step.num_new_tokens[i] for i in keep],
-                 [step.batch.is_prefill[i] for i in keep], [step.batch.sample[i] for i in keep],
-                 sum(step.num_new_tokens[i] for i in keep), spec, sum(map(len, spec or ())))
+    rows = _Rows(
+        [step.seqs[i] for i in keep],
+        [step.num_new_tokens[i] for i in keep],
+        [step.batch.is_prefill[i] for i in keep],
+        [step.batch.sample[i] for i in keep],
+        sum(step.num_new_tokens[i] for i in keep),
+        spec,
+        sum(map(len, spec or ())),
+    )
     batch, placeholder_rows = batches.build(rows) if keep else (None, [])
-    return replace(step, seqs=rows.seqs, num_new_tokens=rows.num_new, batch=batch,
-                   kv_epochs=[step.kv_epochs[i] for i in keep], placeholder_rows=placeholder_rows,
-                   spec_token_ids=spec if rows.num_spec_tokens else None)
+    return replace(
+        step,
+        seqs=rows.seqs,
+        num_new_tokens=rows.num_new,
+        batch=batch,
+        kv_epochs=[step.kv_epochs[i] for i in keep],
+        placeholder_rows=placeholder_rows,
+        spec_token_ids=spec if rows.num_spec_tokens else None,
+    )
 
 
 def confirm_swap_ins(step: ScheduledStep) -> None:
@@ -208,8 +226,9 @@ def unschedule(step: ScheduledStep) -> None:
     step was to import is prefilled instead)."""
     if step.batch is None:
         return
-    for seq, num_new, epoch, was_prefill, sample in zip(step.seqs, step.num_new_tokens, step.kv_epochs,
-                                                         step.batch.is_prefill, step.batch.sample):
+    for seq, num_new, epoch, was_prefill, sample in zip(
+        step.seqs, step.num_new_tokens, step.kv_epochs, step.batch.is_prefill, step.batch.sample
+    ):
         if seq.status.is_done or seq.kv_epoch != epoch:
             continue
         seq.num_computed_tokens -= num_new

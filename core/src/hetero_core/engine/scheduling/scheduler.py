@@ -25,15 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 
-from hetero_core.engine.scheduling.batch_builder import BatchBuilder
 from hetero_core.engine.kv.kv_allocator import NO_COMPUTED_BLOCKS, ComputedBlocks, KVAllocator, SlotAllocation
+from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
+from hetero_core.engine.scheduling.batch_builder import BatchBuilder
 from hetero_core.engine.scheduling.policy import SchedulerSnapshot
 from hetero_core.engine.scheduling.policy_keys import view_of
 from hetero_core.engine.scheduling.policy_runner import Plan, PolicyRunner
 from hetero_core.engine.scheduling.preemption import Preemptor, choose_victim
 from hetero_core.engine.scheduling.scheduled_step import ScheduledStep, StepBuilder
 from hetero_core.engine.scheduling.scheduler_stats import SchedulerStats
-from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
 from hetero_core.logging import get_logger
 
 __all__ = ["ScheduledStep", "Scheduler", "SchedulerLimits", "SchedulerStats"]
@@ -54,9 +54,18 @@ class SchedulerLimits:
 
 
 class Scheduler:
-    def __init__(self, policy, allocator: KVAllocator, limits: SchedulerLimits, *, policy_name: str | None = None,
-                 prefix_caching: bool = False, can_copy_blocks: bool = False,
-                 preemption_mode: str = "recompute", num_swap_blocks: int = 0) -> None:
+    def __init__(
+        self,
+        policy,
+        allocator: KVAllocator,
+        limits: SchedulerLimits,
+        *,
+        policy_name: str | None = None,
+        prefix_caching: bool = False,
+        can_copy_blocks: bool = False,
+        preemption_mode: str = "recompute",
+        num_swap_blocks: int = 0,
+    ) -> None:
         self.runner = PolicyRunner(policy, policy_name or getattr(policy, "name", type(policy).__name__))
         self.policy = policy
         self.allocator = allocator
@@ -220,13 +229,16 @@ class Scheduler:
         return step
 
     def _num_new_tokens(self, seq: Sequence, start: int, token_budget: int) -> int:
-        num_new = min(len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens - start,
-                      token_budget)  # seq.num_scheduled_tokens, inline: it runs per sequence per step
+        num_new = min(
+            len(seq.prompt_token_ids) + len(seq.output_token_ids) + seq.num_pending_tokens - start,
+            token_budget,
+        )  # seq.num_scheduled_tokens, inline: it runs per sequence per step
         cap = self.limits.max_prefill_chunk
         return min(num_new, cap) if cap is not None and num_new > 1 else num_new
 
-    def _room_for_proposals(self, seq: Sequence, spec: tuple[int, ...],
-                            token_budget: int) -> tuple[tuple[int, ...], SlotAllocation | None]:
+    def _room_for_proposals(
+        self, seq: Sequence, spec: tuple[int, ...], token_budget: int
+    ) -> tuple[tuple[int, ...], SlotAllocation | None]:
         """Room for a decode's token and as many of its proposals as the token budget and the free
         blocks allow: all of them, else those that fit the blocks its table holds, else none ((), None)."""
         num_spec = min(len(spec), token_budget)
@@ -241,7 +253,9 @@ class Scheduler:
     def _make_room(self, seq: Sequence, num_new: int, step: StepBuilder) -> SlotAllocation | None:
         """Room for ``seq``'s next ``num_new`` tokens, preempting the lowest-ranked unscheduled running
         sequences until it fits; None if ``seq`` itself had to be preempted."""
-        while (slots := self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)) is None:
+        while (
+            slots := self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)
+        ) is None:
             victim = choose_victim(self.running, step.scheduled_ids)
             self._preempt(victim, step)
             if victim is seq:
@@ -266,9 +280,14 @@ class Scheduler:
             self.waiting.append(seq)
             self.num_recompute_preemptions += 1
         step.preempted.append(seq)
-        log.info("request.preempted", request_id=seq.request_id, mode=preemption.mode,
-                 num_blocks=preemption.num_blocks, num_computed_tokens=seq.num_computed_tokens,
-                 num_preemptions=seq.num_preemptions)
+        log.info(
+            "request.preempted",
+            request_id=seq.request_id,
+            mode=preemption.mode,
+            num_blocks=preemption.num_blocks,
+            num_computed_tokens=seq.num_computed_tokens,
+            num_preemptions=seq.num_preemptions,
+        )
 
     def _swap_in(self, step: StepBuilder, plan: Plan) -> None:
         for seq in sorted(self.swapped, key=_by_rank):
@@ -299,11 +318,19 @@ class Scheduler:
             start = min(computed.num_tokens, seq.num_tokens - 1)  # at least one token runs, to sample from
             # A request with its prompt's K/V from another engine (kv_transfer.py): room for the rest of
             # the prompt and the first token; the prompt is imported, the first token runs.
-            num_new = (seq.num_tokens - start if seq.kv_import is not None
-                       else self._num_new_tokens(seq, start, step.token_budget))
+            num_new = (
+                seq.num_tokens - start
+                if seq.kv_import is not None
+                else self._num_new_tokens(seq, start, step.token_budget)
+            )
             # Keep headroom for running sequences to grow; with nothing running, anything that fits goes.
-            slots = self.allocator.allocate_slots(seq.block_table, start, num_new, computed,
-                                                  max_used_blocks=max_used_blocks if self.running else None)
+            slots = self.allocator.allocate_slots(
+                seq.block_table,
+                start,
+                num_new,
+                computed,
+                max_used_blocks=max_used_blocks if self.running else None,
+            )
             if slots is None:
                 return
             if self.prefix_caching:
@@ -343,5 +370,7 @@ def _running_order(seq: Sequence) -> tuple[bool, object]:
 
 def _ends_with_pending(seq: Sequence, max_model_len: int) -> bool:
     """Whether the pending token is certainly ``seq``'s last (``max_tokens`` or ``max_model_len``)."""
-    return (len(seq.output_token_ids) + seq.num_pending_tokens >= seq.params.max_tokens
-            or seq.num_scheduled_tokens >= max_model_len)
+    return (
+        len(seq.output_token_ids) + seq.num_pending_tokens >= seq.params.max_tokens
+        or seq.num_scheduled_tokens >= max_model_len
+    )

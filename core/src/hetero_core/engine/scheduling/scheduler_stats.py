@@ -43,7 +43,9 @@ class SchedulerStats:
     @property
     def spec_acceptance_rate(self) -> float | None:
         """Kept / verified proposals (None before any was verified)."""
-        return self.spec_num_accepted_tokens / self.spec_num_draft_tokens if self.spec_num_draft_tokens else None
+        return (
+            self.spec_num_accepted_tokens / self.spec_num_draft_tokens if self.spec_num_draft_tokens else None
+        )
 
     @property
     def spec_mean_accepted_length(self) -> float | None:
@@ -52,4 +54,8 @@ class SchedulerStats:
 
     @property
     def prefix_cache_hit_rate(self) -> float:
-        return self.prefix_cache_hit_tokens / self.prefix_cache_queried_tokens if self.prefix_cache_queried_tokens else 0.0
+        return (
+            self.prefix_cache_hit_tokens / self.prefix_cache_queried_tokens
+            if self.prefix_cache_queried_tokens
+            else 0.0
+        )

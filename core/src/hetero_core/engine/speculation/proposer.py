@@ -30,7 +30,9 @@ class ProposalInput:
     """One decoding sequence that may speculate this step."""
 
     seq_id: int  # stable for the life of the request
-    token_ids: Sequence[int]  # prompt + every generated token so far; the last one is not yet in the target's KV
+    token_ids: Sequence[
+        int
+    ]  # prompt + every generated token so far; the last one is not yet in the target's KV
     num_tokens: int  # how many to propose (>= 1), already capped by max_tokens and max_model_len
 
 
@@ -47,7 +49,9 @@ class ProposerContext:
     max_model_len: int
     max_num_seqs: int  # sequences in one step (max_batch_size): the most inputs one propose() gets
     eos_token_id: int | None = None
-    cache_dir: Path | None = None  # where converted models are cached (settings' cache_dir; None: the default)
+    cache_dir: Path | None = (
+        None  # where converted models are cached (settings' cache_dir; None: the default)
+    )
     # The target's ExecutorContext (hetero_core.executor), for a proposer that runs a model of its own on
     # the same kind of executor (core's draft): its context starts from this one. None in tests and kits.
     target_executor: Any = None

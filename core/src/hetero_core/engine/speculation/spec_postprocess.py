@@ -17,8 +17,15 @@ from hetero_core.engine.requests.sequence import Sequence
 __all__ = ["append_verified"]
 
 
-def append_verified(postprocessor, seq: Sequence, token_ids: list[int], logprobs, spec: tuple[int, ...],
-                    same_kv: bool, eos_token_id: int | None) -> None:
+def append_verified(
+    postprocessor,
+    seq: Sequence,
+    token_ids: list[int],
+    logprobs,
+    spec: tuple[int, ...],
+    same_kv: bool,
+    eos_token_id: int | None,
+) -> None:
     """Append ``seq``'s kept proposals and the target's token (``token_ids``) after its ``spec`` proposals
     ran; ``same_kv``: not preempted since it was scheduled (its K/V and computed length stand).
     ``postprocessor``: the ``Postprocessor`` whose ``accept`` checks each token."""

@@ -29,14 +29,16 @@ from hetero_core.engine.sampling.logits_processors import apply_min_p, apply_tem
 from hetero_core.engine.sampling.sampler import NON_FINITE_LOGITS, Sampler, SamplingRow
 
 __all__ = ["rejection_sample", "target_probs", "verify_logits", "verify_token_ids"]
-Verified = list[tuple[list[int], object, str | None]]  # per sampled row: (kept tokens + its own, logprobs, error)
+Verified = list[
+    tuple[list[int], object, str | None]
+]  # per sampled row: (kept tokens + its own, logprobs, error)
 
 
 def verify_token_ids(token_ids: list[int], specs: list[tuple[int, ...]], vocab_size: int) -> Verified:
     """Exact match of each proposal with the executor's id at its position."""
     out, row = [], 0
     for spec in specs:
-        ids = token_ids[row:row + 1 + len(spec)]
+        ids = token_ids[row : row + 1 + len(spec)]
         row += 1 + len(spec)
         kept = 0
         while kept < len(spec) and ids[kept] == spec[kept]:
@@ -50,13 +52,20 @@ def verify_token_ids(token_ids: list[int], specs: list[tuple[int, ...]], vocab_s
     return out
 
 
-def verify_logits(sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow], specs: list[tuple[int, ...]],
-                  token_bitmask=None) -> Verified:
+def verify_logits(
+    sampler: Sampler,
+    logits: torch.Tensor,
+    rows: list[SamplingRow],
+    specs: list[tuple[int, ...]],
+    token_bitmask=None,
+) -> Verified:
     """Tokens for each sampled row from ``logits`` (``sum(1 + len(spec))`` rows, per row in order)."""
     expected = sum(1 + len(spec) for spec in specs)
     if logits.dim() != 2 or logits.shape[0] != expected:
-        raise ValueError(f"verification got logits of shape {tuple(logits.shape)} for {len(specs)} sampled "
-                         f"sequences with {expected - len(specs)} proposals; expected [{expected}, vocab_size]")
+        raise ValueError(
+            f"verification got logits of shape {tuple(logits.shape)} for {len(specs)} sampled "
+            f"sequences with {expected - len(specs)} proposals; expected [{expected}, vocab_size]"
+        )
     starts = [0]
     for spec in specs:
         starts.append(starts[-1] + 1 + len(spec))
@@ -70,16 +79,18 @@ def verify_logits(sampler: Sampler, logits: torch.Tensor, rows: list[SamplingRow
             out[i] = ([result.token_ids[j]], result.logprobs[j], result.error(j))
     greedy = [i for i, spec in enumerate(specs) if spec and rows[i].params.is_greedy]
     if greedy:  # every greedy row at once: one max and one copy to the host (one sync on a GPU)
-        index = torch.tensor([r for i in greedy for r in range(starts[i], starts[i + 1])], device=logits.device)
+        index = torch.tensor(
+            [r for i in greedy for r in range(starts[i], starts[i + 1])], device=logits.device
+        )
         best, argmax = logits.index_select(0, index).max(dim=-1)  # the first maximal index, as the sampler's
         argmax = argmax.masked_fill(~torch.isfinite(best), -1).tolist()
         offset = 0
         for i in greedy:
-            ids = argmax[offset:offset + 1 + len(specs[i])]
+            ids = argmax[offset : offset + 1 + len(specs[i])]
             offset += len(ids)
             out[i] = ([0], None, NON_FINITE_LOGITS) if -1 in ids else (_greedy(ids, specs[i]), None, None)
     for i in (i for i, spec in enumerate(specs) if spec and not rows[i].params.is_greedy):
-        block = logits[starts[i]:starts[i + 1]].float()
+        block = logits[starts[i] : starts[i + 1]].float()
         if not bool(torch.isfinite(block.amax(dim=-1)).all()):
             out[i] = ([0], None, NON_FINITE_LOGITS)
             continue
@@ -105,7 +116,9 @@ def target_probs(block: torch.Tensor, params) -> torch.Tensor:
     return block.softmax(dim=-1)
 
 
-def rejection_sample(probs: torch.Tensor, spec: Sequence[int], uniform: Callable[[int, str], float]) -> list[int]:
+def rejection_sample(
+    probs: torch.Tensor, spec: Sequence[int], uniform: Callable[[int, str], float]
+) -> list[int]:
     """The kept proposals and one token of the target's: ``probs`` [len(spec) + 1, vocab] (rows sum
     to 1); ``uniform(j, purpose)`` a number in [0, 1) for output ``j`` of this step."""
     chosen = probs[torch.arange(len(spec)), torch.tensor(spec, dtype=torch.long)].tolist()

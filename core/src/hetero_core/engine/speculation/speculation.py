@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetero_core.engine.speculation.proposer import ProposalInput
 from hetero_core.engine.requests.sequence import Sequence, SequenceStatus
+from hetero_core.engine.speculation.proposer import ProposalInput
 from hetero_core.logging import get_logger
 
 __all__ = ["Speculation", "SpeculationStats", "can_speculate"]
@@ -49,15 +49,25 @@ class SpeculationStats:
 def can_speculate(seq: Sequence) -> bool:
     """Whether ``seq``'s request composes with verification (its features, not its state)."""
     params = seq.params
-    return (seq.grammar is None and params.logprobs is None and not params.has_penalties
-            and not params.has_token_constraints)
+    return (
+        seq.grammar is None
+        and params.logprobs is None
+        and not params.has_penalties
+        and not params.has_token_constraints
+    )
 
 
 class Speculation:
     """``proposer`` (a ``Proposer``), ``num_speculative_tokens`` (k), the vocabulary it must stay in."""
 
-    def __init__(self, proposer, num_speculative_tokens: int, max_model_len: int, vocab_size: int,
-                 name: str = "proposer") -> None:
+    def __init__(
+        self,
+        proposer,
+        num_speculative_tokens: int,
+        max_model_len: int,
+        vocab_size: int,
+        name: str = "proposer",
+    ) -> None:
         self.proposer = proposer
         self.num_speculative_tokens = num_speculative_tokens
         self.max_model_len = max_model_len
@@ -77,8 +87,9 @@ class Speculation:
             seq.spec_token_ids = ()
             if seq.status is not DECODE or seq.num_pending_tokens or seq.num_uncomputed_tokens != 1:
                 continue
-            num_tokens = min(k, seq.params.max_tokens - len(seq.output_token_ids) - 1,
-                             max_model_len - seq.num_tokens - 1)
+            num_tokens = min(
+                k, seq.params.max_tokens - len(seq.output_token_ids) - 1, max_model_len - seq.num_tokens - 1
+            )
             if num_tokens < 1 or not can_speculate(seq):
                 continue
             inputs.append(ProposalInput(seq.seq_id, seq.prompt_token_ids + seq.output_token_ids, num_tokens))

@@ -37,8 +37,12 @@ AMX_CFLAGS = ("-mamx-tile", "-mamx-bf16", "-DHETERO_AMX=1")
 AMX_EMULATED_CFLAGS = ("-DHETERO_AMX=1", "-DHETERO_AMX_EMULATED=1")
 # (rows, outputs, inputs, swiglu, out_dtype, bias): a partial block of one row, one over a block
 # boundary with an input tail (40 pairs: 2 full tiles and 8 pairs), SwiGLU, fp32 outputs
-SELF_CHECK = ((1, 64, 80, False, torch.bfloat16, True), (19, 80, 96, False, torch.float32, True),
-              (33, 64, 70, True, torch.bfloat16, False), (16, 16, 0, False, torch.float32, True))
+SELF_CHECK = (
+    (1, 64, 80, False, torch.bfloat16, True),
+    (19, 80, 96, False, torch.float32, True),
+    (33, 64, 70, True, torch.bfloat16, False),
+    (16, 16, 0, False, torch.float32, True),
+)
 TOLERANCE = 0.02  # of the largest |reference|: bf16 outputs round at 2^-8 relative
 
 
@@ -59,8 +63,10 @@ def _variant() -> CpuKernels | None:
     except KernelUnavailable as exc:
         return _unavailable(f"the AMX build of the kernels failed: {exc}")
     if not variant.request_amx():
-        return _unavailable("the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM "
-                            "XFEATURE_XTILEDATA; Linux >= 5.16 grants it)")
+        return _unavailable(
+            "the kernel refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM "
+            "XFEATURE_XTILEDATA; Linux >= 5.16 grants it)"
+        )
     problem = self_check(variant)
     if problem is not None:
         return _unavailable(f"the AMX linear failed its self-check: {problem}")
@@ -95,6 +101,8 @@ def self_check(kernels) -> str | None:
         scale = max(reference.abs().max().item() if reference.numel() else 0.0, 1.0)
         error = (got - reference).abs().max().item() if got.numel() else 0.0
         if got.shape != reference.shape or not error <= TOLERANCE * scale:  # NaN fails too
-            return (f"{rows} x {inputs} -> {outputs}{' (SwiGLU)' if swiglu else ''}: max error {error:.3g} "
-                    f"against {scale:.3g}")
+            return (
+                f"{rows} x {inputs} -> {outputs}{' (SwiGLU)' if swiglu else ''}: max error {error:.3g} "
+                f"against {scale:.3g}"
+            )
     return None

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from hetero_core.logging import get_logger
 from hetero_core.cache import cache_file
-from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
 from hetero_core.cache.cache_dir import default_cache_dir
+from hetero_core.logging import get_logger
+from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
 
 log = get_logger("hetero.executor")
 
@@ -40,8 +40,11 @@ def bf16_speedup(cache_dir: Path | None = None) -> float:
     if key in known and _is_speedup(known[key]):
         return float(known[key])
     if key in known:
-        cache_file.warn_rebuilding(cache_file.CacheFileInvalid(
-            path, f"this CPU's speed-up is {known[key]!r}, not a positive finite number"))
+        cache_file.warn_rebuilding(
+            cache_file.CacheFileInvalid(
+                path, f"this CPU's speed-up is {known[key]!r}, not a positive finite number"
+            )
+        )
     speedup = measure_bf16_speedup()
     log.info("executor.cpu_bf16_speed_measured", bf16_speedup=round(speedup, 2), cache=str(path))
     if _is_speedup(speedup):

@@ -60,8 +60,11 @@ def _find_scales(blocks, estimate, m, lowest: int, highest: int):
     nearest = estimate.half()
     found_d = torch.full_like(m, float("nan"))
     found_q = torch.zeros(blocks.shape)
-    for d16 in (nearest, torch.nextafter(nearest, torch.full_like(nearest, float("inf"))),
-                torch.nextafter(nearest, torch.zeros_like(nearest))):
+    for d16 in (
+        nearest,
+        torch.nextafter(nearest, torch.full_like(nearest, float("inf"))),
+        torch.nextafter(nearest, torch.zeros_like(nearest)),
+    ):
         d = d16.float()
         q = torch.round((blocks - m[..., None]) / torch.where(d > 0, d, 1)[..., None]).clamp_(lowest, highest)
         exact = torch.eq(d[..., None] * q + m[..., None], blocks).all(dim=-1) & torch.isnan(found_d)

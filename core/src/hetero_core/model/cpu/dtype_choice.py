@@ -102,8 +102,11 @@ def choose(candidates: list[str], measure, key: str, cache_dir: Path) -> DtypeCh
         if times is not None:
             name, reason = decide(times)
             return DtypeChoice(name, times, f"{reason} (measured at an earlier start)", cached=True)
-        cache_file.warn_rebuilding(cache_file.CacheFileInvalid(path, f"the record of this model and CPU is unusable: "
-                                                                     f"{str(record)[:200]}"))
+        cache_file.warn_rebuilding(
+            cache_file.CacheFileInvalid(
+                path, f"the record of this model and CPU is unusable: {str(record)[:200]}"
+            )
+        )
     times = {name: measure(name) for name in candidates}
     name, reason = decide(times)
     record = {"choice": name, "times": {c: t.as_list() for c, t in times.items()}}
@@ -118,9 +121,11 @@ def cache_key(cpu: str, versions: str, threads: int, model_files: list[tuple[str
 
 
 def _describe(t: StepTimes) -> str:
-    return (f"prefill {PREFILL_TOKENS} tokens {t.prefill_s * 1e3:.1f} ms, decode {DECODE_SEQS} seqs "
-            f"{t.decode_s * 1e3:.1f} ms, decode 1 seq {t.single_s * 1e3:.1f} ms, reference workload "
-            f"{t.workload_s():.2f} s")
+    return (
+        f"prefill {PREFILL_TOKENS} tokens {t.prefill_s * 1e3:.1f} ms, decode {DECODE_SEQS} seqs "
+        f"{t.decode_s * 1e3:.1f} ms, decode 1 seq {t.single_s * 1e3:.1f} ms, reference workload "
+        f"{t.workload_s():.2f} s"
+    )
 
 
 def _times(record, candidates: list[str]) -> dict[str, StepTimes] | None:

@@ -61,14 +61,32 @@ def prefill_batch(num_prompts: int) -> Batch:
 
 def decode_batch(num_seqs: int) -> Batch:
     """``num_seqs`` sequences decoding the token after a ``CONTEXT``-token context."""
-    slots = [_blocks(seq)[CONTEXT // BLOCK_SIZE] * BLOCK_SIZE + CONTEXT % BLOCK_SIZE for seq in range(num_seqs)]
-    return _batch(num_seqs, [1] * num_seqs, [CONTEXT] * num_seqs, slots, list(range(num_seqs + 1)),
-                  [CONTEXT + 1] * num_seqs, prefill=False)
+    slots = [
+        _blocks(seq)[CONTEXT // BLOCK_SIZE] * BLOCK_SIZE + CONTEXT % BLOCK_SIZE for seq in range(num_seqs)
+    ]
+    return _batch(
+        num_seqs,
+        [1] * num_seqs,
+        [CONTEXT] * num_seqs,
+        slots,
+        list(range(num_seqs + 1)),
+        [CONTEXT + 1] * num_seqs,
+        prefill=False,
+    )
 
 
 def _batch(num_seqs, token_ids, positions, slots, starts, context_lens, prefill: bool) -> Batch:
-    return Batch(seq_ids=list(range(num_seqs)), token_ids=token_ids, positions=positions, slot_mapping=slots,
-                 query_start_loc=starts, context_lens=context_lens,
-                 block_tables=[_blocks(seq) for seq in range(num_seqs)], is_prefill=[prefill] * num_seqs,
-                 sample=[True] * num_seqs, num_prompt_tokens=[PROMPT if prefill else CONTEXT] * num_seqs,
-                 seeds=[None] * num_seqs, block_size=BLOCK_SIZE)
+    return Batch(
+        seq_ids=list(range(num_seqs)),
+        token_ids=token_ids,
+        positions=positions,
+        slot_mapping=slots,
+        query_start_loc=starts,
+        context_lens=context_lens,
+        block_tables=[_blocks(seq) for seq in range(num_seqs)],
+        is_prefill=[prefill] * num_seqs,
+        sample=[True] * num_seqs,
+        num_prompt_tokens=[PROMPT if prefill else CONTEXT] * num_seqs,
+        seeds=[None] * num_seqs,
+        block_size=BLOCK_SIZE,
+    )

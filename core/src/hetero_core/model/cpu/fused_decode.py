@@ -21,32 +21,70 @@ from typing import Any
 
 import torch
 
-from hetero_core.model.cpu.kernel_linears import code_bits
 from hetero_core.model.cpu.kernel_attention import DECODE_ATTENTION_REFUSED
+from hetero_core.model.cpu.kernel_linears import code_bits
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
 
 class _Linear(ctypes.Structure):
-    _fields_ = [("weight", _PTR), ("bias", _PTR), ("out_features", _I64), ("in_features", _I64),
-                ("bits", ctypes.c_int32), ("swiglu", ctypes.c_int32)]
+    _fields_ = [
+        ("weight", _PTR),
+        ("bias", _PTR),
+        ("out_features", _I64),
+        ("in_features", _I64),
+        ("bits", ctypes.c_int32),
+        ("swiglu", ctypes.c_int32),
+    ]
 
 
 class _Layer(ctypes.Structure):
-    _fields_ = [("input_norm", _PTR), ("post_attention_norm", _PTR), ("qkv", _Linear), ("o", _Linear),
-                ("gate_up", _Linear), ("down", _Linear), ("key_cache", _PTR), ("value_cache", _PTR)]
+    _fields_ = [
+        ("input_norm", _PTR),
+        ("post_attention_norm", _PTR),
+        ("qkv", _Linear),
+        ("o", _Linear),
+        ("gate_up", _Linear),
+        ("down", _Linear),
+        ("key_cache", _PTR),
+        ("value_cache", _PTR),
+    ]
 
 
 class _Model(ctypes.Structure):
-    _fields_ = [("layers", _PTR), ("num_layers", _I64), ("hidden", _I64), ("num_heads", _I64),
-                ("num_kv_heads", _I64), ("head_dim", _I64), ("intermediate", _I64), ("num_blocks", _I64),
-                ("block_size", _I64), ("eps", ctypes.c_float), ("scale", ctypes.c_float), ("bf16", ctypes.c_int32)]
+    _fields_ = [
+        ("layers", _PTR),
+        ("num_layers", _I64),
+        ("hidden", _I64),
+        ("num_heads", _I64),
+        ("num_kv_heads", _I64),
+        ("head_dim", _I64),
+        ("intermediate", _I64),
+        ("num_blocks", _I64),
+        ("block_size", _I64),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+        ("bf16", ctypes.c_int32),
+    ]
 
 
 class _Step(ctypes.Structure):
-    _fields_ = [("rows", _I64), ("max_blocks", _I64), ("hidden", _PTR), ("residual", _PTR), ("normed", _PTR),
-                ("qkv", _PTR), ("attention", _PTR), ("activation", _PTR), ("cos", _PTR), ("sin", _PTR),
-                ("slots", _PTR), ("block_tables", _PTR), ("context_lens", _PTR), ("num_threads", ctypes.c_int32)]
+    _fields_ = [
+        ("rows", _I64),
+        ("max_blocks", _I64),
+        ("hidden", _PTR),
+        ("residual", _PTR),
+        ("normed", _PTR),
+        ("qkv", _PTR),
+        ("attention", _PTR),
+        ("activation", _PTR),
+        ("cos", _PTR),
+        ("sin", _PTR),
+        ("slots", _PTR),
+        ("block_tables", _PTR),
+        ("context_lens", _PTR),
+        ("num_threads", ctypes.c_int32),
+    ]
 
 
 _LAYOUTS = {torch.float32: ("f32", "codes"), torch.bfloat16: ("bf16",)}  # kernel layouts of each model dtype
@@ -56,8 +94,12 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
     """``module`` as the C side reads it, or None where it does not run in a kernel layout of ``dtype``."""
     from hetero_core.model.cpu.linear import PackedLinear
 
-    if (not isinstance(module, PackedLinear) or not module.all_rows or module.float32_output
-            or module.kernel_dtype not in _LAYOUTS[dtype]):
+    if (
+        not isinstance(module, PackedLinear)
+        or not module.all_rows
+        or module.float32_output
+        or module.kernel_dtype not in _LAYOUTS[dtype]
+    ):
         return None
     weight = module.kernel_weight
     if module.kernel_dtype == "codes":
@@ -65,14 +107,22 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
     else:
         bits = 0 if module.kernel_dtype == "f32" else 16
     bias = module.bias_f32
-    return _Linear(weight.data_ptr(), None if bias is None else bias.data_ptr(), module.out_features,
-                   module.in_features, bits, int(module.swiglu))
+    return _Linear(
+        weight.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        module.out_features,
+        module.in_features,
+        bits,
+        int(module.swiglu),
+    )
 
 
 class FusedDecode:
     """The ctypes view of a model's decoder layers for ``decode_layers``; ``__call__`` runs a step."""
 
-    def __init__(self, kernels, model_struct: _Model, layers, keep_alive: list, key_cache: torch.Tensor) -> None:
+    def __init__(
+        self, kernels, model_struct: _Model, layers, keep_alive: list, key_cache: torch.Tensor
+    ) -> None:
         self.kernels = kernels
         self.dtype = key_cache.dtype
         self._first_key_cache = key_cache.data_ptr()  # the caches the structures point at
@@ -87,48 +137,85 @@ class FusedDecode:
         over ``kv_caches``, or None where a piece of it is not one of the kernels."""
         from hetero_core.model.llama import LlamaForCausalLM
 
-        if kernels is None or type(model) is not LlamaForCausalLM or not hasattr(kernels.library, "decode_layers"):
+        if (
+            kernels is None
+            or type(model) is not LlamaForCausalLM
+            or not hasattr(kernels.library, "decode_layers")
+        ):
             return None
         dtype = model.model.embed_tokens.weight.dtype
         if dtype not in _LAYOUTS:
             return None
         config = model.config
-        head_dim, num_heads, num_kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
+        head_dim, num_heads, num_kv_heads = (
+            config.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+        )
         query = torch.empty((1, num_heads, head_dim), dtype=dtype)  # the kernels' own checks decide
-        if (not kernels.supports(query, num_kv_heads) or not kernels.handles(query, head_dim // 2)  # RoPE
-                or not kernels.handles(query, config.hidden_size)  # RMSNorm
-                or len(kv_caches) != len(model.model.layers) or getattr(model.backend, "cpu_kernels", None) is None):
+        if (
+            not kernels.supports(query, num_kv_heads)
+            or not kernels.handles(query, head_dim // 2)  # RoPE
+            or not kernels.handles(query, config.hidden_size)  # RMSNorm
+            or len(kv_caches) != len(model.model.layers)
+            or getattr(model.backend, "cpu_kernels", None) is None
+        ):
             return None
         layers = (_Layer * len(model.model.layers))()
         keep: list[Any] = []
         for index, (layer, cache) in enumerate(zip(model.model.layers, kv_caches, strict=True)):
             attention, mlp = layer.self_attn, layer.mlp
-            linears = [_linear(m, dtype) for m in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
-                                                   mlp.down_proj)]
+            linears = [
+                _linear(m, dtype)
+                for m in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)
+            ]
             norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
             caches = (cache.key, cache.value)
-            if (any(linear is None for linear in linears) or not mlp.gate_up_proj.swiglu
-                    or attention.q_norm is not None or attention.kernels is None
-                    or layer.input_layernorm.kernels is None or layer.post_attention_layernorm.kernels is None
-                    or any(n.dtype != dtype or not n.is_contiguous() for n in norms)
-                    or any(c.dtype != dtype or c.device.type != "cpu" or not c.is_contiguous() for c in caches)):
+            if (
+                any(linear is None for linear in linears)
+                or not mlp.gate_up_proj.swiglu
+                or attention.q_norm is not None
+                or attention.kernels is None
+                or layer.input_layernorm.kernels is None
+                or layer.post_attention_layernorm.kernels is None
+                or any(n.dtype != dtype or not n.is_contiguous() for n in norms)
+                or any(c.dtype != dtype or c.device.type != "cpu" or not c.is_contiguous() for c in caches)
+            ):
                 return None
             keep += [*norms, *caches]
-            layers[index] = _Layer(norms[0].data_ptr(), norms[1].data_ptr(), *linears, caches[0].data_ptr(),
-                                   caches[1].data_ptr())
+            layers[index] = _Layer(
+                norms[0].data_ptr(), norms[1].data_ptr(), *linears, caches[0].data_ptr(), caches[1].data_ptr()
+            )
         key_cache = kv_caches[0].key
-        struct = _Model(ctypes.addressof(layers), len(layers), config.hidden_size, num_heads, num_kv_heads, head_dim,
-                        config.intermediate_size, key_cache.shape[1], key_cache.shape[2], config.rms_norm_eps,
-                        head_dim**-0.5, int(dtype == torch.bfloat16))
+        struct = _Model(
+            ctypes.addressof(layers),
+            len(layers),
+            config.hidden_size,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            config.intermediate_size,
+            key_cache.shape[1],
+            key_cache.shape[2],
+            config.rms_norm_eps,
+            head_dim**-0.5,
+            int(dtype == torch.bfloat16),
+        )
         return cls(kernels, struct, layers, keep, key_cache)
 
-    def __call__(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, metadata: Any,
-                 kv_caches) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def __call__(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, metadata: Any, kv_caches
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The decoder layers over ``hidden`` (the embeddings [rows, hidden], overwritten) for a
         pure decode step -> ``(hidden, residual)`` as the last layer leaves them; None for any other
         step or other caches (the model code runs those)."""
-        if (not getattr(metadata, "pure_decode", False) or hidden.dtype != self.dtype or hidden.dim() != 2
-                or hidden.shape[0] != metadata.decode.num_seqs or kv_caches[0].key.data_ptr() != self._first_key_cache):
+        if (
+            not getattr(metadata, "pure_decode", False)
+            or hidden.dtype != self.dtype
+            or hidden.dim() != 2
+            or hidden.shape[0] != metadata.decode.num_seqs
+            or kv_caches[0].key.data_ptr() != self._first_key_cache
+        ):
             return None
         decode = metadata.decode
         model = self._model
@@ -137,14 +224,28 @@ class FusedDecode:
         q_width, kv_width = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
         hidden = hidden.contiguous()  # overwritten with each layer's output
         residual = torch.empty_like(hidden)
-        buffers = [torch.empty((rows, width), dtype=self.dtype)
-                   for width in (model.hidden, q_width + 2 * kv_width, q_width, model.intermediate)]
+        buffers = [
+            torch.empty((rows, width), dtype=self.dtype)
+            for width in (model.hidden, q_width + 2 * kv_width, q_width, model.intermediate)
+        ]
         normed, qkv, attention, activation = buffers
         cos, sin = cos.contiguous(), sin.contiguous()
-        step = _Step(rows, tables.shape[1], hidden.data_ptr(), residual.data_ptr(), normed.data_ptr(),
-                     qkv.data_ptr(), attention.data_ptr(), activation.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                     metadata.slot_mapping.data_ptr(), tables.data_ptr(), decode.context_lens.data_ptr(),
-                     torch.get_num_threads())
+        step = _Step(
+            rows,
+            tables.shape[1],
+            hidden.data_ptr(),
+            residual.data_ptr(),
+            normed.data_ptr(),
+            qkv.data_ptr(),
+            attention.data_ptr(),
+            activation.data_ptr(),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            metadata.slot_mapping.data_ptr(),
+            tables.data_ptr(),
+            decode.context_lens.data_ptr(),
+            torch.get_num_threads(),
+        )
         status = self.kernels.library.decode_layers(ctypes.byref(model), ctypes.byref(step))
         if status == 1:
             raise ValueError("a CPU kernel of the fused decode step refused the model's shapes")

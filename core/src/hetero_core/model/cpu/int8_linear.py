@@ -24,7 +24,7 @@ from hetero_core.model.cpu.linear import PackedLinear
 QUANTIZATIONS = {
     "int8": "weight-only int8 (per output channel); activations in the model's dtype",
     "w8a8": "int8 weights (per output channel) and activations (per token, dynamic), int32 sums; "
-            "the LM head weight-only int8",
+    "the LM head weight-only int8",
 }
 W8A8_KEEP = ("lm_head",)  # layers W8A8 runs weight-only: the logits are the most sensitive output
 
@@ -34,8 +34,14 @@ class Int8Linear(nn.Module):
     channel (``group_size`` 0) or per group of ``group_size`` inputs; ``activations = "int8"``: each row
     of ``x`` quantized to int8 first, per token and group of the same inputs (W8A8)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels=None, activations: str = "float",
-                 group_size: int = 0):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        kernels=None,
+        activations: str = "float",
+        group_size: int = 0,
+    ):
         super().__init__()
         if activations not in ("float", "int8"):
             raise ValueError(f"activations must be 'float' or 'int8', got {activations!r}")
@@ -48,14 +54,18 @@ class Int8Linear(nn.Module):
             packed = kernels.pack_int8_linear(codes, scale, colsum) if kernels is not None else None
             self.kernels = kernels if packed is not None else None
             # the kernels' layouts, or, for torch's operators, codes [out, in] and scales [out, groups]
-            self.codes, self.scale, self.colsum = packed + (None,) * (3 - len(packed)) if packed else (codes, scale, colsum)
+            self.codes, self.scale, self.colsum = (
+                packed + (None,) * (3 - len(packed)) if packed else (codes, scale, colsum)
+            )
             self.bias_f32 = None if bias is None else bias.detach().float().contiguous()
         self.float32_output = False  # True: fp32 results (the LM head's logits)
 
     @property
     def weight_bytes(self) -> int:
         """Bytes of this layer's weight as it runs: the codes and the scales (and W8A8's group sums)."""
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scale, self.colsum) if t is not None)
+        return sum(
+            t.numel() * t.element_size() for t in (self.codes, self.scale, self.colsum) if t is not None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -63,7 +73,9 @@ class Int8Linear(nn.Module):
             rows = rows.float()
         out_dtype = torch.float32 if self.float32_output else rows.dtype
         if self.kernels is not None and self.activations == "int8":
-            out = self.kernels.w8a8_linear(rows, self.codes, self.scale, self.colsum, self.bias_f32, out_dtype)
+            out = self.kernels.w8a8_linear(
+                rows, self.codes, self.scale, self.colsum, self.bias_f32, out_dtype
+            )
         elif self.kernels is not None:
             out = self.kernels.int8_linear(rows, self.codes, self.scale, self.bias_f32, out_dtype)
         else:
@@ -76,23 +88,38 @@ class Int8Linear(nn.Module):
         if self.activations == "int8":
             size = self.group_size
             codes, row_scale = quantize_int8_rows(rows, size)
-            sums = [torch._int_mm(codes[:, g * size:(g + 1) * size].contiguous(),
-                                  self.codes[:, g * size:(g + 1) * size].t()) for g in range(groups)]
+            sums = [
+                torch._int_mm(
+                    codes[:, g * size : (g + 1) * size].contiguous(),
+                    self.codes[:, g * size : (g + 1) * size].t(),
+                )
+                for g in range(groups)
+            ]
             out = sum(s.float() * (row_scale[:, g, None] * self.scale[:, g]) for g, s in enumerate(sums))
         elif groups == 1:
             out = torch.ops.aten._weight_int8pack_mm(rows.float(), self.codes, self.scale[:, 0].contiguous())
         else:
-            weight = (self.codes.float().reshape(self.out_features, groups, -1) * self.scale[:, :, None])
-            out = torch.nn.functional.linear(rows.float(), weight.reshape(self.out_features, self.in_features))
+            weight = self.codes.float().reshape(self.out_features, groups, -1) * self.scale[:, :, None]
+            out = torch.nn.functional.linear(
+                rows.float(), weight.reshape(self.out_features, self.in_features)
+            )
         return out if self.bias_f32 is None else out + self.bias_f32
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
-                f"activations={self.activations}, bias={self.bias_f32 is not None}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
+            f"activations={self.activations}, bias={self.bias_f32 is not None}"
+        )
 
 
-def quantize_linears(model: nn.Module, quantization: str, kernels=None, keep: tuple[str, ...] | None = None,
-                     skip: tuple[str, ...] = (), group_size: int = 0) -> int:
+def quantize_linears(
+    model: nn.Module,
+    quantization: str,
+    kernels=None,
+    keep: tuple[str, ...] | None = None,
+    skip: tuple[str, ...] = (),
+    group_size: int = 0,
+) -> int:
     """Replace ``model``'s ``nn.Linear``s by ``Int8Linear``s for ``quantization`` (a key of
     ``QUANTIZATIONS``); those whose attribute name is in ``keep`` (default: W8A8's ``W8A8_KEEP``) run
     weight-only instead of W8A8, those in ``skip`` stay ``nn.Linear`` (in the model's dtype);
@@ -103,8 +130,12 @@ def quantize_linears(model: nn.Module, quantization: str, kernels=None, keep: tu
     keep = (W8A8_KEEP if quantization == "w8a8" else ()) if keep is None else keep
     if hasattr(model, "untie_lm_head"):
         model.untie_lm_head()
-    found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-             if isinstance(child, nn.Linear) and name not in skip]
+    found = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Linear) and name not in skip
+    ]
     for parent, name, child in found:
         activations = "int8" if quantization == "w8a8" and name not in keep else "float"
         setattr(parent, name, Int8Linear(child.weight, child.bias, kernels, activations, group_size))
@@ -121,8 +152,11 @@ def linear_weight_bytes(model: nn.Module) -> int:
             for name in ("kernel_weight", "packed_weight", "plain_weight"):
                 tensor = getattr(module, name)
                 if tensor is not None:
-                    total += tensor.numel() * tensor.element_size() if tensor.layout == torch.strided else \
-                        module.in_features * module.out_features * 2
+                    total += (
+                        tensor.numel() * tensor.element_size()
+                        if tensor.layout == torch.strided
+                        else module.in_features * module.out_features * 2
+                    )
         elif isinstance(module, nn.Linear):
             total += module.weight.numel() * module.weight.element_size()
     return total

@@ -39,5 +39,7 @@ def _ctype(name: str, param: str):
     words = param.removeprefix("const ").split()
     if len(words) == 2 and words[0] in _SCALARS:
         return _SCALARS[words[0]]
-    raise ValueError(f"{HEADER.name}: {name}'s parameter {param!r} has no ctypes type; use a pointer or "
-                     f"one of {', '.join(_SCALARS)} (kernel_abi.py maps them)")
+    raise ValueError(
+        f"{HEADER.name}: {name}'s parameter {param!r} has no ctypes type; use a pointer or "
+        f"one of {', '.join(_SCALARS)} (kernel_abi.py maps them)"
+    )

@@ -78,30 +78,55 @@ class Int8Kernels:
         same sums, bit for bit)."""
         return bool(self.library.w8a8_linear_vnni())
 
-    def pack_int8_linear(self, codes: torch.Tensor, scale: torch.Tensor,
-                         colsum: torch.Tensor | None = None) -> tuple[torch.Tensor, ...] | None:
+    def pack_int8_linear(
+        self, codes: torch.Tensor, scale: torch.Tensor, colsum: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...] | None:
         """``codes`` int8 [N, K], ``scale`` fp32 [N, groups] (and W8A8's ``colsum`` int32 [N, groups]) ->
         the layouts the int8 kernels read (codes [N / 16][K / 4][16][4], scales and sums [N / 16][groups]
         [16]), or None where they do not apply (N not a multiple of 16, K not a multiple of 4 or above
         65,536, groups not of a multiple of 4 inputs)."""
         out_features, in_features = codes.shape
         groups = scale.shape[1]
-        if (codes.dtype != torch.int8 or out_features % PANEL or in_features % 4 or in_features > MAX_IN_FEATURES
-                or in_features % groups or (in_features // groups) % 4):
+        if (
+            codes.dtype != torch.int8
+            or out_features % PANEL
+            or in_features % 4
+            or in_features > MAX_IN_FEATURES
+            or in_features % groups
+            or (in_features // groups) % 4
+        ):
             return None
-        packed = codes.reshape(out_features // PANEL, PANEL, in_features // 4, 4).permute(0, 2, 1, 3).contiguous()
-        panel_order = [t.reshape(out_features // PANEL, PANEL, groups).transpose(1, 2).contiguous()
-                       for t in (scale.float(), colsum) if t is not None]
+        packed = (
+            codes.reshape(out_features // PANEL, PANEL, in_features // 4, 4).permute(0, 2, 1, 3).contiguous()
+        )
+        panel_order = [
+            t.reshape(out_features // PANEL, PANEL, groups).transpose(1, 2).contiguous()
+            for t in (scale.float(), colsum)
+            if t is not None
+        ]
         return (packed, *panel_order)
 
-    def int8_linear(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
-                    out_dtype: torch.dtype) -> torch.Tensor:
+    def int8_linear(
+        self,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
         """``x @ (scale * codes).T + bias`` for ``x`` [M, K] fp32 or bf16, ``packed`` and ``scale`` from
         ``pack_int8_linear``, ``bias`` fp32 [N] or None -> [M, N] in ``out_dtype`` (fp32 or bf16)."""
         return self._run("int8_linear", x, packed, scale, None, bias, out_dtype)
 
-    def w8a8_linear(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, colsum: torch.Tensor,
-                    bias: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    def w8a8_linear(
+        self,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        scale: torch.Tensor,
+        colsum: torch.Tensor,
+        bias: torch.Tensor | None,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
         """As ``int8_linear`` with each row of ``x`` quantized to int8 first, per group of the weight's
         (``quantize_int8_rows``), and the products summed exactly in int32; ``colsum`` from
         ``pack_int8_linear``."""
@@ -111,18 +136,35 @@ class Int8Kernels:
 
     def _run(self, kernel: str, x, packed, scale, colsum, bias, out_dtype) -> torch.Tensor:
         out_features, in_features = packed.shape[0] * PANEL, packed.shape[1] * 4
-        if (x.dim() != 2 or x.dtype not in (torch.float32, torch.bfloat16) or x.device.type != "cpu"
-                or x.shape[1] != in_features):
-            raise ValueError(f"{kernel}: x must be a CPU float32 or bfloat16 tensor [rows, {in_features}], "
-                             f"got {str(x.dtype).removeprefix('torch.')} {tuple(x.shape)} on {x.device}")
+        if (
+            x.dim() != 2
+            or x.dtype not in (torch.float32, torch.bfloat16)
+            or x.device.type != "cpu"
+            or x.shape[1] != in_features
+        ):
+            raise ValueError(
+                f"{kernel}: x must be a CPU float32 or bfloat16 tensor [rows, {in_features}], "
+                f"got {str(x.dtype).removeprefix('torch.')} {tuple(x.shape)} on {x.device}"
+            )
         if out_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"{kernel}: out_dtype must be float32 or bfloat16, got {out_dtype}")
         groups = scale.shape[1] if scale.dim() == 3 else 0
-        if (scale.dtype != torch.float32 or scale.dim() != 3 or scale.shape[0] * PANEL != out_features
-                or scale.shape[2] != PANEL or groups == 0 or in_features % groups or not scale.is_contiguous()):
-            raise ValueError(f"{kernel}: scale must be a contiguous float32 [{out_features // PANEL}, groups, 16] "
-                             f"from pack_int8_linear, got {str(scale.dtype).removeprefix('torch.')} {tuple(scale.shape)}")
-        if bias is not None and (bias.dtype != torch.float32 or bias.shape != (out_features,) or not bias.is_contiguous()):
+        if (
+            scale.dtype != torch.float32
+            or scale.dim() != 3
+            or scale.shape[0] * PANEL != out_features
+            or scale.shape[2] != PANEL
+            or groups == 0
+            or in_features % groups
+            or not scale.is_contiguous()
+        ):
+            raise ValueError(
+                f"{kernel}: scale must be a contiguous float32 [{out_features // PANEL}, groups, 16] "
+                f"from pack_int8_linear, got {str(scale.dtype).removeprefix('torch.')} {tuple(scale.shape)}"
+            )
+        if bias is not None and (
+            bias.dtype != torch.float32 or bias.shape != (out_features,) or not bias.is_contiguous()
+        ):
             raise ValueError(f"{kernel}: bias must be a contiguous float32 [{out_features}]")
         x = last_dim_contiguous(x)
         if x.shape[0] > 1 and x.stride(0) < in_features:
@@ -132,8 +174,21 @@ class Int8Kernels:
         args = [x.data_ptr(), ldx, int(x.dtype == torch.bfloat16), packed.data_ptr(), scale.data_ptr()]
         if colsum is not None:
             args.append(colsum.data_ptr())
-        args += [pointer(bias), out.data_ptr(), out_features, x.shape[0], out_features, in_features,
-                 in_features // groups, int(out_dtype == torch.bfloat16), torch.get_num_threads()]
+        args += [
+            pointer(bias),
+            out.data_ptr(),
+            out_features,
+            x.shape[0],
+            out_features,
+            in_features,
+            in_features // groups,
+            int(out_dtype == torch.bfloat16),
+            torch.get_num_threads(),
+        ]
         status = getattr(self.library, kernel)(*args)
-        check_status(status, kernel.replace("_", " "), f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        check_status(
+            status,
+            kernel.replace("_", " "),
+            f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs",
+        )
         return out

@@ -52,13 +52,25 @@ class LinearKernels:
         fused gate/up projection (gate rows first), packed with its panels interleaved for
         ``bf16_linear(..., swiglu=True)`` (N a multiple of 32)."""
         out_features, in_features = weight.shape
-        if weight.dtype != torch.bfloat16 or out_features % (2 * PANEL if swiglu else PANEL) or in_features % 2:
+        if (
+            weight.dtype != torch.bfloat16
+            or out_features % (2 * PANEL if swiglu else PANEL)
+            or in_features % 2
+        ):
             return None
         panels = self.swiglu_order(weight.detach(), torch.bfloat16) if swiglu else weight.detach()
-        return panels.reshape(out_features // PANEL, PANEL, in_features // 2, 2).permute(0, 2, 1, 3).contiguous()
+        return (
+            panels.reshape(out_features // PANEL, PANEL, in_features // 2, 2).permute(0, 2, 1, 3).contiguous()
+        )
 
-    def bf16_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                    out_dtype: torch.dtype = torch.bfloat16, swiglu: bool = False) -> torch.Tensor:
+    def bf16_linear(
+        self,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        bias: torch.Tensor | None,
+        out_dtype: torch.dtype = torch.bfloat16,
+        swiglu: bool = False,
+    ) -> torch.Tensor:
         """``x @ W.T + bias`` for ``x`` [M, K] bf16 (rows may be strided), ``packed`` from
         ``pack_bf16_linear``, ``bias`` fp32 [N] (in the packed column order: ``swiglu_panel_order``
         with ``swiglu``) or None -> a new [M, N] tensor in ``out_dtype`` (bfloat16, or float32: the
@@ -69,10 +81,22 @@ class LinearKernels:
         width = out_features // 2 if swiglu else out_features
         out = torch.empty((x.shape[0], width), dtype=torch.bfloat16 if swiglu else out_dtype)
         status = self.library.bf16_linear(
-            x.data_ptr(), ldx, packed.data_ptr(), pointer(bias), out.data_ptr(), width, x.shape[0],
-            out_features, in_features, int(out.dtype == torch.float32), int(swiglu), torch.get_num_threads(),
+            x.data_ptr(),
+            ldx,
+            packed.data_ptr(),
+            pointer(bias),
+            out.data_ptr(),
+            width,
+            x.shape[0],
+            out_features,
+            in_features,
+            int(out.dtype == torch.float32),
+            int(swiglu),
+            torch.get_num_threads(),
         )
-        check_status(status, "bf16 linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        check_status(
+            status, "bf16 linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs"
+        )
         return out
 
     def pack_f32_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
@@ -85,8 +109,9 @@ class LinearKernels:
         panels = self.swiglu_order(weight.detach()) if swiglu else weight.detach()
         return panels.reshape(out_features // PANEL, PANEL, in_features).permute(0, 2, 1).contiguous()
 
-    def f32_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                   swiglu: bool = False) -> torch.Tensor:
+    def f32_linear(
+        self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, swiglu: bool = False
+    ) -> torch.Tensor:
         """``x @ W.T + bias`` for ``x`` [M, K] fp32 (rows may be strided), ``packed`` from
         ``pack_f32_linear``, ``bias`` fp32 [N] or None (as for ``bf16_linear``) -> a new [M, N] fp32
         tensor; ``swiglu``: ``silu(gate) * up`` instead, [M, N / 2]."""
@@ -95,10 +120,22 @@ class LinearKernels:
         _check_bias("f32_linear", bias, out_features)
         width = out_features // 2 if swiglu else out_features
         out = torch.empty((x.shape[0], width), dtype=torch.float32)
-        status = self.library.f32_linear(x.data_ptr(), ldx, packed.data_ptr(), pointer(bias), out.data_ptr(),
-                                         width, x.shape[0], out_features, in_features, int(swiglu),
-                                         torch.get_num_threads())
-        check_status(status, "fp32 linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        status = self.library.f32_linear(
+            x.data_ptr(),
+            ldx,
+            packed.data_ptr(),
+            pointer(bias),
+            out.data_ptr(),
+            width,
+            x.shape[0],
+            out_features,
+            in_features,
+            int(swiglu),
+            torch.get_num_threads(),
+        )
+        check_status(
+            status, "fp32 linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs"
+        )
         return out
 
     def pack_coded_linear(self, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor | None:
@@ -106,13 +143,18 @@ class LinearKernels:
         the layout ``coded_linear`` reads ([N / 16, K / 32, bytes]: uint8 for 4-bit codes, int8 for
         8-bit); None for any other weight, N not a multiple of 16 (32 with ``swiglu``: packed as for
         ``pack_f32_linear``), or with ``block_codes`` off."""
-        if not self.block_codes or weight.dtype != torch.float32 or weight.shape[0] % (2 * PANEL if swiglu else PANEL):
+        if (
+            not self.block_codes
+            or weight.dtype != torch.float32
+            or weight.shape[0] % (2 * PANEL if swiglu else PANEL)
+        ):
             return None
         found = block_codes(self.swiglu_order(weight.detach()) if swiglu else weight)
         return None if found is None else pack_code_panels(*found)
 
-    def coded_linear(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None,
-                     swiglu: bool = False) -> torch.Tensor:
+    def coded_linear(
+        self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, swiglu: bool = False
+    ) -> torch.Tensor:
         """``f32_linear`` with ``packed`` from ``pack_coded_linear``: the same result, bit for bit, as
         ``f32_linear`` on the fp32 weight it was packed from."""
         out_features, in_features = packed.shape[0] * PANEL, packed.shape[1] * 32
@@ -120,10 +162,23 @@ class LinearKernels:
         _check_bias("coded_linear", bias, out_features)
         width = out_features // 2 if swiglu else out_features
         out = torch.empty((x.shape[0], width), dtype=torch.float32)
-        status = self.library.coded_linear(x.data_ptr(), ldx, packed.data_ptr(), pointer(bias),
-                                           out.data_ptr(), width, x.shape[0], out_features, in_features,
-                                           code_bits(packed), int(swiglu), torch.get_num_threads())
-        check_status(status, "coded linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs")
+        status = self.library.coded_linear(
+            x.data_ptr(),
+            ldx,
+            packed.data_ptr(),
+            pointer(bias),
+            out.data_ptr(),
+            width,
+            x.shape[0],
+            out_features,
+            in_features,
+            code_bits(packed),
+            int(swiglu),
+            torch.get_num_threads(),
+        )
+        check_status(
+            status, "coded linear", f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs"
+        )
         return out
 
     def swiglu_order(self, gate_up: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -166,8 +221,10 @@ def _input(kernel: str, x: torch.Tensor, dtype: torch.dtype, in_features: int) -
     """``(x, row stride)`` as the kernel reads them ([M, K] of ``dtype``, unit stride along K, rows at
     least K apart), or a ValueError naming what does not fit."""
     if x.dim() != 2 or x.dtype != dtype or x.device.type != "cpu" or x.shape[1] != in_features:
-        raise ValueError(f"{kernel}: x must be a CPU {str(dtype).removeprefix('torch.')} tensor [rows, "
-                         f"{in_features}], got {str(x.dtype).removeprefix('torch.')} {tuple(x.shape)} on {x.device}")
+        raise ValueError(
+            f"{kernel}: x must be a CPU {str(dtype).removeprefix('torch.')} tensor [rows, "
+            f"{in_features}], got {str(x.dtype).removeprefix('torch.')} {tuple(x.shape)} on {x.device}"
+        )
     x = last_dim_contiguous(x)
     if x.shape[0] < 2:
         return x, in_features  # one row or none: its stride is never used
@@ -175,6 +232,10 @@ def _input(kernel: str, x: torch.Tensor, dtype: torch.dtype, in_features: int) -
 
 
 def _check_bias(kernel: str, bias: torch.Tensor | None, out_features: int) -> None:
-    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (out_features,) or not bias.is_contiguous()):
-        raise ValueError(f"{kernel}: bias must be a contiguous float32 [{out_features}], got "
-                         f"{str(bias.dtype).removeprefix('torch.')} {tuple(bias.shape)}")
+    if bias is not None and (
+        bias.dtype != torch.float32 or bias.shape != (out_features,) or not bias.is_contiguous()
+    ):
+        raise ValueError(
+            f"{kernel}: bias must be a contiguous float32 [{out_features}], got "
+            f"{str(bias.dtype).removeprefix('torch.')} {tuple(bias.shape)}"
+        )

@@ -56,27 +56,44 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from hetero_core.logging import get_logger
 from hetero_core.cache import cache_file
+from hetero_core.cache.cache_dir import default_cache_dir
+from hetero_core.logging import get_logger
 from hetero_core.model.cpu.cpu_info import hardware_cpu_flags
 from hetero_core.model.cpu.kernel_abi import kernel_signatures
 from hetero_core.model.cpu.kernel_attention import AttentionKernels
 from hetero_core.model.cpu.kernel_int8 import Int8Kernels
 from hetero_core.model.cpu.kernel_linears import LinearKernels
 from hetero_core.model.cpu.kernel_pointwise import PointwiseKernels
-from hetero_core.cache.cache_dir import default_cache_dir
 
 log = get_logger("hetero.executor")
 
 SOURCE_DIR = Path(__file__).with_name("csrc")
-SOURCES = ("paged_kv_write.c", "paged_decode_attention.c", "paged_prefill_attention.c", "pointwise.c",
-           "bf16_linear.c", "f32_linear.c", "decode_layers.c", "bf16_linear_amx.c", "int8_linear.c")
+SOURCES = (
+    "paged_kv_write.c",
+    "paged_decode_attention.c",
+    "paged_prefill_attention.c",
+    "pointwise.c",
+    "bf16_linear.c",
+    "f32_linear.c",
+    "decode_layers.c",
+    "bf16_linear_amx.c",
+    "int8_linear.c",
+)
 HEADERS = ("hetero_kernels.h", "kernel_math.h", "attention_math.h", "amx_emulation.h")
 COMPILER_ENV = "CC"
 # No -fassociative-math: the kernels' sums run in the order written, the same in every kernel and for
 # every batch (batch invariance; attention_math.h).
-CFLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-signed-zeros", "-fno-trapping-math", "-fopenmp",
-          "-shared", "-fPIC")
+CFLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-signed-zeros",
+    "-fno-trapping-math",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+)
 
 
 class KernelUnavailable(Exception):
@@ -135,8 +152,9 @@ def _build(extra_flags: tuple[str, ...] = ()) -> Path:
         raise KernelUnavailable(f"the kernels' sources are missing from this install: {exc}") from None
     flags = (*CFLAGS, *extra_flags)
     cpu = " ".join(sorted(hardware_cpu_flags()))
-    key = hashlib.sha256("\n".join([*texts, compiler, version, " ".join(flags), cpu,
-                                    cache_file.FOOTER]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        "\n".join([*texts, compiler, version, " ".join(flags), cpu, cache_file.FOOTER]).encode()
+    ).hexdigest()[:16]
     variant = "-variant" if extra_flags else ""
     target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels{variant}-{key}.so"
     try:
@@ -147,9 +165,13 @@ def _build(extra_flags: tuple[str, ...] = ()) -> Path:
     except cache_file.CacheFileInvalid as exc:
         cache_file.warn_rebuilding(exc)
     try:
-        with cache_file.written_checked(target, ".so") as tmp:  # concurrent builders (tensor-parallel ranks) are fine
+        with cache_file.written_checked(
+            target, ".so"
+        ) as tmp:  # concurrent builders (tensor-parallel ranks) are fine
             sources = [str(SOURCE_DIR / name) for name in SOURCES]
-            result = subprocess.run([compiler, *flags, "-o", tmp, *sources, "-lm"], capture_output=True, text=True)
+            result = subprocess.run(
+                [compiler, *flags, "-o", tmp, *sources, "-lm"], capture_output=True, text=True
+            )
             if result.returncode != 0:
                 detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")

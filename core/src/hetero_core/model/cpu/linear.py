@@ -78,8 +78,15 @@ class PackedLinear(nn.Module):
     computed in registers: the gate/up output is never stored. Elsewhere it is a plain linear and the
     MLP applies the activation."""
 
-    def __init__(self, weight: torch.Tensor | None, bias: torch.Tensor | None, kernels=None, *,
-                 kernel_weight: torch.Tensor | None = None, swiglu: bool = False):
+    def __init__(
+        self,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        kernels=None,
+        *,
+        kernel_weight: torch.Tensor | None = None,
+        swiglu: bool = False,
+    ):
         """``weight`` [out, in] to pack; or ``kernel_weight`` already in the kernels' layout (then
         ``weight`` is None; ``from_kernel_layout``)."""
         super().__init__()
@@ -108,10 +115,16 @@ class PackedLinear(nn.Module):
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 32
             else:  # [N / 16][K][16]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1]
-            self.all_rows = kernel_weight is not None  # the kernel's layout serves every input (no oneDNN copy)
-            self.packed_weight = self.plain_weight = None  # the weight for oneDNN, or, where it cannot, for torch
+            self.all_rows = (
+                kernel_weight is not None
+            )  # the kernel's layout serves every input (no oneDNN copy)
+            self.packed_weight = self.plain_weight = (
+                None  # the weight for oneDNN, or, where it cannot, for torch
+            )
             if not self.all_rows and _onednn_runs(dtype):
-                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(
+                    weight.detach().contiguous(), None
+                )
             elif not self.all_rows:
                 self.plain_weight = weight.detach()
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
@@ -120,11 +133,17 @@ class PackedLinear(nn.Module):
         self.bias_f32 = None
         if bias is not None and self.kernels is not None:  # in the packed weight's column order
             order_dtype = torch.bfloat16 if self.kernel_dtype == "bf16" else torch.float32
-            self.bias_f32 = (kernels.swiglu_order(bias, order_dtype) if self.swiglu else bias).detach().float().contiguous()
+            self.bias_f32 = (
+                (kernels.swiglu_order(bias, order_dtype) if self.swiglu else bias)
+                .detach()
+                .float()
+                .contiguous()
+            )
 
     @classmethod
-    def from_kernel_layout(cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels,
-                           swiglu: bool = False) -> PackedLinear:
+    def from_kernel_layout(
+        cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels, swiglu: bool = False
+    ) -> PackedLinear:
         """A linear whose weight is already in the layout of the kernels' linear for its dtype (a
         prepared file's; packed with ``swiglu`` as given), used as it is."""
         if kernel_layout(kernels, kernel_weight.dtype) is None:
@@ -141,8 +160,9 @@ class PackedLinear(nn.Module):
                 out = kernels.coded_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
             else:
                 out_dtype = torch.float32 if self.float32_output else torch.bfloat16
-                out = kernels.bf16_linear(rows.to(torch.bfloat16), self.kernel_weight, self.bias_f32, out_dtype,
-                                          swiglu=self.swiglu)
+                out = kernels.bf16_linear(
+                    rows.to(torch.bfloat16), self.kernel_weight, self.bias_f32, out_dtype, swiglu=self.swiglu
+                )
             return out.reshape(*x.shape[:-1], out.shape[-1])
         if self.packed_weight is not None:
             out = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hetero_core.model.cpu.linear import kernel_layout
 from hetero_core.model.cpu.kernel_linears import PANEL
+from hetero_core.model.cpu.linear import kernel_layout
 from hetero_core.model.moe.block import SharedExpertGate
 from hetero_core.model.moe.experts import Experts, run_grouped
 from hetero_core.model.moe.router import TopKRouter

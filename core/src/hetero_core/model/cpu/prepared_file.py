@@ -28,9 +28,18 @@ log = get_logger("hetero.executor")
 
 FORMAT_VERSION = 2  # 2: a checksum footer (cache_file) after the safetensors bytes
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
-                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                       "U8": torch.uint8, "BOOL": torch.bool}
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
 def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> bool:
@@ -80,13 +89,13 @@ def load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCau
 def _safetensors_views(payload: torch.Tensor) -> tuple[dict, dict[str, torch.Tensor]]:
     """The metadata and tensors of the safetensors bytes ``payload``: views of it, nothing copied."""
     header_bytes = int.from_bytes(payload[:8].numpy().tobytes(), "little")
-    header = json.loads(payload[8:8 + header_bytes].numpy().tobytes())
+    header = json.loads(payload[8 : 8 + header_bytes].numpy().tobytes())
     metadata = header.pop("__metadata__", {})
     start = 8 + header_bytes
     tensors = {}
     for name, entry in header.items():
         begin, end = entry["data_offsets"]
-        data = payload[start + begin:start + end]
+        data = payload[start + begin : start + end]
         tensors[name] = data.view(_SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
     return metadata, tensors
 

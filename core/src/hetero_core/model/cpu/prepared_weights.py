@@ -44,10 +44,16 @@ log = get_logger("hetero.executor")
 KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyond this are deleted
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
-_LAYOUT_MODULES = ("hetero_core.model.cpu.prepared_weights", "hetero_core.model.cpu.prepared_file",
-                   "hetero_core.model.fusion", "hetero_core.model.cpu.linear",
-                   "hetero_core.model.cpu.kernels", "hetero_core.model.cpu.kernel_linears",
-                   "hetero_core.model.cpu.block_codes", "hetero_core.model.llama")
+_LAYOUT_MODULES = (
+    "hetero_core.model.cpu.prepared_weights",
+    "hetero_core.model.cpu.prepared_file",
+    "hetero_core.model.fusion",
+    "hetero_core.model.cpu.linear",
+    "hetero_core.model.cpu.kernels",
+    "hetero_core.model.cpu.kernel_linears",
+    "hetero_core.model.cpu.block_codes",
+    "hetero_core.model.llama",
+)
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 
 
@@ -88,7 +94,9 @@ def load_packed_model(
         return model
     model = load_model(source, backend=backend, dtype=dtype)
     model.untie_lm_head()
-    pack_experts(model, kernels)  # first: the plain expert weights go (a MoE model is not saved: save_prepared)
+    pack_experts(
+        model, kernels
+    )  # first: the plain expert weights go (a MoE model is not saved: save_prepared)
     unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
     pack_linears(model, kernels)
     if save_prepared(path, model, unpacked):
@@ -99,14 +107,19 @@ def load_packed_model(
 
 def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
     """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
-    layout = [kernel_layout(kernels, dtype), getattr(kernels, "block_codes", False),
-              getattr(kernels, "swiglu_pair_columns", None)]
+    layout = [
+        kernel_layout(kernels, dtype),
+        getattr(kernels, "block_codes", False),
+        getattr(kernels, "swiglu_pair_columns", None),
+    ]
     source = resolve_model_source(source)
     files = [_identity(p) for p in _checkpoint_files(source)]
     here = Path(__file__).parent
     code = [Path(importlib.util.find_spec(name).origin).read_bytes() for name in _LAYOUT_MODULES]
     code += [(here / name).read_bytes() for name in _LAYOUT_SOURCES]
-    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, cache_file.FOOTER, files, str(dtype), layout]).encode())
+    digest = hashlib.sha256(
+        json.dumps([FORMAT_VERSION, cache_file.FOOTER, files, str(dtype), layout]).encode()
+    )
     for text in code:
         digest.update(text)
     dtype_name = str(dtype).removeprefix("torch.")
@@ -148,7 +161,7 @@ def _prune(folder: Path, keep: Path) -> None:
         stale = [p for p in folder.glob(".*.tmp") if p.stat().st_mtime < cutoff]
     except OSError:
         return
-    for old in [p for p in files if p != keep][KEEP_FILES - 1:] + stale:
+    for old in [p for p in files if p != keep][KEEP_FILES - 1 :] + stale:
         try:
             old.unlink()
         except OSError:

@@ -109,10 +109,22 @@ class FreeCpuThreads:
     Measured with ``bench/busy_cpu_throughput.py`` (batch 1, AVX-512 EPYC, short spin): beside a
     busy process 33.6 tok/s with two threads always, 83.4 with this (99.5 idle)."""
 
-    def __init__(self, max_threads: int, set_threads, interval_s: float = 0.25, stale_s: float = 1.0,
-                 clock=time.monotonic, cpu_time=time.process_time):
+    def __init__(
+        self,
+        max_threads: int,
+        set_threads,
+        interval_s: float = 0.25,
+        stale_s: float = 1.0,
+        clock=time.monotonic,
+        cpu_time=time.process_time,
+    ):
         self.max_threads = self.threads = max_threads
-        self._set_threads, self._interval_s, self._clock, self._cpu_time = set_threads, interval_s, clock, cpu_time
+        self._set_threads, self._interval_s, self._clock, self._cpu_time = (
+            set_threads,
+            interval_s,
+            clock,
+            cpu_time,
+        )
         self._stale_s = stale_s  # a longer interval spans a pause of the engine: what ran then says nothing
         self._last = self._sample()
 

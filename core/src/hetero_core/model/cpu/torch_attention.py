@@ -26,8 +26,12 @@ from torch.nn import functional as F
 
 from hetero_core.engine.scheduling.batch import Batch
 from hetero_core.model.attention import KVCache
-from hetero_core.model.cpu.torch_attention_metadata import (DecodeGroup, PrefillSegment, TorchPagedMetadata,
-                                                            build_metadata)
+from hetero_core.model.cpu.torch_attention_metadata import (
+    DecodeGroup,
+    PrefillSegment,
+    TorchPagedMetadata,
+    build_metadata,
+)
 from hetero_core.model.cpu.torch_mla_attention import forward_latent
 from hetero_core.model.cpu.zeroed_memory import lazy_zeros
 from hetero_core.model.decode_graphs import DecodeGraphInputs
@@ -65,22 +69,36 @@ class TorchPagedAttention:
         caches = []
         for spec in layout:
             key = zeros(spec.num_kv_heads, spec.key_dim)
-            value = key[..., :spec.value_dim] if spec.value_in_key else zeros(spec.num_kv_heads, spec.value_dim)
+            value = (
+                key[..., : spec.value_dim] if spec.value_in_key else zeros(spec.num_kv_heads, spec.value_dim)
+            )
             caches.append(KVCache(key, value))
         return caches
 
-    def build_metadata(self, batch: Batch, device: torch.device, upload: StepUpload | None = None) -> TorchPagedMetadata:
+    def build_metadata(
+        self, batch: Batch, device: torch.device, upload: StepUpload | None = None
+    ) -> TorchPagedMetadata:
         """The step's index tensors, added to ``upload`` (the runner's) and uploaded with it in one copy."""
-        return build_metadata(batch, device, for_cpu_kernels=self.cpu_kernels is not None and device.type == "cpu",
-                              upload=upload)
+        return build_metadata(
+            batch,
+            device,
+            for_cpu_kernels=self.cpu_kernels is not None and device.type == "cpu",
+            upload=upload,
+        )
 
     def decode_graph_metadata(self, inputs: DecodeGraphInputs) -> TorchPagedMetadata:
         """Metadata over a decode graph's static inputs (``hetero_core.model.decode_graphs``): every
         token a decode; each sequence's pages are gathered to the graph's full block-table width."""
-        decode = DecodeGroup(token_index=None, block_index=inputs.block_tables.long().view(-1),
-                             context_lens=inputs.context_lens, num_seqs=inputs.num_seqs,
-                             block_size=inputs.block_size)
-        return TorchPagedMetadata(slot_mapping=inputs.slot_mapping, decode=decode, prefills=(), prefill_seqs=None)
+        decode = DecodeGroup(
+            token_index=None,
+            block_index=inputs.block_tables.long().view(-1),
+            context_lens=inputs.context_lens,
+            num_seqs=inputs.num_seqs,
+            block_size=inputs.block_size,
+        )
+        return TorchPagedMetadata(
+            slot_mapping=inputs.slot_mapping, decode=decode, prefills=(), prefill_seqs=None
+        )
 
     def forward(self, query, key, value, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float):
         kernels = self._kernels_for(query, kv_cache)
@@ -88,8 +106,15 @@ class TorchPagedAttention:
         pure_decode = metadata.pure_decode
         if kernels is not None and pure_decode:
             tables = decode.block_index.view(decode.num_seqs, -1)
-            return kernels.attend_decode(query, kv_cache.key, kv_cache.value, tables, decode.context_lens, scale,
-                                         new_kv=(key, value, metadata.slot_mapping))  # writes K/V too
+            return kernels.attend_decode(
+                query,
+                kv_cache.key,
+                kv_cache.value,
+                tables,
+                decode.context_lens,
+                scale,
+                new_kv=(key, value, metadata.slot_mapping),
+            )  # writes K/V too
         if kernels is not None:
             kernels.write_kv(key, value, kv_cache.key, kv_cache.value, metadata.slot_mapping)
         else:
@@ -110,22 +135,31 @@ class TorchPagedAttention:
             out[rows] = _attend_prefill(query[rows], key[rows], value[rows], kv_cache, segment, scale)
         return out
 
-    def forward_latent(self, q_nope, q_pe, latent, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float,
-                       weights) -> torch.Tensor:
+    def forward_latent(
+        self, q_nope, q_pe, latent, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float, weights
+    ) -> torch.Tensor:
         """Multi-head latent attention (MLA) over a latent cache (``kv_cache.key``); see ``torch_mla_attention``."""
         return forward_latent(q_nope, q_pe, latent, kv_cache.key, metadata, scale, weights)
 
     def _kernels_for(self, query: torch.Tensor, kv_cache: KVCache):
         """The CPU kernels where they handle this query and cache, else None."""
         kernels = self.cpu_kernels
-        if kernels is not None and kernels.supports(query, kv_cache.key.shape[0]) and kv_cache.key.is_contiguous():
+        if (
+            kernels is not None
+            and kernels.supports(query, kv_cache.key.shape[0])
+            and kv_cache.key.is_contiguous()
+        ):
             return kernels
         return None
 
-    def _attend_decode(self, query, kv_cache: KVCache, group: DecodeGroup, scale: float, kernels) -> torch.Tensor:
+    def _attend_decode(
+        self, query, kv_cache: KVCache, group: DecodeGroup, scale: float, kernels
+    ) -> torch.Tensor:
         if kernels is not None:
             tables = group.block_index.view(group.num_seqs, -1)
-            return kernels.attend_decode(query, kv_cache.key, kv_cache.value, tables, group.context_lens, scale)
+            return kernels.attend_decode(
+                query, kv_cache.key, kv_cache.value, tables, group.context_lens, scale
+            )
         return _attend_decode(query, kv_cache, group, scale)
 
 
@@ -140,7 +174,11 @@ def _attend_decode(query, kv_cache: KVCache, group: DecodeGroup, scale: float) -
     if query.device.type == "cpu":
         return _attend_decode_grouped(query, key, value, group, scale)
     out = F.scaled_dot_product_attention(
-        query[:, :, None, :], key.transpose(0, 1), value.transpose(0, 1), attn_mask=group.key_mask, scale=scale,
+        query[:, :, None, :],
+        key.transpose(0, 1),
+        value.transpose(0, 1),
+        attn_mask=group.key_mask,
+        scale=scale,
         enable_gqa=num_kv_heads != num_heads,
     )
     return out.view(num_seqs, num_heads, head_dim)
@@ -158,7 +196,9 @@ def _attend_decode_grouped(query, key, value, group: DecodeGroup, scale: float) 
     scores = torch.bmm(rows, key.view(-1, context, head_dim).transpose(1, 2))
     scores = torch.add(group.key_bias, scores.view(num_kv_heads, num_seqs, group_size, context), alpha=scale)
     probs = torch.softmax(scores, dim=-1).to(query.dtype).view(-1, group_size, context)
-    out = torch.bmm(probs, value.view(-1, context, head_dim)).view(num_kv_heads, num_seqs, group_size, head_dim)
+    out = torch.bmm(probs, value.view(-1, context, head_dim)).view(
+        num_kv_heads, num_seqs, group_size, head_dim
+    )
     return out.transpose(0, 1).reshape(num_seqs, num_heads, head_dim)
 
 

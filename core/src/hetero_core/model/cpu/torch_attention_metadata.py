@@ -17,7 +17,13 @@ import torch
 
 from hetero_core.engine.scheduling.batch import Batch, slot_of
 from hetero_core.model.cpu.kernel_attention import PrefillSequences
-from hetero_core.model.step_inputs import Staged, StepInputs, StepUpload, check_block_tables, fill_block_tables
+from hetero_core.model.step_inputs import (
+    Staged,
+    StepInputs,
+    StepUpload,
+    check_block_tables,
+    fill_block_tables,
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,9 @@ class TorchPagedMetadata:
         return self.decode is not None and self.decode.token_index is None
 
 
-def build_metadata(batch: Batch, device: torch.device, *, for_cpu_kernels: bool,
-                   upload: StepUpload | None = None) -> TorchPagedMetadata:
+def build_metadata(
+    batch: Batch, device: torch.device, *, for_cpu_kernels: bool, upload: StepUpload | None = None
+) -> TorchPagedMetadata:
     """The step's index tensors on ``device``; ``for_cpu_kernels``: the prefills for the CPU kernel too.
 
     Every array goes into ``upload`` (the runner's, holding its own arrays too; a fresh one if None),
@@ -113,7 +120,9 @@ def _stage_decode(batch: Batch, seqs: np.ndarray, whole: bool, upload: StepUploa
     step's tokens); returns the function that builds their ``DecodeGroup`` after the upload."""
     tables = _stage_block_tables(batch, seqs, upload, torch.long)
     context_lens = upload.add(np.asarray(batch.context_lens, dtype=np.int64)[seqs], torch.long)
-    token_index = None if whole else upload.add(np.asarray(batch.query_start_loc, dtype=np.int64)[seqs], torch.long)
+    token_index = (
+        None if whole else upload.add(np.asarray(batch.query_start_loc, dtype=np.int64)[seqs], torch.long)
+    )
     return lambda: DecodeGroup(
         token_index=None if token_index is None else token_index.tensor,
         block_index=tables.tensor.view(-1),
@@ -129,13 +138,16 @@ def _stage_prefill(batch: Batch, i: int, upload: StepUpload):
     if num_cached == 0:
         return lambda: PrefillSegment(start, end, context_slots=None, mask=None)
     key_pos = np.arange(context_len, dtype=np.int64)
-    slots = upload.add(slot_of(np.asarray(batch.block_tables[i], dtype=np.int64), key_pos, batch.block_size),
-                       torch.long)
+    slots = upload.add(
+        slot_of(np.asarray(batch.block_tables[i], dtype=np.int64), key_pos, batch.block_size), torch.long
+    )
 
     def segment() -> PrefillSegment:
         key_pos = torch.arange(context_len, device=upload.device)
         query_pos = torch.arange(num_cached, context_len, device=upload.device)
-        return PrefillSegment(start, end, context_slots=slots.tensor, mask=key_pos[None, :] <= query_pos[:, None])
+        return PrefillSegment(
+            start, end, context_slots=slots.tensor, mask=key_pos[None, :] <= query_pos[:, None]
+        )
 
     return segment
 

@@ -23,8 +23,15 @@ from hetero_core.model.cpu.torch_attention_metadata import DecodeGroup, TorchPag
 from hetero_core.model.mla.attention import LatentWeights
 
 
-def forward_latent(q_nope: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, cache: torch.Tensor,
-                   metadata: TorchPagedMetadata, scale: float, weights: LatentWeights) -> torch.Tensor:
+def forward_latent(
+    q_nope: torch.Tensor,
+    q_pe: torch.Tensor,
+    latent: torch.Tensor,
+    cache: torch.Tensor,
+    metadata: TorchPagedMetadata,
+    scale: float,
+    weights: LatentWeights,
+) -> torch.Tensor:
     """Write the new tokens' ``latent`` [num_tokens, rank + rope] at the metadata's slots, attend.
 
     ``q_nope`` [num_tokens, heads, nope] and ``q_pe`` [num_tokens, heads, rope] (rotated);
@@ -42,12 +49,16 @@ def forward_latent(q_nope: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tenso
         out.index_copy_(0, index, _attend_decode(q_nope[index], q_pe[index], cache, decode, scale, weights))
     for segment in metadata.prefills:
         rows = slice(segment.start, segment.end)
-        context = latent[rows] if segment.context_slots is None else slots.index_select(0, segment.context_slots)
+        context = (
+            latent[rows] if segment.context_slots is None else slots.index_select(0, segment.context_slots)
+        )
         out[rows] = _attend_prefill(q_nope[rows], q_pe[rows], context, segment.mask, scale, weights.weight)
     return out
 
 
-def _attend_decode(q_nope, q_pe, cache: torch.Tensor, group: DecodeGroup, scale: float, weights: LatentWeights):
+def _attend_decode(
+    q_nope, q_pe, cache: torch.Tensor, group: DecodeGroup, scale: float, weights: LatentWeights
+):
     """The absorbed form over each sequence's gathered latent: [seqs, heads, v_head_dim]."""
     num_seqs = q_nope.shape[0]
     rank = weights.w_uk.shape[-1]
@@ -62,8 +73,9 @@ def _attend_decode(q_nope, q_pe, cache: torch.Tensor, group: DecodeGroup, scale:
     return torch.bmm(attended.transpose(0, 1), weights.w_uv_t).transpose(0, 1)  # [seqs, heads, v]
 
 
-def _attend_prefill(q_nope, q_pe, context: torch.Tensor, mask: torch.Tensor | None, scale: float,
-                    kv_b_weight: torch.Tensor) -> torch.Tensor:
+def _attend_prefill(
+    q_nope, q_pe, context: torch.Tensor, mask: torch.Tensor | None, scale: float, kv_b_weight: torch.Tensor
+) -> torch.Tensor:
     """One sequence, its latent decompressed into per-head K/V: [query_len, heads, v_head_dim]."""
     num_heads = q_nope.shape[1]
     rank = kv_b_weight.shape[-1]
@@ -73,7 +85,12 @@ def _attend_prefill(q_nope, q_pe, context: torch.Tensor, mask: torch.Tensor | No
     k_pe = context[:, None, rank:].expand(-1, num_heads, -1)
     key = torch.cat([k_nope, k_pe], dim=-1)
     query = torch.cat([q_nope, q_pe], dim=-1)
-    out = F.scaled_dot_product_attention(query.transpose(0, 1)[None], key.transpose(0, 1)[None],
-                                         value.transpose(0, 1)[None], attn_mask=mask, is_causal=mask is None,
-                                         scale=scale)
+    out = F.scaled_dot_product_attention(
+        query.transpose(0, 1)[None],
+        key.transpose(0, 1)[None],
+        value.transpose(0, 1)[None],
+        attn_mask=mask,
+        is_causal=mask is None,
+        scale=scale,
+    )
     return out[0].transpose(0, 1)

@@ -11,8 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from hetero_core.model.mla.config import MLA_ARCHITECTURES, MLAConfig
-from hetero_core.plugin_system.architectures import (KVLayerSpec, ModelArchitecture, WeightMapping,
-                                                     unused_buffers)
+from hetero_core.plugin_system.architectures import (
+    KVLayerSpec,
+    ModelArchitecture,
+    WeightMapping,
+    unused_buffers,
+)
 
 
 def mla_config(raw: dict[str, Any], source: str = "config") -> MLAConfig:
@@ -26,7 +30,9 @@ def build_mla(config: MLAConfig, backend):
 
 
 def mla_kv_layout(config: MLAConfig) -> tuple[KVLayerSpec, ...]:
-    spec = KVLayerSpec(num_kv_heads=1, key_dim=config.latent_dim, value_dim=config.kv_lora_rank, value_in_key=True)
+    spec = KVLayerSpec(
+        num_kv_heads=1, key_dim=config.latent_dim, value_dim=config.kv_lora_rank, value_in_key=True
+    )
     return (spec,) * config.num_hidden_layers
 
 
@@ -55,18 +61,41 @@ STACKED_EXPERTS = WeightMapping.from_module("hetero_core.model.mla.weights", ign
 def bench_config(architecture: str) -> dict[str, Any]:
     """~150M parameters, the Llama built-ins' bench shape (hidden 768, 12 layers of 12 heads, dense
     MLPs of 2048) with DeepSeek-V2-Lite's MLA proportions (latent = hidden / 4, no q compression)."""
-    return {"architectures": [architecture], "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-            "intermediate_size": 2048, "vocab_size": 32000, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-            "max_position_embeddings": 4096, "tie_word_embeddings": True, "hidden_act": "silu", "bos_token_id": 1,
-            "eos_token_id": 2, "kv_lora_rank": 192, "q_lora_rank": None, "qk_nope_head_dim": 64,
-            "qk_rope_head_dim": 32, "v_head_dim": 64, "first_k_dense_replace": 12, "n_routed_experts": None,
-            "model_type": "deepseek_v2" if architecture == "DeepseekV2ForCausalLM" else "deepseek_v3"}
+    return {
+        "architectures": [architecture],
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 2048,
+        "vocab_size": 32000,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "kv_lora_rank": 192,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 64,
+        "first_k_dense_replace": 12,
+        "n_routed_experts": None,
+        "model_type": "deepseek_v2" if architecture == "DeepseekV2ForCausalLM" else "deepseek_v3",
+    }
 
 
 def mla_architectures() -> dict[str, ModelArchitecture]:
     """Core's MLA built-ins, by HF architecture name."""
     return {
-        name: ModelArchitecture(config=mla_config, build=build_mla, kv_layout=mla_kv_layout, weights=STACKED_EXPERTS,
-                                bench_config=lambda name=name: bench_config(name), hf_class=name)
+        name: ModelArchitecture(
+            config=mla_config,
+            build=build_mla,
+            kv_layout=mla_kv_layout,
+            weights=STACKED_EXPERTS,
+            bench_config=lambda name=name: bench_config(name),
+            hf_class=name,
+        )
         for name in MLA_ARCHITECTURES
     }

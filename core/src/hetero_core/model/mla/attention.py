@@ -58,8 +58,11 @@ class LatentProjection(nn.Module):
         weight = self.weight
         if self._split is None or self._split[0] is not weight:  # built, or reassigned since (loading, .to)
             per_head = weight.detach().view(self.num_heads, -1, weight.shape[-1])
-            halves = LatentWeights(weight, per_head[:, : self.nope_dim].contiguous(),
-                                   per_head[:, self.nope_dim:].transpose(1, 2).contiguous())
+            halves = LatentWeights(
+                weight,
+                per_head[:, : self.nope_dim].contiguous(),
+                per_head[:, self.nope_dim :].transpose(1, 2).contiguous(),
+            )
             self._split = (weight, halves)
         return self._split[1]
 
@@ -69,7 +72,11 @@ class MLAAttention(nn.Module):
         super().__init__()
         self.backend = backend
         self.num_heads = config.num_attention_heads
-        self.nope_dim, self.rope_dim, self.v_dim = config.qk_nope_head_dim, config.qk_rope_head_dim, config.v_head_dim
+        self.nope_dim, self.rope_dim, self.v_dim = (
+            config.qk_nope_head_dim,
+            config.qk_rope_head_dim,
+            config.v_head_dim,
+        )
         self.rank = config.kv_lora_rank
         self.interleave = config.rope_interleave
         self.scale = softmax_scale(config)
@@ -89,26 +96,29 @@ class MLAAttention(nn.Module):
             self.q_a_layernorm = RMSNorm(config.q_lora_rank, 1e-6)  # HF's default eps for these norms
             self.q_b_proj = nn.Linear(config.q_lora_rank, q_size, bias=False)
         self.kv_a_layernorm = RMSNorm(self.rank, 1e-6)
-        self.kv_b_proj = LatentProjection(self.rank, self.num_heads * (self.nope_dim + self.v_dim), self.num_heads,
-                                          self.nope_dim)
+        self.kv_b_proj = LatentProjection(
+            self.rank, self.num_heads * (self.nope_dim + self.v_dim), self.num_heads, self.nope_dim
+        )
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, hidden, bias=bias)
 
-    def forward(self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any,
-                output_rows: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden, cos, sin, kv_cache: KVCache, attn_metadata: Any, output_rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         if self.q_kv_a_proj is not None:
             fused = self.q_kv_a_proj(hidden)
-            q, compressed = fused[:, : self.q_width], fused[:, self.q_width:]
+            q, compressed = fused[:, : self.q_width], fused[:, self.q_width :]
         else:
             q, compressed = self.q_proj(hidden), self.kv_a_proj_with_mqa(hidden)
         if self.q_b_proj is not None:
             q = self.q_b_proj(self.q_a_layernorm(q.contiguous()))
         q = q.view(num_tokens, self.num_heads, self.nope_dim + self.rope_dim)
-        q_pe = apply_rotary(q[..., self.nope_dim:], cos, sin, self.interleave)
+        q_pe = apply_rotary(q[..., self.nope_dim :], cos, sin, self.interleave)
         c_kv = self.kv_a_layernorm(compressed[:, : self.rank].contiguous())
-        k_pe = apply_rotary(compressed[:, None, self.rank:], cos, sin, self.interleave)[:, 0]
+        k_pe = apply_rotary(compressed[:, None, self.rank :], cos, sin, self.interleave)[:, 0]
         latent = torch.cat([c_kv, k_pe], dim=-1)  # what the cache stores for this token
-        out = self.backend.forward_latent(q[..., : self.nope_dim], q_pe, latent, kv_cache, attn_metadata, self.scale,
-                                          self.kv_b_proj.split())
+        out = self.backend.forward_latent(
+            q[..., : self.nope_dim], q_pe, latent, kv_cache, attn_metadata, self.scale, self.kv_b_proj.split()
+        )
         out = out.reshape(num_tokens, self.num_heads * self.v_dim)
         return self.o_proj(out if output_rows is None else out[output_rows])

@@ -57,10 +57,14 @@ class MLAConfig(ModelConfig):
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> MLAConfig:
         names = [n for n in raw.get("architectures") or [] if n in MLA_ARCHITECTURES]
         if not names:
-            raise ModelLoadError(f"{source}: not an MLA architecture; supported: {', '.join(MLA_ARCHITECTURES)}")
+            raise ModelLoadError(
+                f"{source}: not an MLA architecture; supported: {', '.join(MLA_ARCHITECTURES)}"
+            )
         try:
             if raw.get("hidden_act", "silu") not in ("silu", "swish"):
-                raise ModelLoadError(f"{source}: hidden_act {raw['hidden_act']!r} is not supported; supported: silu")
+                raise ModelLoadError(
+                    f"{source}: hidden_act {raw['hidden_act']!r} is not supported; supported: silu"
+                )
             num_heads = int(raw["num_attention_heads"])
             rope_theta, rope_scaling = _rope(raw, source)
             q_lora_rank = raw.get("q_lora_rank")
@@ -96,17 +100,33 @@ class MLAConfig(ModelConfig):
         except KeyError as exc:
             raise ModelLoadError(f"{source}: missing required field {exc.args[0]!r}") from exc
         except (TypeError, ValueError) as exc:
-            raise ModelLoadError(f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?") from exc
-        missing = [key for key in ("num_experts_per_tok", "moe_intermediate_size") if config.moe.get(key) is None]
+            raise ModelLoadError(
+                f"{source}: invalid field value ({exc}); is this a Hugging Face config.json?"
+            ) from exc
+        missing = [
+            key for key in ("num_experts_per_tok", "moe_intermediate_size") if config.moe.get(key) is None
+        ]
         if config.has_moe_layers and missing:
-            raise ModelLoadError(f"{source}: layers from first_k_dense_replace = {config.first_k_dense_replace} on are "
-                                 f"mixtures of experts (n_routed_experts = {config.moe['n_routed_experts']}) but "
-                                 f"{', '.join(missing)} is not set")
+            raise ModelLoadError(
+                f"{source}: layers from first_k_dense_replace = {config.first_k_dense_replace} on are "
+                f"mixtures of experts (n_routed_experts = {config.moe['n_routed_experts']}) but "
+                f"{', '.join(missing)} is not set"
+            )
         return config
 
 
-_MOE_FIELDS = ("n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
-               "topk_method", "n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "scoring_func")
+_MOE_FIELDS = (
+    "n_routed_experts",
+    "n_shared_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "topk_method",
+    "n_group",
+    "topk_group",
+    "routed_scaling_factor",
+    "norm_topk_prob",
+    "scoring_func",
+)
 
 
 def _rope(raw: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | None]:
@@ -117,14 +137,18 @@ def _rope(raw: dict[str, Any], source: str) -> tuple[float, dict[str, Any] | Non
     scaling = params or legacy
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type not in MLA_ROPE_TYPES:
-        raise ModelLoadError(f"{source}: rope type {rope_type!r} is not supported for MLA; "
-                             f"supported: {', '.join(MLA_ROPE_TYPES)}")
+        raise ModelLoadError(
+            f"{source}: rope type {rope_type!r} is not supported for MLA; "
+            f"supported: {', '.join(MLA_ROPE_TYPES)}"
+        )
     if rope_type == "default":
         return theta, None
     scaling = {**scaling, "rope_type": "yarn"}
     scaling.setdefault("original_max_position_embeddings", raw.get("max_position_embeddings", 2048))
     if scaling.get("factor") is None:  # as transformers: the ratio of the context lengths
-        scaling["factor"] = raw.get("max_position_embeddings", 2048) / scaling["original_max_position_embeddings"]
+        scaling["factor"] = (
+            raw.get("max_position_embeddings", 2048) / scaling["original_max_position_embeddings"]
+        )
     return theta, scaling
 
 

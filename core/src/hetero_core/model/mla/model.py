@@ -17,11 +17,11 @@ from torch import nn
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.layers import RMSNorm, SwiGLU
 from hetero_core.model.llama import LlamaDecoderLayer, LlamaForCausalLM
-from hetero_core.model.moe.experts import Experts
 from hetero_core.model.mla.attention import MLAAttention
 from hetero_core.model.mla.config import MLAConfig
 from hetero_core.model.mla.moe import DeepseekMoE
 from hetero_core.model.mla.rope import DeepseekRotary
+from hetero_core.model.moe.experts import Experts
 
 
 class DeepseekDecoderLayer(nn.Module):
@@ -33,7 +33,9 @@ class DeepseekDecoderLayer(nn.Module):
         if config.is_moe_layer(index):
             moe = config.moe
             width = int(moe["moe_intermediate_size"])
-            shared = SwiGLU(config.hidden_size, width * int(moe.get("n_shared_experts") or 0), config.mlp_bias)
+            shared = SwiGLU(
+                config.hidden_size, width * int(moe.get("n_shared_experts") or 0), config.mlp_bias
+            )
             experts = Experts(int(moe["n_routed_experts"]), config.hidden_size, width)
             self.mlp = DeepseekMoE(config, shared, experts)
         else:
@@ -47,7 +49,9 @@ class DeepseekModel(nn.Module):
         super().__init__()
         shape = (config.vocab_size, config.hidden_size)
         self.embed_tokens = nn.Embedding(*shape, _weight=torch.empty(shape))
-        self.layers = nn.ModuleList(DeepseekDecoderLayer(config, backend, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            DeepseekDecoderLayer(config, backend, i) for i in range(config.num_hidden_layers)
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -57,13 +61,18 @@ class DeepseekForCausalLM(nn.Module):
     def __init__(self, config: MLAConfig, backend: Any):
         super().__init__()
         if backend is not None and not hasattr(backend, "forward_latent"):  # None: weights only
-            raise ModelLoadError(f"attention backend {getattr(backend, 'name', type(backend).__name__)!r} has no "
-                                 "latent-attention path (forward_latent) for MLA; use the torch executor")
+            raise ModelLoadError(
+                f"attention backend {getattr(backend, 'name', type(backend).__name__)!r} has no "
+                "latent-attention path (forward_latent) for MLA; use the torch executor"
+            )
         self.config = config
         self.backend = backend
         self.model = DeepseekModel(config, backend)
-        self.lm_head = (None if config.tie_word_embeddings
-                        else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+        self.lm_head = (
+            None
+            if config.tie_word_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        )
         self.rotary = DeepseekRotary(config)
         self.fused_decode = None  # no fused CPU decode step for MLA (the Llama one's layout differs)
 

@@ -37,13 +37,17 @@ class DeepseekRouter(nn.Module):
         self.v3 = config.architecture == "DeepseekV3ForCausalLM"
         self.method = "noaux_tc" if self.v3 else (moe.get("topk_method") or "greedy")
         if self.method not in TOPK_METHODS or (self.v3 and moe.get("topk_method") not in (None, "noaux_tc")):
-            raise ModelLoadError(f"{config.architecture}: topk_method {moe.get('topk_method')!r} is not supported; "
-                                 f"supported: greedy, group_limited_greedy (V2), noaux_tc (V3)")
+            raise ModelLoadError(
+                f"{config.architecture}: topk_method {moe.get('topk_method')!r} is not supported; "
+                f"supported: greedy, group_limited_greedy (V2), noaux_tc (V3)"
+            )
         self.num_groups = int(moe.get("n_group") or 1)
         self.topk_group = int(moe.get("topk_group") or self.num_groups)
         if self.method != "greedy" and self.num_experts % self.num_groups:
-            raise ModelLoadError(f"{config.architecture}: n_routed_experts {self.num_experts} is not a multiple of "
-                                 f"n_group {self.num_groups}")
+            raise ModelLoadError(
+                f"{config.architecture}: n_routed_experts {self.num_experts} is not a multiple of "
+                f"n_group {self.num_groups}"
+            )
         self.normalize = bool(moe.get("norm_topk_prob")) and (self.v3 or self.top_k > 1)
         self.scaling = float(moe.get("routed_scaling_factor") or 1.0)
         self.weight = nn.Parameter(torch.empty(self.num_experts, config.hidden_size))
@@ -55,13 +59,19 @@ class DeepseekRouter(nn.Module):
         if self.v3:
             scores = logits.sigmoid()
             choice = scores + self.e_score_correction_bias.float()
-            group_scores = choice.view(-1, self.num_groups, self.num_experts // self.num_groups).topk(2, dim=-1)[0].sum(-1)
+            group_scores = (
+                choice.view(-1, self.num_groups, self.num_experts // self.num_groups)
+                .topk(2, dim=-1)[0]
+                .sum(-1)
+            )
             ids = torch.topk(self._keep_groups(choice, group_scores, float("-inf")), self.top_k, dim=-1)[1]
             weights = scores.gather(1, ids)
         else:
             scores = logits.softmax(dim=-1)
             if self.method == "group_limited_greedy":
-                group_scores = scores.view(-1, self.num_groups, self.num_experts // self.num_groups).amax(dim=-1)
+                group_scores = scores.view(-1, self.num_groups, self.num_experts // self.num_groups).amax(
+                    dim=-1
+                )
                 scores = self._keep_groups(scores, group_scores, 0.0)
             weights, ids = torch.topk(scores, self.top_k, dim=-1)
         if self.normalize:

@@ -23,15 +23,18 @@ class DeepseekRotary:
     multiplied by YaRN's attention factor. ``inv_freq`` stays fp32 (a runner moves it to its device)."""
 
     def __init__(self, config: MLAConfig):
-        self.inv_freq, self.attention_factor = rope_parameters(config.qk_rope_head_dim, config.rope_theta,
-                                                               config.rope_scaling)
+        self.inv_freq, self.attention_factor = rope_parameters(
+            config.qk_rope_head_dim, config.rope_theta, config.rope_scaling
+        )
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq = self.inv_freq
         if inv_freq.device != positions.device:
             inv_freq = inv_freq.to(positions.device)
         freqs = positions.float()[:, None, None] * inv_freq[None, None, :]
-        return (freqs.cos() * self.attention_factor).to(dtype), (freqs.sin() * self.attention_factor).to(dtype)
+        return (freqs.cos() * self.attention_factor).to(dtype), (freqs.sin() * self.attention_factor).to(
+            dtype
+        )
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool) -> torch.Tensor:

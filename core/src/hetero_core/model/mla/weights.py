@@ -47,7 +47,9 @@ def checkpoint_names(model_names: Iterable[str], config) -> list[str]:
     return names
 
 
-def from_checkpoint(state: dict[str, torch.Tensor], model_names: Iterable[str], config) -> dict[str, torch.Tensor]:
+def from_checkpoint(
+    state: dict[str, torch.Tensor], model_names: Iterable[str], config
+) -> dict[str, torch.Tensor]:
     tensors = {}
     for name in model_names:
         parts = _parts(name, config)
@@ -72,8 +74,11 @@ def to_checkpoint(state: dict[str, torch.Tensor], config) -> dict[str, torch.Ten
             out[name] = tensor
             continue
         if not name.endswith((".experts.gate_up_proj", ".experts.down_proj")):
-            rows = ([r for _, r in fused_a_parts(config)] if ".q_kv_a_proj." in name
-                    else [tensor.shape[0] // 2] * 2)
+            rows = (
+                [r for _, r in fused_a_parts(config)]
+                if ".q_kv_a_proj." in name
+                else [tensor.shape[0] // 2] * 2
+            )
             out.update({group[0]: piece for group, piece in zip(parts, tensor.split(rows), strict=True)})
             continue
         for group, piece in zip(parts, tensor.chunk(len(parts), dim=1), strict=True):

@@ -35,10 +35,13 @@ class SparseMoeBlock(nn.Module):
 
     def __init__(self, hidden_size: int, moe: MoeConfig):
         super().__init__()
-        self.gate = TopKRouter(moe.num_experts, hidden_size, moe.num_experts_per_tok, moe.norm_topk_prob,
-                               moe.router_weights_fp32)
+        self.gate = TopKRouter(
+            moe.num_experts, hidden_size, moe.num_experts_per_tok, moe.norm_topk_prob, moe.router_weights_fp32
+        )
         local = moe.local_experts
-        self.experts = Experts(len(local), hidden_size, moe.moe_intermediate_size, local.start, moe.num_experts)
+        self.experts = Experts(
+            len(local), hidden_size, moe.moe_intermediate_size, local.start, moe.num_experts
+        )
         if moe.shared_expert_intermediate_size:
             self.shared_expert = SwiGLU(hidden_size, moe.shared_expert_intermediate_size, bias=False)
             self.shared_expert_gate = SharedExpertGate(hidden_size)

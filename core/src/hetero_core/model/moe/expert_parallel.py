@@ -94,8 +94,13 @@ class ExpertParallelExperts(nn.Module):
 
     def _exchange(self, rows: torch.Tensor, recv_sizes: list[int], send_sizes: list[int]) -> torch.Tensor:
         out = rows.new_empty((sum(recv_sizes), *rows.shape[1:]))
-        dist.all_to_all_single(out, rows.contiguous(), output_split_sizes=recv_sizes, input_split_sizes=send_sizes,
-                               group=self.group)
+        dist.all_to_all_single(
+            out,
+            rows.contiguous(),
+            output_split_sizes=recv_sizes,
+            input_split_sizes=send_sizes,
+            group=self.group,
+        )
         return out
 
     def _gather(self, out: torch.Tensor, bounds: list[int]) -> torch.Tensor:

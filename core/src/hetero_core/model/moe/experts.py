@@ -31,7 +31,9 @@ class ExpertGroups:
     spans: tuple[tuple[int, int, int], ...]
 
 
-def group_by_expert(ids: torch.Tensor, first_expert: int = 0, num_local_experts: int | None = None) -> ExpertGroups:
+def group_by_expert(
+    ids: torch.Tensor, first_expert: int = 0, num_local_experts: int | None = None
+) -> ExpertGroups:
     """``ids`` [tokens, k] (global expert ids) -> the pairs of experts ``first_expert`` ..
     ``first_expert + num_local_experts - 1`` (every expert: None), grouped by expert."""
     top_k = ids.shape[1]
@@ -56,8 +58,14 @@ class Experts(nn.Module):
     each token's sum over its chosen (local) experts of ``weight * down(silu(gate(x)) * up(x))``.
     ``run_expert`` is the one place a single expert runs (the CPU runtime's packed experts replace it)."""
 
-    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, first_expert: int = 0,
-                 num_global_experts: int | None = None):
+    def __init__(
+        self,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size: int,
+        first_expert: int = 0,
+        num_global_experts: int | None = None,
+    ):
         super().__init__()
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
@@ -94,14 +102,17 @@ def run_grouped(experts, hidden: torch.Tensor, weights: torch.Tensor, ids: torch
     return combine(out, groups, weights, hidden)
 
 
-def combine(out: torch.Tensor, groups: ExpertGroups, weights: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+def combine(
+    out: torch.Tensor, groups: ExpertGroups, weights: torch.Tensor, hidden: torch.Tensor
+) -> torch.Tensor:
     """``out`` (the experts' rows, grouped) times their routing weights, added into their tokens' rows
     (``weighted_sum``)."""
     return weighted_sum(out, weights.reshape(-1)[groups.pair_index], groups.token_rows, hidden)
 
 
-def weighted_sum(rows: torch.Tensor, row_weights: torch.Tensor, token_rows: torch.Tensor,
-                 hidden: torch.Tensor) -> torch.Tensor:
+def weighted_sum(
+    rows: torch.Tensor, row_weights: torch.Tensor, token_rows: torch.Tensor, hidden: torch.Tensor
+) -> torch.Tensor:
     """``rows[i] * row_weights[i]`` (each product rounded to the model's dtype, as transformers rounds
     it) added into row ``token_rows[i]`` of a zero ``hidden``-shaped tensor, in the order given. The
     sums are fp32, rounded once: in bf16 transformers rounds after each expert instead (a last-bit

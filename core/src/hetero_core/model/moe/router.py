@@ -14,7 +14,9 @@ class TopKRouter(nn.Module):
     ``normalize``; cast to ``hidden``'s dtype unless ``fp32_weights``. Not a ``nn.Linear``: weight
     packing leaves it as it is (routing decisions flip on small differences)."""
 
-    def __init__(self, num_experts: int, hidden_size: int, top_k: int, normalize: bool, fp32_weights: bool = False):
+    def __init__(
+        self, num_experts: int, hidden_size: int, top_k: int, normalize: bool, fp32_weights: bool = False
+    ):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size))
         self.top_k = top_k

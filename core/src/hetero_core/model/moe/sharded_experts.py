@@ -27,19 +27,29 @@ def check_sharded_experts(config, size: int) -> None:
     moe = getattr(config, "moe", None)
     if moe is None or size == 1:
         return
-    widths = {"moe_intermediate_size": moe.moe_intermediate_size,
-              "shared_expert_intermediate_size": moe.shared_expert_intermediate_size}
+    widths = {
+        "moe_intermediate_size": moe.moe_intermediate_size,
+        "shared_expert_intermediate_size": moe.shared_expert_intermediate_size,
+    }
     problems = [f"{name} {value}" for name, value in widths.items() if value % size]
     if problems:
-        raise ConfigError(f"tensor_parallel_size {size} does not divide the model's {' or '.join(problems)}; "
-                          "set enable_expert_parallel (experts split whole across the ranks) or another size")
+        raise ConfigError(
+            f"tensor_parallel_size {size} does not divide the model's {' or '.join(problems)}; "
+            "set enable_expert_parallel (experts split whole across the ranks) or another size"
+        )
 
 
 def shard_config(config: MoeModelConfig, size: int) -> MoeModelConfig:
     check_sharded_experts(config, size)
     moe = config.moe
-    return replace(config, moe=replace(moe, moe_intermediate_size=moe.moe_intermediate_size // size,
-                                       shared_expert_intermediate_size=moe.shared_expert_intermediate_size // size))
+    return replace(
+        config,
+        moe=replace(
+            moe,
+            moe_intermediate_size=moe.moe_intermediate_size // size,
+            shared_expert_intermediate_size=moe.shared_expert_intermediate_size // size,
+        ),
+    )
 
 
 def shard_tensor(name: str, tensor: torch.Tensor, rank: int, size: int) -> torch.Tensor | None:

@@ -29,12 +29,15 @@ def checkpoint_names(model_names: Iterable[str], config: MoeModelConfig) -> list
     names = []
     for name in model_names:
         parts = _parts(name, config)
-        names.extend(fusion.checkpoint_names([name], config) if parts is None else [part for part, _ in parts])
+        names.extend(
+            fusion.checkpoint_names([name], config) if parts is None else [part for part, _ in parts]
+        )
     return names
 
 
-def from_checkpoint(state: dict[str, torch.Tensor], model_names: Iterable[str],
-                    config: MoeModelConfig) -> dict[str, torch.Tensor]:
+def from_checkpoint(
+    state: dict[str, torch.Tensor], model_names: Iterable[str], config: MoeModelConfig
+) -> dict[str, torch.Tensor]:
     """The model's tensors (by ``model_names``) from the checkpoint's: experts stacked, the shared
     expert's and the dense layers' projections fused."""
     tensors = {}
@@ -43,7 +46,9 @@ def from_checkpoint(state: dict[str, torch.Tensor], model_names: Iterable[str],
         if parts is None:
             tensors.update(fusion.fuse_checkpoint(state, [name], config))
         elif name.endswith(".experts.gate_up_proj"):  # [experts][gate rows; up rows]
-            gate, up = (_stacked(name, [p for p, role in parts if role == r], state) for r in ("gate_proj", "up_proj"))
+            gate, up = (
+                _stacked(name, [p for p, role in parts if role == r], state) for r in ("gate_proj", "up_proj")
+            )
             tensors[name] = _cat(name, [gate, up], dim=1)
         elif name.endswith(".experts.down_proj"):
             tensors[name] = _stacked(name, [p for p, _ in parts], state)
@@ -80,17 +85,26 @@ def _parts(name: str, config: MoeModelConfig) -> list[tuple[str, str]] | None:
     """The checkpoint names (with their role) of an MoE block's parameter ``name``; None otherwise."""
     moe = config.moe
     prefix, found, rest = name.partition(".mlp.")
-    if not found or not prefix.startswith("model.layers.") or int(prefix.rsplit(".", 1)[1]) not in moe.sparse_layers:
+    if (
+        not found
+        or not prefix.startswith("model.layers.")
+        or int(prefix.rsplit(".", 1)[1]) not in moe.sparse_layers
+    ):
         return None
     mixtral = config.architecture == "MixtralForCausalLM"
     block = f"{prefix}.block_sparse_moe" if mixtral else f"{prefix}.mlp"
     if rest.startswith("experts."):
         roles = _EXPERT_PARTS[rest.removeprefix("experts.")]
-        return [(f"{block}.experts.{e}.{_MIXTRAL_NAMES[r] if mixtral else r}.weight", r)
-                for r in roles for e in moe.local_experts]
+        return [
+            (f"{block}.experts.{e}.{_MIXTRAL_NAMES[r] if mixtral else r}.weight", r)
+            for r in roles
+            for e in moe.local_experts
+        ]
     if rest == "shared_expert.gate_up_proj.weight":
-        return [(f"{block}.shared_expert.gate_proj.weight", "gate_proj"),
-                (f"{block}.shared_expert.up_proj.weight", "up_proj")]
+        return [
+            (f"{block}.shared_expert.gate_proj.weight", "gate_proj"),
+            (f"{block}.shared_expert.up_proj.weight", "up_proj"),
+        ]
     return [(f"{block}.{rest}", rest)]
 
 
