@@ -2,9 +2,9 @@
 cache (``<cache_dir>/random-models/moe-...``) for ``hetero bench moe``.
 
 Same attention (16 heads of 64, 4 KV heads; q/k norms), hidden size, layers and vocabulary (the byte
-tokenizer's ids, 256 tokens: the LM head costs little, the MLPs are what differ); the MoE's experts ``expert_size`` wide, the dense MLP
-``top_k * expert_size``. Weights ~ N(0, 0.02^2) seeded by name (``random_models.random_tensor``),
-stored in ``dtype``.
+tokenizer's ids, 256 tokens: the LM head costs little, the MLPs are what differ); the MoE's experts
+``expert_size`` wide, the dense MLP ``top_k * expert_size``. Weights ~ N(0, 0.02^2) seeded by name
+(``random_models.random_tensor``), stored in ``dtype``.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The public names are listed in ``__all__`` and loaded on first use, so ``import 
 every plugin does through its seam's facade) stays light and never imports torch. A plugin author
 marks its hooks with ``hetero_core.hookimpl`` and imports the rest from its seam's facade, each with its
 own ``__all__`` (``hetero_core.executor``, ``hetero_core.policy``, ``hetero_core.kv``,
-``hetero_core.tokenizer``, ...; ``hetero_core.architectures`` for model architectures); the contract kits are in
-``hetero_core.testing``.
+``hetero_core.tokenizer``, ...; ``hetero_core.architectures`` for model architectures); the contract
+kits are in ``hetero_core.testing``.
 """
 
 from __future__ import annotations

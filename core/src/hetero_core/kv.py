@@ -9,7 +9,10 @@ allocators (to read or wrap). See docs/hooks.md ("register_kv_allocators").
 
     @hookimpl
     def register_kv_allocators(register):
-        register("one-block-each", lambda num_blocks, block_size, options: OneBlockEach(num_blocks, block_size))
+        register(
+            "one-block-each",
+            lambda num_blocks, block_size, options: OneBlockEach(num_blocks, block_size),
+        )
 
 Test it with ``hetero_core.testing.kv_allocator_contract.KVAllocatorContract``. Importing this module
 imports no torch.

@@ -1,6 +1,7 @@
 """The progress bar of ``LLM.generate`` / ``chat`` (``use_tqdm``), as vLLM draws it.
 
-    Processed prompts: 100%|██████████| 4/4 [00:01<00:00,  3.2it/s, est. speed input: 25.6 toks/s, output: 409.6 toks/s]
+    Processed prompts: 100%|██████████| 4/4 [00:01<00:00,  3.2it/s,
+        est. speed input: 25.6 toks/s, output: 409.6 toks/s]
 
 One tick per completion (``n`` per prompt), on stderr; the postfix counts the prompt tokens once
 per completion and every output token, over the seconds since the bar started. ``use_tqdm`` may

@@ -1,8 +1,9 @@
 """Settings: one validated model, from CLI flags > HETERO_* environment > settings file > defaults.
 
 Component choices (one field per seam of ``seams.SEAM_TABLE``: ``tokenizer``, ``scheduler_policy``,
-``kv_allocator``, ``executor``, ``structured_output``, ``kv_connector``, ``speculative_proposer``) are either a name (``executor = "mock"``) or a table with a ``name``
-and one options section per component, validated later by the component's own model
+``kv_allocator``, ``executor``, ``structured_output``, ``kv_connector``, ``speculative_proposer``)
+are either a name (``executor = "mock"``) or a table with a ``name`` and one options section per
+component, validated later by the component's own model
 (``[executor]`` / ``name = "mock"`` / ``[executor.mock]`` / ``vocab_size = 64``).
 """
 
@@ -97,7 +98,8 @@ class HeteroSettings(BaseSettings, _SeamFields):
     cache_dir: Path | None = Field(None, description="where converted models are cached (~/.cache/hetero)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
         None,
-        description="the executor's compute dtype: sets its `dtype` option (None: the executor's own setting)",
+        description="the executor's compute dtype: sets its `dtype` option "
+        "(None: the executor's own setting)",
     )
     quantization: Literal["int8", "w8a8"] | None = Field(
         None,

@@ -19,7 +19,8 @@ METHOD_ALIASES = {"draft_model": "draft"}
 
 
 def speculative_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings (``num_speculative_tokens``, ``speculative_proposer``) for a vLLM ``speculative_config``."""
+    """The settings (``num_speculative_tokens``, ``speculative_proposer``) for a vLLM
+    ``speculative_config``."""
     if not isinstance(config, dict):
         raise ConfigError(
             f"speculative_config must be a dict such as {{'method': 'ngram', "

@@ -27,9 +27,9 @@ class Tokenizer(Protocol):
     """Turns text into token ids and back.
 
     ``decode`` must be a pure function of its ids; the engine's incremental detokenizer
-    (``hetero_core.engine.requests.detokenizer``) builds streaming text on top of it. ``encode``, ``encode_chat``
-    and ``decode`` may be called from several threads at once (``AsyncLLM`` tokenizes a request in
-    its caller's thread while the engine loop decodes).
+    (``hetero_core.engine.requests.detokenizer``) builds streaming text on top of it. ``encode``,
+    ``encode_chat`` and ``decode`` may be called from several threads at once (``AsyncLLM``
+    tokenizes a request in its caller's thread while the engine loop decodes).
 
     Optional: ``max_token_chars`` (int or None), the most characters of input text one token can
     stand for; with it the engine refuses, without tokenizing, a text longer than ``max_model_len``

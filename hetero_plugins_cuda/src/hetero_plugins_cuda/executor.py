@@ -107,7 +107,8 @@ class CudaExecutor(RunnerExecutor):
             with torch.inference_mode():
                 self.graph_runner.capture()
         # No block copies or swap: the prefix cache keeps a fully cached prompt's last token uncached and
-        # swap preemption falls back to recompute (engine/kv/block_transfer.py). The pool is the one sized here.
+        # swap preemption falls back to recompute (engine/kv/block_transfer.py). The pool is the one
+        # sized here.
         self.capabilities = self.runner_capabilities(
             num_kv_blocks=self.num_kv_blocks, block_copy=False, block_swap=False
         )

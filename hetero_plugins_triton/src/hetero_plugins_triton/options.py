@@ -17,19 +17,22 @@ class TritonExecutorOptions(BaseModel):
     )
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
         "auto",
-        description="weights, activations and KV cache; 'auto': bfloat16 on GPUs that have it (else float16), "
+        description="weights, activations and KV cache; "
+        "'auto': bfloat16 on GPUs that have it (else float16), "
         "float32 in interpreter mode (the only dtype the CPU interpreter runs)",
     )
     interpreter: bool = Field(
         False,
-        description="run the Triton kernels through Triton's CPU interpreter (slow; for testing without a GPU). "
+        description="run the Triton kernels through Triton's CPU interpreter "
+        "(slow; for testing without a GPU). "
         "TRITON_INTERPRET=1 in the environment turns it on too",
     )
     num_splits: int | None = Field(
         None,
         ge=1,
         le=256,
-        description="decode: force this many KV splits per sequence (1 = no split-K); default: chosen per step "
+        description="decode: force this many KV splits per sequence (1 = no split-K); "
+        "default: chosen per step "
         "from context length, batch size and the GPU's SM count",
     )
     decode_block_n: int = Field(64, description="decode: KV tokens per kernel iteration")

@@ -158,5 +158,8 @@ def run(args: argparse.Namespace) -> Report:
         summary,
         {"ratios": ratios},
         panels,
-        title=f"Chunked prefill: {NUM_DECODES} decodes, {len(ARRIVAL_STEPS)} x {args.long_tokens}-token arrivals",
+        title=(
+            f"Chunked prefill: {NUM_DECODES} decodes, "
+            f"{len(ARRIVAL_STEPS)} x {args.long_tokens}-token arrivals"
+        ),
     )

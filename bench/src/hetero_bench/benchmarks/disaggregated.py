@@ -30,7 +30,10 @@ from hetero_bench.benchmarks.serving import free_port, stop_server, wait_until_h
 from hetero_bench.options import add_engine_arguments, engine_flags, positive_float, positive_int
 from hetero_bench.report import Column, Panel, Report, Table
 
-SUMMARY = "prefill/decode disaggregation vs one engine: TTFT split (prefill / transfer / rest), ITL under mixed load"
+SUMMARY = (
+    "prefill/decode disaggregation vs one engine: TTFT split (prefill / transfer / rest), "
+    "ITL under mixed load"
+)
 NEEDS = "hetero-bench[serving] (the server, httpx); torch and the model (--executor mock runs without them)"
 WORDS = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -181,12 +184,14 @@ def run(args: argparse.Namespace) -> Report:
         for one, pair in pairs
     ]
     summary = [
-        f"round {i + 1}: ITL p99 one/pair {r['itl_p99_one_over_pair']:.2f}x, p50 {r['itl_p50_one_over_pair']:.2f}x; "
+        f"round {i + 1}: ITL p99 one/pair {r['itl_p99_one_over_pair']:.2f}x, "
+        f"p50 {r['itl_p50_one_over_pair']:.2f}x; "
         f"TTFT alone pair/one {r['ttft_alone_pair_over_one']:.2f}x"
         for i, r in enumerate(ratios)
     ]
     header = [
-        f"{args.num_long} prompts of ~{args.long_tokens} words alone, then among {args.num_decodes} decodes x "
+        f"{args.num_long} prompts of ~{args.long_tokens} words alone, "
+        f"then among {args.num_decodes} decodes x "
         f"{args.decode_tokens} tokens (one every {args.interval} s); executor {args.executor}; serve flags "
         f"{' '.join(args.serve_flags) or '(none)'}"
     ]

@@ -243,7 +243,8 @@ def run(args: argparse.Namespace) -> Report:
     settings = dict(
         model=str(model_dir), executor=executor_section(args), block_size=block_size,
         max_num_blocks=args.kv_tokens // block_size, max_batch_size=args.max_batch_size,
-        max_num_seqs=args.max_batch_size, max_total_tokens=args.max_total_tokens, max_model_len=2 * args.max_len,
+        max_num_seqs=args.max_batch_size, max_total_tokens=args.max_total_tokens,
+        max_model_len=2 * args.max_len,
     )  # fmt: skip
     requests = make_workload(args.num_requests, args.min_len, args.max_len)
     num_output = sum(n for _, n in requests)

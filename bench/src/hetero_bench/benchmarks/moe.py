@@ -126,7 +126,8 @@ def _report(args, dtype: str, rounds: list[dict]) -> Report:
         Column("ratios", "per round"),
     ]
     shape = (
-        f"hidden {args.hidden}, {args.layers} layers; MoE {args.experts} experts x {args.expert_size} top-{args.top_k}"
+        f"hidden {args.hidden}, {args.layers} layers; "
+        f"MoE {args.experts} experts x {args.expert_size} top-{args.top_k}"
         f" vs dense MLP {args.top_k * args.expert_size}; {dtype}; {args.tokens} greedy tokens per request"
     )
     panels = [

@@ -318,7 +318,8 @@ def _report(
             f"warning: {short[0].label} produced a different number of tokens than the {expected} asked"
         )
     header = [
-        f"workload: {len(requests)} requests, {sum(len(r.prompt_token_ids) for r in requests)} prompt tokens, "
+        f"workload: {len(requests)} requests, "
+        f"{sum(len(r.prompt_token_ids) for r in requests)} prompt tokens, "
         f"{expected} output tokens, greedy, ignore_eos; executor {hetero.executor_name}, "
         f"dtype {hetero.dtype or '-'}; {len(rounds)} round(s)"
     ]

@@ -2,10 +2,11 @@
 tokens/s at batch 1 and 8 (the modes alternating within each round), greedy agreement with bf16 over a
 fixed set of 20 prompts (match rate, token agreement, first-divergence position; and teacher-forced
 top-1 agreement: each mode scores bf16's greedy text, the share of positions where its argmax is bf16's
-token, which one early divergence cannot cascade) and perplexity on a shipped text (``quality.py``). Modes: ``bf16`` (the reference: dtype bfloat16, no quantization),
-``int8`` (weight-only), ``w8a8`` (per-token int8 activations too), and ``fp32`` (no quantization, dtype
-float32: how far bf16 itself is from fp32, the floor of what agreement with bf16 can say). On a ``random:`` model only memory
-and speed are measured: agreement and perplexity of random weights mean nothing.
+token, which one early divergence cannot cascade) and perplexity on a shipped text (``quality.py``).
+Modes: ``bf16`` (the reference: dtype bfloat16, no quantization), ``int8`` (weight-only), ``w8a8``
+(per-token int8 activations too), and ``fp32`` (no quantization, dtype float32: how far bf16 itself
+is from fp32, the floor of what agreement with bf16 can say). On a ``random:`` model only memory and
+speed are measured: agreement and perplexity of random weights mean nothing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The vLLM side of ``hetero bench offline --peers vllm...``: run by *vLLM's own* Python (a separate
-venv), driven over stdin/stdout by ``vllm_cpu.VllmCpuPeer``. It imports only the standard library and vLLM, never
-hetero_core or hetero_bench, so it runs in a venv that has vLLM and nothing of ours.
+venv), driven over stdin/stdout by ``vllm_cpu.VllmCpuPeer``. It imports only the standard library
+and vLLM, never hetero_core or hetero_bench, so it runs in a venv that has vLLM and nothing of ours.
 
 Protocol: one JSON object per line. After loading it prints ``{"event": "ready", ...}`` with the
 load time and the time to its first generated token; then it answers each command line:

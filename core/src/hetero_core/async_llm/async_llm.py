@@ -156,8 +156,9 @@ class AsyncLLM:
         )
         if checked.params.num_samples > 1:
             raise InvalidRequestError(
-                f"AsyncLLM streams one completion per request: n and best_of must be 1, got n={checked.params.n}, "
-                f"best_of={checked.params.best_of}; send n requests (seed + i each, as the server does) or use LLM.generate"
+                "AsyncLLM streams one completion per request: n and best_of must be 1, "
+                f"got n={checked.params.n}, best_of={checked.params.best_of}; "
+                "send n requests (seed + i each, as the server does) or use LLM.generate"
             )
         return checked
 

@@ -3,9 +3,10 @@
 Hetero's format: ``{"id", "text", "num_prompt_tokens", "num_output_tokens", "finish_reason"}``,
 plus ``"logprobs"`` when the line asked for them (one ``{"token", "token_id", "logprob",
 "top_logprobs"}`` per output token), ``"prompt_logprobs"`` when it asked for those (vLLM's shape:
-null, then ``{token id: {"logprob", "rank", "decoded_token"}}`` per prompt token) and ``"error"`` when the request failed. OpenAI's (as vLLM's
-``run-batch`` writes it): ``{"id", "custom_id", "response": {"status_code", "request_id", "body"},
-"error"}``, the body built from the server's own response models, logprobs included. A malformed
+null, then ``{token id: {"logprob", "rank", "decoded_token"}}`` per prompt token) and ``"error"``
+when the request failed. OpenAI's (as vLLM's ``run-batch`` writes it): ``{"id", "custom_id",
+"response": {"status_code", "request_id", "body"}, "error"}``, the body built from the server's own
+response models, logprobs included. A malformed
 line's record has the same fields (the id null when the line has no valid one), an error, and
 ``"line"``, its line number: the one field no other record has.
 """

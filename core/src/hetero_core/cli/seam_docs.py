@@ -2,8 +2,8 @@
 
 A doc marks each generated piece with a named block, ``<!-- seams:NAME -->...<!-- /seams:NAME -->``
 (inline or over lines); this module renders every block of ``FILES`` from the table and the facades'
-``__all__``. ``tests/plugin_system/test_seam_docs.py`` fails when a committed file differs from what this renders,
-so a new seam cannot leave a count or a list behind.
+``__all__``. ``tests/plugin_system/test_seam_docs.py`` fails when a committed file differs from what
+this renders, so a new seam cannot leave a count or a list behind.
 
     python -m hetero_core.cli.seam_docs           # rewrite the blocks in place (from the repository root)
     python -m hetero_core.cli.seam_docs --check   # list the stale files, exit 1 if any

@@ -1,4 +1,5 @@
-"""``hetero serve``: the OpenAI-compatible server. Engine settings as for ``hetero run``, plus server flags."""
+"""``hetero serve``: the OpenAI-compatible server. Engine settings as for ``hetero run``, plus server
+flags."""
 
 from __future__ import annotations
 
@@ -156,8 +157,9 @@ def _say_if_structured_output_is_off(settings) -> None:
         and importlib.util.find_spec("xgrammar") is None
     ):
         print(
-            "hetero: structured output is off (response_format json_schema/json_object, guided_*, tool_choice "
-            "\"required\" or a named tool answer 400): pip install 'hetero-core[structured]' to turn it on",
+            "hetero: structured output is off (response_format json_schema/json_object, guided_*, "
+            'tool_choice "required" or a named tool answer 400): '
+            "pip install 'hetero-core[structured]' to turn it on",
             file=sys.stderr,
             flush=True,
         )

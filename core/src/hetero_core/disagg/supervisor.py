@@ -36,7 +36,8 @@ LAUNCHER_VARIABLES = (
     "HETERO_ROLE_RESTART_BACKOFF_SECONDS",
     "HETERO_DISAGGREGATED",
 )
-# A role's environment names its launcher: a role whose launcher is gone (killed by SIGKILL, say) stops itself.
+# A role's environment names its launcher: a role whose launcher is gone (killed by SIGKILL, say)
+# stops itself.
 LAUNCHER_PID = "HETERO_LAUNCHER_PID"
 
 

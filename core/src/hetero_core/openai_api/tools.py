@@ -35,9 +35,11 @@ MAX_CALLS = 8  # tool_choice "required" with parallel_tool_calls: the grammar cl
 _BLOCK = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*(?:" + re.escape(CLOSE) + r"|$)", re.S)
 SYSTEM = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n{tools}\n</tools>\n\n"
     "For each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}'
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}'
     "\n</tool_call>"
 )
 

@@ -31,7 +31,8 @@ CONNECT_TIMEOUT_S = 10.0
 
 def connect(server: ServerSettings, log_level: str = "warning") -> bool:
     """Join the cluster at ``server.ray_address``, or start a local instance sized for the replicas (no
-    address, or ``local``: Ray's name for a new one). True when this call started Ray (the caller stops it)."""
+    address, or ``local``: Ray's name for a new one). True when this call started Ray (the caller stops
+    it)."""
     if ray.is_initialized():
         return False
     level = log_level.upper()

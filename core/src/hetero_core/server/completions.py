@@ -83,7 +83,8 @@ def _decoder(state: ServerState):
 
 
 def best_results(results: list[ChoiceResult], best_of: int, n: int) -> list[ChoiceResult]:
-    """Of each prompt's ``best_of`` candidates (consecutive), the ``n`` of best cumulative logprob, best first."""
+    """Of each prompt's ``best_of`` candidates (consecutive), the ``n`` of best cumulative logprob,
+    best first."""
 
     def score(result: ChoiceResult) -> float:
         logprob = (

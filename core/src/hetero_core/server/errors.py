@@ -110,8 +110,12 @@ _JSON_TYPES = {
 }
 # What the JSON parser's terse messages mean for the client, and the fix.
 _JSON_HINTS = {
-    "surrogate": "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair",
-    "hex escape": "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair",
+    "surrogate": (
+        "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair"
+    ),
+    "hex escape": (
+        "text must be valid Unicode: a \\uD800-\\uDFFF escape is only valid as half of a surrogate pair"
+    ),
     "recursion limit": "arrays and objects may nest at most 200 deep",
     "number out of range": "integers may have at most 4300 digits",
 }

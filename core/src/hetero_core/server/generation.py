@@ -4,7 +4,8 @@ A request with several prompts or ``n > 1`` becomes one engine request per choic
 waits for every choice's first delta, so input the engine refuses becomes a 4xx before any response
 header is sent. With ``n > 1`` a prompt's first choice starts alone and the others once it has its
 first token: they find its prompt in the prefix cache and share its KV blocks, as the engine's own
-``SamplingParams(n=...)`` does (``engine/requests/parallel_sampling.py``), instead of n prefills; ``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
+``SamplingParams(n=...)`` does (``engine/requests/parallel_sampling.py``), instead of n prefills;
+``deltas()`` then yields ``(choice index, delta)`` as the engine produces them.
 Closing the generation (client gone, error, done) aborts whatever still runs.
 """
 

@@ -58,7 +58,8 @@ class ServerSettings(BaseSettings):
     role: Literal["both", "prefill", "decode"] = Field(
         "both",
         description="prefill/decode disaggregation: this process serves one role to a front end "
-        "(prefill: prompts and first tokens, KV blocks published; decode: continues them); both: the OpenAI server",
+        "(prefill: prompts and first tokens, KV blocks published; decode: continues them); "
+        "both: the OpenAI server",
     )
     disaggregated: bool = Field(
         False,

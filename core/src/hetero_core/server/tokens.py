@@ -1,4 +1,5 @@
-"""POST /tokenize and /detokenize (vLLM's extra endpoints): the served model's tokenizer, off the event loop."""
+"""POST /tokenize and /detokenize (vLLM's extra endpoints): the served model's tokenizer, off the
+event loop."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ router = APIRouter()
 
 
 def json_route(request_model) -> dict:
-    """``router.post`` arguments: the body is ``request_model`` (in the schema's components), errors as documented."""
+    """``router.post`` arguments: the body is ``request_model`` (in the schema's components), errors
+    as documented."""
     return {
         "responses": errors(400, 401, 404, 413),
         "openapi_extra": {
@@ -38,7 +40,8 @@ def json_route(request_model) -> dict:
 
 @router.post("/tokenize", **json_route(TokenizeRequest))
 async def tokenize(request: Request) -> TokenizeResponse:
-    """The prompt's token ids (or the chat messages', with the generation prompt), as the engine would see them."""
+    """The prompt's token ids (or the chat messages', with the generation prompt), as the engine would
+    see them."""
     body = await parse_body(request, TokenizeRequest)
     state = get_state(request)
     state.check_model(body.model)

@@ -48,7 +48,8 @@ def kv_store_kernel(
 
 def store_kv(key, value, key_cache, value_cache, slot_mapping, *, interpret: bool) -> None:
     """``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` (head_dim contiguous) go to
-    ``slot_mapping`` ``[num_tokens]`` (int64) of the caches ``[num_blocks, block_size, num_kv_heads, head_dim]``."""
+    ``slot_mapping`` ``[num_tokens]`` (int64) of the caches
+    ``[num_blocks, block_size, num_kv_heads, head_dim]``."""
     num_tokens, num_kv_heads, head_dim = key.shape
     if value.shape != key.shape or key_cache.shape[-2:] != (num_kv_heads, head_dim):
         raise ValueError(
