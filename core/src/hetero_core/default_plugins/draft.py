@@ -167,7 +167,8 @@ def build_draft_executor(
 
 
 def target_torch_options(ctx: ProposerContext) -> dict:
-    """The target's ``[executor.torch]`` options (those it set) when the target runs on the torch executor, else {}."""
+    """The target's ``[executor.torch]`` options (those it set) when the target runs on the torch
+    executor, else {}."""
     target_options = getattr(ctx.target_executor, "options", None)
     if ctx.executor != "torch" or target_options is None:
         return {}

@@ -9,7 +9,8 @@ from hetero_core.engine.scheduling.batch import Batch, slot_of
 
 @dataclass(frozen=True)
 class Segment:
-    """Tokens ``token_ids`` of sequence ``seq_id`` at positions ``start``, ``start + 1``, ... over ``blocks``."""
+    """Tokens ``token_ids`` of sequence ``seq_id`` at positions ``start``, ``start + 1``, ... over
+    ``blocks``."""
 
     seq_id: int
     blocks: list[int]

@@ -23,16 +23,18 @@ def check_same_vocabulary(
         if target != draft:
             diff = sorted(set(target.items()) ^ set(draft.items()))[:1]
             raise ConfigError(
-                f"speculative_proposer draft: the draft model {draft_dir} has another tokenizer than the target "
-                f"{target_dir} ({len(draft)} vs {len(target)} tokens; first difference {diff[0] if diff else '?'}); "
+                f"speculative_proposer draft: the draft model {draft_dir} has another tokenizer than "
+                f"the target {target_dir} ({len(draft)} vs {len(target)} tokens; first difference "
+                f"{diff[0] if diff else '?'}); "
                 "give [speculative_proposer.draft] model a model of the target's tokenizer"
             )
         return
     target_vocab_size = _config_vocab_size(target_dir) or target_vocab_size
     if draft_vocab_size != target_vocab_size:
         raise ConfigError(
-            f"speculative_proposer draft: the draft model {draft_dir} has vocab_size {draft_vocab_size}, the target "
-            f"{target_vocab_size}; give [speculative_proposer.draft] model a model of the target's tokenizer"
+            f"speculative_proposer draft: the draft model {draft_dir} has vocab_size {draft_vocab_size}, "
+            f"the target {target_vocab_size}; give [speculative_proposer.draft] model a model of the "
+            "target's tokenizer"
         )
 
 

@@ -1,4 +1,5 @@
-"""Core's scheduler policies: ``fcfs`` (the default) and ``priority``, each one sort key over the policy seam."""
+"""Core's scheduler policies: ``fcfs`` (the default) and ``priority``, each one sort key over the
+policy seam."""
 
 from __future__ import annotations
 

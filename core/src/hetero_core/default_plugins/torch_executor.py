@@ -83,7 +83,10 @@ class TorchExecutor(RunnerExecutor):
             )
         if options.dtype == "auto" and options.quantization is not None:
             self.dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-            reason = f"quantization = {options.quantization}: activations in bf16 where the CPU computes it natively"
+            reason = (
+                f"quantization = {options.quantization}: activations in bf16 where the CPU computes it "
+                "natively"
+            )
         elif options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
             self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
         else:

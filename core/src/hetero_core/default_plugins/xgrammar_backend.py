@@ -56,7 +56,8 @@ class XGrammarBackend:
         if params.whitespace_pattern is not None:
             raise InvalidRequestError(
                 "guided_decoding whitespace_pattern is not supported by xgrammar: leave it None (JSON is "
-                "compact; the option [structured_output.xgrammar] any_whitespace = true allows any whitespace)"
+                "compact; the option [structured_output.xgrammar] any_whitespace = true allows any "
+                "whitespace)"
             )
         try:
             if kind in ("json", "json_object"):  # json_object: OpenAI's JSON mode asks for an object

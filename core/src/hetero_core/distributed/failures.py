@@ -48,10 +48,16 @@ def describe_failure(reports: list[WorkerReport], otherwise: str) -> str:
     if culprit is None:
         return otherwise.splitlines()[0]
     if culprit.killed_by is not None:
-        return f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}{_last_words(culprit)}"
+        return (
+            f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}"
+            f"{_last_words(culprit)}"
+        )
     if culprit.summary is not None:
         return f"tensor-parallel worker rank {culprit.rank} failed: {culprit.summary}"
-    return f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}{_last_words(culprit)}"
+    return (
+        f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}"
+        f"{_last_words(culprit)}"
+    )
 
 
 def _last_words(report: WorkerReport) -> str:

@@ -4,8 +4,9 @@ A call queues all its requests (each checked before any is queued) and waits for
 calling thread holds the lock steps the engine for everyone and hands each output to the call that
 owns it: requests from different threads join the same batches, and every output reaches its own
 caller. The lock is first come, first served, so a thread that arrives while another steps joins
-before that one's next step. While calls run, the engine is claimed for them (``ThreadGuard.acting_for``): a thread that
-drives ``llm.engine`` directly meanwhile gets ``ConcurrentEngineUseError`` instead of taking other
+before that one's next step. While calls run, the engine is claimed for them
+(``ThreadGuard.acting_for``): a thread that drives ``llm.engine`` directly meanwhile gets
+``ConcurrentEngineUseError`` instead of taking other
 callers' outputs. A call that ends early (an exception in its thread, such as KeyboardInterrupt)
 aborts its unfinished requests, and their final outputs are collected: nothing stays in the engine.
 """

@@ -44,7 +44,8 @@ class ThreadGuard:
             return
         if not self._lock.acquire(blocking=False):
             raise ConcurrentEngineUseError(
-                f"{self._what} is single-threaded: thread {threading.current_thread().name!r} called it while "
+                f"{self._what} is single-threaded: thread {threading.current_thread().name!r} called it "
+                "while "
                 f"{_describe(self._owner)} was inside it; share an engine between threads through LLM "
                 "(generate and chat are safe from several threads) or AsyncLLM, or give each thread its own"
             )

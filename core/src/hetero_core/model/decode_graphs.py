@@ -204,9 +204,10 @@ class DecodeGraphs:
     def _forward(self, size: int) -> torch.Tensor:
         views = self._views(size)
         inputs = DecodeGraphInputs(
-            num_seqs=size, max_context_len=self.max_blocks_per_seq * self.block_size, block_size=self.block_size,
-            slot_mapping=views["slot_mapping"], context_lens=views["context_lens"],
-            block_tables=views["block_tables"], query_rows=self.query_rows[:size],
+            num_seqs=size, max_context_len=self.max_blocks_per_seq * self.block_size,
+            block_size=self.block_size, slot_mapping=views["slot_mapping"],
+            context_lens=views["context_lens"], block_tables=views["block_tables"],
+            query_rows=self.query_rows[:size],
         )  # fmt: skip
         metadata = self.model.backend.decode_graph_metadata(inputs)
         hidden = self.model(views["input_ids"], views["positions"], metadata, self.kv_caches)

@@ -37,7 +37,8 @@ def build_model(
     unexpected = sorted(k for k in state.keys() - expected if not _is_ignored(k, weights, config))
     if missing or unexpected:
         raise ModelLoadError(
-            f"checkpoint does not match {config.architecture}: missing {missing[:5]} unexpected {unexpected[:5]}"
+            f"checkpoint does not match {config.architecture}: missing {missing[:5]} "
+            f"unexpected {unexpected[:5]}"
             f" ({len(missing)} missing, {len(unexpected)} unexpected); is config.json from the same model?"
         )
     tensors = {

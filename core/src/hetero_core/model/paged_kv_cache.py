@@ -3,8 +3,8 @@
 The engine's allocator hands out block numbers; this class moves whole blocks: within the cache
 (``copy_blocks``, copy-on-write for the prefix cache) and to and from a CPU swap space
 (``swap_out`` / ``swap_in``, swap preemption) and out of and into the cache of another engine
-(``export_blocks`` / ``import_blocks``, prefill/decode disaggregation). Blocks lie along the backend's ``kv_block_dim``
-(0 unless the backend says otherwise).
+(``export_blocks`` / ``import_blocks``, prefill/decode disaggregation). Blocks lie along the
+backend's ``kv_block_dim`` (0 unless the backend says otherwise).
 
 What each layer holds per token comes from the model's architecture (``KVLayerSpec``: KV heads, key
 and value widths, a value stored inside the key). A backend with ``allocate_kv_layers(layout, ...)``

@@ -37,7 +37,8 @@ class ModelRunner:
     """``model`` (built with its attention backend, e.g. by ``loader.load_model``) over a paged KV
     cache of ``num_blocks`` blocks of ``block_size`` tokens in ``dtype`` on ``device``, with
     ``num_swap_blocks`` CPU blocks of swap space. Implements the executor protocol's steps:
-    ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``export_blocks``, ``import_blocks``, ``shutdown``, ``vocab_size``, ``eos_token_id``."""
+    ``execute``, ``copy_blocks``, ``swap_out``, ``swap_in``, ``export_blocks``, ``import_blocks``,
+    ``shutdown``, ``vocab_size``, ``eos_token_id``."""
 
     # It returns ExecutorOutput.prompt_logits for batch.prompt_logits and 1 + n rows per sampled sequence
     # with batch.num_spec_tokens: ``RunnerExecutor.runner_capabilities`` declares both for its executor.

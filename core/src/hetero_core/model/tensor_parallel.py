@@ -175,7 +175,8 @@ class RowParallelLinear(nn.Module):
 
 
 class AllReduce:
-    """``all_reduce(x)`` in place over ``group``: completes a MoE block's partial sums (``sharded_experts``)."""
+    """``all_reduce(x)`` in place over ``group``: completes a MoE block's partial sums
+    (``sharded_experts``)."""
 
     def __init__(self, group: Any = None):
         self.group = group

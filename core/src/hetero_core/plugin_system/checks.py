@@ -59,13 +59,20 @@ REQUIRED = {
 
 SIGNATURES = {
     "tokenizer": "encode(text), decode(token_ids), encode_chat(messages); eos_token_id, vocab_size",
-    "scheduler_policy": "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))",
-    "kv_allocator": "hetero_core.kv.KVAllocator: num_blocks_for, get_computed_blocks, allocate_slots, cache_blocks, "
-    "free; num_blocks, block_size, has_prefix_cache, has_copy_on_write, num_free_blocks, num_cached_blocks",
+    "scheduler_policy": (
+        "decide(snapshot) -> SchedulingDecision (or subclass SortKeyPolicy and write key(request))"
+    ),
+    "kv_allocator": (
+        "hetero_core.kv.KVAllocator: num_blocks_for, get_computed_blocks, allocate_slots, cache_blocks, "
+        "free; num_blocks, block_size, has_prefix_cache, has_copy_on_write, num_free_blocks, "
+        "num_cached_blocks"
+    ),
     "executor": "execute(batch) -> ExecutorOutput, shutdown()",
     "structured_output": "compile(GuidedDecodingParams) -> grammar, new_state(grammar) -> GrammarState",
-    "kv_connector": "publish(transfer_id, KVBlocks) -> address, fetch(address, transfer_id, timeout) -> KVBlocks, "
-    "discard(transfer_id), close()",
+    "kv_connector": (
+        "publish(transfer_id, KVBlocks) -> address, fetch(address, transfer_id, timeout) -> KVBlocks, "
+        "discard(transfer_id), close()"
+    ),
     "speculative_proposer": "hetero_core.speculative.Proposer: propose(inputs) -> token ids per input, "
     "release(seq_id), shutdown()",
 }
@@ -113,7 +120,8 @@ def check_components(plugins, built: dict[str, tuple[Any, Any]]) -> None:
             problem = _tokenizer_problem(obj)
         if problem:
             raise PluginError(
-                f"{_describe(plugins, component)}: its factory {problem}; a {component.seam.replace('_', ' ')} "
+                f"{_describe(plugins, component)}: its factory {problem}; "
+                f"a {component.seam.replace('_', ' ')} "
                 f"needs {SIGNATURES[seam]} (see docs/hooks.md); fix the plugin or select another {seam}"
             )
 

@@ -30,7 +30,8 @@ def register_scheduler_policies(register):
 
 @hookspec
 def register_kv_allocators(register):
-    """Call register(name, factory, options=Model) per KV allocator; factory(num_blocks, block_size, options)."""
+    """Call register(name, factory, options=Model) per KV allocator; factory(num_blocks, block_size,
+    options)."""
 
 
 @hookspec
@@ -40,12 +41,14 @@ def register_executors(register):
 
 @hookspec
 def register_structured_output_backends(register):
-    """Call register(name, factory, options=Model) per structured-output backend; factory(StructuredOutputContext)."""
+    """Call register(name, factory, options=Model) per structured-output backend;
+    factory(StructuredOutputContext)."""
 
 
 @hookspec
 def register_model_architectures(register):
-    """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture (hetero_core.architectures)."""
+    """Call register(hf_architecture_name, ModelArchitecture(...)) per model architecture
+    (hetero_core.architectures)."""
 
 
 @hookspec
@@ -55,9 +58,11 @@ def register_kv_connectors(register):
 
 @hookspec
 def register_speculative_proposers(register):
-    """Call register(name, factory, options=Model) per speculative-decoding proposer; factory(ProposerContext)."""
+    """Call register(name, factory, options=Model) per speculative-decoding proposer;
+    factory(ProposerContext)."""
 
 
 @hookspec
 def register_commands(commands):
-    """Call commands.add_parser(name, ...) per ``hetero`` subcommand; set_defaults(handler=fn), fn(args) -> status."""
+    """Call commands.add_parser(name, ...) per ``hetero`` subcommand; set_defaults(handler=fn),
+    fn(args) -> status."""

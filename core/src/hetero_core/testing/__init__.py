@@ -9,7 +9,8 @@ needs hypothesis: ``pip install 'hetero-core[testing]'``).
 ``StructuredOutputContract``: what every structured-output backend must do (``structured_output_contract``).
 ``KVConnectorContract``: what every KV connector must do (``kv_connector_contract``).
 ``ProposerContract``: what every speculative-decoding proposer must do (``proposer_contract``).
-``TokenizerContract``: what every tokenizer must do, threads and decode purity included (``tokenizer_contract``).
+``TokenizerContract``: what every tokenizer must do, threads and decode purity included
+(``tokenizer_contract``).
 A broken rule raises ``ContractFailure`` naming the rule and the offending value.
 
 The names load on first use, so importing this package imports neither torch, pytest nor hypothesis,

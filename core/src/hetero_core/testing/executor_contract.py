@@ -106,8 +106,9 @@ class ExecutorContract:
 
     def make_context(self, **overrides) -> ExecutorContext:
         values = dict(
-            settings=None, options=self.executor_options(), model_dir=self.model_dir, num_blocks=self.num_blocks,
-            block_size=self.block_size, max_model_len=256, max_num_batched_tokens=512, max_num_seqs=8,
+            settings=None, options=self.executor_options(), model_dir=self.model_dir,
+            num_blocks=self.num_blocks, block_size=self.block_size, max_model_len=256,
+            max_num_batched_tokens=512, max_num_seqs=8,
             eos_token_id=None, vocab_size=self.vocab_size,
         )  # fmt: skip
         values.update(overrides)

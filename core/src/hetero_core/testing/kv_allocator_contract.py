@@ -90,7 +90,8 @@ class KVAllocatorContract:
         expect(
             sizes == (self.num_blocks, self.block_size, self.num_blocks),
             "a fresh pool is all free",
-            f"(num_blocks, block_size, num_free_blocks) = {sizes} for a pool of {self.num_blocks} x {self.block_size}",
+            f"(num_blocks, block_size, num_free_blocks) = {sizes} for a pool of "
+            f"{self.num_blocks} x {self.block_size}",
         )
 
     def test_num_blocks_for_rounds_up(self):

@@ -1,4 +1,5 @@
-"""StructuredOutputContract: the tests every structured-output backend passes, as a mixin its author subclasses.
+"""StructuredOutputContract: the tests every structured-output backend passes, as a mixin its author
+subclasses.
 
     from hetero_core.testing import StructuredOutputContract
 

@@ -31,11 +31,13 @@ def chat_options(
         isinstance(chat_template_kwargs, dict) and all(isinstance(k, str) for k in chat_template_kwargs)
     ):
         raise InvalidRequestError(
-            f"chat_template_kwargs must be a dict of template variable names to values, got {chat_template_kwargs!r:.60}"
+            "chat_template_kwargs must be a dict of template variable names to values, "
+            f"got {chat_template_kwargs!r:.60}"
         )
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
         raise InvalidRequestError(
-            "tools must be a list of tool definitions (dicts such as {'type': 'function', 'function': {...}}), "
+            "tools must be a list of tool definitions (dicts such as {'type': 'function', "
+            "'function': {...}}), "
             f"got {tools!r:.60}"
         )
     options: dict[str, Any] = {}
@@ -59,7 +61,8 @@ def encode_chat(tokenizer, messages: list[dict], options: dict[str, Any]) -> lis
     if missing:
         raise InvalidRequestError(
             f"the tokenizer {type(tokenizer).__name__} takes no chat option {', '.join(missing)} "
-            "(its encode_chat has no such keyword); leave it out, or use a tokenizer with a chat template (hf)"
+            "(its encode_chat has no such keyword); leave it out, or use a tokenizer with a chat "
+            "template (hf)"
         )
     try:
         return list(tokenizer.encode_chat(messages, **options))

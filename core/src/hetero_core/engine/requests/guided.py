@@ -3,7 +3,8 @@
 Exactly one of ``json`` (a JSON schema, as a dict or its text), ``json_object`` (any JSON object),
 ``regex``, ``choice`` (one of these strings) or ``grammar`` (an EBNF grammar, for backends that take
 one) is set. The schema is stored as compact JSON text (key order kept: properties are generated in
-schema order), so the params stay hashable and the same schema compiles once (``hetero_core.engine.sampling.structured_output`` caches compiled grammars by params).
+schema order), so the params stay hashable and the same schema compiles once
+(``hetero_core.engine.sampling.structured_output`` caches compiled grammars by params).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class GuidedDecodingParams:
             unknown = sorted(set(value) - set(cls.__dataclass_fields__))
             if unknown:
                 raise InvalidRequestError(
-                    f"unknown guided decoding field {', '.join(unknown)}; valid: {', '.join(cls.__dataclass_fields__)}"
+                    f"unknown guided decoding field {', '.join(unknown)}; "
+                    f"valid: {', '.join(cls.__dataclass_fields__)}"
                 )
             return cls(**value)
         raise InvalidRequestError(

@@ -175,7 +175,8 @@ class SamplingParams:
             yield f"min_p must be in [0, 1], got {given['min_p']}"
         if not MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY:
             yield (
-                f"repetition_penalty must be between {MIN_REPETITION_PENALTY:g} and {MAX_REPETITION_PENALTY:g} "
+                f"repetition_penalty must be between {MIN_REPETITION_PENALTY:g} and "
+                f"{MAX_REPETITION_PENALTY:g} "
                 f"(1: off; 0 or a denormal would overflow the logits), got {given['repetition_penalty']}"
             )
         if not -2 <= self.presence_penalty <= 2:

@@ -24,7 +24,8 @@ def resolve_token_params(params: SamplingParams, tokenizer) -> SamplingParams:
     outside += [t for ids in params.bad_words_token_ids for t in ids if t >= vocab_size]
     if outside:
         raise InvalidRequestError(
-            f"token ids {sorted(set(outside))[:5]} in allowed_token_ids / logit_bias / bad_words_token_ids are "
+            f"token ids {sorted(set(outside))[:5]} in allowed_token_ids / logit_bias / "
+            "bad_words_token_ids are "
             f"outside the vocabulary [0, {vocab_size})"
         )
     if not params.skip_special_tokens and not decode_keeps_special_tokens(tokenizer):

@@ -45,7 +45,8 @@ def type_problems(p) -> list[str]:
         )
     if not _is_list_of(p.bad_words_token_ids, lambda ids: _is_list_of(ids, _is_int)):
         problems.append(
-            f"bad_words_token_ids must be a list of lists of token ids, got {_describe(p.bad_words_token_ids)}"
+            "bad_words_token_ids must be a list of lists of token ids, "
+            f"got {_describe(p.bad_words_token_ids)}"
         )
     if p.logit_bias is not None and _bias_pairs(p.logit_bias) is None:
         problems.append(

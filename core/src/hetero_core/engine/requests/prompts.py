@@ -82,7 +82,8 @@ def check_prompt_size(prompt: Any, max_model_len: int, max_token_chars) -> None:
     max_token_chars = max_token_chars() if callable(max_token_chars) else max_token_chars
     if max_token_chars and -(-num_chars // max_token_chars) >= max_model_len:
         raise InvalidRequestError(
-            f"{what} has {num_chars:,} characters: at least {-(-num_chars // max_token_chars):,} tokens (one token "
+            f"{what} has {num_chars:,} characters: at least {-(-num_chars // max_token_chars):,} tokens "
+            "(one token "
             f"stands for at most {max_token_chars} characters), more than max_model_len ({max_model_len}) "
             "leaves for a prompt; refused without tokenizing"
         )
@@ -151,7 +152,8 @@ def _check_message(index: int, message: dict) -> None:
             [f"unknown key {', '.join(map(repr, unknown))}"] if unknown else []
         )
         raise InvalidRequestError(
-            f"{where}: {'; '.join(problems)}; a chat message has keys {', '.join(MESSAGE_KEYS)} (name optional)"
+            f"{where}: {'; '.join(problems)}; a chat message has keys {', '.join(MESSAGE_KEYS)} "
+            "(name optional)"
         )
     for key in message:
         if not isinstance(message[key], str):

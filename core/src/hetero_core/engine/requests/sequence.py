@@ -74,7 +74,8 @@ class Sequence:
     stream: bool = (
         True  # step() returns its output after every step that advanced it (else only the final one)
     )
-    # Speculative decoding: the proposer's tokens for this step (set before scheduling, taken by the scheduler)
+    # Speculative decoding: the proposer's tokens for this step (set before scheduling, taken by the
+    # scheduler)
     spec_token_ids: tuple[int, ...] = ()
     # Scheduler-owned, per step: the policy's order (lower first); a cached sort key; a copy of the
     # block table that batches share until the table changes; the KV epoch (bumped when a
@@ -138,5 +139,6 @@ def check_priority_and_tenant(priority, tenant) -> None:
         raise InvalidRequestError(f"priority must be an integer (lower runs first), got {priority!r}")
     if tenant is not None and (not isinstance(tenant, str) or not tenant or len(tenant) > MAX_TENANT_LENGTH):
         raise InvalidRequestError(
-            f"tenant must be None or a non-empty string of at most {MAX_TENANT_LENGTH} characters, got {tenant!r:.80}"
+            f"tenant must be None or a non-empty string of at most {MAX_TENANT_LENGTH} characters, "
+            f"got {tenant!r:.80}"
         )

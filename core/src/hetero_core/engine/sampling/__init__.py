@@ -1,1 +1,2 @@
-"""From logits to tokens: the sampler, logits processors and constraints, logprobs, token bitmasks and structured output."""
+"""From logits to tokens: the sampler, logits processors and constraints, logprobs, token bitmasks
+and structured output."""

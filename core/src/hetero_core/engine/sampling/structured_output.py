@@ -47,7 +47,8 @@ class StructuredOutputBackend(Protocol):
     """Compiles guided-decoding requests for one tokenizer and vocabulary."""
 
     def compile(self, params: GuidedDecodingParams) -> Any:
-        """An immutable compiled grammar; raise InvalidRequestError for a schema, regex or grammar it cannot take."""
+        """An immutable compiled grammar; raise InvalidRequestError for a schema, regex or grammar it
+        cannot take."""
         ...
 
     def new_state(self, compiled: Any) -> GrammarState:

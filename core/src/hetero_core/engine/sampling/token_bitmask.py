@@ -79,7 +79,8 @@ def _fit(bits, width: int):
 
 
 def allowed_token_ids(row_words, vocab_size: int | None = None) -> list[int]:
-    """The allowed token ids (below ``vocab_size``, if given) of one row, from its words (ints or a 1-D tensor)."""
+    """The allowed token ids (below ``vocab_size``, if given) of one row, from its words (ints or a
+    1-D tensor)."""
     words = row_words.tolist() if hasattr(row_words, "tolist") else list(row_words)
     out = []
     for i, word in enumerate(words):

@@ -1,1 +1,2 @@
-"""Continuous batching: the scheduler, the policy seam it asks, preemption, and the step and batch it hands the executor."""
+"""Continuous batching: the scheduler, the policy seam it asks, preemption, and the step and batch
+it hands the executor."""

@@ -63,7 +63,8 @@ class PolicyRunner:
         if not callable(getattr(policy, "decide", None)):
             raise ConfigError(
                 f"scheduler policy '{self.name}' returned {type(policy).__name__}, which has no "
-                "decide(snapshot) method; subclass hetero_core.engine.scheduling.policy.SortKeyPolicy (one key()) "
+                "decide(snapshot) method; subclass hetero_core.engine.scheduling.policy.SortKeyPolicy "
+                "(one key()) "
                 "or implement decide() returning a SchedulingDecision"
             )
         self._policy = policy

@@ -106,7 +106,8 @@ class Scheduler:
         """Why ``seq`` waits forever, for a step that ``is_stalled``."""
         allocator = self.allocator
         return (
-            f"request can never be scheduled: it needs {allocator.num_blocks_for(seq.num_tokens)} KV blocks for "
+            f"request can never be scheduled: it needs {allocator.num_blocks_for(seq.num_tokens)} KV "
+            "blocks for "
             f"{seq.num_tokens} tokens, {allocator.num_free_blocks} of {allocator.num_blocks} are free and "
             "nothing else is running"
         )

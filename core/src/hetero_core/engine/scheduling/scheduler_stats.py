@@ -35,7 +35,8 @@ class SchedulerStats:
     last_step_num_seqs: int  # sequences in the last step's batch (0: it ran nothing)
     last_step_num_tokens: int  # tokens in the last step's batch
     num_queued_tokens: int  # prompt + output tokens still to come, over the unfinished requests
-    # speculative decoding (counters since the start; 0 while it is off): ``engine/speculation/speculation.py``
+    # speculative decoding (counters since the start; 0 while it is off):
+    # ``engine/speculation/speculation.py``
     spec_num_drafts: int = 0  # sequence-steps that verified proposals
     spec_num_draft_tokens: int = 0  # proposed tokens verified
     spec_num_accepted_tokens: int = 0  # of which the target kept

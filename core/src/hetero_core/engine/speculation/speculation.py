@@ -1,7 +1,8 @@
 """Speculation: the engine's side of speculative decoding (its proposer, what may speculate, counters).
 
-Once per step, before the scheduler runs, ``propose`` asks the proposer (``engine/speculation/proposer.py``) for
-the running sequences that may speculate and leaves each one's proposal in ``seq.spec_token_ids``;
+Once per step, before the scheduler runs, ``propose`` asks the proposer
+(``engine/speculation/proposer.py``) for the running sequences that may speculate and leaves each
+one's proposal in ``seq.spec_token_ids``;
 the scheduler schedules such a sequence with ``1 + len(proposal)`` tokens when the token budget and
 the KV pool allow (fewer, or none, when they do not), and core's sampler verifies them
 (``spec_verify``). A sequence speculates when it decodes one token with nothing pending, has room for
@@ -80,7 +81,8 @@ class Speculation:
         return SpeculationStats(self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens)
 
     def propose(self, running: list[Sequence]) -> None:
-        """Set ``spec_token_ids`` of every running sequence: its proposal, or () when it does not speculate."""
+        """Set ``spec_token_ids`` of every running sequence: its proposal, or () when it does not
+        speculate."""
         inputs, seqs = [], []
         k, max_model_len = self.num_speculative_tokens, self.max_model_len
         for seq in running:
@@ -127,7 +129,10 @@ class Speculation:
 
     def _problem(self, inputs: list[ProposalInput], proposals) -> str | None:
         if not isinstance(proposals, list) or len(proposals) != len(inputs):
-            return f"propose returned {type(proposals).__name__} for {len(inputs)} inputs (needs one list per input)"
+            return (
+                f"propose returned {type(proposals).__name__} for {len(inputs)} inputs "
+                "(needs one list per input)"
+            )
         vocab_size = self.vocab_size
         for given, tokens in zip(inputs, proposals):
             if not isinstance(tokens, (list, tuple)) or len(tokens) > given.num_tokens:

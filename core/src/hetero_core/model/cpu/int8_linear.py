@@ -107,7 +107,8 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"group_size={self.group_size}, "
             f"activations={self.activations}, bias={self.bias_f32 is not None}"
         )
 

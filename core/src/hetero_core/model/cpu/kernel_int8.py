@@ -3,8 +3,8 @@ symmetric int8 weights with fp32 scales per output channel or per group of input
 ``x @ W.T + bias`` with the activations as they are (``int8_linear``, weight-only; with AVX-512 VNNI
 and groups of at most 1,024 inputs they are summed as int16 per token and group, 2^-16 of the
 group's largest value, finer than their own bf16 rounding) or quantized per
-token (and group of inputs) to int8 (``w8a8_linear``, int32 sums through AVX-512 VNNI where the CPU has it, plain int32
-vector arithmetic elsewhere: the same sums, exactly).
+token (and group of inputs) to int8 (``w8a8_linear``, int32 sums through AVX-512 VNNI where the CPU
+has it, plain int32 vector arithmetic elsewhere: the same sums, exactly).
 
 Shapes by contract: any number of rows (none too), outputs in whole 16-column panels, inputs a
 multiple of 4 and at most 65,536 (the int32 sums cannot overflow), groups a multiple of 4 dividing

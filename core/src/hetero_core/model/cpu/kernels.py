@@ -103,8 +103,9 @@ class KernelUnavailable(Exception):
 @dataclass(frozen=True)
 class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels, Int8Kernels):
     """The loaded library and its calls: attention (``AttentionKernels``), the element-wise steps
-    (``PointwiseKernels``) and the linears (``LinearKernels``, ``Int8Kernels``). Every call takes any number of rows,
-    tokens or sequences, none included, and checks the shapes it is given: a ValueError names what
+    (``PointwiseKernels``) and the linears (``LinearKernels``, ``Int8Kernels``). Every call takes
+    any number of rows, tokens or sequences, none included, and checks the shapes it is given: a
+    ValueError names what
     does not fit (the C entry points check again and write nothing)."""
 
     library: ctypes.CDLL

@@ -138,7 +138,8 @@ class TorchPagedAttention:
     def forward_latent(
         self, q_nope, q_pe, latent, kv_cache: KVCache, metadata: TorchPagedMetadata, scale: float, weights
     ) -> torch.Tensor:
-        """Multi-head latent attention (MLA) over a latent cache (``kv_cache.key``); see ``torch_mla_attention``."""
+        """Multi-head latent attention (MLA) over a latent cache (``kv_cache.key``); see
+        ``torch_mla_attention``."""
         return forward_latent(q_nope, q_pe, latent, kv_cache.key, metadata, scale, weights)
 
     def _kernels_for(self, query: torch.Tensor, kv_cache: KVCache):

@@ -20,7 +20,8 @@ STACKED_EXPERTS = WeightMapping.from_module("hetero_core.model.moe.weights")
 
 
 def bench_config(architecture: str) -> dict[str, Any]:
-    """~150M parameters of which ~60M active per token (8 experts of 512, top 2), for ``hetero bench models``."""
+    """~150M parameters of which ~60M active per token (8 experts of 512, top 2), for
+    ``hetero bench models``."""
     raw = {
         "architectures": [architecture],
         "hidden_size": 768,
