@@ -80,8 +80,8 @@ def test_an_unknown_executor_says_which_plugins_the_allow_list_disabled():
     with pytest.raises(UnknownComponentError) as err:
         build_engine(settings)
     assert str(err.value) == (
-        "unknown executor 'triton'; available: mock, null, torch; plugin 'triton' is installed but disabled by the "
-        "plugins allow-list (HETERO_PLUGINS / --plugins); add it to the list"
+        "unknown executor 'triton'; available: mock, null, torch; plugin 'triton' is installed but "
+        "disabled by the plugins allow-list (HETERO_PLUGINS / --plugins); add it to the list"
     )
     plugins = load_plugins(entry_points=[], extra_plugins=[("mock", hetero_plugins_mock)])
     with pytest.raises(

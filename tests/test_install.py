@@ -129,7 +129,10 @@ def test_fresh_venv_core_and_mock(tmp_path):
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0 and "offline" in done.stdout
     # the texts spec-decode and quantization read ship in the wheel, not only in the checkout
-    shipped = "from importlib.resources import files; print(sorted(p.name for p in (files('hetero_bench') / 'data').iterdir()))"
+    shipped = (
+        "from importlib.resources import files; "
+        "print(sorted(p.name for p in (files('hetero_bench') / 'data').iterdir()))"
+    )
     done = subprocess.run([str(python), "-c", shipped], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.stdout.strip() == "['quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']", (
         done.stderr

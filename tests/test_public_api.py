@@ -13,7 +13,8 @@ PUBLIC_NAMES = [
     "__version__",
     "LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "RequestMetrics",
     "HeteroSettings", "load_settings", "SettingsWarning",
-    "HeteroError", "ConfigError", "PluginError", "UnknownComponentError", "InvalidRequestError", "ModelLoadError",
+    "HeteroError", "ConfigError", "PluginError", "UnknownComponentError", "InvalidRequestError",
+    "ModelLoadError",
     "hookimpl", "AsyncLLM",
     "SchedulerPolicy", "SortKeyPolicy", "SchedulingDecision", "SchedulerSnapshot", "RequestView",
 ]  # fmt: skip
@@ -53,7 +54,8 @@ def test_import_is_light_and_the_llm_needs_no_torch_on_the_mock():
 def test_builder_and_engine_do_not_import_each_other_or_the_facade():
     code = (
         "import sys; import hetero_core.engine.engine as e; print('hetero_core.builder' in sys.modules, "
-        "hasattr(e.Engine, 'from_settings')); import hetero_core.builder; print('hetero_core.llm' in sys.modules)"
+        "hasattr(e.Engine, 'from_settings')); import hetero_core.builder; "
+        "print('hetero_core.llm' in sys.modules)"
     )
     assert run_python(code).split() == ["False", "False", "False"]
 

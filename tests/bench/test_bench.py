@@ -438,9 +438,8 @@ def test_emulate_avx2_after_torch_loaded_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", object())
     code, out, err = bench(capsys, *SMALL_OFFLINE, "--peers", "none", "--emulate-avx2")
     assert code == 2 and out == ""
-    assert (
-        err
-        == "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"
+    assert err == (
+        "hetero: error: --emulate-avx2: torch is already loaded; the ISA caps must be set before it loads\n"
     )
 
 

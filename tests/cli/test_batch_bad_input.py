@@ -129,7 +129,8 @@ def test_a_fixed_line_runs_on_resume_and_its_error_row_goes(tmp_path):
     [
         (
             (),
-            "hetero: error: cannot write --output /dev/full: No space left on device (after 0 complete result line(s)",
+            "hetero: error: cannot write --output /dev/full: No space left on device "
+            "(after 0 complete result line(s)",
         ),
         # on main this read /dev/full until memory ran out
         (("--resume",), "hetero: error: cannot resume from --output /dev/full: not a regular file"),

@@ -79,7 +79,8 @@ def test_hetero_run_builds_only_its_own_flags():
 def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
     code = (
         "import atexit, sys; atexit.register(lambda: print('EXIT HANDLER RAN', file=sys.stderr)); "
-        "sys.argv = ['hetero', 'run', '--executor', 'mock', 'hi', '--max-tokens', '2000', '--temperature', '0']; "
+        "sys.argv = ['hetero', 'run', '--executor', 'mock', 'hi', '--max-tokens', '2000', "
+        "'--temperature', '0']; "
         "from hetero_core.cli.main import console_main; console_main(); print('NOT REACHED', file=sys.stderr)"
     )
     result = subprocess.run(
@@ -108,8 +109,8 @@ def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
         ),
         (
             ["run", "--executor", "cuda", "--plugins", "mock", "hi"],
-            "unknown executor 'cuda'; available: mock, null, torch; plugin 'cuda' is installed but disabled by the plugins "
-            "allow-list",
+            "unknown executor 'cuda'; available: mock, null, torch; plugin 'cuda' is installed "
+            "but disabled by the plugins allow-list",
         ),
         (
             ["run", "--executor", "cdua", "--plugins", "mock", "hi"],
@@ -117,7 +118,8 @@ def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
         ),
         (
             ["run", "--executor", "mock", "--plugins", "mock,mokc", "hi"],
-            "names 'mokc', which is not installed; installed plugins: bench, cuda, mock, phi3, triton; did you mean 'mock'?",
+            "names 'mokc', which is not installed; installed plugins: bench, cuda, mock, phi3, triton; "
+            "did you mean 'mock'?",
         ),
         (["plugins", "--plugins", "nonexistent"], "names 'nonexistent', which is not installed"),
         (["run", "--executor", "mock", "--block-size", "-4", "hi"], "block_size: Input should be greater"),

@@ -29,7 +29,8 @@ def rendered() -> str:
 
 def test_the_committed_reference_is_up_to_date():
     assert DOC.read_text() == rendered(), (
-        "docs/configuration.md is stale: run `python -m hetero_core.cli.config_reference > docs/configuration.md`"
+        "docs/configuration.md is stale: run "
+        "`python -m hetero_core.cli.config_reference > docs/configuration.md`"
     )
 
 

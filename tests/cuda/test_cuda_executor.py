@@ -77,8 +77,8 @@ def test_default_batch_sizes():
     [
         (
             dict(double=FlashAttnDouble(), dtype="bfloat16", block_size=16),
-            "block_size 16 is not a multiple of 256, which flash-attn test double \\(PyTorch\\)'s paged KV cache "
-            "requires; set block_size = 256",
+            "block_size 16 is not a multiple of 256, which flash-attn test double "
+            "\\(PyTorch\\)'s paged KV cache requires; set block_size = 256",
         ),
         (
             dict(double=FlashAttnDouble(page_block_multiple=16), dtype="float32"),

@@ -39,7 +39,8 @@ import json
 from hetero_core import LLM, SamplingParams
 llm = LLM(model={model!r}, executor={executor!r}, tensor_parallel_size={size}, **{engine!r})
 outputs = llm.generate({prompts!r}, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
-print(json.dumps({{"tokens": [o.output_token_ids for o in outputs], "workers": llm.engine.executor.worker_pids}}))
+print(json.dumps({{"tokens": [o.output_token_ids for o in outputs],
+                  "workers": llm.engine.executor.worker_pids}}))
 """
 
 
@@ -147,7 +148,8 @@ def test_workers_exit_when_rank_0_is_killed(tiny_dirs, tmp_path):
         if __name__ == "__main__":
             plugins = load_plugins(entry_points=[], extra_plugins=[("faulty", tp_faults)])
             LLM(model={str(tiny_dirs / "llama")!r}, tensor_parallel_size=2, plugin_set=plugins,
-                executor={{"name": "faulty", "faulty": {{"rank": 1, "after": -1, "how": "hang"}}}}, **{ENGINE!r})
+                executor={{"name": "faulty", "faulty": {{"rank": 1, "after": -1, "how": "hang"}}}},
+                **{ENGINE!r})
         """)
     (tmp_path / "rank0.py").write_text(script)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH"))))}

@@ -108,7 +108,8 @@ def test_from_dict_names_unknown_fields_with_a_suggestion():
     assert SamplingParams.from_dict({"temperature": 0, "max_tokens": 3}).max_tokens == 3
     with pytest.raises(
         InvalidRequestError,
-        match="unknown sampling parameter 'temprature' \\(did you mean 'temperature'\\?\\); valid: temperature",
+        match="unknown sampling parameter 'temprature' \\(did you mean 'temperature'\\?\\); "
+        "valid: temperature",
     ):
         SamplingParams.from_dict({"temprature": 0})
     with pytest.raises(InvalidRequestError, match="must be a SamplingParams or a dict, got list"):

@@ -1,6 +1,7 @@
-"""Verification of proposals (engine/speculation/spec_verify.py): for temperature > 0 the tokens have the target's
-distribution whatever is proposed (sampled many times on a small vocabulary with fixed logits, a
-fixed seed and a total-variation bound: it cannot flake); greedy keeps exactly the argmax run."""
+"""Verification of proposals (engine/speculation/spec_verify.py): for temperature > 0 the tokens
+have the target's distribution whatever is proposed (sampled many times on a small vocabulary with
+fixed logits, a fixed seed and a total-variation bound: it cannot flake); greedy keeps exactly the
+argmax run."""
 
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ def test_non_finite_logits_fail_the_row_alone():
 
 
 def test_token_id_executors_are_verified_by_exact_match():
-    # rows: seq 0 (proposals 5, 1): 5 6 7 -> 5 kept, 1 != 6: 6; seq 1 (none): 8; seq 2 (proposal 9): 9 4 -> kept + bonus
+    # rows: seq 0 (proposals 5, 1): 5 6 7 -> 5 kept, 1 != 6: 6; seq 1 (none): 8;
+    # seq 2 (proposal 9): 9 4 -> kept + bonus
     ids = [5, 6, 7, 8, 9, 4]
     assert verify_token_ids(ids, [(5, 1), (), (9,)], 10) == [
         ([5, 6], None, None),

@@ -1,5 +1,5 @@
-"""SamplingParams' token constraints in the sampler (engine/sampling/logits_constraints.py): allowed_token_ids,
-bad_words, min_tokens and logit_bias, batched with rows that have none."""
+"""SamplingParams' token constraints in the sampler (engine/sampling/logits_constraints.py):
+allowed_token_ids, bad_words, min_tokens and logit_bias, batched with rows that have none."""
 
 from __future__ import annotations
 

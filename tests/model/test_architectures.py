@@ -81,7 +81,8 @@ def test_a_plugin_architecture_parses_its_config_and_names_itself_in_the_unknown
     with pytest.raises(ModelLoadError) as info:
         ModelConfig.from_dict({**RAW, "architectures": ["GPT2LMHeadModel"]})
     assert str(info.value) == (
-        "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
+        "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, "
+        "DeepseekV3ForCausalLM, "
         "LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
         "Qwen3MoeForCausalLM, TinyForCausalLM (registered by plugins: core, tiny; a plugin adds one through "
         "register_model_architectures, see docs/models.md)"

@@ -90,7 +90,8 @@ def test_the_f32_linear_matches_a_float64_reference(kernel, rows, out_features, 
 
 
 def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes="q4_1"):
-    """The block-code kernel equals the fp32 kernel on the dequantized weight bit for bit, plain and SwiGLU."""
+    """The block-code kernel equals the fp32 kernel on the dequantized weight bit for bit, plain
+    and SwiGLU."""
     make, dtype = CODED_WEIGHTS[codes]
     weight = make(out_features, in_features, seed=rows)
     bias = torch.randn(out_features) if bias else None

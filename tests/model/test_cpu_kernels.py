@@ -308,9 +308,10 @@ def test_the_element_wise_kernels_match_the_torch_layers(kernel, dtype, toleranc
     expected = norm(x)
     expected_sum_norm, expected_sum = norm(x, residual.clone())
     norm.kernels = kernel
-    close = lambda got, want: (
-        (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())
-    )  # noqa: E731
+
+    def close(got, want):
+        return (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())
+
     assert close(norm(x), expected)
     fused_residual = residual.clone()
     got_norm, got_sum = norm(x, fused_residual)
@@ -344,9 +345,10 @@ def test_the_element_wise_kernels_take_any_width(kernel, dtype, tolerance, width
     expected, (expected_sum_norm, expected_sum) = norm(x), norm(x, residual.clone())
     norm.kernels = kernel
     assert kernel.handles(x, width) and not kernel.handles(x.half(), width) and not kernel.handles(x, 0)
-    close = lambda got, want: (
-        (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())
-    )  # noqa: E731
+
+    def close(got, want):
+        return (got.float() - want.float()).abs().max().item() < tolerance * max(1, want.abs().max())
+
     fused_residual = residual.clone()
     got_norm, got_sum = norm(x, fused_residual)
     assert close(norm(x), expected) and close(got_sum, expected_sum) and close(got_norm, expected_sum_norm)

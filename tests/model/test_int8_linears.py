@@ -1,8 +1,8 @@
 """The int8 linears (``csrc/int8_linear.c``, ``model/cpu/int8_linear.py``) by contract, in this CPU's
 build and the narrow ones (SSE without FMA, AVX2, AVX-512 without VNNI): float64 references within
-bounds derived from the int8 rounding (and weight-only's int16 activations where AVX-512 VNNI sums them), W8A8's integer sums equal on every build, a row's result the
-same alone or batched and on any threads, torch's operators (no compiler) within the same bounds, and
-clear refusals."""
+bounds derived from the int8 rounding (and weight-only's int16 activations where AVX-512 VNNI sums
+them), W8A8's integer sums equal on every build, a row's result the same alone or batched and on any
+threads, torch's operators (no compiler) within the same bounds, and clear refusals."""
 
 from __future__ import annotations
 

@@ -129,7 +129,8 @@ def test_copy_and_swap_move_whole_latent_blocks(tiny_mla):
 
 
 class TestDeepseekV2Architecture(ArchitectureContract):
-    """Core's architecture kit on DeepSeek-V2: no q compression, layer 1 routed (group-limited) + shared experts."""
+    """Core's architecture kit on DeepSeek-V2: no q compression, layer 1 routed (group-limited) +
+    shared experts."""
 
     def make_hf_model(self):
         return build_tiny_mla_model(

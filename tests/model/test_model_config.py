@@ -80,10 +80,12 @@ def test_unsupported_architecture_lists_supported_ones():
     finally:
         install_architectures(None)
     assert str(info.value) == (
-        "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, "
+        "unsupported architecture 'GPT2LMHeadModel'; supported: DeepseekV2ForCausalLM, "
+        "DeepseekV3ForCausalLM, "
         "LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
         "Qwen3MoeForCausalLM"
-        " (registered by plugins: core; a plugin adds one through register_model_architectures, see docs/models.md)"
+        " (registered by plugins: core; a plugin adds one through register_model_architectures, "
+        "see docs/models.md)"
     )
 
 

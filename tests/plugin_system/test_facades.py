@@ -25,20 +25,23 @@ FACADES = {
                        "ContiguousBlockAllocator", "KVAllocator", "NoPrefixCache", "PagedBlockAllocator",
                        "SlotAllocation"],
     "hetero_core.structured_output": ["GrammarState", "GuidedDecodingParams", "StructuredOutputBackend",
-                                      "StructuredOutputContext", "allocate_token_bitmask", "allowed_token_ids",
-                                      "num_words"],
+                                      "StructuredOutputContext", "allocate_token_bitmask",
+                                      "allowed_token_ids", "num_words"],
     "hetero_core.kv_transfer": ["KVBlocks", "KVConnector", "KVConnectorContext", "KVHandoff", "KVTensor",
                                 "KVTransferError", "kv_tensor_from_torch", "kv_tensor_to_torch"],
-    "hetero_core.architectures": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture", "ModelConfig",
-                           "WeightMapping", "installed_architectures", "kv_bytes_per_token", "parse_config",
-                           "rope_settings", "same_kv_layout", "unused_buffers",
-                           # the building blocks an architecture reuses (loaded on first use: torch)
-                           "AttentionBackend", "KVCache", "RMSNorm", "SwiGLU", "RotaryEmbedding", "apply_rotary",
-                           "rope_inv_freq", "LlamaAttention", "LlamaDecoderLayer", "LlamaModel", "LlamaForCausalLM"],
+    "hetero_core.architectures": ["ArchitectureRegistry", "CausalLM", "KVLayerSpec", "ModelArchitecture",
+                                  "ModelConfig", "WeightMapping", "installed_architectures",
+                                  "kv_bytes_per_token", "parse_config", "rope_settings", "same_kv_layout",
+                                  "unused_buffers",
+                                  # the building blocks an architecture reuses (loaded on first use: torch)
+                                  "AttentionBackend", "KVCache", "RMSNorm", "SwiGLU", "RotaryEmbedding",
+                                  "apply_rotary", "rope_inv_freq", "LlamaAttention", "LlamaDecoderLayer",
+                                  "LlamaModel", "LlamaForCausalLM"],
     "hetero_core.speculative": ["ProposalInput", "Proposer", "ProposerContext"],
-    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract", "KVAllocatorContract",
-                            "StructuredOutputContract", "KVConnectorContract", "ProposerContract", "TokenizerContract",
-                            "ContractFailure", "BlockPool", "ContractSequence", "build_batch"],
+    "hetero_core.testing": ["ExecutorContract", "ArchitectureContract", "SchedulerPolicyContract",
+                            "KVAllocatorContract", "StructuredOutputContract", "KVConnectorContract",
+                            "ProposerContract", "TokenizerContract", "ContractFailure", "BlockPool",
+                            "ContractSequence", "build_batch"],
 }  # fmt: skip
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -61,8 +64,10 @@ def test_there_is_one_hook_marker_and_the_facades_keep_it_for_old_imports(module
 def test_facades_import_light():
     code = (
         "import sys, hetero_core.executor, hetero_core.policy, hetero_core.tokenizer, hetero_core.kv, "
-        "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, hetero_core.testing, hetero_core.architectures; "
-        "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', 'hetero_core.builder',"
+        "hetero_core.structured_output, hetero_core.kv_transfer, hetero_core.speculative, "
+        "hetero_core.testing, hetero_core.architectures; "
+        "print(sorted(m for m in ('torch', 'pytest', 'hypothesis', 'pydantic_settings', "
+        "'hetero_core.builder',"
         " 'hetero_core.engine.engine') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -59,8 +59,10 @@ def test_a_misspelt_hook_fails_its_plugin_in_one_line_naming_the_closest_hook(in
     assert info["typo"].status == "failed" and info["typo"].components == {}
     assert info["typo"].error == (
         "implements register_scheduler_policy, which is not a hetero hook; did you mean "
-        "'register_scheduler_policies'? (hooks: register_commands, register_executors, register_kv_allocators, "
-        "register_kv_connectors, register_model_architectures, register_scheduler_policies, register_speculative_proposers, "
+        "'register_scheduler_policies'? (hooks: register_commands, register_executors, "
+        "register_kv_allocators, "
+        "register_kv_connectors, register_model_architectures, register_scheduler_policies, "
+        "register_speculative_proposers, "
         "register_structured_output_backends, register_tokenizers)"
     )
     assert info["reverse"].status == "loaded"  # the others keep working
@@ -177,7 +179,8 @@ def test_hetero_plugins_shows_a_registration_failure(install, monkeypatch, capsy
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     assert (
-        "typo (hetero-typo 0.3): failed\n    error: implements register_executor, which is not a hetero hook; "
+        "typo (hetero-typo 0.3): failed\n    error: implements register_executor, "
+        "which is not a hetero hook; "
         "did you mean 'register_executors'?" in out
     )
 

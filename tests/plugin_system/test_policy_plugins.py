@@ -1,6 +1,6 @@
 """The third-party-style policy packages in plugins/: discovered through their entry point, selectable
-by settings and conformant (the kit); tests/plugin_system/test_plugin_imports.py checks they import only public
-hetero_core modules."""
+by settings and conformant (the kit); tests/plugin_system/test_plugin_imports.py checks they import
+only public hetero_core modules."""
 
 from pathlib import Path
 

@@ -56,7 +56,8 @@ def test_bad_replica_options_get_one_line(argv, message, capsys):
         ("ray://127.0.0.1:1", "could not connect to the Ray cluster at 'ray://127.0.0.1:1': "),
         (
             "head-node",
-            "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client), auto or local",
+            "ray_address 'head-node' is not HOST:PORT (the head's GCS), ray://HOST:PORT (Ray Client), "
+            "auto or local",
         ),
     ],
 )
@@ -285,8 +286,8 @@ def test_a_replica_that_cannot_start_fails_the_command_with_its_reason():
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "hetero: error: the replicas did not start: ConfigError: executor.mock.vocab_size (100000) exceeds the "
-        "tokenizer's vocabulary (258)"
+        "hetero: error: the replicas did not start: ConfigError: executor.mock.vocab_size (100000) "
+        "exceeds the tokenizer's vocabulary (258)"
     ), result.stderr
 
 

@@ -16,7 +16,8 @@ except ImportError:
 
 @pytest.fixture
 def mock_server(make_mock_engine):
-    """``mock_server(mock_options=..., api_key=..., **settings)``: a started LiveServer, stopped after the test."""
+    """``mock_server(mock_options=..., api_key=..., **settings)``: a started LiveServer, stopped after
+    the test."""
     started = []
 
     def start(mock_options=None, *, api_key=None, max_pending_requests=512, max_body_bytes=None, **settings):

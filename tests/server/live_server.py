@@ -16,7 +16,8 @@ STOP_TIMEOUT_S = 30
 
 
 class LiveServer:
-    """``with LiveServer(engine) as server:`` gives ``server.base_url``, ``server.llm`` and ``server.client()``."""
+    """``with LiveServer(engine) as server:`` gives ``server.base_url``, ``server.llm`` and
+    ``server.client()``."""
 
     def __init__(
         self,

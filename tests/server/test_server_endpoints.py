@@ -32,7 +32,8 @@ def test_tokenize_and_detokenize_round_trip(mock_server):
 
 
 @pytest.mark.parametrize("path, body, message", [
-    ("/tokenize", {"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "exactly one of prompt or messages"),
+    ("/tokenize", {"prompt": "x", "messages": [{"role": "user", "content": "x"}]},
+     "exactly one of prompt or messages"),
     ("/tokenize", {"prompt": "x", "model": "other"}, "does not exist"),
     ("/detokenize", {"tokens": [99999]}, "token id"),
 ])  # fmt: skip

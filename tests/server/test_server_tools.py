@@ -15,14 +15,18 @@ TOOLS = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "Get the current weather in a given location",
         "parameters": {"type": "object", "properties": {
-            "location": {"type": "string", "maxLength": 12}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "location": {"type": "string", "maxLength": 12},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
             "required": ["location", "unit"], "additionalProperties": False}}},
     {"type": "function", "function": {
         "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
                                            "required": ["zone"], "additionalProperties": False}}},
 ]  # fmt: skip
 MESSAGES = [{"role": "user", "content": "What's the weather like in Paris today?"}]
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius"}}\n</tool_call>'
+CALL = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius"}}'
+    "\n</tool_call>"
+)
 
 
 def test_parse_hermes_tool_calls():

@@ -33,7 +33,9 @@ TOOLS = [{
             "description": "Get current temperature for a given location.",
             "parameters": {
                 "type": "object",
-                "properties": {"location": {"type": "string", "description": "City and country e.g. Bogotá, Colombia"}},
+                "properties": {
+                    "location": {"type": "string", "description": "City and country e.g. Bogotá, Colombia"}
+                },
                 "required": ["location"],
                 "additionalProperties": False,
             },

@@ -72,7 +72,8 @@ class IgnoresBlockTables(Forgiving):
         (
             IgnoresBlockTables,
             "test_block_tables_are_honoured",
-            r"block tables are honoured: shuffled, non-contiguous block tables: token at \(0, 37\) is \d+, expected",
+            r"block tables are honoured: shuffled, non-contiguous block tables: "
+            r"token at \(0, 37\) is \d+, expected",
         ),
         (
             IgnoresBlockTables,
@@ -82,7 +83,8 @@ class IgnoresBlockTables(Forgiving):
         (
             PerRequestCache,
             "test_slot_writes_land_where_the_batch_says",
-            r"slot writes land where the batch says: a sequence reading another's cached blocks: token at 37 is",
+            r"slot writes land where the batch says: a sequence reading another's cached blocks: "
+            r"token at 37 is",
         ),
     ],
 )

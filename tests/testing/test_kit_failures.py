@@ -158,7 +158,10 @@ def test_a_policy_the_engine_would_forgive_fails_the_kit_naming_the_decision(pyt
     result = run_kit(pytester, POLICY, "-k", "budgets or decisions_are_valid")
     result.assert_outcomes(failed=3, passed=1)  # a policy that only holds back makes valid decisions
     report = result.stdout.str()
-    valid = "ContractFailure: every decision is valid (the engine ignores an invalid one and serves in arrival order): "
+    valid = (
+        "ContractFailure: every decision is valid "
+        "(the engine ignores an invalid one and serves in arrival order): "
+    )
     # driving the engine (which alone would fall back to arrival order and pass)
     assert re.search(
         re.escape(valid) + r"step \d+: order names unknown requests \['ghost'\] "
@@ -193,7 +196,8 @@ def test_the_executor_kit_needs_neither_hypothesis_nor_pytest_nor_torch():
     code = BLOCK.format(names=["hypothesis", "pytest", "torch", "hetero_plugins_mock"]) + (
         "from hetero_core.testing import ExecutorContract, ContractFailure, build_batch\n"
         "import hetero_core.testing as kits\n"
-        "print(sorted(m for m in ('hetero_core.testing.policy_contract', 'pydantic_settings') if m in sys.modules))"
+        "print(sorted(m for m in ('hetero_core.testing.policy_contract', 'pydantic_settings') "
+        "if m in sys.modules))"
     )
     assert run_python(code) == "[]"
 
@@ -215,7 +219,8 @@ def test_the_policy_kit_runs_an_engine_without_the_mock_package():
     code = BLOCK.format(names=["hetero_plugins_mock"]) + (
         "from hetero_core.default_plugins.policies import FcfsPolicy\n"
         "from hetero_core.testing.policy_workload import Arrival, run_workload\n"
-        "result = run_workload(FcfsPolicy, [Arrival(0, 9, 4, 0, None, None), Arrival(1, 3, 2, 0, 'a', None)])\n"
+        "result = run_workload(FcfsPolicy, "
+        "[Arrival(0, 9, 4, 0, None, None), Arrival(1, 3, 2, 0, 'a', None)])\n"
         "print([len(o.output_token_ids) for o in result.outputs.values()], len(result.batches) > 1)"
     )
     assert run_python(code) == "[4, 2] True"

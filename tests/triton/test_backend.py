@@ -59,7 +59,8 @@ def test_mixed_steps_match_the_torch_backend(num_splits, mode):
     expected, _ = run_steps(torch_backend, layouts[1], SCHEDULE, mode.device, dtype)
     for i, (a, b) in enumerate(zip(got, expected)):
         assert (a - b).abs().max().item() < 1e-4, f"step {i}"
-    # Same cache contents: triton's [blocks, block_size, kv_heads, dim], torch's head-major [kv_heads, blocks, ...]
+    # Same cache contents: triton's [blocks, block_size, kv_heads, dim], torch's head-major
+    # [kv_heads, blocks, ...]
     for triton_cache, torch_cache in zip(layouts[0], layouts[1], strict=True):
         assert torch.equal(triton_cache, torch_cache.permute(1, 2, 0, 3))
     assert metadata.prefill is None and metadata.decode.num_splits == (num_splits or 1)
