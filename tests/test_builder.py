@@ -68,7 +68,7 @@ def test_the_allow_list_must_name_installed_plugins():
     with pytest.raises(
         PluginError,
         match="names 'nonexistent', which is not installed; installed plugins: "
-        "bench, cuda, mock, phi3, triton",
+        "bench, cuda, fair-share, mock, phi3, triton",
     ):
         build_engine(load_settings(executor="mock", plugins=["mock", "nonexistent"]), plugins)
     engine = build_engine(load_settings(executor="mock", plugins=["core", "mock"]))  # core always loads

@@ -114,11 +114,13 @@ def test_hetero_run_exits_at_once_with_its_output_whole_and_exit_handlers_run():
         ),
         (
             ["run", "--executor", "cdua", "--plugins", "mock", "hi"],
-            "disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): bench, cuda, phi3, triton",
+            "disabled by the plugins allow-list (HETERO_PLUGINS / --plugins): bench, cuda, fair-share, phi3, "
+            "triton",
         ),
         (
             ["run", "--executor", "mock", "--plugins", "mock,mokc", "hi"],
-            "names 'mokc', which is not installed; installed plugins: bench, cuda, mock, phi3, triton; "
+            "names 'mokc', which is not installed; installed plugins: bench, cuda, fair-share, mock, phi3, "
+            "triton; "
             "did you mean 'mock'?",
         ),
         (["plugins", "--plugins", "nonexistent"], "names 'nonexistent', which is not installed"),
@@ -148,8 +150,8 @@ def test_hetero_plugins_naming_a_missing_plugin_is_an_error():
     result = hetero("run", "hi", env={"HETERO_PLUGINS": "nonexistent", "HETERO_EXECUTOR": "mock"})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert (
-        "names 'nonexistent', which is not installed; installed plugins: bench, cuda, mock, phi3, triton"
-        in result.stderr
+        "names 'nonexistent', which is not installed; installed plugins: bench, cuda, fair-share, mock, "
+        "phi3, triton" in result.stderr
     )
 
 
@@ -201,12 +203,13 @@ def test_plugins_lists_core_the_three_executor_plugins_and_the_benchmarks():
         "triton (hetero-plugins-triton 0.1.0): loaded",
         "bench (hetero-bench 0.1.0): loaded\n    command: bench",
         "phi3 (hetero-model-phi3 0.1.0): loaded",
+        "fair-share (hetero-policy-fair-share 0.1.0): loaded",
         "scheduler_policy: fcfs",
         "kv_allocator: paged",
     ):
         assert expected in result.stdout
     data = json.loads(hetero("plugins", "--json").stdout)
-    assert {p["name"] for p in data} == {"core", "mock", "cuda", "triton", "bench", "phi3"}
+    assert {p["name"] for p in data} == {"core", "mock", "cuda", "triton", "bench", "phi3", "fair-share"}
 
 
 def test_plugins_allow_list_flag():
@@ -219,6 +222,7 @@ def test_plugins_allow_list_flag():
         "triton": "not allowed",
         "bench": "not allowed",
         "phi3": "not allowed",
+        "fair-share": "not allowed",
     }
 
 
