@@ -8,6 +8,8 @@ the server on the mock and the contract kits.
 
 from __future__ import annotations
 
+import os
+
 # fixture -> why a test using it (directly or through another fixture) is slow
 SLOW_FIXTURES = {
     "smollm2_dir": "loads the real SmolLM2 model",
@@ -35,7 +37,11 @@ FAST_PATHS = {
 
 
 def slow_reason(nodeid: str, fixturenames) -> str | None:
-    """Why the test ``nodeid`` (using ``fixturenames``) is in the slow tier, or None for the fast tier."""
+    """Why the test ``nodeid`` (using ``fixturenames``) is in the slow tier, or None for the fast tier.
+    With ``TEST_TIERS_BY_HAND=1`` (scripts/gpu_check.sh: its GPU files sit in slow folders) only a
+    hand-written ``@pytest.mark.slow`` counts."""
+    if os.environ.get("TEST_TIERS_BY_HAND") == "1":
+        return None
     path = nodeid.split("::", 1)[0]
     for name in fixturenames:
         if name in SLOW_FIXTURES:
