@@ -59,14 +59,15 @@ def fuse_checkpoint(state: dict[str, torch.Tensor], model_names: Iterable[str], 
         if parts is None:
             fused[name] = state[name]
             continue
-        for part, rows in parts:
-            if state[part].shape[0] != rows:
+        tensors = [state[part] for part, _ in parts]  # each read once (``state`` may read on access)
+        for (part, rows), tensor in zip(parts, tensors, strict=True):
+            if tensor.shape[0] != rows:
                 raise ModelLoadError(
-                    f"checkpoint does not match its config.json: {part} has {state[part].shape[0]} rows, "
+                    f"checkpoint does not match its config.json: {part} has {tensor.shape[0]} rows, "
                     f"the config gives {rows}"
                 )
         try:
-            fused[name] = torch.cat([state[part] for part, _ in parts])
+            fused[name] = torch.cat(tensors)
         except RuntimeError as exc:  # parts disagreeing on the input size
             raise ModelLoadError(f"checkpoint does not match its config.json: {name}: {exc}") from exc
     return fused

@@ -134,25 +134,31 @@ def llama3_scaling_from_factors(
 def gguf_state_dict(reader, config: dict[str, Any], on_tensor=None) -> dict[str, torch.Tensor]:
     """Dequantize every tensor to fp32 and return it under its HF name; ``on_tensor()`` is called
     after each of ``reader.tensors`` (for progress)."""
-    from gguf.quants import dequantize
-
-    unpermute = config["model_type"] == "llama"
     state: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
         if on_tensor is not None:
             on_tensor()
         hf_name = hf_tensor_name(tensor.name)
-        if hf_name is None:
-            continue
-        weights = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
-        if unpermute and ".q_proj." in hf_name:
-            weights = reverse_permute(weights, config["num_attention_heads"])
-        elif unpermute and ".k_proj." in hf_name:
-            weights = reverse_permute(weights, config["num_key_value_heads"])
-        if not weights.flags.writeable or not weights.flags.c_contiguous:
-            weights = np.array(weights, dtype=np.float32, order="C")  # own the memory, not the mmap
-        state[hf_name] = torch.from_numpy(weights)
+        if hf_name is not None:
+            state[hf_name] = gguf_tensor(tensor, config)
     return state
+
+
+def gguf_tensor(tensor, config: dict[str, Any]) -> torch.Tensor:
+    """One of the reader's tensors dequantized to fp32 (q/k of ``llama`` models unpermuted), in memory
+    of its own (``checkpoint_tensors.GGUFTensors`` reads a checkpoint this way, one tensor at a time)."""
+    from gguf.quants import dequantize
+
+    hf_name = hf_tensor_name(tensor.name) or tensor.name
+    unpermute = config["model_type"] == "llama"
+    weights = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
+    if unpermute and ".q_proj." in hf_name:
+        weights = reverse_permute(weights, config["num_attention_heads"])
+    elif unpermute and ".k_proj." in hf_name:
+        weights = reverse_permute(weights, config["num_key_value_heads"])
+    if not weights.flags.writeable or not weights.flags.c_contiguous:
+        weights = np.array(weights, dtype=np.float32, order="C")  # own the memory, not the mmap
+    return torch.from_numpy(weights)
 
 
 def hf_tensor_name(gguf_name: str) -> str | None:

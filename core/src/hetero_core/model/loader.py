@@ -1,7 +1,8 @@
 """Load a model (any registered architecture) from a local HF directory, a GGUF file, or a hub id.
 
 The module is built on the meta device (no random init) and the checkpoint tensors are assigned
-in place, so a 135M model loads in about a second from safetensors. Checkpoint names are Hugging
+in place one decoder layer at a time (``model_builder``), so a 135M model loads in about a second
+from safetensors and no model is ever held twice. Checkpoint names are Hugging
 Face's; q/k/v and gate/up are concatenated into the model's fused projections (``fusion``).
 """
 
@@ -14,9 +15,10 @@ import torch
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.causal_lm import CausalLM
+from hetero_core.model.checkpoint_tensors import CheckpointTensors
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.gguf_cache import check_converted_weights
-from hetero_core.model.model_builder import build_model
+from hetero_core.model.model_builder import GroupLoaded, build_model
 from hetero_core.model.source import resolve_model_source
 from hetero_core.model.tensor_parallel import build_shard
 
@@ -28,20 +30,24 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     tensor_parallel=None,
+    on_group: GroupLoaded | None = None,
 ) -> CausalLM:
     """Load ``source`` (HF directory, ``.gguf`` file or hub id) ready for inference.
 
     ``backend``: the attention backend the model runs with (None: a model for its weights only, whose
     attention raises). ``tensor_parallel``: a ``tensor_parallel.TensorParallelShard`` to load only that
-    rank's shard."""
+    rank's shard. ``on_group(model, prefix)``: called once each layer's weights (then the rest's) are in
+    place, before the next are read (``model_builder.build_model``)."""
     config, state = read_checkpoint(resolve_model_source(source))
+    options = dict(backend=backend, device=device, dtype=dtype, on_group=on_group)
     if tensor_parallel is not None:
-        return build_shard(config, state, tensor_parallel, backend=backend, device=device, dtype=dtype)
-    return build_model(config, state, backend=backend, device=device, dtype=dtype)
+        return build_shard(config, state, tensor_parallel, **options)
+    return build_model(config, state, **options)
 
 
-def read_checkpoint(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """Config and CPU tensors (HF names) of an HF directory or a GGUF file."""
+def read_checkpoint(path: Path) -> tuple[ModelConfig, CheckpointTensors]:
+    """Config and tensors (HF names, CPU, each read when asked for: ``checkpoint_tensors``) of an HF
+    directory or a GGUF file."""
     if path.is_dir():
         from hetero_core.model.safetensors_checkpoint import read_safetensors
 
@@ -51,9 +57,11 @@ def read_checkpoint(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
         config = ModelConfig.from_dir(path)
         return config, read_safetensors(path)
     if path.suffix == ".gguf":
-        from hetero_core.model.gguf_checkpoint import gguf_config, gguf_state_dict, open_gguf
+        from hetero_core.model.checkpoint_tensors import GGUFTensors
+        from hetero_core.model.gguf_checkpoint import gguf_config, gguf_tensor, hf_tensor_name, open_gguf
 
         reader = open_gguf(path)
         raw = gguf_config(reader, path)
-        return ModelConfig.from_dict(raw, source=str(path)), gguf_state_dict(reader, raw)
+        tensors = GGUFTensors(reader, hf_tensor_name, lambda tensor: gguf_tensor(tensor, raw))
+        return ModelConfig.from_dict(raw, source=str(path)), tensors
     raise ModelLoadError(f"cannot load {path}: expected a directory with config.json or a .gguf file")

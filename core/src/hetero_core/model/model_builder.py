@@ -1,9 +1,20 @@
 """Build a model from a config and a checkpoint's tensors: its architecture's module (registered
 through ``register_model_architectures``) on the meta device (no random init), the tensors assigned
 in place after the architecture's weight mapping (the Llama family's fuses q/k/v and gate/up,
-``fusion``). The loader and the tensor-parallel sharding both build through here."""
+``fusion``). The loader and the tensor-parallel sharding both build through here.
+
+Loading streams, so that no model is held twice: the weights go in one group at a time (each decoder
+layer, ``model.layers.{i}.``, then the rest: embeddings, final norm, LM head). A group's checkpoint
+tensors are read (``state`` is a lazy ``checkpoint_tensors`` mapping), mapped, converted to the
+dtype and assigned, ``on_group(model, prefix)`` runs (the CPU executor packs that layer's linears and
+writes them to its prepared file there), and the group's source tensors are dropped before the next
+group is read. Peak memory: the resident weights plus one group's tensors in their two dtypes.
+"""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -13,18 +24,25 @@ from hetero_core.model.config import ModelConfig
 from hetero_core.plugin_system.installed import architecture_of
 
 CAUSAL_LM_METHODS = ("forward", "sampled_logits", "compute_logits", "untie_lm_head")
+LAYER_PREFIX = re.compile(r"^(model\.layers\.\d+)\.")
+REST = ""  # the prefix ``on_group`` gets for the tensors outside the decoder layers (last)
+
+GroupLoaded = Callable[[torch.nn.Module, str], None]
 
 
 def build_model(
     config: ModelConfig,
-    state: dict[str, torch.Tensor],
+    state: Mapping[str, torch.Tensor],
     *,
     backend: AttentionBackend | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    on_group: GroupLoaded | None = None,
 ) -> torch.nn.Module:
-    """Instantiate the model without initialising it and assign ``state``'s tensors to it (``backend``
-    None: weights only, see ``NoAttention``)."""
+    """Instantiate the model without initialising it and assign ``state``'s tensors to it, one layer at
+    a time (``backend`` None: weights only, see ``NoAttention``). ``on_group(model, prefix)``: called
+    after each layer's tensors are in place (``prefix`` ``model.layers.3``), and last after the others'
+    (``prefix`` ``REST``); the layers not yet loaded are still on the meta device then."""
     backend = backend if backend is not None else NoAttention()
     architecture = architecture_of(config)
     with torch.device("meta"):
@@ -32,25 +50,59 @@ def build_model(
     check_causal_lm(model, config)
     names = list(model.state_dict().keys())
     weights = architecture.weights
-    expected = set(weights.checkpoint_names(names, config))
-    missing = sorted(expected - state.keys())
-    unexpected = sorted(k for k in state.keys() - expected if not _is_ignored(k, weights, config))
+    _check_names(state, weights.checkpoint_names(names, config), weights, config)
+    for prefix, group in weight_groups(names):
+        _assign(model, weights.from_checkpoint(state, group, config), device, dtype)
+        if on_group is not None:
+            on_group(model, prefix)
+    left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if left:
+        raise ModelLoadError(
+            f"architecture {config.architecture}: its weight mapping gave no tensor for {left[:5]} "
+            f"({len(left)} in all); its from_checkpoint must return every name it is given"
+        )
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def weight_groups(names: list[str]) -> list[tuple[str, list[str]]]:
+    """``names`` grouped by decoder layer (``model.layers.{i}``, in order), the others last (``REST``)."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        match = LAYER_PREFIX.match(name)
+        groups.setdefault(match.group(1) if match else REST, []).append(name)
+    rest = groups.pop(REST, None)
+    return [*groups.items(), *([(REST, rest)] if rest else [])]
+
+
+def _check_names(state: Mapping, expected_names: list[str], weights, config: ModelConfig) -> None:
+    """Refuse a checkpoint whose tensor names are not the ones the module takes (nothing read yet)."""
+    expected = set(expected_names)
+    present = set(state.keys())
+    missing = sorted(expected - present)
+    unexpected = sorted(k for k in present - expected if not _is_ignored(k, weights, config))
     if missing or unexpected:
         raise ModelLoadError(
             f"checkpoint does not match {config.architecture}: missing {missing[:5]} "
             f"unexpected {unexpected[:5]}"
             f" ({len(missing)} missing, {len(unexpected)} unexpected); is config.json from the same model?"
         )
-    tensors = {
-        name: tensor.to(device=device, dtype=dtype)
-        for name, tensor in weights.from_checkpoint(state, names, config).items()
-    }
+
+
+def _assign(model: torch.nn.Module, mapped: dict, device, dtype: torch.dtype) -> None:
+    """Put one group's tensors (the mapping's result, taken out of ``mapped`` one by one so each source
+    tensor goes as soon as it is converted) into ``model`` in ``dtype`` on ``device``."""
+    tensors = {}
+    for name in list(mapped):
+        tensors[name] = mapped.pop(name).to(device=device, dtype=dtype)
     try:
-        model.load_state_dict(tensors, strict=True, assign=True)
+        result = model.load_state_dict(tensors, strict=False, assign=True)
     except RuntimeError as exc:  # shape mismatches
         raise ModelLoadError(f"checkpoint does not match its config.json: {exc}") from exc
-    model.requires_grad_(False)
-    return model.eval()
+    if result.unexpected_keys:
+        raise ModelLoadError(
+            f"the weight mapping gave tensors the module does not have: {result.unexpected_keys[:5]}"
+        )
 
 
 def check_causal_lm(model, config: ModelConfig) -> None:

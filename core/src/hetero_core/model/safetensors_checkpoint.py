@@ -1,14 +1,13 @@
 """Read the weights of a Hugging Face directory: one ``model.safetensors`` or shards listed in
-``model.safetensors.index.json``."""
+``model.safetensors.index.json``; read lazily (``checkpoint_tensors``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import torch
-
 from hetero_core.errors import ModelLoadError
+from hetero_core.model.checkpoint_tensors import SafetensorsTensors
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -36,15 +35,6 @@ def safetensors_files(model_dir: Path) -> list[Path]:
     )
 
 
-def read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of the checkpoint on CPU, in their stored dtype."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    state: dict[str, torch.Tensor] = {}
-    for path in safetensors_files(model_dir):
-        try:
-            state.update(load_file(str(path), device="cpu"))
-        except (OSError, SafetensorError) as exc:
-            raise ModelLoadError(f"cannot read {path}: {exc}") from exc
-    return state
+def read_safetensors(model_dir: Path) -> SafetensorsTensors:
+    """The checkpoint's tensors (CPU, their stored dtype), each read when it is asked for."""
+    return SafetensorsTensors(safetensors_files(model_dir))
