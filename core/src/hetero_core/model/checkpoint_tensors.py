@@ -20,7 +20,7 @@ import json
 import math
 import mmap
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,35 +43,50 @@ SAFETENSORS_DTYPES = {
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 
 
-class CheckpointTensors(Mapping):
-    """Name -> CPU tensor, read on access. Subclasses give ``_shapes`` (name -> shape) and ``_read``."""
+class LazyTensors(Mapping):
+    """Name -> CPU tensor, made on access by ``_read(name)``; the names (``_names``) known up front."""
 
-    _shapes: dict[str, tuple[int, ...]]
+    _names: dict[str, object]
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        if name not in self._shapes:
+        if name not in self._names:
             raise KeyError(name)
         return self._read(name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._shapes)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._shapes)
+        return len(self._names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._shapes
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        """``name``'s shape, from the header: nothing read."""
-        return self._shapes[name]
-
-    def num_elements(self) -> int:
-        """Elements over all tensors (for sizing what the weights become in another dtype)."""
-        return sum(math.prod(shape) for shape in self._shapes.values())
+        return name in self._names
 
     def _read(self, name: str) -> torch.Tensor:
         raise NotImplementedError
+
+
+class CheckpointTensors(LazyTensors):
+    """A checkpoint file's tensors: ``_names`` maps each name to its shape (from the file's header)."""
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """``name``'s shape, from the header: nothing read."""
+        return self._names[name]
+
+    def num_elements(self) -> int:
+        """Elements over all tensors (for sizing what the weights become in another dtype)."""
+        return sum(math.prod(shape) for shape in self._names.values())
+
+
+class DerivedTensors(LazyTensors):
+    """Tensors made on access from another lazy mapping's: ``derive(name)`` for each of ``names`` (a
+    tensor-parallel rank's slices, ``tensor_parallel.shard_checkpoint``)."""
+
+    def __init__(self, names: Iterable[str], derive: Callable[[str], torch.Tensor]):
+        self._names, self._derive = dict.fromkeys(names), derive
+
+    def _read(self, name: str) -> torch.Tensor:
+        return self._derive(name)
 
 
 @dataclass(frozen=True)
@@ -88,15 +103,15 @@ class SafetensorsTensors(CheckpointTensors):
     """The tensors of safetensors ``files`` (a checkpoint's shards), each read alone on access."""
 
     def __init__(self, files: list[Path]):
-        self._shapes, self._stored = {}, {}
+        self._names, self._stored = {}, {}
         for path in files:
             for name, (shape, stored) in _read_header(path).items():
-                self._shapes[name] = shape
+                self._names[name] = shape
                 self._stored[name] = stored
 
     def _read(self, name: str) -> torch.Tensor:
         stored = self._stored[name]
-        tensor = torch.empty(self._shapes[name], dtype=stored.dtype)
+        tensor = torch.empty(self._names[name], dtype=stored.dtype)
         if stored.nbytes == 0:
             return tensor
         buffer = memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
@@ -156,11 +171,11 @@ class GGUFTensors(CheckpointTensors):
 
     def __init__(self, reader, hf_name: Callable[[str], str | None], dequantize: Callable):
         self._reader, self._dequantize = reader, dequantize
-        self._shapes, self._tensors = {}, {}
+        self._names, self._tensors = {}, {}
         for tensor in reader.tensors:
             name = hf_name(tensor.name)
             if name is not None:
-                self._shapes[name] = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+                self._names[name] = tuple(int(d) for d in reversed(tensor.shape.tolist()))
                 self._tensors[name] = tensor
 
     def _read(self, name: str) -> torch.Tensor:

@@ -25,6 +25,7 @@ The KV cache of a rank holds its KV heads only. Which sizes fit a model: ``tenso
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hetero_core.errors import ConfigError
+from hetero_core.model.checkpoint_tensors import DerivedTensors
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.layers import SwiGLU
 from hetero_core.model.model_builder import build_model
@@ -93,42 +95,41 @@ def placement(ctx, device: torch.device) -> tuple[TensorParallelShard | None, to
 
 
 def shard_checkpoint(
-    state: dict[str, torch.Tensor], config: ModelConfig, shard: TensorParallelShard
-) -> dict[str, torch.Tensor]:
-    """The rank's part of a checkpoint (Hugging Face names): slices are copied, so the full tensors
-    can be freed. Tensors not listed above (norms, q/k norms) are whole on every rank."""
+    state: Mapping[str, torch.Tensor], config: ModelConfig, shard: TensorParallelShard
+) -> DerivedTensors:
+    """The rank's part of a checkpoint (Hugging Face names), each slice cut when it is asked for (from
+    one full tensor read then; the slice is copied, so the full tensor goes at once). Tensors not
+    listed above (norms, q/k norms) are whole on every rank."""
     check_tensor_parallel_size(config, shard.size)
-    sharded = {}
-    for name, tensor in state.items():
-        module, _, kind = name.rpartition(".")
-        expert = (
-            None
-            if shard.expert_parallel
-            else sharded_experts.shard_tensor(name, tensor, shard.rank, shard.size)
-        )
-        if expert is not None:  # a MoE expert's slice of its intermediate columns
-            sharded[name] = expert
-        elif module.endswith(_ROW_SHARDED):
-            sharded[name] = _slice(tensor, 0, shard)
-        elif module.endswith(_COLUMN_SHARDED) and kind == "weight":
-            sharded[name] = _slice(tensor, 1, shard)
-        else:
-            sharded[name] = tensor
-    return sharded
+    return DerivedTensors(state, lambda name: _shard_tensor(name, state[name], shard))
+
+
+def _shard_tensor(name: str, tensor: torch.Tensor, shard: TensorParallelShard) -> torch.Tensor:
+    module, _, kind = name.rpartition(".")
+    expert = (
+        None if shard.expert_parallel else sharded_experts.shard_tensor(name, tensor, shard.rank, shard.size)
+    )
+    if expert is not None:  # a MoE expert's slice of its intermediate columns
+        return expert
+    if module.endswith(_ROW_SHARDED):
+        return _slice(tensor, 0, shard)
+    if module.endswith(_COLUMN_SHARDED) and kind == "weight":
+        return _slice(tensor, 1, shard)
+    return tensor
 
 
 def build_shard(
-    config: ModelConfig, state: dict[str, torch.Tensor], shard: TensorParallelShard, **build_options
+    config: ModelConfig, state: Mapping[str, torch.Tensor], shard: TensorParallelShard, **build_options
 ):
-    """Rank ``shard.rank``'s model: built from its checkpoint slice, then parallelized.
-    ``build_options``: ``model_builder.build_model``'s keywords (backend, device, dtype)."""
+    """Rank ``shard.rank``'s model: built from its checkpoint slice (read a tensor at a time, as
+    ``build_model`` streams), then parallelized. ``build_options``: ``model_builder.build_model``'s
+    keywords (backend, device, dtype, on_group)."""
     local = shard_config(config, shard.size)
     state = shard_checkpoint(state, config, shard)
     if shard.expert_parallel:
         local = expert_parallel.shard_config(local, shard.rank, shard.size)
-        state = {
-            name: tensor for name, tensor in state.items() if expert_parallel.is_local_tensor(name, local)
-        }
+        local_names = [name for name in state if expert_parallel.is_local_tensor(name, local)]
+        state = DerivedTensors(local_names, state.__getitem__)
     elif getattr(local, "moe", None) is not None:
         local = sharded_experts.shard_config(local, shard.size)
     model = build_model(replace(local, vocab_size=config.vocab_size // shard.size), state, **build_options)
