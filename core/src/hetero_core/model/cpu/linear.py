@@ -179,15 +179,18 @@ def pack_linears(model: nn.Module, kernels=None) -> int:
     """Replace every ``nn.Linear`` inside ``model`` by a ``PackedLinear`` (given the compiled CPU
     ``kernels``, with their linear where it applies, the MLPs' gate/up projections with their SwiGLU
     activation inside); return how many."""
-    replaced = []
-    for parent in model.modules():
-        for name, child in parent.named_children():
-            if isinstance(child, nn.Linear):
-                replaced.append((parent, name, child))
-    for parent, name, child in replaced:
+    places = [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Linear)
+    ]
+    for parent, name in places:  # no list of the old linears: each plain weight goes once it is packed
+        child = getattr(parent, name)
         packed = PackedLinear(child.weight, child.bias, kernels, swiglu=is_swiglu_projection(parent, name))
+        del child
         setattr(parent, name, packed)
-    return len(replaced)
+    return len(places)
 
 
 def is_swiglu_projection(parent: nn.Module, name: str) -> bool:

@@ -1,6 +1,6 @@
 """The prepared-weights file: a packed model's tensors as safetensors bytes with ``cache_file``'s
-checksum footer, written once and memory-mapped at later starts (``prepared_weights`` decides when
-and where).
+checksum footer, written once as loading streams (``layer_packing``, ``prepared_writer``) and
+memory-mapped at later starts (``prepared_weights`` decides when and where).
 
 Linears in the layout of the compiled kernels' linear are stored in it as they run
 (``<name>.kernel_weight``); oneDNN's packed weights are opaque, so those linears are stored fused and
@@ -10,7 +10,6 @@ views of the mapping: no conversion and no copy.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -18,57 +17,15 @@ import torch
 from torch import nn
 
 from hetero_core.cache import cache_file
-from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
+from hetero_core.model.checkpoint_tensors import SAFETENSORS_DTYPES
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, pack_linears
+from hetero_core.model.cpu.prepared_writer import PADDING_PREFIX
 from hetero_core.model.llama import LlamaForCausalLM
 
-log = get_logger("hetero.executor")
-
-FORMAT_VERSION = 2  # 2: a checksum footer (cache_file) after the safetensors bytes
+FORMAT_VERSION = 3  # 2: a checksum footer (cache_file); 3: tensors aligned, written streaming
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
-_SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "BF16": torch.bfloat16,
-    "F16": torch.float16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
-
-
-def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> bool:
-    """Write ``model``'s tensors (packed ones in their layout, ``unpacked``'s for oneDNN's linears)
-    to ``path`` atomically; return whether it was written (a failure is logged, never raised). Only a
-    built-in ``LlamaForCausalLM`` is saved (``_assemble`` rebuilds that class): other architectures
-    are packed on every load."""
-    if type(model) is not LlamaForCausalLM or type(model.config) is not ModelConfig:
-        return False
-    from safetensors.torch import save_file
-
-    tensors = {}
-    for name, tensor in model.state_dict().items():
-        tensors[name] = tensor
-    for name, module in model.named_modules():
-        if not isinstance(module, PackedLinear):
-            continue
-        if module.all_rows:
-            tensors[name + KERNEL_LAYOUT_SUFFIX] = module.kernel_weight
-        elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
-            tensors[name + ".weight"] = unpacked[name + ".weight"]
-    metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
-    try:
-        with cache_file.written_checked(path, ".tmp") as tmp:
-            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-    except (OSError, RuntimeError, ValueError) as exc:
-        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
-        return False
-    return True
 
 
 def load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM:
@@ -94,9 +51,11 @@ def _safetensors_views(payload: torch.Tensor) -> tuple[dict, dict[str, torch.Ten
     start = 8 + header_bytes
     tensors = {}
     for name, entry in header.items():
+        if name.startswith(PADDING_PREFIX):
+            continue
         begin, end = entry["data_offsets"]
         data = payload[start + begin : start + end]
-        tensors[name] = data.view(_SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
+        tensors[name] = data.view(SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
     return metadata, tensors
 
 

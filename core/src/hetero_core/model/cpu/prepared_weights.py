@@ -16,14 +16,22 @@ load (~16 ms for 325 MB on 2 cores; it faults in the pages the first step reads 
 file is rebuilt with one warning; one that cannot be written costs only the saving. Checkpoints under
 ``MIN_CHECKPOINT_BYTES`` prepare in milliseconds and get no file. The torch executor's
 option ``prepared_weights_cache = false`` switches this off.
+
+Loading streams (``model_builder``, ``layer_packing``): a miss packs each layer as it is loaded and
+writes it to the file at once, then frees the packed weights and maps the finished file as a hit
+does, so memory never holds the weights twice. A file larger than the cache's room (the disk's free
+space under the cache less ``RESERVED_DISK_BYTES``, ``prepared_room``) is not written: the model runs
+without it, with one warning (``executor.prepared_weights_skipped``).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -32,9 +40,10 @@ import torch
 from hetero_core.cache import cache_file
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
+from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_saved
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
-from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
+from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
 from hetero_core.model.source import resolve_model_source
@@ -43,10 +52,13 @@ log = get_logger("hetero.executor")
 
 KEEP_FILES = 4  # prepared files kept in the cache; the least recently used beyond this are deleted
 MIN_CHECKPOINT_BYTES = 32 << 20  # smaller checkpoints prepare in milliseconds: not worth a file
+RESERVED_DISK_BYTES = 2 << 30  # disk space a prepared file never takes (``prepared_room``)
 STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a killed save
 _LAYOUT_MODULES = (
     "hetero_core.model.cpu.prepared_weights",
     "hetero_core.model.cpu.prepared_file",
+    "hetero_core.model.cpu.prepared_writer",
+    "hetero_core.model.cpu.layer_packing",
     "hetero_core.model.fusion",
     "hetero_core.model.cpu.linear",
     "hetero_core.model.cpu.kernels",
@@ -74,12 +86,11 @@ def load_packed_model(
     kernels=None,
 ) -> LlamaForCausalLM:
     """``load_model`` + ``pack_model``, mapped from the prepared file under ``cache_dir`` when there is
-    one for this checkpoint, dtype and packing (and saved there when there is not)."""
+    one for this checkpoint, dtype and packing (and saved there, as loading streams, when there is
+    not and it fits: ``prepared_room``)."""
     source = resolve_model_source(source)
     if sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES:
-        model = load_model(source, backend=backend, dtype=dtype)
-        pack_model(model, kernels)
-        return model
+        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
     path = prepared_path(source, cache_dir, dtype, kernels)
     try:
         model = load_prepared(path, backend, kernels)
@@ -92,17 +103,78 @@ def load_packed_model(
         _touch(path)
         log.info("executor.prepared_weights", path=str(path), hit=True)
         return model
-    model = load_model(source, backend=backend, dtype=dtype)
-    model.untie_lm_head()
-    pack_experts(
-        model, kernels
-    )  # first: the plain expert weights go (a MoE model is not saved: save_prepared)
-    unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
-    pack_linears(model, kernels)
-    if save_prepared(path, model, unpacked):
-        _prune(path.parent, keep=path)
-    log.info("executor.prepared_weights", path=str(path), hit=False)
-    return model
+    needed, room = prepared_bytes(source, dtype), prepared_room(path.parent)
+    if needed > room:
+        log.warning(
+            "executor.prepared_weights_skipped",
+            path=str(path),
+            needed_bytes=needed,
+            room_bytes=room,
+            reason="the prepared file would not fit in the cache's free disk space: converted and packed "
+            "at every start",
+        )
+        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+    return _load_and_save(source, path, backend=backend, dtype=dtype, kernels=kernels)
+
+
+def _load_and_save(source: Path, path: Path, *, backend, dtype: torch.dtype, kernels) -> LlamaForCausalLM:
+    """Load and pack layer by layer, each layer written to the prepared file as it is packed; then the
+    anonymous weights go and the model is mapped from the file, as a cache hit maps it (one copy in
+    memory at every moment). A file that cannot be written costs only the saving."""
+    model = None
+    try:
+        with cache_file.written_checked(path, ".tmp") as tmp, open(tmp, "wb") as file:
+            packing = LayerPacking(kernels, file)
+            model = load_model(source, backend=backend, dtype=dtype, on_group=packing)
+            packing.finish(model)
+            file.close()
+            model = None  # before the checksum maps the file: its pages and these weights never both
+            gc.collect()
+    except (NotWritten, OSError) as exc:
+        if model is not None and not is_saved(model):  # another architecture: packed at every load
+            log.info("executor.prepared_weights", path=str(path), hit=False, saved=False)
+            return model
+        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
+        if model is not None:
+            return model
+        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+    _prune(path.parent, keep=path)
+    log.info("executor.prepared_weights", path=str(path), hit=False, saved=True)
+    try:
+        return load_prepared(path, backend, kernels)
+    except (FileNotFoundError, cache_file.CacheFileInvalid) as exc:  # pruned or damaged by another process
+        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
+        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+
+
+def prepared_bytes(source: Path, dtype: torch.dtype) -> int:
+    """An upper bound on the prepared file's size: every checkpoint tensor in ``dtype``, and a tied LM
+    head once more (packed beside the embedding). Reads the checkpoint's headers only."""
+    from hetero_core.model.config import ModelConfig
+    from hetero_core.model.loader import read_checkpoint
+    from hetero_core.model.safetensors_checkpoint import read_safetensors
+
+    if source.is_dir():  # (read_checkpoint would check a converted GGUF's weights: loading does that)
+        config, tensors = ModelConfig.from_dir(source), read_safetensors(source)
+    else:
+        config, tensors = read_checkpoint(source)
+    elements = tensors.num_elements()
+    if config.tie_word_embeddings:
+        elements += config.vocab_size * config.hidden_size
+    return elements * dtype.itemsize + (64 << 20)  # the header, padding and footer: far less than this
+
+
+def prepared_room(folder: Path) -> int:
+    """Bytes the prepared file may take: the free space of the disk under ``folder`` less
+    ``RESERVED_DISK_BYTES`` left for everything else (0 when that cannot be read)."""
+    existing = Path(folder)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return 0
+    return max(0, free - RESERVED_DISK_BYTES)
 
 
 def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
