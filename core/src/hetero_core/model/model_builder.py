@@ -4,11 +4,13 @@ in place after the architecture's weight mapping (the Llama family's fuses q/k/v
 ``fusion``). The loader and the tensor-parallel sharding both build through here.
 
 Loading streams, so that no model is held twice: the weights go in one group at a time (each decoder
-layer, ``model.layers.{i}.``, then the rest: embeddings, final norm, LM head). A group's checkpoint
-tensors are read (``state`` is a lazy ``checkpoint_tensors`` mapping), mapped, converted to the
-dtype and assigned, ``on_group(model, prefix)`` runs (the CPU executor packs that layer's linears and
-writes them to its prepared file there), and the group's source tensors are dropped before the next
-group is read. Peak memory: the resident weights plus one group's tensors in their two dtypes.
+layer, ``model.layers.{i}.``, then the rest: embeddings, final norm, LM head). Within a group the
+architecture's weight mapping is called for one module tensor at a time: its checkpoint tensors are
+read (``state`` is a lazy ``checkpoint_tensors`` mapping), mapped (fused), converted to the dtype and
+dropped before the next is read. The group is assigned, then ``on_group(model, prefix)`` runs (the
+CPU executor packs that layer's linears and writes them to its prepared file there). Peak memory:
+the resident weights plus one module tensor in its source and mapped forms (and, with ``on_group``
+packing, one layer in its plain and packed layouts).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.attention import AttentionBackend, NoAttention
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.freed_memory import release_freed_memory
 from hetero_core.plugin_system.installed import architecture_of
 
 CAUSAL_LM_METHODS = ("forward", "sampled_logits", "compute_logits", "untie_lm_head")
@@ -52,9 +55,14 @@ def build_model(
     weights = architecture.weights
     _check_names(state, weights.checkpoint_names(names, config), weights, config)
     for prefix, group in weight_groups(names):
-        _assign(model, weights.from_checkpoint(state, group, config), device, dtype)
+        tensors = {}
+        for name in group:  # one tensor at a time: its source tensors go as soon as it is converted
+            tensors.update(_converted(weights.from_checkpoint(state, [name], config), device, dtype))
+        _assign(model, tensors)
+        del tensors
         if on_group is not None:
             on_group(model, prefix)
+        release_freed_memory()  # the group's source tensors, freed into the allocator's heap
     left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
     if left:
         raise ModelLoadError(
@@ -89,12 +97,13 @@ def _check_names(state: Mapping, expected_names: list[str], weights, config: Mod
         )
 
 
-def _assign(model: torch.nn.Module, mapped: dict, device, dtype: torch.dtype) -> None:
-    """Put one group's tensors (the mapping's result, taken out of ``mapped`` one by one so each source
-    tensor goes as soon as it is converted) into ``model`` in ``dtype`` on ``device``."""
-    tensors = {}
-    for name in list(mapped):
-        tensors[name] = mapped.pop(name).to(device=device, dtype=dtype)
+def _converted(mapped: dict, device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``mapped``'s tensors in ``dtype`` on ``device``, each source let go once converted."""
+    return {name: mapped.pop(name).to(device=device, dtype=dtype) for name in list(mapped)}
+
+
+def _assign(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Put one group's converted tensors into ``model`` (ModelLoadError on a shape mismatch)."""
     try:
         result = model.load_state_dict(tensors, strict=False, assign=True)
     except RuntimeError as exc:  # shape mismatches

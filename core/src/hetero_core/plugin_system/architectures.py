@@ -73,7 +73,12 @@ class WeightMapping:
     concatenated into one ``qkv_proj``); ``to_checkpoint(state, config)``: the inverse (tests, export);
     ``ignored(name, config)``: True for a checkpoint tensor the architecture deliberately does not use
     (DeepSeek-V3's multi-token-prediction layer), which loading skips instead of refusing it as
-    unexpected. The default maps every name to itself and ignores ``unused_buffers``."""
+    unexpected. The default maps every name to itself and ignores ``unused_buffers``.
+
+    Loading calls ``from_checkpoint`` with one model name at a time and a lazy, read-only mapping
+    (``model.checkpoint_tensors``: each ``state[name]`` reads that tensor from disk, so read it once),
+    so that the weights stream (``model.model_builder``): a mapping computes each of the module's
+    tensors from the checkpoint tensors it needs, whatever other names it is given with."""
 
     checkpoint_names: Callable[[Iterable[str], Any], list[str]] = lambda names, config: list(names)
     from_checkpoint: Callable[[dict, Iterable[str], Any], dict] = lambda state, names, config: {

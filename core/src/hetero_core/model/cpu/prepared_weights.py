@@ -44,6 +44,7 @@ from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_sav
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared
+from hetero_core.model.freed_memory import release_freed_memory
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
 from hetero_core.model.source import resolve_model_source
@@ -130,6 +131,7 @@ def _load_and_save(source: Path, path: Path, *, backend, dtype: torch.dtype, ker
             file.close()
             model = None  # before the checksum maps the file: its pages and these weights never both
             gc.collect()
+            release_freed_memory()
     except (NotWritten, OSError) as exc:
         if model is not None and not is_saved(model):  # another architecture: packed at every load
             log.info("executor.prepared_weights", path=str(path), hit=False, saved=False)
