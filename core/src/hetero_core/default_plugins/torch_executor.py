@@ -28,6 +28,7 @@ from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
+from hetero_core.model.cpu.layer_packing import LayerPacking
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
@@ -156,9 +157,11 @@ def _build_runner(
             pack_model(model, kernels)
     elif pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
         model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
-    else:
-        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
-        if pack:
+    else:  # one process: each layer packed as it loads (layer_packing); a TP shard packs once parallelized
+        streamed = LayerPacking(kernels) if pack and shard is None else None
+        load_options = dict(backend=backend, device=device, dtype=dtype, tensor_parallel=shard, on_group=streamed)
+        model = load_model(ctx.model_dir, **load_options)
+        if pack and streamed is None:
             pack_model(model, kernels)
     if pack or options.quantization is not None:
         for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
