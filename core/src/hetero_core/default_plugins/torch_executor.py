@@ -159,8 +159,14 @@ def _build_runner(
         model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
     else:  # one process: each layer packed as it loads (layer_packing); a TP shard packs once parallelized
         streamed = LayerPacking(kernels) if pack and shard is None else None
-        load_options = dict(backend=backend, device=device, dtype=dtype, tensor_parallel=shard, on_group=streamed)
-        model = load_model(ctx.model_dir, **load_options)
+        model = load_model(
+            ctx.model_dir,
+            backend=backend,
+            device=device,
+            dtype=dtype,
+            tensor_parallel=shard,
+            on_group=streamed,
+        )
         if pack and streamed is None:
             pack_model(model, kernels)
     if pack or options.quantization is not None:
