@@ -13,8 +13,6 @@ new files are deleted, never the winner's: the two bf16 candidates share theirs)
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import hashlib
 
@@ -26,6 +24,7 @@ from hetero_core.model.cpu import compute_dtype, dtype_choice, dtype_probe
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
 from hetero_core.model.cpu.prepared_weights import checkpoint_identity, prepared_path
+from hetero_core.model.freed_memory import release_freed_memory
 
 log = get_logger("hetero.executor")
 
@@ -72,20 +71,6 @@ def choose_auto_dtype(model_dir, options, kernels, build, cache_dir) -> tuple[to
         if name != choice.name and path is not None and path != kept:
             path.unlink(missing_ok=True)
     return dtype, chosen_kernels, choice.reason
-
-
-def release_freed_memory() -> bool:
-    """Hand the heap's free pages back to the OS (glibc's ``malloc_trim``); True where it ran. The
-    probe's candidates, loaded and freed, leave their memory in glibc's heap (its mmap threshold rises
-    after the first large free): 1.4 GB of resident memory for the 360M shape's fp32 candidate."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
-        return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    trim(0)
-    return True
 
 
 def _cpu() -> str:
