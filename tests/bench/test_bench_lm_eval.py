@@ -17,8 +17,10 @@ from hetero_bench.benchmarks.lm_eval import TOLERANCE, compare
 from hetero_bench.lm_eval_run import TASKS, TaskRun, copy_tasks, read_run
 from hetero_core import HeteroError
 from hetero_core.cli.main import main
+from tests.cli_helpers import hetero
 
 LM_EVAL = os.environ.get("HETERO_BENCH_LM_EVAL") or "/work/peers/lmeval/bin/lm_eval"
+RUN_TIMEOUT_S = 1800  # two lm_eval runs and hetero serve's start, on 2 shared cores
 
 
 def bench(capsys, *argv):
@@ -96,11 +98,13 @@ def test_without_lm_eval_it_says_how_to_install_it(capsys, monkeypatch):
     not os.access(LM_EVAL, os.X_OK),
     reason=f"lm-eval is not installed at {LM_EVAL} (set HETERO_BENCH_LM_EVAL to its lm_eval program)",
 )
-def test_local_completions_against_hetero_serve_scores_as_lm_eval_hf(smollm2_dir, tmp_path, capsys):
+def test_local_completions_against_hetero_serve_scores_as_lm_eval_hf(smollm2_dir, tmp_path):
     """The real thing, on the first 8 items of each task: same accuracies, loglikelihoods within 1e-3."""
     report = tmp_path / "report.json"
-    code, out, _ = bench(capsys, "lm-eval", "--lm-eval", LM_EVAL, "--limit", "8", "--json", str(report))
-    assert code == 0, out
+    argv = ["bench", "lm-eval", "--lm-eval", LM_EVAL, "--limit", "8", "--json", str(report)]
+    done = hetero(*argv, timeout=RUN_TIMEOUT_S)  # a process, as a user runs it: hetero serve inherits stderr
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
     results = json.loads(report.read_text())
     assert {row["task"] for row in results["rows"]} == set(TASKS)
     assert all(row["equal"] for row in results["rows"]), results["rows"]
