@@ -36,7 +36,7 @@ def grammar_start_error(
 ) -> str | None:
     """Why ``params``' token constraints leave the grammar ``state`` (at its start) no first token, or
     None when some token is left (or the request has no token constraint to check)."""
-    banning = _banning_fields(params, eos_token_id)
+    banning = _banning_fields(params)
     if not banning:
         return None
     bitmask = allocate_token_bitmask(1, vocab_size)
@@ -56,15 +56,15 @@ def grammar_start_error(
     )
 
 
-def _banning_fields(params: SamplingParams, eos_token_id: int | None) -> list[str]:
+def _banning_fields(params: SamplingParams) -> list[str]:
     """The request's fields that can remove a first token."""
     fields = []
     if params.allowed_token_ids is not None:
         fields.append("allowed_token_ids")
     if any(len(word) == 1 for word in params.bad_words_token_ids):
         fields.append("bad_words")
-    if params.min_tokens and (params.stop_token_ids or (eos_token_id is not None and not params.ignore_eos)):
-        fields.append("min_tokens")
+    if params.min_tokens and params.stop_token_ids:  # EOS alone never refuses: a grammar that allows it
+        fields.append("min_tokens")  # at its start is complete, and EOS is let through
     return fields
 
 
