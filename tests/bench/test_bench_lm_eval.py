@@ -67,6 +67,30 @@ def test_a_run_is_read_and_compared_item_by_item(tmp_path):
         compare(gen, TaskRun({}, {}, {0: "Paris"}))
 
 
+def test_the_report_puts_both_sides_in_one_row_and_draws_them(tmp_path):
+    pytest.importorskip("matplotlib")
+    import argparse
+
+    from hetero_bench.benchmarks.lm_eval import build_report
+    from hetero_bench.report import write_plot
+
+    mc = TaskRun({"acc": 0.5}, {0: [-1.0, -2.0]}, {})
+    qa = TaskRun({"exact_match": 1.0}, {}, {0: "Paris"})
+    runs = {"hetero_mc": (mc, TaskRun({"acc": 0.5}, {0: [-1.0002, -2.0]}, {})), "hetero_qa": (qa, qa)}
+    seconds = {"hetero": 1.0, "hf": 2.0}
+    report = build_report(argparse.Namespace(limit=1), runs, Path("/m"), "float32", "lm_eval 0", seconds, "x")
+    assert report.table.rows[0] == {
+        "task": "hetero_mc",
+        "metric": "acc",
+        "hetero": 0.5,
+        "hf": 0.5,
+        "equal": True,
+    }
+    assert any("2.00e-04 over 2 choices of 1 items (within 0.001)" in line for line in report.summary)
+    write_plot(report, str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
 def test_missing_output_is_an_error_naming_it(tmp_path):
     with pytest.raises(HeteroError, match=r"expected one results_\*\.json"):
         read_run(tmp_path, "hetero_mc")
@@ -101,7 +125,9 @@ def test_without_lm_eval_it_says_how_to_install_it(capsys, monkeypatch):
 def test_local_completions_against_hetero_serve_scores_as_lm_eval_hf(smollm2_dir, tmp_path):
     """The real thing, on the first 8 items of each task: same accuracies, loglikelihoods within 1e-3."""
     report = tmp_path / "report.json"
+    kept = tmp_path / "kept"
     argv = ["bench", "lm-eval", "--lm-eval", LM_EVAL, "--limit", "8", "--json", str(report)]
+    argv += ["--num-concurrent", "2", "--output-dir", str(kept)]
     done = hetero(*argv, timeout=RUN_TIMEOUT_S)  # a process, as a user runs it: hetero serve inherits stderr
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
@@ -112,3 +138,6 @@ def test_local_completions_against_hetero_serve_scores_as_lm_eval_hf(smollm2_dir
     assert mc["num_choices"] == 32 and mc["max_abs_loglik_delta"] <= TOLERANCE
     assert mc["different_picks"] == [] and qa["different_generations"] == []
     assert "max |delta loglikelihood|" in out and "lm_eval" in results["versions"]
+    assert "num_concurrent=2" in out
+    for side in ("hetero", "hf"):
+        assert len(list((kept / side).rglob("samples_hetero_*.jsonl"))) == 2

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> Report:
         if not args.output_dir:
             shutil.rmtree(base, ignore_errors=True)
     versions = lm_eval_version(lm_eval)
-    return _report(args, runs, model_dir, dtype, versions, {"hetero": hetero_s, "hf": hf_s}, model_args)
+    return build_report(args, runs, model_dir, dtype, versions, {"hetero": hetero_s, "hf": hf_s}, model_args)
 
 
 def hf_model_dir(args: argparse.Namespace) -> Path:
@@ -136,7 +136,7 @@ def compare(hetero, hf) -> dict:
     }
 
 
-def _report(
+def build_report(
     args, runs: dict, model_dir: Path, dtype: str, versions: str, seconds: dict, model_args
 ) -> Report:
     rows, comparisons = [], {}
