@@ -34,6 +34,13 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--max-body-bytes", type=int, metavar="N", help=fields["max_body_bytes"].description)
     group.add_argument(
+        "--no-chat-page",
+        dest="chat_page",
+        action="store_false",
+        default=None,
+        help="no chat page at / (GET / is 404); the page: " + fields["chat_page"].description,
+    )
+    group.add_argument(
         "--graceful-shutdown-seconds",
         type=float,
         metavar="S",
@@ -105,6 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         max_pending_requests=args.max_pending_requests,
         max_body_bytes=args.max_body_bytes,
+        chat_page=args.chat_page,
         graceful_shutdown_seconds=args.graceful_shutdown_seconds,
         replicas=args.replicas,
         ray_address=args.ray_address,
