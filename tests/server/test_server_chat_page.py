@@ -41,7 +41,9 @@ def test_with_an_api_key_the_page_is_open_and_the_api_stays_closed(mock_server):
     assert closed.status_code == 401 and closed.json()["error"]["code"] == "invalid_api_key"
     # Only GET serves the page: other methods on its paths get no further than an unknown route would.
     assert httpx.post(server.base_url + "/", timeout=30).status_code == 405
-    opened = httpx.get(server.base_url + "/v1/models", headers={"authorization": "Bearer sk-page"}, timeout=30)
+    opened = httpx.get(
+        server.base_url + "/v1/models", headers={"authorization": "Bearer sk-page"}, timeout=30
+    )
     assert opened.status_code == 200 and opened.json()["data"][0]["id"] == server.model_name
 
 
