@@ -31,7 +31,7 @@ def main() -> int:
         print(f"page_screenshot: {missing}", file=sys.stderr)
         return 2
     with hetero_serve("--temperature", "0") as base_url, chromium(args.width, args.height) as driver:
-        # The page's viewport exactly this size (a window's size includes what headless Chromium draws around it).
+        # The page's viewport exactly this size (a window's size counts what Chromium draws around it).
         driver.execute_cdp_cmd(
             "Emulation.setDeviceMetricsOverride",
             {"width": args.width, "height": args.height, "deviceScaleFactor": 1, "mobile": False},

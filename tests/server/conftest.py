@@ -16,8 +16,8 @@ except ImportError:
 
 @pytest.fixture
 def mock_server(make_mock_engine):
-    """``mock_server(mock_options=..., api_key=..., chat_page=..., **settings)``: a started LiveServer, stopped after
-    the test."""
+    """``mock_server(mock_options=..., api_key=..., chat_page=..., **settings)``: a started LiveServer,
+    stopped after the test."""
     started = []
 
     def start(

@@ -38,7 +38,8 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         dest="chat_page",
         action="store_false",
         default=None,
-        help="no chat page at / (GET / is 404); the page: " + fields["chat_page"].description,
+        help="leave out the chat page at / (GET / is then 404, as any unknown path; "
+        "HETERO_CHAT_PAGE=false does the same)",
     )
     group.add_argument(
         "--graceful-shutdown-seconds",
