@@ -108,8 +108,7 @@ def _nibbles(qs: np.ndarray) -> np.ndarray:
 
 def _high_bits(qh: np.ndarray) -> np.ndarray:
     """[..., 4] bytes (a little-endian uint32) -> [..., 32] bits: bit j is input j's fifth bit."""
-    bits = np.unpackbits(qh, axis=-1, bitorder="little")
-    return bits
+    return np.unpackbits(qh, axis=-1, bitorder="little")
 
 
 def _q4_0(raw):

@@ -44,6 +44,7 @@ from hetero_core.model.gguf_codes import BlockCodes, codes_of, has_codes
 
 log = get_logger("hetero.executor")
 
+CHUNK_ROWS = 4096  # rows of one tensor decoded at a time (a multiple of the kernels' 16-row panels)
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # as prepared_file names a linear in the kernels' layout
 # Types dequantized without a warning: full-precision ones, and Q6_K until the kernels have its layout.
 PLAIN_TYPES = {"F32", "F16", "BF16", "F64", "Q6_K"}
@@ -91,8 +92,11 @@ def load_codes_model(
         raise ModelLoadError(
             f"{gguf_path} does not match its architecture {config.architecture}: {exc}"
         ) from exc
-    plain = {k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX)}
-    return model, plain
+    in_kernel_layout = {f"{n}.weight" for n, m in model.named_modules() if getattr(m, "all_rows", False)}
+    plain = {
+        k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX) and k not in in_kernel_layout
+    }
+    return model, plain  # (dequantized linears now packed are dropped: their plain copy goes)
 
 
 def _tensors(by_name: dict, config: ModelConfig, dtype: torch.dtype, kernels, unpermute: bool):
@@ -157,6 +161,8 @@ def _parts(linear: str, config: ModelConfig) -> list[tuple[str, int | None]]:
 def _packed_codes(by_name, parts, permuted: dict[str, int], kernels, swiglu: bool) -> torch.Tensor | None:
     """The parts' codes packed for ``coded_linear`` (rows concatenated, in the SwiGLU order for
     gate/up), or None where a part has none or the rows do not fill the kernels' panels."""
+    if len(parts) == 1 and not swiglu and parts[0][0] not in permuted:
+        return _packed_in_chunks(by_name[parts[0][0]])
     codes = []
     for part, _ in parts:
         tensor = by_name[part]
@@ -175,6 +181,23 @@ def _packed_codes(by_name, parts, permuted: dict[str, int], kernels, swiglu: boo
     if swiglu:
         d, m, q = (kernels.swiglu_order(t) for t in (d, m, q))
     return pack_code_panels(d, m, q, codes[0].bits)
+
+
+def _packed_in_chunks(tensor) -> torch.Tensor | None:
+    """One tensor's codes packed ``CHUNK_ROWS`` rows at a time (the LM head's codes alone are ~1 byte a
+    weight before packing), or None as for ``_packed_codes``."""
+    raw, type_name = tensor.data, tensor.tensor_type.name
+    if raw.ndim != 2 or not has_codes(type_name) or raw.shape[0] % PANEL:
+        return None
+    out = None
+    for start in range(0, raw.shape[0], CHUNK_ROWS):
+        codes = codes_of(raw[start : start + CHUNK_ROWS], type_name)
+        d, m, q = (torch.from_numpy(t) for t in (codes.d, codes.m, codes.q))
+        packed = pack_code_panels(d, m, q, codes.bits)
+        if out is None:
+            out = torch.empty((raw.shape[0] // PANEL, *packed.shape[1:]), dtype=packed.dtype)
+        out[start // PANEL : start // PANEL + packed.shape[0]] = packed
+    return out
 
 
 def _unpermuted(codes: BlockCodes, heads: int | None) -> BlockCodes:
@@ -197,17 +220,33 @@ def _permuted_heads(by_name: dict, config: ModelConfig) -> dict[str, int]:
 
 
 def _dequantized(by_name, parts, permuted: dict[str, int], dtype: torch.dtype) -> torch.Tensor:
-    """The parts dequantized (un-permuted like the codes) and concatenated, in ``dtype``."""
+    """The parts dequantized (un-permuted like the codes) and concatenated, in ``dtype``: ``CHUNK_ROWS``
+    rows at a time into the result (never a whole fp32 copy of an embedding)."""
     from gguf.quants import dequantize
 
-    pieces = []
-    for part, _ in parts:
-        tensor = by_name[part]
-        values = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
-        if part in permuted:
-            values = reverse_permute(values, permuted[part])
-        pieces.append(torch.from_numpy(np.array(values, dtype=np.float32, order="C")).to(dtype))
-    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+    tensors = [by_name[part] for part, _ in parts]
+    if tensors[0].data.ndim == 1:  # norms, biases
+        return torch.cat([torch.from_numpy(np.asarray(t.data, dtype=np.float32).copy()) for t in tensors]).to(
+            dtype
+        )
+    columns = [int(t.shape[0]) for t in tensors]  # GGUF shapes list the inputs first
+    if len(set(columns)) > 1:
+        raise ModelLoadError(f"the parts of a fused linear disagree on its inputs: {[p for p, _ in parts]}")
+    out = torch.empty((sum(int(t.shape[1]) for t in tensors), columns[0]), dtype=dtype)
+    row = 0
+    for (part, _), tensor in zip(parts, tensors, strict=True):
+        rows = int(tensor.shape[1])
+        step = rows if part in permuted else CHUNK_ROWS  # a permutation spans the whole tensor
+        for start in range(0, rows, step):
+            values = dequantize(tensor.data[start : start + step], tensor.tensor_type)
+            values = np.asarray(values, dtype=np.float32).reshape(-1, columns[0])
+            if not values.flags.writeable:  # a view of the mapped file (F32): torch wants its own
+                values = values.copy()
+            if part in permuted:
+                values = reverse_permute(values, permuted[part])
+            out[row + start : row + start + values.shape[0]] = torch.from_numpy(np.ascontiguousarray(values))
+        row += rows
+    return out
 
 
 def _warn_expanded(skipped: dict[str, list[str]]) -> None:
