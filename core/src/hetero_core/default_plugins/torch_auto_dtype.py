@@ -8,7 +8,9 @@ passes its gate (``model/cpu/amx.py``; option ``amx_linears``), ``bfloat16`` the
 one. With one candidate nothing is timed. The first start of a model on a CPU loads each candidate
 once (its prepared-weights file is written, as it would be for a start in that dtype; the losers'
 new files are deleted, never the winner's: the two bf16 candidates share theirs) and runs
-``dtype_probe``'s steps on it; later starts read the record.
+``dtype_probe``'s steps on it; later starts read the record. On a GGUF (with the kernels and
+``block_code_weights``) every candidate keeps the file's codes (``gguf_codes_loader``): no candidate
+loads the model's weights in fp32, and the choice is only of how activations and attention run.
 """
 
 from __future__ import annotations

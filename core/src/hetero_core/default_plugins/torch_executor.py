@@ -154,8 +154,15 @@ def _build_runner(
         quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
         if pack:
             pack_model(model, kernels)
-    elif pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
-        model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
+    elif pack and shard is None and device.type == "cpu":
+        model = load_packed_model(
+            ctx.model_dir,
+            cache_dir,
+            backend=backend,
+            dtype=dtype,
+            kernels=kernels,
+            prepared_file=options.prepared_weights_cache,
+        )
     else:
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
         if pack:

@@ -36,10 +36,11 @@ class TorchExecutorOptions(BaseModel):
     )
     block_code_weights: bool = Field(
         True,
-        description="on the CPU in float32 with the compiled kernels: linears whose weights are exact "
-        "block codes (a Q4_1 or Q8_0 GGUF's, found in the converted checkpoint) stream the codes, 0.75 "
-        "or 1.25 bytes a weight instead of 4, and expand them exactly: the same results bit for bit, "
-        "decode steps up to 1.7x faster where memory bounds them; false: fp32 weights",
+        description="on the CPU with the compiled kernels: a GGUF's linears load from its codes (Q4_0, "
+        "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; other types dequantized, Q6_K among them) and run them in "
+        "float32 and bfloat16 alike (dtype picks activations and attention), 0.75-1.25 bytes a weight, "
+        "never the model's fp32 weights; an fp32 checkpoint whose weights are exact Q4_1/Q8_0 codes "
+        "streams them too: the same results bit for bit as the fp32 weights; false: weights in dtype",
     )
     fused_decode: bool = Field(
         True,
