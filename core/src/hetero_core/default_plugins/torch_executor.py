@@ -19,6 +19,7 @@ import torch
 
 from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
+from hetero_core.default_plugins.torch_memory import kv_pool, memory_fit
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
@@ -30,6 +31,7 @@ from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
+from hetero_core.model.cpu.probe_model import first_layers
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.decode_graphs import build_decode_graphs
@@ -68,13 +70,26 @@ class TorchExecutor(RunnerExecutor):
             kernels = dataclasses.replace(kernels, block_codes=False)
         cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
-        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int) -> ModelRunner:
+        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None):
             """A runner of its own (a fresh backend: no state shared with another runner); one library
-            (``kernels``, the AMX variant included) runs all of its kernels."""
+            (``kernels``, the AMX variant included) runs all of its kernels. ``num_layers``: a model of
+            the checkpoint's first layers only (``dtype = "auto"``'s probe)."""
             backend = TorchPagedAttention(cpu_kernels=kernels)
             return _build_runner(
-                ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size, cache_dir
+                ctx,
+                options,
+                backend,
+                shard,
+                self.device,
+                dtype,
+                kernels,
+                (num_blocks, block_size),
+                cache_dir,
+                num_layers,
             )
+
+        on_cpu = self.device.type == "cpu" and shard is None
+        fit = memory_fit(ctx, options, kernels) if on_cpu else None  # before any weight is loaded
 
         if options.quantization is not None and (self.device.type != "cpu" or shard is not None):
             raise ConfigError(
@@ -88,7 +103,9 @@ class TorchExecutor(RunnerExecutor):
                 "natively"
             )
         elif options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
-            self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
+            self.dtype, kernels, reason = choose_auto_dtype(
+                ctx.model_dir, options, kernels, build, cache_dir, fit
+            )
         else:
             self.dtype, reason = resolve_dtype(options.dtype, self.device), "as configured"
             if self.dtype == torch.bfloat16 and kernels is not None and options.amx_linears:
@@ -102,9 +119,11 @@ class TorchExecutor(RunnerExecutor):
             reason=reason,
         )
         graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
-        self.runner = build(
-            self.dtype, kernels, ctx.num_blocks + graphs, ctx.block_size
-        )  # + the graphs' scratch block
+        pool = kv_pool(ctx, fit, self.dtype) if fit is not None else None  # None: ctx.num_blocks exactly
+        num_blocks = pool.num_blocks if pool is not None else ctx.num_blocks
+        self.runner = build(self.dtype, kernels, num_blocks + graphs, ctx.block_size)  # + graphs' scratch
+        if pool is not None:  # the engine's allocator hands out exactly these
+            self.capabilities = self.runner_capabilities(num_kv_blocks=num_blocks)
         if graphs:
             self.graph_runner = build_decode_graphs(
                 self.runner,
@@ -142,14 +161,20 @@ def _build_runner(
     device: torch.device,
     dtype: torch.dtype,
     kernels,
-    num_blocks: int,
-    block_size: int,
+    cache_shape: tuple[int, int],
     cache_dir,
+    num_layers: int | None = None,
 ) -> ModelRunner:
     """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
-    cache, where it can be; the compiled kernels' fused steps) over a cache of ``num_blocks``."""
+    cache, where it can be; the compiled kernels' fused steps) over a cache of ``cache_shape``'s
+    (blocks, block size); ``num_layers``: the checkpoint's first layers only (``probe_model``)."""
+    num_blocks, block_size = cache_shape
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
-    if options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
+    if num_layers is not None:  # dtype = "auto"'s probe: never a prepared file, never quantized
+        model = first_layers(ctx.model_dir, num_layers, backend=backend, dtype=dtype)
+        if pack:
+            pack_model(model, kernels)
+    elif options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype)
         quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
         if pack:

@@ -16,6 +16,7 @@ import json
 import math
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from hetero_core.errors import ModelLoadError
@@ -27,12 +28,23 @@ _EMBEDDINGS = ("model.embed_tokens.weight", "token_embd.weight")
 
 @dataclass(frozen=True)
 class CheckpointTensors:
-    """Elements per tensor name (HF names, or GGUF's for a .gguf) and, for a converted GGUF, the GGUF
-    quantization type of each of its tensors by HF name."""
+    """Elements per tensor (HF names) and, for a GGUF or a converted one, the GGUF file whose tensor
+    types say which are block codes (read only when asked: stepping over a GGUF's tokenizer costs
+    ~50 ms, which a warm start need not pay)."""
 
     elements: dict[str, int]
     tied_embeddings: bool
-    code_types: dict[str, str]
+    gguf_source: Path | None = None
+
+    @cached_property
+    def code_types(self) -> dict[str, str]:
+        """The GGUF type of each tensor by HF name ({} when the checkpoint is no GGUF's)."""
+        if self.gguf_source is None:
+            return {}
+        try:
+            return _gguf_types(self.gguf_source)
+        except ModelLoadError:
+            return {}
 
     @property
     def num_parameters(self) -> int:
@@ -69,7 +81,7 @@ def checkpoint_tensors(source: Path) -> CheckpointTensors:
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelLoadError(f"cannot read {source / 'config.json'}: {exc}") from exc
     tied = bool(config.get("tie_word_embeddings", False)) and "lm_head.weight" not in elements
-    return CheckpointTensors(elements, tied, _converted_gguf_types(source))
+    return CheckpointTensors(elements, tied, _converted_gguf_source(source))
 
 
 def safetensors_elements(path: Path) -> dict[str, int]:
@@ -80,9 +92,7 @@ def safetensors_elements(path: Path) -> dict[str, int]:
             if length > 100 << 20:
                 raise ValueError(f"header length {length} is not plausible")
             header = json.loads(file.read(length))
-        return {
-            name: math.prod(info["shape"]) for name, info in header.items() if name != "__metadata__"
-        }
+        return {name: math.prod(info["shape"]) for name, info in header.items() if name != "__metadata__"}
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         raise ModelLoadError(f"cannot read the safetensors header of {path}: {exc}") from exc
 
@@ -90,13 +100,23 @@ def safetensors_elements(path: Path) -> dict[str, int]:
 def _gguf_tensors(path: Path) -> CheckpointTensors:
     from hetero_core.model.gguf_checkpoint import hf_tensor_name
 
-    elements, types = {}, {}
-    for gguf_name, count, type_id in gguf_tensor_infos(path):
+    elements = {}
+    for gguf_name, count, _ in gguf_tensor_infos(path):
         name = hf_tensor_name(gguf_name)
         if name is not None:
             elements[name] = count
+    return CheckpointTensors(elements, "lm_head.weight" not in elements, path)  # no output.weight: tied
+
+
+def _gguf_types(path: Path) -> dict[str, str]:
+    from hetero_core.model.gguf_checkpoint import hf_tensor_name
+
+    types = {}
+    for gguf_name, _, type_id in gguf_tensor_infos(path):
+        name = hf_tensor_name(gguf_name)
+        if name is not None:
             types[name] = GGUF_TYPES.get(type_id, str(type_id))
-    return CheckpointTensors(elements, "lm_head.weight" not in elements, types)  # no output.weight: tied
+    return types
 
 
 GGUF_TYPES = {0: "F32", 1: "F16", 3: "Q4_1", 8: "Q8_0", 30: "BF16"}  # ggml type ids (the others: codes)
@@ -167,17 +187,14 @@ class _Cursor:
             raise ValueError(f"unknown metadata value type {type_id}")
 
 
-def _converted_gguf_types(folder: Path) -> dict[str, str]:
-    """For a converted GGUF (its manifest names the source file, when that is still there): the GGUF
-    type of each tensor by HF name; {} otherwise."""
+def _converted_gguf_source(folder: Path) -> Path | None:
+    """For a converted GGUF (its manifest names the source file, when that is still there): that file."""
     from hetero_core.cache import cache_file
 
     if not (folder / cache_file.MANIFEST).is_file():
-        return {}
+        return None
     try:
         source = Path(cache_file.read_manifest(folder)["source"])
-        if not source.is_file():
-            return {}
-        return _gguf_tensors(source).code_types
-    except (OSError, ValueError, KeyError, TypeError, ModelLoadError, cache_file.CacheFileInvalid):
-        return {}
+    except (KeyError, TypeError, cache_file.CacheFileInvalid):
+        return None
+    return source if source.is_file() else None
