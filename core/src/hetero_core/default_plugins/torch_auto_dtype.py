@@ -48,7 +48,8 @@ def choose_auto_dtype(
     model_dir, options, kernels, build, cache_dir, fit: MemoryFit | None = None
 ) -> tuple[torch.dtype, object, str]:
     """(dtype, kernels, reason) for ``dtype = "auto"``: ``build(dtype, kernels, num_blocks, block_size,
-    num_layers=n)`` makes a runner of a candidate on the checkpoint's first ``n`` layers to time;
+    num_layers=n, model=m)`` makes a runner of a candidate on the checkpoint's first ``n`` layers to
+    time (on ``m``, the larger probe model's view, where it is not None);
     ``fit``: the candidates whose weights do not fit are skipped (None: all are kept)."""
     offered = auto_candidates(kernels, options.amx_linears)
     skipped = {name: fit.problem(_dtype_name(dtype)) for name, (dtype, _) in offered.items()} if fit else {}
@@ -64,16 +65,21 @@ def choose_auto_dtype(
 
     def measure(name: str) -> dtype_choice.StepTimes:
         dtype, variant = candidates[name]
-        per_count = {}
-        for count in layer_counts:
-            runner = build(dtype, variant, dtype_probe.num_blocks(), dtype_probe.BLOCK_SIZE, num_layers=count)
+        per_count, model = {}, None  # layer count -> step times; the larger probe model
+        for count in sorted(layer_counts, reverse=True):  # the smaller model is a view of the larger
+            view = probe_model.fewer_layers(model, count) if model is not None else None
+            runner = build(
+                dtype, variant, dtype_probe.num_blocks(), dtype_probe.BLOCK_SIZE, num_layers=count, model=view
+            )
+            model = runner.model if model is None else model
             probed.append(name)
             try:
                 per_count[count] = dtype_probe.time_steps(runner).as_list()
             finally:
                 runner.shutdown()
                 del runner
-                gc.collect()  # this model's weights go before the next one loads
+        del model, view
+        gc.collect()  # this candidate's weights go before the next one loads
         steps = zip(*per_count.values())
         return dtype_choice.StepTimes(
             *(probe_model.extrapolate(dict(zip(per_count, step)), num_layers) for step in steps)

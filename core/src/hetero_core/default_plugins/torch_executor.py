@@ -70,10 +70,15 @@ class TorchExecutor(RunnerExecutor):
             kernels = dataclasses.replace(kernels, block_codes=False)
         cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
-        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None):
+        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None, model=None):
             """A runner of its own (a fresh backend: no state shared with another runner); one library
             (``kernels``, the AMX variant included) runs all of its kernels. ``num_layers``: a model of
-            the checkpoint's first layers only (``dtype = "auto"``'s probe)."""
+            the checkpoint's first layers only (``dtype = "auto"``'s probe); ``model``: that model,
+            already built and packed (a view of a larger probe model), whose backend it keeps."""
+            if model is not None:
+                return _runner(
+                    ctx, options, model, dtype, kernels, (num_blocks, block_size), shard, self.device
+                )
             backend = TorchPagedAttention(cpu_kernels=kernels)
             return _build_runner(
                 ctx,
@@ -168,7 +173,6 @@ def _build_runner(
     """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
     cache, where it can be; the compiled kernels' fused steps) over a cache of ``cache_shape``'s
     (blocks, block size); ``num_layers``: the checkpoint's first layers only (``probe_model``)."""
-    num_blocks, block_size = cache_shape
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
     if num_layers is not None:  # dtype = "auto"'s probe: never a prepared file, never quantized
         model = first_layers(ctx.model_dir, num_layers, backend=backend, dtype=dtype)
@@ -191,6 +195,13 @@ def _build_runner(
                 module.float32_output = True  # logits in fp32 straight from the matmul
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps
+    return _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device)
+
+
+def _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device) -> ModelRunner:
+    """``model`` (built, packed) over a cache of ``cache_shape``'s (blocks, block size), with the fused
+    decode step over that cache where it applies."""
+    num_blocks, block_size = cache_shape
     runner = ModelRunner(
         model,
         num_blocks=num_blocks,
@@ -199,6 +210,7 @@ def _build_runner(
         device=device,
         num_swap_blocks=ctx.num_swap_blocks,
     )
+    pack = options.prepack_weights and can_pack(device, dtype, kernels)
     if kernels is not None and pack and options.fused_decode and shard is None:
         model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
     return runner

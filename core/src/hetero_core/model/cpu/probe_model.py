@@ -10,10 +10,14 @@ no more layers than the larger), ``extrapolate`` the full model's time from thei
 ``first_layers(source, n)`` reads only the tensors those layers, the embedding, the final norm and
 the head need (safetensors reads each tensor it is asked for, nothing else) under the config with
 ``num_hidden_layers = n``; the model is built from them as the loader builds any (``build_model``).
+``fewer_layers(model, n)`` is the smaller probe model: the larger one's first ``n`` layers, embedding,
+norm and head, the same modules (already packed: packing the embedded model's LM head, 28M of its
+135M parameters, was most of the probe's cost when each probe model packed its own).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from pathlib import Path
@@ -63,6 +67,24 @@ def first_layers(source: str | Path, num_layers: int, *, backend, dtype: torch.d
     state = _first_layer_tensors(source, num_layers)
     config = dataclasses.replace(config, num_hidden_layers=num_layers)
     return build_model(config, state, backend=backend, dtype=dtype)
+
+
+def fewer_layers(model: torch.nn.Module, num_layers: int) -> torch.nn.Module | None:
+    """``model`` with only its first ``num_layers`` decoder layers, sharing every module with it (no
+    copy of a weight); None for an architecture not laid out as ``model.model.layers``."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not hasattr(model, "config"):
+        return None
+    view = copy.copy(model)  # a module's copy shares its children's table: each view gets its own
+    view._modules = dict(model._modules)
+    view.model = copy.copy(inner)
+    view.model._modules = dict(inner._modules)
+    view.model.layers = torch.nn.ModuleList(list(layers)[:num_layers])
+    view.config = dataclasses.replace(model.config, num_hidden_layers=num_layers)
+    if hasattr(view, "fused_decode"):
+        view.fused_decode = None  # built per runner, over its own cache
+    return view
 
 
 def _kept(name: str, num_layers: int) -> bool:
