@@ -12,7 +12,7 @@ import transformers
 
 from hetero_core.default_plugins import torch_memory
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.errors import ConfigError
+from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.model.cpu import dtype_probe, probe_model
 from hetero_core.model.cpu.dtype_choice import StepTimes
 from hetero_core.model.cpu.memory_budget import MemoryBudget
@@ -148,3 +148,40 @@ def _ctx(model_dir):
         eos_token_id=None,
         vocab_size=0,
     )
+
+
+def test_the_gguf_header_reader_matches_gguf_readers_tensor_infos(tiny_model_dirs, tmp_path):
+    """The header is stepped over without the gguf package (whose reader parses every field), to the
+    same tensors, element counts and types; a Q4_1 tensor counts at its code size in fp32."""
+    import gguf
+
+    from hetero_core.model.cpu.weight_size import CheckpointTensors, gguf_tensor_infos
+    from tests.model.tiny_gguf import write_tiny_gguf
+
+    hf_model = tiny_model_dirs["llama"][1]
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(hf_model, path)
+    expected = [(t.name, int(t.n_elements), int(t.tensor_type)) for t in gguf.GGUFReader(str(path)).tensors]
+    assert gguf_tensor_infos(path) == expected
+    tensors = checkpoint_tensors(path)
+    assert tensors.num_parameters == sum(p.numel() for p in hf_model.parameters())
+    assert set(tensors.code_types.values()) == {"F32"}
+    coded = CheckpointTensors({"model.layers.0.mlp.up_proj.weight": 3200}, False, None)
+    object.__setattr__(coded, "code_types", {"model.layers.0.mlp.up_proj.weight": "Q4_1"})
+    assert coded.resident_bytes("float32", block_codes=True) == 3200 * 24 // 32
+    assert coded.resident_bytes("float32") == 4 * 3200 and coded.resident_bytes("bfloat16") == 2 * 3200
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 20)
+    with pytest.raises(ModelLoadError, match="cannot read the GGUF header"):
+        gguf_tensor_infos(tmp_path / "bad.gguf")
+
+
+def test_an_explicit_dtype_that_does_not_fit_is_loaded_with_a_warning(
+    seven_layers, make_executor, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    fake_memory(monkeypatch, 1 << 20)
+    with caplog.at_level(logging.WARNING, logger="hetero"):
+        executor = make_executor(seven_layers[0], options=TorchExecutorOptions(dtype="float32"))
+    assert executor.dtype == torch.float32
+    [warning] = [r.getMessage() for r in caplog.records if "executor.memory_tight" in r.getMessage()]
+    assert "do not fit in 1 MiB available" in warning

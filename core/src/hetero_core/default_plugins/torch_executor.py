@@ -117,6 +117,9 @@ class TorchExecutor(RunnerExecutor):
                 amx = amx_kernels(kernels)  # None unless the CPU has AMX, granted and self-checked
                 if amx is not None:
                     kernels, reason = amx, "as configured; linears on AMX tiles"
+        problem = fit.problem(str(self.dtype).removeprefix("torch.")) if fit is not None else None
+        if problem is not None and options.dtype != "auto":  # asked for: loaded, but said first
+            log.warning("executor.memory_tight", dtype=str(self.dtype).removeprefix("torch."), reason=problem)
         log.info(
             "executor.dtype",
             requested=options.dtype,
