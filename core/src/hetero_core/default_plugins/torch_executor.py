@@ -8,7 +8,9 @@ CPUs, linears on weights packed once at load (``cpu.linear``; option ``prepack_w
 the prepared-weights cache, the compiled kernels, and the fused decode step. ``dtype = "auto"`` (the
 default) on the CPU is the candidate (fp32, bf16, bf16 on AMX tiles) that timed steps of the model
 itself show faster (``torch_auto_dtype``); an explicit bf16 runs its linears on AMX tiles where the
-CPU has them and they pass their gate (``cpu.amx``).
+CPU has them and they pass their gate (``cpu.amx``). On the CPU the memory this process may take is
+read before any weight loads (``torch_memory``): ``auto`` skips the candidates that do not fit, and
+without ``max_num_blocks`` the KV pool is sized from what the weights leave.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ class TorchExecutor(RunnerExecutor):
                 if amx is not None:
                     kernels, reason = amx, "as configured; linears on AMX tiles"
         problem = fit.problem(str(self.dtype).removeprefix("torch.")) if fit is not None else None
-        if problem is not None and options.dtype != "auto":  # asked for: loaded, but said first
+        if problem is not None and options.dtype != "auto" and options.quantization is None:  # said first
             log.warning("executor.memory_tight", dtype=str(self.dtype).removeprefix("torch."), reason=problem)
         log.info(
             "executor.dtype",
