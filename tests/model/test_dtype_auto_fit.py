@@ -185,3 +185,27 @@ def test_an_explicit_dtype_that_does_not_fit_is_loaded_with_a_warning(
     assert executor.dtype == torch.float32
     [warning] = [r.getMessage() for r in caplog.records if "executor.memory_tight" in r.getMessage()]
     assert "do not fit in 1 MiB available" in warning
+
+
+def test_real_probe_steps_run_on_the_first_layers_and_their_view(
+    seven_layers, make_executor, tmp_path, monkeypatch, caplog
+):
+    """No fake timings: two fp32 candidates (the kernels' and torch's path) timed for real on the 3-layer
+    model and its 1-layer view (packed, fused decode), extrapolated to positive figures."""
+    from hetero_core.default_plugins import torch_auto_dtype
+
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dtype_probe, "REPEATS", 1)
+    candidates = lambda kernels, amx=True: {  # noqa: E731
+        "float32": (torch.float32, kernels),
+        "float32-torch": (torch.float32, None),
+    }
+    monkeypatch.setattr(torch_auto_dtype, "auto_candidates", candidates)
+    built = []
+    original = probe_model.fewer_layers
+    monkeypatch.setattr(probe_model, "fewer_layers", lambda m, n: built.append(n) or original(m, n))
+    with caplog.at_level(logging.INFO, logger="hetero"):
+        executor = make_executor(seven_layers[0], options=AUTO)
+    assert executor.dtype == torch.float32 and built == [1, 1]
+    [line] = [r.getMessage() for r in caplog.records if "executor.dtype " in r.getMessage() + " "]
+    assert "first 1 and 3 of 7 layers" in line and "float32-torch: prefill 128 tokens" in line
