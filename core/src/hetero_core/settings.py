@@ -118,8 +118,8 @@ class HeteroSettings(BaseSettings, _SeamFields):
     kv_cache_memory: ByteSize | None = Field(
         None,
         gt=0,
-        description="the CPU KV cache's size, bytes or '4GiB' (vLLM's VLLM_CPU_KVCACHE_SPACE, "
-        "--kv-cache-memory); unset: half the memory left after the weights; not with max_num_blocks",
+        description="the CPU KV cache's size, bytes or '4GiB' (vLLM: VLLM_CPU_KVCACHE_SPACE, "
+        "--kv-cache-memory-bytes); unset: half the memory left after the weights; not with max_num_blocks",
     )
     max_batch_size: int = Field(32, ge=1, description="sequences in one step")
     max_num_seqs: int = Field(256, ge=1, description="sequences admitted (running) at once")

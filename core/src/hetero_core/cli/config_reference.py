@@ -36,8 +36,8 @@ exactly that many blocks, as always):
 
 - `kv_cache_memory` set (`--kv-cache-memory 4GiB`, `HETERO_KV_CACHE_MEMORY=4GiB`, bytes or a size
   with a unit): as many blocks as that holds; refused when it is more than the memory the weights
-  leave. vLLM's CPU backend reads the same from `VLLM_CPU_KVCACHE_SPACE` (GiB), its GPU one from
-  `--kv-cache-memory` (bytes). Not with `max_num_blocks`; other executors refuse it.
+  leave. vLLM's CPU backend reads the same from `VLLM_CPU_KVCACHE_SPACE` (GiB), its engines take
+  `--kv-cache-memory-bytes` (`kv_cache_memory_bytes`). Not with `max_num_blocks`; other executors refuse it.
 - unset: half (`kv_cache_size.KV_MEMORY_FRACTION`) of the memory left after the weights and their
   working set, at most what `max_num_seqs` sequences of `max_model_len` tokens can use. The memory
   is what this process may take at the start: the smaller of `MemAvailable` and its memory cgroup's

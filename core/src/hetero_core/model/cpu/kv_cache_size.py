@@ -1,7 +1,7 @@
 """How many KV blocks the CPU executor's pool gets when ``max_num_blocks`` is not given.
 
 ``kv_cache_memory`` set (bytes or a size, "4GiB"; vLLM's CPU backend reads ``VLLM_CPU_KVCACHE_SPACE``
-in GiB, its GPU one takes ``--kv-cache-memory`` in bytes): as many blocks as that holds, refused when
+in GiB, its engines take ``--kv-cache-memory-bytes``): as many blocks as that holds, refused when
 more than the memory the weights leave. Unset: ``KV_MEMORY_FRACTION`` of the memory the weights and
 their working set leave (``memory_budget``, ``memory_fit``), at most what ``max_num_seqs`` sequences
 of ``max_model_len`` tokens can use. A pool of untouched blocks costs nothing (``zeroed_memory``), but
