@@ -104,3 +104,33 @@ def test_the_engine_pool_follows_the_memory_and_explicit_blocks_stay_exact(
 def test_kv_cache_memory_with_an_executor_that_does_not_size_its_pool_is_refused():
     with pytest.raises(ConfigError, match="executor 'mock' here does not size its pool"):
         LLM(executor="mock", kv_cache_memory="1GiB")
+
+
+def test_a_draft_models_pool_stays_its_own_size_when_the_targets_is_sized_from_memory(
+    tiny_model_dirs, fake_memory
+):
+    from hetero_core.default_plugins.draft import DraftProposer
+    from hetero_core.default_plugins.draft_options import DraftProposerOptions
+    from hetero_core.executor import ExecutorContext
+    from hetero_core.speculative import ProposerContext
+
+    fake_memory(64 * GIB)
+    model_dir = tiny_model_dirs["llama"][0]
+    settings = load_settings(executor="torch", model=str(model_dir), max_model_len=256)
+    assert not settings.max_num_blocks_given
+    target = ExecutorContext(settings, None, model_dir, 1024, 16, 256, 512, 8, None, 96)
+    ctx = ProposerContext(
+        options=DraftProposerOptions(model=str(model_dir), dtype="float32", num_blocks=24),
+        num_speculative_tokens=2,
+        vocab_size=96,
+        model_dir=model_dir,
+        executor="torch",
+        block_size=16,
+        max_model_len=256,
+        max_num_seqs=8,
+        cache_dir=settings.cache_dir,
+        target_executor=target,
+    )
+    proposer = DraftProposer(ctx)
+    assert proposer.pool.num_blocks == 24
+    assert proposer.executor.kv_caches[0].key.shape[1] == 24  # [heads, blocks, block_size, head_dim]
