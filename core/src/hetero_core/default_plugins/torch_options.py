@@ -13,9 +13,12 @@ class TorchExecutorOptions(BaseModel):
         "auto",
         description="weights, activations and KV cache dtype; auto on the CPU: float32, or bfloat16 (and "
         "bfloat16 on AMX tiles, amx_linears) where the CPU computes bf16 natively (avx512_bf16 or "
-        "amx_bf16) and timed steps of the model itself (a prefill, a batched and a single decode, in "
-        "each candidate; once per CPU, model and version, kept in <cache_dir>/cpu_dtype_choice.json) "
-        "show it at least 3% faster on a reference workload; the -v line executor.dtype gives the "
+        "amx_bf16) and timed steps of the model's first layers (a prefill, a batched and a single "
+        "decode on 1- and 3-layer models of the checkpoint, extrapolated to all its layers, in each "
+        "candidate; once per CPU, model and version, kept in <cache_dir>/cpu_dtype_choice.json) show "
+        "it at least 3% faster on a reference workload; a candidate whose weights do not fit in the "
+        "memory available (cgroup limit included) is skipped, none fitting is an error naming the "
+        "options that make the model smaller; the -v line executor.dtype gives the "
         "figures; tensor-parallel ranks: bfloat16 where a bf16 matmul is 1.2x fp32's (timed once per "
         "CPU, <cache_dir>/cpu_dtype_speed.json); bfloat16 on a bf16-capable CUDA device, float16 on others",
     )
