@@ -10,6 +10,7 @@ views of the mapping: no conversion and no copy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from hetero_core.cache import cache_file
+from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.checkpoint_tensors import SAFETENSORS_DTYPES
 from hetero_core.model.config import ModelConfig
@@ -24,8 +26,41 @@ from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, pac
 from hetero_core.model.cpu.prepared_writer import PADDING_PREFIX
 from hetero_core.model.llama import LlamaForCausalLM
 
+log = get_logger("hetero.executor")
+
 FORMAT_VERSION = 3  # 2: a checksum footer (cache_file); 3: tensors aligned, written streaming
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
+
+
+def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> bool:
+    """Write ``model``'s tensors (packed ones in their layout, ``unpacked``'s for oneDNN's linears)
+    to ``path`` atomically, all at once (the GGUF codes' loader: ``gguf_codes_loader``; a checkpoint's
+    weights stream into the file instead, ``layer_packing``); return whether it was written (a failure
+    is logged, never raised). Only a
+    built-in ``LlamaForCausalLM`` is saved (``_assemble`` rebuilds that class): other architectures
+    are packed on every load."""
+    if type(model) is not LlamaForCausalLM or type(model.config) is not ModelConfig:
+        return False
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        tensors[name] = tensor
+    for name, module in model.named_modules():
+        if not isinstance(module, PackedLinear):
+            continue
+        if module.all_rows:
+            tensors[name + KERNEL_LAYOUT_SUFFIX] = module.kernel_weight
+        elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
+            tensors[name + ".weight"] = unpacked[name + ".weight"]
+    metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
+    try:
+        with cache_file.written_checked(path, ".tmp") as tmp:
+            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+    except (OSError, RuntimeError, ValueError) as exc:
+        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
+        return False
+    return True
 
 
 def load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM:

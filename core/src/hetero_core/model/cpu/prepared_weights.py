@@ -43,8 +43,10 @@ from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_saved
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
-from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared
+from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
 from hetero_core.model.freed_memory import release_freed_memory
+from hetero_core.model.gguf_cache import gguf_source
+from hetero_core.model.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
 from hetero_core.model.source import resolve_model_source
@@ -66,6 +68,8 @@ _LAYOUT_MODULES = (
     "hetero_core.model.cpu.kernel_linears",
     "hetero_core.model.cpu.block_codes",
     "hetero_core.model.llama",
+    "hetero_core.model.gguf_codes",
+    "hetero_core.model.gguf_codes_loader",
 )
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 
@@ -85,12 +89,19 @@ def load_packed_model(
     backend: AttentionBackend,
     dtype: torch.dtype,
     kernels=None,
+    prepared_file: bool = True,
 ) -> LlamaForCausalLM:
     """``load_model`` + ``pack_model``, mapped from the prepared file under ``cache_dir`` when there is
     one for this checkpoint, dtype and packing (and saved there, as loading streams, when there is
-    not and it fits: ``prepared_room``)."""
+    not and it fits: ``prepared_room``; never with ``prepared_file`` False). A GGUF (or a folder
+    converted from one) whose linears the kernels take as codes loads from its codes
+    (``gguf_codes_loader``), never expanding the model's weights."""
     source = resolve_model_source(source)
-    if sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES:
+    gguf = codes_source(source, dtype, kernels)
+    small = sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES
+    if gguf is not None and (small or not prepared_file):
+        return load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)[0]
+    if small or not prepared_file:
         return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
     path = prepared_path(source, cache_dir, dtype, kernels)
     try:
@@ -103,6 +114,12 @@ def load_packed_model(
     if model is not None:
         _touch(path)
         log.info("executor.prepared_weights", path=str(path), hit=True)
+        return model
+    if gguf is not None:  # the codes' own loader (its plain tensors kept for the file: save_prepared)
+        model, unpacked = load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)
+        if save_prepared(path, model, unpacked):
+            _prune(path.parent, keep=path)
+        log.info("executor.prepared_weights", path=str(path), hit=False)
         return model
     needed, room = prepared_bytes(source, dtype), prepared_room(path.parent)
     if needed > room:
@@ -208,6 +225,9 @@ def checkpoint_identity(source: str | Path) -> list[tuple[str, int, int]]:
 def _checkpoint_files(source: Path) -> list[Path]:
     if not source.is_dir():
         return [source]
+    gguf = gguf_source(source)
+    if gguf is not None:  # a converted GGUF: its weights (converted or not) are the GGUF's
+        return [source / "config.json", gguf]
     from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
 
     index = [source / INDEX_FILE] if (source / INDEX_FILE).is_file() else []
