@@ -53,6 +53,8 @@ def chunked_perplexity(llm, chunks: Chunks) -> dict:
 
     scoring = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
     outputs = llm.generate([{"prompt_token_ids": p} for p in chunks.prompts], scoring, use_tqdm=False)
+    if any(out.prompt_logprobs is None for out in outputs):
+        raise HeteroError("the engine returned no prompt logprobs: its executor cannot score a text")
     nll = [
         -entry[token].logprob
         for out in outputs

@@ -79,12 +79,16 @@ def write_f32(path: Path, seed: int = 37) -> None:
     writer.add_unk_token_id(0)
     writer.add_tensor("token_embd.weight", weights(VOCAB, HIDDEN))
     for i in range(LAYERS):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", 1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32))
+        writer.add_tensor(
+            f"blk.{i}.attn_norm.weight", 1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32)
+        )
         writer.add_tensor(f"blk.{i}.attn_q.weight", weights(HEADS * head_dim, HIDDEN))
         writer.add_tensor(f"blk.{i}.attn_k.weight", weights(KV_HEADS * head_dim, HIDDEN))
         writer.add_tensor(f"blk.{i}.attn_v.weight", weights(KV_HEADS * head_dim, HIDDEN))
         writer.add_tensor(f"blk.{i}.attn_output.weight", weights(HIDDEN, HEADS * head_dim))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", 1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32))
+        writer.add_tensor(
+            f"blk.{i}.ffn_norm.weight", 1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32)
+        )
         writer.add_tensor(f"blk.{i}.ffn_gate.weight", weights(INTERMEDIATE, HIDDEN))
         writer.add_tensor(f"blk.{i}.ffn_up.weight", weights(INTERMEDIATE, HIDDEN))
         writer.add_tensor(f"blk.{i}.ffn_down.weight", weights(HIDDEN, INTERMEDIATE))

@@ -31,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-tokens", type=positive_int, default=128, help="batch-1 decode tokens (128)")
     parser.add_argument("--parallel", type=positive_int, default=32, help="parallel requests (32)")
     parser.add_argument(
-        "--parallel-output-tokens", type=positive_int, default=41, help="output tokens a parallel request (41)"
+        "--parallel-output-tokens",
+        type=positive_int,
+        default=41,
+        help="output tokens a parallel request (41)",
     )
     parser.add_argument("--rounds", type=positive_int, default=3, help="repetitions, median taken (3)")
     parser.add_argument(
@@ -73,6 +76,9 @@ def run(args: argparse.Namespace) -> Report:
     hetero = HeteroPeer(engine_settings(args, options, enable_prefix_caching=False))
     rows = {"hetero": {"engine": "hetero", "version": _hetero_version()}}
     try:
+        refusal = getattr(getattr(hetero.engine, "processor", None), "prompt_logprobs_refusal", None)
+        if text is not None and refusal is not None:
+            raise HeteroError(f"--perplexity: {refusal}")
         if args.speed:
             rows["hetero"].update(_hetero_speed(hetero, args))
         if text is not None:
@@ -81,7 +87,11 @@ def run(args: argparse.Namespace) -> Report:
         hetero.close()
     if peer is not None:
         try:
-            rows["llama.cpp"] = {"engine": "llama.cpp", "version": peer.version, **_peer_figures(peer, args, text_path)}
+            rows["llama.cpp"] = {
+                "engine": "llama.cpp",
+                "version": peer.version,
+                **_peer_figures(peer, args, text_path),
+            }
         except PeerUnavailable as exc:
             skipped = str(exc)
             print(f"hetero bench: llama.cpp failed: {exc}", file=sys.stderr)
@@ -121,7 +131,9 @@ def _prompts(count: int, length: int, vocab_size: int) -> list[list[int]]:
     """Seeded random token ids from 100 up (past SmolLM2's special tokens), as llama.cpp's benches
     feed random tokens."""
     rng = random.Random(37)
-    return [[rng.randint(min(100, vocab_size - 1), vocab_size - 1) for _ in range(length)] for _ in range(count)]
+    return [
+        [rng.randint(min(100, vocab_size - 1), vocab_size - 1) for _ in range(length)] for _ in range(count)
+    ]
 
 
 def _hetero_speed(hetero, args) -> dict:
@@ -217,7 +229,10 @@ def _report(args, gguf_path: Path, rows: dict, skipped: str | None) -> Report:
         summary.append(f"llama.cpp not run: {skipped}")
     if "llama.cpp" in rows:
         ours, theirs = rows["hetero"], rows["llama.cpp"]
-        for key, what in (("tok_s_1", "batch-1 tok/s"), ("tok_s_parallel", f"{args.parallel}-parallel tok/s")):
+        for key, what in (
+            ("tok_s_1", "batch-1 tok/s"),
+            ("tok_s_parallel", f"{args.parallel}-parallel tok/s"),
+        ):
             if key in ours and key in theirs:
                 summary.append(f"hetero / llama.cpp {what}: {ours[key] / theirs[key]:.2f}x")
         if "perplexity" in ours and "perplexity" in theirs:
