@@ -6,13 +6,17 @@ written as F32 with gguf-py's writer, then each type is made from it by llama.cp
 (``llama-quantize``): ``--pure`` for the single-type files (no Q6_K output, no Q4_K embedding: each
 file holds its type only), the Q4_K_M and Q5_K_M per-tensor mixes as llama.cpp makes them.
 
-    python tests/data/gguf/make_fixtures.py /path/to/llama-quantize
+    python tests/data/gguf/make_fixtures.py quantize /path/to/llama-quantize
+    python tests/data/gguf/make_fixtures.py reference /path/to/dump_dequantized
 
-The F32 source is not kept (it is the largest file); the quantized files are.
+The F32 source is not kept (it is the largest file); the quantized files are. ``reference`` runs
+``dump_dequantized`` (``dump_dequantized.c``, built against llama.cpp's ggml: README.md) on each file
+and keeps what ggml's own dequantization gave, per tensor, in ``llama_cpp_dequantized.json``.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -100,7 +104,7 @@ def write_f32(path: Path, seed: int = 37) -> None:
     writer.close()
 
 
-def main(quantize: str) -> None:
+def make_quantized(quantize: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "tiny-F32.gguf"
         write_f32(source)
@@ -109,7 +113,19 @@ def main(quantize: str) -> None:
             subprocess.run([quantize, *flags, str(source), str(HERE / f"{stem}.gguf"), qtype], check=True)
 
 
+def make_reference(dump: str) -> None:
+    reference = {}
+    for stem in FIXTURES:
+        done = subprocess.run([dump, str(HERE / f"{stem}.gguf")], check=True, capture_output=True, text=True)
+        tensors = [json.loads(line) for line in done.stdout.splitlines()]
+        reference[stem.removeprefix("tiny-")] = {
+            t.pop("name"): {**t, "type": t["type"].upper()} for t in tensors
+        }
+    (HERE / "llama_cpp_dequantized.json").write_text(json.dumps(reference, indent=1) + "\n")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python tests/data/gguf/make_fixtures.py /path/to/llama-quantize")
-    main(sys.argv[1])
+    commands = {"quantize": make_quantized, "reference": make_reference}
+    if len(sys.argv) != 3 or sys.argv[1] not in commands:
+        sys.exit("usage: python tests/data/gguf/make_fixtures.py {quantize LLAMA_QUANTIZE | reference DUMP}")
+    commands[sys.argv[1]](sys.argv[2])

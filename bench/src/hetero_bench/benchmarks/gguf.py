@@ -163,13 +163,17 @@ def _hetero_perplexity(hetero, gguf_path: Path, text: str, n_ctx: int) -> dict:
 def _added_bos(gguf_path: Path) -> int | None:
     """The BOS llama.cpp's tokenizer adds for this file (None: none): ``tokenizer.ggml.add_bos_token``,
     else its default for the vocabulary's kind (SentencePiece 'llama': yes; BPE 'gpt2': no)."""
-    from hetero_core.model.gguf_checkpoint import field_value, open_gguf
+    import gguf
 
-    reader = open_gguf(gguf_path)
-    add = field_value(reader, "tokenizer.ggml.add_bos_token")
+    fields = gguf.GGUFReader(str(gguf_path)).fields
+
+    def value(key: str):
+        return fields[key].contents() if key in fields else None
+
+    add = value("tokenizer.ggml.add_bos_token")
     if add is None:
-        add = field_value(reader, "tokenizer.ggml.model") == "llama"
-    bos = field_value(reader, "tokenizer.ggml.bos_token_id")
+        add = value("tokenizer.ggml.model") == "llama"
+    bos = value("tokenizer.ggml.bos_token_id")
     return int(bos) if add and bos is not None else None
 
 
@@ -192,12 +196,9 @@ def _peer_figures(peer, args, text_path: str | None) -> dict:
 
 
 def _hetero_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from hetero_core import __version__
 
-    try:
-        return f"hetero-core {version('hetero-core')}"
-    except PackageNotFoundError:
-        return "hetero-core (source)"
+    return f"hetero {__version__}"
 
 
 def _report(args, gguf_path: Path, rows: dict, skipped: str | None) -> Report:
