@@ -4,7 +4,8 @@ Written from vLLM's documented offline API: ``LLM(model=..., dtype=..., ...)``,
 ``LLM.generate(prompts, sampling_params, use_tqdm=False)`` returning ``RequestOutput`` objects whose
 ``outputs[0].token_ids`` hold the generated ids, ``SamplingParams(temperature, max_tokens, ignore_eos)``
 and ``vllm.inputs.TokensPrompt(prompt_token_ids=...)``. Its "model" emits ``(last id + 1) % 1000``,
-so answers are deterministic. ``FAKE_VLLM_FAIL_ON_GENERATE=N`` makes the N-th generate call raise.
+so answers are deterministic; ``get_tokenizer().encode(text)`` gives one id per character.
+``FAKE_VLLM_FAIL_ON_GENERATE=N`` makes the N-th generate call raise.
 """
 
 import os
@@ -38,6 +39,9 @@ class LLM:
             raise ValueError(f"model {model} is not a directory")
         self.kwargs = {"dtype": dtype, "enforce_eager": enforce_eager, **kwargs}
 
+    def get_tokenizer(self):
+        return _Tokenizer()
+
     def generate(self, prompts, sampling_params, use_tqdm=True):
         global _calls
         _calls += 1
@@ -53,3 +57,10 @@ class LLM:
                 ids.append(last)
             results.append(RequestOutput(prompt["prompt_token_ids"], [CompletionOutput(ids)]))
         return results
+
+
+class _Tokenizer:
+    """Its ``encode``: one id per character (``ord % 1000``)."""
+
+    def encode(self, text):
+        return [ord(c) % 1000 for c in text]
