@@ -58,9 +58,9 @@ def test_both_engines_run_one_after_another_and_the_ratios_are_hetero_over_vllm(
         assert row["first_token_s"] > 0 and row["decode_tokens_per_s"] > 0
         assert row["peak_rss_mb"] > 10 and row["hwm_sum_mb"] >= row["peak_rss_mb"] * 0.5
         assert row["dtype"] == "bfloat16" and row["checkpoint_gb"] > 0
-    ratios = report["ratios_hetero_over_vllm"][str(tiny_model)]
+    [ratios] = report["ratios_hetero_over_vllm"][str(tiny_model)]
     assert ratios["peak_rss_mb"] == pytest.approx(rows["hetero"]["peak_rss_mb"] / rows["vllm"]["peak_rss_mb"])
-    assert f"{tiny_model}: Hetero / vLLM: peak RSS " in out and "memory limit: none" in out
+    assert f"{tiny_model}, round 1: Hetero / vLLM: peak RSS " in out and "memory limit: none" in out
     assert "peak RSS MiB" in out and "cgroup peak MiB" in out
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -195,29 +194,35 @@ def _brief(m) -> str:
     )
 
 
-def _median(rows: list[dict], key: str) -> float | None:
-    values = [r[key] for r in rows if r.get(key) is not None and not r["error"]]
-    return statistics.median(values) if values else None
+def _ratios(ours: dict | None, theirs: dict | None) -> dict[str, float | None]:
+    """Hetero / vLLM of each figure, where both engines have it (a failed run has none)."""
+    pair = {}
+    for key in ("peak_rss_mb", "first_token_s", "decode_tokens_per_s"):
+        a = ours.get(key) if ours and not ours["error"] else None
+        b = theirs.get(key) if theirs and not theirs["error"] else None
+        pair[key] = a / b if a is not None and b else None
+    return pair
 
 
 def _report(args, rows: list[dict], limit_bytes: int | None, limit_note: str | None) -> Report:
+    """Ratios per round: round 1 is a checkpoint's first start here (Hetero prepares its weights file
+    and, with dtype auto, times its candidates; vLLM fills its compile cache), later rounds reuse those."""
     summary, ratios = [], {}
     for spec in args.models:
-        ours = [r for r in rows if r["model"] == spec and r["engine"] == "hetero"]
-        theirs = [r for r in rows if r["model"] == spec and r["engine"] == "vllm"]
-        for r in ours + theirs:
-            if r["oom_killed"] or r["error"]:
-                summary.append(f"{spec}: {r['engine']} round {r['round']} failed: {r['error']}")
-        pair = {}
-        for key in ("peak_rss_mb", "first_token_s", "decode_tokens_per_s"):
-            a, b = _median(ours, key), _median(theirs, key)
-            pair[key] = a / b if a is not None and b else None
-        ratios[spec] = pair
-        if any(v is not None for v in pair.values()):
-            summary.append(
-                f"{spec}: Hetero / vLLM: peak RSS {_x(pair['peak_rss_mb'])}, time to first token "
-                f"{_x(pair['first_token_s'])}, batch-1 decode {_x(pair['decode_tokens_per_s'])}"
-            )
+        ratios[spec] = []
+        for number in range(1, args.rounds + 1):
+            found = {r["engine"]: r for r in rows if r["model"] == spec and r["round"] == number}
+            for r in found.values():
+                if r["error"]:
+                    summary.append(f"{spec}: {r['engine']} round {number} failed: {r['error']}")
+            pair = _ratios(found.get("hetero"), found.get("vllm"))
+            ratios[spec].append({"round": number, **pair})
+            if any(v is not None for v in pair.values()):
+                summary.append(
+                    f"{spec}, round {number}: Hetero / vLLM: peak RSS {_x(pair['peak_rss_mb'])}, "
+                    f"time to first token {_x(pair['first_token_s'])}, "
+                    f"batch-1 decode {_x(pair['decode_tokens_per_s'])}"
+                )
     columns = [
         Column("model", "model"),
         Column("engine", "engine"),
