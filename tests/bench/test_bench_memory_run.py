@@ -39,6 +39,7 @@ def fake_vllm(tmp_path, monkeypatch) -> None:
     script.write_text(f'#!/bin/sh\nPYTHONPATH="{FAKE_VLLM}" exec "{sys.executable}" "$@"\n')
     script.chmod(0o755)
     monkeypatch.setenv(PYTHON_ENV, str(script))
+    monkeypatch.setenv("FAKE_VLLM_SECONDS_PER_TOKEN", "0.002")
 
 
 def test_both_engines_run_one_after_another_and_the_ratios_are_hetero_over_vllm(

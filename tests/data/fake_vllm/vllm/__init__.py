@@ -5,14 +5,17 @@ Written from vLLM's documented offline API: ``LLM(model=..., dtype=..., ...)``,
 ``outputs[0].token_ids`` hold the generated ids, ``SamplingParams(temperature, max_tokens, ignore_eos)``
 and ``vllm.inputs.TokensPrompt(prompt_token_ids=...)``. Its "model" emits ``(last id + 1) % 1000``,
 so answers are deterministic; ``get_tokenizer().encode(text)`` gives one id per character.
-``FAKE_VLLM_FAIL_ON_GENERATE=N`` makes the N-th generate call raise.
+``FAKE_VLLM_FAIL_ON_GENERATE=N`` makes the N-th generate call raise;
+``FAKE_VLLM_SECONDS_PER_TOKEN`` makes each token take that long (a decode that can be timed).
 """
 
 import os
+import time
 from dataclasses import dataclass
 
 __version__ = "0.0.0-fake"
 _calls = 0
+_SECONDS_PER_TOKEN = float(os.environ.get("FAKE_VLLM_SECONDS_PER_TOKEN", "0"))
 
 
 @dataclass
@@ -53,6 +56,7 @@ class LLM:
         for prompt, params in zip(prompts, sampling_params):
             ids, last = [], prompt["prompt_token_ids"][-1]
             for _ in range(params.max_tokens):
+                time.sleep(_SECONDS_PER_TOKEN)
                 last = (last + 1) % 1000
                 ids.append(last)
             results.append(RequestOutput(prompt["prompt_token_ids"], [CompletionOutput(ids)]))
