@@ -1,8 +1,8 @@
 """Memory and model size: peak RSS, time to first token and batch-1 decode, Hetero beside vLLM CPU.
 
 Question: what does each engine need to start a checkpoint of a given size and answer, under a
-memory limit such as a smaller machine's? For each ``--models`` checkpoint (``random:`` shapes from
-360M to 8B by default the two small ones, or any HF directory) and each engine, one after another
+memory limit such as a smaller machine's? For each ``--models`` checkpoint (``random:`` shapes of
+360M, 1B, 3B and 8B, by default the two small ones; or any HF directory) and each engine, one after another
 (never two engines at once), in a process of its own: Hetero as ``hetero run`` starts it (default
 settings, ``HETERO_*`` variables apply; ``hetero_worker.py``) and vLLM CPU from its venv on the same
 directory (``peers/vllm_worker.py``: compiled, its default; dtype the checkpoint's). With
@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def epilog() -> str:
     return (
-        "the 8B run of issue 36, on a 24 GB machine:\n"
-        "  hetero bench memory --models random:llama-8b --memory-limit 21G --json memory_8b.json"
+        "the 8B run of issue 36 on a 24 GB machine (round 1 a first start, round 2 a later one):\n"
+        "  hetero bench memory --models random:llama-8b --memory-limit 21G --rounds 2 --json memory_8b.json"
     )
 
 
