@@ -4,6 +4,7 @@ Hetero runs a tiny random checkpoint with the byte tokenizer. No timing is asser
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -45,9 +46,20 @@ def fake_vllm(tmp_path, monkeypatch) -> None:
 def test_both_engines_run_one_after_another_and_the_ratios_are_hetero_over_vllm(
     tiny_model, fake_vllm, tmp_path, capsys
 ):
-    out_json = tmp_path / "memory.json"
+    out_json, out_png = tmp_path / "memory.json", tmp_path / "memory.png"
+    plot = ["--plot", str(out_png)] if importlib.util.find_spec("matplotlib") else []
     code = main(
-        ["bench", "memory", "--models", str(tiny_model), "--decode-tokens", "64", "--json", str(out_json)]
+        [
+            "bench",
+            "memory",
+            "--models",
+            str(tiny_model),
+            "--decode-tokens",
+            "64",
+            "--json",
+            str(out_json),
+            *plot,
+        ]
     )
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -63,6 +75,7 @@ def test_both_engines_run_one_after_another_and_the_ratios_are_hetero_over_vllm(
     assert ratios["peak_rss_mb"] == pytest.approx(rows["hetero"]["peak_rss_mb"] / rows["vllm"]["peak_rss_mb"])
     assert f"{tiny_model}, round 1: Hetero / vLLM: peak RSS " in out and "memory limit: none" in out
     assert "peak RSS MiB" in out and "cgroup peak MiB" in out
+    assert not plot or out_png.read_bytes().startswith(b"\x89PNG")
 
 
 def test_without_vllm_s_venv_hetero_runs_alone_and_says_why(tiny_model, tmp_path, monkeypatch, capsys):
