@@ -37,6 +37,7 @@ BENCHMARKS = {
     "spec-decode": "hetero_bench.benchmarks.spec_decode",
     "quantization": "hetero_bench.benchmarks.quantization",
     "lm-eval": "hetero_bench.benchmarks.lm_eval",
+    "memory": "hetero_bench.benchmarks.memory",
 }
 
 
