@@ -156,8 +156,12 @@ class PackedLinear(nn.Module):
             rows = x.reshape(-1, self.in_features)
             if self.kernel_dtype == "f32":
                 out = kernels.f32_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
-            elif self.kernel_dtype == "codes":
-                out = kernels.coded_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
+            elif self.kernel_dtype == "codes":  # fp32 rows (bf16 activations widened), fp32 sums
+                out = kernels.coded_linear(
+                    rows.float(), self.kernel_weight, self.bias_f32, swiglu=self.swiglu
+                )
+                if x.dtype != torch.float32 and not self.float32_output:
+                    out = out.to(x.dtype)
             else:
                 out_dtype = torch.float32 if self.float32_output else torch.bfloat16
                 out = kernels.bf16_linear(
