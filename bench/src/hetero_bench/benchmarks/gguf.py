@@ -55,15 +55,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Report:
-    from hetero_bench.peers import PeerUnavailable
-    from hetero_bench.peers.hetero_engine import HeteroPeer
-    from hetero_bench.peers.llama_cpp import LlamaCpp
     from hetero_core import HeteroError
 
     gguf_path = _gguf_path(args.model)
     if not args.speed and not args.perplexity:
         raise HeteroError("--no-speed without --perplexity measures nothing; give --perplexity TEXT")
     text_path, text = _text(args.perplexity) if args.perplexity else (None, None)
+    try:
+        return _measure(args, gguf_path, text_path, text)
+    finally:
+        if args.perplexity == SHIPPED:
+            Path(text_path).unlink(missing_ok=True)  # the shipped text's copy for llama-perplexity
+
+
+def _measure(args, gguf_path: Path, text_path: str | None, text: str | None) -> Report:
+    from hetero_bench.peers import PeerUnavailable
+    from hetero_bench.peers.hetero_engine import HeteroPeer
+    from hetero_bench.peers.llama_cpp import LlamaCpp
+    from hetero_core import HeteroError
+
     peer, skipped = None, None
     if args.llama_cpp != "none":
         try:
