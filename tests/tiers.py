@@ -33,6 +33,7 @@ SLOW_PATHS = {
 # files inside a slow folder that stay fast (a fixture or a hand-written mark still makes a test slow)
 FAST_PATHS = {
     "tests/model/test_kernel_contract.py",  # the kernels' contract: every kernel on 0, 1 and odd sizes
+    "tests/model/test_gguf_fixtures.py",  # the tiny GGUF fixtures: read, dequantized, loaded; no model run
 }
 
 

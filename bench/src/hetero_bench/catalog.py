@@ -36,7 +36,9 @@ BENCHMARKS = {
     "disaggregated": "hetero_bench.benchmarks.disaggregated",
     "spec-decode": "hetero_bench.benchmarks.spec_decode",
     "quantization": "hetero_bench.benchmarks.quantization",
+    "gguf": "hetero_bench.benchmarks.gguf",
     "lm-eval": "hetero_bench.benchmarks.lm_eval",
+    "memory": "hetero_bench.benchmarks.memory",
 }
 
 

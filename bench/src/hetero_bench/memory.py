@@ -5,10 +5,15 @@ HF ``generate``); vLLM runs in a worker's process group (the worker, its engine 
 whose members' RSS are summed. RSS counts the pages touched: Hetero's prepared weights are a
 memory-mapped file (its pages count once touched, and the page cache shares them between
 processes), vLLM's weights are anonymous memory.
+
+Peaks (``hetero bench memory``): ``VmHWM`` is one process's own high-water mark, and a group's sum of
+them over-counts when its members peak at different times (and misses members already gone), so a
+``PeakSampler`` also samples the group's summed RSS every few milliseconds and keeps the largest.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -16,17 +21,63 @@ PROC = Path("/proc")
 
 def process_rss_mb(pid: int | str = "self") -> float | None:
     """``VmRSS`` of one process in MiB; None where it cannot be read."""
+    return _status_mb(pid, "VmRSS:")
+
+
+def process_hwm_mb(pid: int | str = "self") -> float | None:
+    """``VmHWM`` (peak RSS) of one process in MiB; None where it cannot be read."""
+    return _status_mb(pid, "VmHWM:")
+
+
+def group_rss_mb(pgid: int) -> float | None:
+    """The summed ``VmRSS`` of every process in process group ``pgid``, in MiB; None if none is found."""
+    return _group_sum(pgid, process_rss_mb)
+
+
+def group_hwm_mb(pgid: int) -> float | None:
+    """The summed ``VmHWM`` of the processes now in group ``pgid``, in MiB; None if none is found."""
+    return _group_sum(pgid, process_hwm_mb)
+
+
+class PeakSampler:
+    """The largest summed RSS of process group ``pgid`` seen, sampled every ``interval_s`` on a thread
+    from ``start()`` to ``stop()`` (which returns it, in MiB; None if never read)."""
+
+    def __init__(self, pgid: int, interval_s: float = 0.05) -> None:
+        self.pgid, self.interval_s = pgid, interval_s
+        self.peak_mb: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def start(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> float | None:
+        self._done.set()
+        self._thread.join()
+        return self.peak_mb
+
+    def _sample(self) -> None:
+        while True:
+            rss = group_rss_mb(self.pgid)
+            if rss is not None and (self.peak_mb is None or rss > self.peak_mb):
+                self.peak_mb = rss
+            if self._done.wait(self.interval_s):
+                return
+
+
+def _status_mb(pid: int | str, key: str) -> float | None:
     try:
         for line in (PROC / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
 
 
-def group_rss_mb(pgid: int) -> float | None:
-    """The summed ``VmRSS`` of every process in process group ``pgid``, in MiB; None if none is found."""
+def _group_sum(pgid: int, per_process) -> float | None:
     total, found = 0.0, False
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit():
@@ -36,7 +87,7 @@ def group_rss_mb(pgid: int) -> float | None:
         except (OSError, ValueError, IndexError):
             continue
         if group == pgid:
-            rss = process_rss_mb(entry.name)
-            if rss is not None:
-                total, found = total + rss, True
+            value = per_process(entry.name)
+            if value is not None:
+                total, found = total + value, True
     return total if found else None

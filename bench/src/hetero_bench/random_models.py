@@ -3,7 +3,8 @@ without downloading it.
 
 ``--model random:NAME[:DTYPE]`` (every benchmark's engine flag) makes, once, an HF directory under
 ``<cache_dir>/random-models/``: ``config.json``, plain safetensors in DTYPE (``bfloat16``, the
-default, or ``float32``; shards of at most ~2 GB with an index) and the embedded SmolLM2's tokenizer
+default, or ``float32``; shards of at most ~2 GB with an index, each tensor made and written in turn,
+so an 8B checkpoint is made in under 2 GB of RAM) and the embedded SmolLM2's tokenizer
 files (its vocabulary, 49,152 tokens, is every shape's), so Hetero, HF ``generate`` and vLLM load
 the same directory. NAME is a shape of ``SHAPES`` or a path to a ``config.json`` (its shape keys;
 the vocabulary stays the tokenizer's). Later runs reuse the directory (a ``random-model.json``
@@ -23,6 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
+from hetero_bench.safetensors_stream import num_bytes
 from hetero_core import HeteroError
 
 PREFIX = "random:"
@@ -64,6 +66,29 @@ SHAPES = {
         "head_dim": 64,
         "intermediate_size": 8192,
         "rope_theta": 500000.0,
+    },
+    # Llama-3.2-3B's layers (hidden 3072, 28 layers, 24 heads / 8 KV heads, intermediate 8192, tied):
+    # 3.0 B parameters with SmolLM2's vocabulary, 6.0 GB in bf16
+    "llama-3b": {
+        "hidden_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 24,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 8192,
+        "rope_theta": 500000.0,
+    },
+    # Llama-3.1-8B's layers (hidden 4096, 32 layers, 32 heads / 8 KV heads, intermediate 14336, an
+    # untied lm_head): 7.4 B parameters with SmolLM2's vocabulary, 14.8 GB in bf16, 8 shards
+    "llama-8b": {
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
     },
 }
 _SHAPE_KEYS = (
@@ -140,9 +165,11 @@ def default_cache_dir() -> Path:
 
 def write_random_model(target: Path, config: dict, dtype: str) -> None:
     """The directory at ``target``: config, random weights, the tokenizer (written beside it, then
-    renamed into place; a concurrent maker's finished directory wins)."""
+    renamed into place; a concurrent maker's finished directory wins). Each tensor is made, written
+    and dropped in turn (``safetensors_stream``): an 8B checkpoint is made in under 2 GB of RAM."""
     import torch
-    from safetensors.torch import save_file
+
+    from hetero_bench.safetensors_stream import plan_shards, write_streamed
 
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -150,20 +177,24 @@ def write_random_model(target: Path, config: dict, dtype: str) -> None:
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         copy_tokenizer(tmp, target.parent.parent)
-        files, shard, size, weight_map, total = [], {}, 0, {}, 0
-        for tensor_name, shape in tensor_shapes(config):
-            tensor = random_tensor(tensor_name, shape).to(getattr(torch, dtype))
-            if shard and size + tensor.nbytes > SHARD_BYTES:  # written now: its memory goes
-                files.append(_save(save_file, tmp, len(files) + 1, shard, weight_map))
-                shard, size = {}, 0
-            shard[tensor_name], size, total = tensor, size + tensor.nbytes, total + tensor.nbytes
-        if files:
-            files.append(_save(save_file, tmp, len(files) + 1, shard, weight_map))
+        entries = tensor_shapes(config)
+        shards = plan_shards(entries, dtype, SHARD_BYTES)
+
+        def make(name: str, shape: tuple[int, ...]):
+            return random_tensor(name, shape).to(getattr(torch, dtype))
+
+        if len(shards) == 1:
+            write_streamed(tmp / "model.safetensors", entries, dtype, make)
+        else:
+            weight_map = {}
+            for number, shard in enumerate(shards, 1):
+                name = f"model-{number:05d}.safetensors"
+                write_streamed(tmp / name, shard, dtype, make)
+                weight_map.update(dict.fromkeys((tensor for tensor, _ in shard), name))
+            total = sum(num_bytes(shape, dtype) for _, shape in entries)
             (tmp / "model.safetensors.index.json").write_text(
                 json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
             )
-        else:
-            save_file(shard, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / MARKER).write_text(json.dumps({"format": FORMAT, "std": STD, "dtype": dtype}))
         try:
             tmp.rename(target)
@@ -173,13 +204,6 @@ def write_random_model(target: Path, config: dict, dtype: str) -> None:
                 tmp.rename(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _save(save_file, folder: Path, number: int, shard: dict, weight_map: dict) -> str:
-    name = f"model-{number:05d}.safetensors"
-    save_file(shard, str(folder / name), metadata={"format": "pt"})
-    weight_map.update(dict.fromkeys(shard, name))
-    return name
 
 
 def tensor_shapes(config: dict) -> list[tuple[str, tuple[int, ...]]]:

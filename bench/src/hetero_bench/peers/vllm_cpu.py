@@ -58,6 +58,22 @@ def find_vllm_python() -> Path:
     return python
 
 
+def worker_env(num_threads: int | None) -> dict[str, str]:
+    """The worker's environment: its OpenMP threads bound to this process's CPUs (the first
+    ``num_threads``), Hetero's OpenMP choices left out, a fixed 1 GiB KV cache unless set already."""
+    env = dict(os.environ)
+    cpus = sorted(os.sched_getaffinity(0))
+    if num_threads:
+        cpus = cpus[:num_threads]
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
+    env.pop("OMP_WAIT_POLICY", None)  # Hetero's choices; vLLM keeps its own defaults
+    env.pop("GOMP_SPINCOUNT", None)
+    # A fixed KV cache (GiB): otherwise vLLM sizes it from the RAM left beside this process's
+    # loaded models, which left an fp32 worker 0.07 GiB, under one 2,048-token sequence.
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return env
+
+
 class VllmCpuPeer:
     """One vLLM engine in a worker process, stopped (SIGSTOP) except during its own calls."""
 
@@ -70,16 +86,7 @@ class VllmCpuPeer:
         if self.dtype not in _DTYPES.values():
             raise PeerUnavailable(f"vLLM's CPU backend runs float32 or bfloat16, not {self.dtype}")
         self.label = f"vLLM CPU {self.dtype} {'compiled' if compiled else 'eager'}"
-        env = dict(os.environ)
-        cpus = sorted(os.sched_getaffinity(0))
-        if ctx.num_threads:
-            cpus = cpus[: ctx.num_threads]
-        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
-        env.pop("OMP_WAIT_POLICY", None)  # Hetero's choices; vLLM keeps its own defaults
-        env.pop("GOMP_SPINCOUNT", None)
-        # A fixed KV cache (GiB): otherwise vLLM sizes it from the RAM left beside this process's
-        # loaded models, which left an fp32 worker 0.07 GiB, under one 2,048-token sequence.
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env = worker_env(ctx.num_threads)
         command = [str(python), "-u", str(WORKER), "--model", str(ctx.model_dir), "--dtype", self.dtype]
         if not compiled:
             command.append("--eager")

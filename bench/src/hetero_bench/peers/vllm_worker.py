@@ -3,7 +3,8 @@ venv), driven over stdin/stdout by ``vllm_cpu.VllmCpuPeer``. It imports only the
 and vLLM, never hetero_core or hetero_bench, so it runs in a venv that has vLLM and nothing of ours.
 
 Protocol: one JSON object per line. After loading it prints ``{"event": "ready", ...}`` with the
-load time and the time to its first generated token; then it answers each command line:
+load time and the time to its first generated token (of ``--first-prompt``, tokenized by vLLM's
+tokenizer, or of three fixed token ids); then it answers each command line:
 
 - ``{"cmd": "offline", "requests": [[prompt_ids, max_tokens], ...]}`` -> ``{"elapsed_s", "output_tokens",
   "token_ids"}``: all requests submitted together (greedy, EOS ignored), timed around ``generate``;
@@ -31,6 +32,9 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True (no torch.compile)")
+    parser.add_argument(
+        "--first-prompt", help="the text of the first request (default: token ids 100, 101, 102)"
+    )
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument(
         "--memory-fraction",
@@ -56,7 +60,8 @@ def main() -> None:
     )  # every round repeats the same prompts
     loaded = time.perf_counter() - START
     greedy = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
-    llm.generate([TokensPrompt(prompt_token_ids=[100, 101, 102])], greedy, use_tqdm=False)
+    first_ids = llm.get_tokenizer().encode(args.first_prompt) if args.first_prompt else [100, 101, 102]
+    llm.generate([TokensPrompt(prompt_token_ids=first_ids)], greedy, use_tqdm=False)
     first_token = time.perf_counter() - START
     import vllm
 

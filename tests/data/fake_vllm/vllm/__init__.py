@@ -4,14 +4,18 @@ Written from vLLM's documented offline API: ``LLM(model=..., dtype=..., ...)``,
 ``LLM.generate(prompts, sampling_params, use_tqdm=False)`` returning ``RequestOutput`` objects whose
 ``outputs[0].token_ids`` hold the generated ids, ``SamplingParams(temperature, max_tokens, ignore_eos)``
 and ``vllm.inputs.TokensPrompt(prompt_token_ids=...)``. Its "model" emits ``(last id + 1) % 1000``,
-so answers are deterministic. ``FAKE_VLLM_FAIL_ON_GENERATE=N`` makes the N-th generate call raise.
+so answers are deterministic; ``get_tokenizer().encode(text)`` gives one id per character.
+``FAKE_VLLM_FAIL_ON_GENERATE=N`` makes the N-th generate call raise;
+``FAKE_VLLM_SECONDS_PER_TOKEN`` makes each token take that long (a decode that can be timed).
 """
 
 import os
+import time
 from dataclasses import dataclass
 
 __version__ = "0.0.0-fake"
 _calls = 0
+_SECONDS_PER_TOKEN = float(os.environ.get("FAKE_VLLM_SECONDS_PER_TOKEN", "0"))
 
 
 @dataclass
@@ -38,6 +42,9 @@ class LLM:
             raise ValueError(f"model {model} is not a directory")
         self.kwargs = {"dtype": dtype, "enforce_eager": enforce_eager, **kwargs}
 
+    def get_tokenizer(self):
+        return _Tokenizer()
+
     def generate(self, prompts, sampling_params, use_tqdm=True):
         global _calls
         _calls += 1
@@ -49,7 +56,15 @@ class LLM:
         for prompt, params in zip(prompts, sampling_params):
             ids, last = [], prompt["prompt_token_ids"][-1]
             for _ in range(params.max_tokens):
+                time.sleep(_SECONDS_PER_TOKEN)
                 last = (last + 1) % 1000
                 ids.append(last)
             results.append(RequestOutput(prompt["prompt_token_ids"], [CompletionOutput(ids)]))
         return results
+
+
+class _Tokenizer:
+    """Its ``encode``: one id per character (``ord % 1000``)."""
+
+    def encode(self, text):
+        return [ord(c) % 1000 for c in text]
