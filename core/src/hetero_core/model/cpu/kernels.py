@@ -79,8 +79,9 @@ SOURCES = (
     "decode_layers.c",
     "bf16_linear_amx.c",
     "int8_linear.c",
+    "q8a_coded_linear.c",
 )
-HEADERS = ("hetero_kernels.h", "kernel_math.h", "attention_math.h", "amx_emulation.h")
+HEADERS = ("hetero_kernels.h", "kernel_math.h", "attention_math.h", "amx_emulation.h", "code_blocks.h")
 COMPILER_ENV = "CC"
 # No -fassociative-math: the kernels' sums run in the order written, the same in every kernel and for
 # every batch (batch invariance; attention_math.h).

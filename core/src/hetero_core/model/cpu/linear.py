@@ -40,6 +40,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hetero_core.model.cpu.kernel_linears import code_in_features
+
 
 def can_pack(device: torch.device, dtype: torch.dtype, kernels=None) -> bool:
     """True when linears can be packed here: for ``kernels``' own linear (fp32, bf16), or for oneDNN
@@ -111,8 +113,11 @@ class PackedLinear(nn.Module):
                 self.out_features, self.in_features = weight.shape
             elif self.kernel_dtype == "bf16":  # [N / 16][K / 2][16][2]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 2
-            elif self.kernel_dtype == "codes":  # [N / 16][K / 32][bytes]
-                self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 32
+            elif self.kernel_dtype == "codes":  # [N / 16][K / 32 or K / 16][bytes]
+                self.out_features, self.in_features = (
+                    kernel_weight.shape[0] * 16,
+                    code_in_features(kernel_weight),
+                )
             else:  # [N / 16][K][16]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1]
             self.all_rows = (
