@@ -138,3 +138,39 @@ def test_every_build_sums_the_same_integers(kernel, build, tmp_path_factory):
                 torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-4)
             gate_up = narrow.q8a_coded_linear(x, packed, narrow.swiglu_order(bias), swiglu=True)
             assert gate_up.shape == (rows, 32)
+
+
+def test_packed_linears_take_int8_activations_unless_told_float(kernel):
+    """A block-code linear runs q8a_coded_linear by default where VNNI or AVX2 sums int8 codes,
+    coded_linear with ``code_activations = "float"``; under a bf16 model (a packed weight handed over
+    as it is) it takes and returns bf16."""
+    import dataclasses
+
+    from hetero_core.model.cpu.linear import PackedLinear
+    from tests.model.kernel_weights import q4_1_weight
+
+    weight, bias, x = q4_1_weight(64, 96), torch.randn(64), _x(5, 96)
+    linear = PackedLinear(weight, bias, kernel)
+    assert linear.kernel_dtype == "codes"
+    assert linear.int8_activations == (kernel.q8a_path != "int32")
+    if linear.int8_activations:
+        assert torch.equal(linear(x), kernel.q8a_coded_linear(x, linear.kernel_weight, bias))
+        packed = PackedLinear.from_kernel_layout(linear.kernel_weight, bias, kernel)
+        out = packed(x.bfloat16())
+        assert out.dtype == torch.bfloat16
+        assert torch.equal(
+            out, kernel.q8a_coded_linear(x.bfloat16(), linear.kernel_weight, bias, out_dtype=torch.bfloat16)
+        )
+    exact = PackedLinear(weight, bias, dataclasses.replace(kernel, code_activations="float"))
+    assert not exact.int8_activations
+    assert torch.equal(exact(x), kernel.f32_linear(x, kernel.pack_f32_linear(weight), bias))
+
+
+def test_the_code_activations_option_is_checked():
+    from pydantic import ValidationError
+
+    from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+
+    assert TorchExecutorOptions().code_activations == "int8"
+    with pytest.raises(ValidationError, match="'int8' or 'float'"):
+        TorchExecutorOptions(code_activations="int4")

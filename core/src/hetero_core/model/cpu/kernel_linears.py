@@ -38,6 +38,13 @@ class LinearKernels:
     library: ctypes.CDLL
     swiglu_pair_columns: int
     block_codes: bool
+    code_activations: str
+
+    @property
+    def int8_code_activations(self) -> bool:
+        """True where block-code linears run ``q8a_coded_linear`` (``code_activations`` "int8" and the
+        CPU sums int8 codes in vectors: AVX-512 VNNI or AVX2); else ``coded_linear``, exact fp32."""
+        return self.code_activations == "int8" and self.q8a_path != "int32"
 
     @property
     def bf16_linear_native(self) -> bool:
