@@ -38,8 +38,9 @@ class TorchExecutorOptions(BaseModel):
         True,
         description="on the CPU in float32 with the compiled kernels: linears whose weights are exact "
         "block codes (a Q4_1 or Q8_0 GGUF's, found in the converted checkpoint) stream the codes, 0.75 "
-        "or 1.25 bytes a weight instead of 4, and expand them exactly: the same results bit for bit, "
-        "decode steps up to 1.7x faster where memory bounds them; false: fp32 weights",
+        "or 1.25 bytes a weight instead of 4, multiplied with int8 activations or expanded exactly "
+        "(code_activations), decode steps up to 1.7x (float) faster where memory bounds them; false: "
+        "fp32 weights",
     )
     code_activations: Literal["int8", "float"] = Field(
         "int8",
