@@ -63,11 +63,13 @@
 
 int q8a_coded_linear_path(void) { return Q8A_PATH; }
 
-/* The activations of one call: codes [m][k], scales [m][k / 32], sums of the codes per 16 inputs [m][k / 16]. */
+/* The activations of one call: codes [m][k]; per block of 32 inputs the scale sx and the m term's
+ * factor sx * asum [m][k / 32]; 128 times the codes' sums per 16 inputs [m][k / 16] (the offset of
+ * 8-bit weight codes). Computed once per row, so a block's epilogue only broadcasts them. */
 struct q8a_rows {
     int8_t *codes;
-    float *scale;
-    int32_t *sums;
+    float *scale, *m_scale;
+    int32_t *offsets;
     int64_t k;
 };
 
@@ -82,7 +84,8 @@ static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, cons
             absmax = v > absmax ? v : absmax;
         }
         const float inverse = absmax > 0.0f ? 127.0f / absmax : 0.0f;
-        a->scale[r * (k / ACT_BLOCK) + b] = absmax / 127.0f;
+        const float sx = absmax / 127.0f;
+        a->scale[r * (k / ACT_BLOCK) + b] = sx;
         int32_t sums[2] = {0, 0};
         for (int i = 0; i < ACT_BLOCK; i++) {
             float q = rintf(values[i] * inverse);
@@ -90,8 +93,9 @@ static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, cons
             a->codes[r * k + b * ACT_BLOCK + i] = (int8_t)q;
             sums[i / 16] += (int32_t)q;
         }
-        a->sums[r * (k / 16) + 2 * b] = sums[0];
-        a->sums[r * (k / 16) + 2 * b + 1] = sums[1];
+        a->m_scale[r * (k / ACT_BLOCK) + b] = sx * (float)(sums[0] + sums[1]);
+        a->offsets[r * (k / 16) + 2 * b] = 128 * sums[0];
+        a->offsets[r * (k / 16) + 2 * b + 1] = 128 * sums[1];
     }
 }
 
@@ -209,14 +213,8 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
         const int64_t i0 = b * span, act = i0 / ACT_BLOCK;
         vint sums[Q8A_WIDTH * PANEL_VECTORS][Q8A_ROWS];
         block_sums(codes, a->codes + r0 * lda + i0, lda, rows, width, format, sums);
-        float sx[Q8A_ROWS], m_scale[Q8A_ROWS];
-        int32_t asum[Q8A_ROWS];
-        for (int r = 0; r < rows; r++) {
-            const int32_t *row_sums = a->sums + (r0 + r) * sum_blocks;
-            sx[r] = a->scale[(r0 + r) * act_blocks + act];
-            asum[r] = span == 16 ? row_sums[i0 / 16] : row_sums[2 * act] + row_sums[2 * act + 1];
-            m_scale[r] = sx[r] * (float)asum[r];
-        }
+        const float *sx = a->scale + r0 * act_blocks + act, *m_scale = a->m_scale + r0 * act_blocks + act;
+        const int32_t *offsets = a->offsets + r0 * sum_blocks + i0 / 16;  /* row r: [r * sum_blocks], 1 or 2 */
         for (int c = 0; c < width; c++)
             for (int v = 0; v < PANEL_VECTORS; v++) {
                 vfloat d, m = {0};
@@ -224,10 +222,11 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
                 if (code_has_m(format)) memcpy(&m, block[c] + (PANEL + v * LANES) * sizeof(float), sizeof m);
                 for (int r = 0; r < rows; r++) {
                     vint s = sums[c * PANEL_VECTORS + v][r];
-                    if (BIASED_SUMS && format != CODES_Q4) s -= 128 * asum[r];
+                    if (BIASED_SUMS && format != CODES_Q4)
+                        s -= span == 16 ? offsets[r * sum_blocks] : offsets[r * sum_blocks] + offsets[r * sum_blocks + 1];
                     const int i = c * PANEL_VECTORS + v;
-                    acc[i][r] = vfma(d * vsplat(sx[r]), __builtin_convertvector(s, vfloat), acc[i][r]);
-                    if (code_has_m(format)) acc[i][r] = vfma(m, vsplat(m_scale[r]), acc[i][r]);
+                    acc[i][r] = vfma(d * vsplat(sx[r * act_blocks]), __builtin_convertvector(s, vfloat), acc[i][r]);
+                    if (code_has_m(format)) acc[i][r] = vfma(m, vsplat(m_scale[r * act_blocks]), acc[i][r]);
                 }
             }
     }
@@ -295,10 +294,11 @@ int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *pack
     if (!code_format_known(format) || linear_refuses(m, n, k, ldx, ldy, swiglu, ACT_BLOCK) || k > MAX_K) return -1;
     if (m == 0 || n == 0) return 0;
     const int64_t element = out_bf16 ? 2 : 4;
-    struct q8a_rows a = {malloc((size_t)(m * k) + 64), malloc((size_t)(m * (k / ACT_BLOCK)) * sizeof(float) + 64),
-                         malloc((size_t)(m * (k / 16)) * sizeof(int32_t) + 64), k};
-    if (a.codes == NULL || a.scale == NULL || a.sums == NULL) {
-        free(a.codes), free(a.scale), free(a.sums);
+    const size_t per_block = (size_t)(m * (k / ACT_BLOCK));
+    struct q8a_rows a = {malloc((size_t)(m * k) + 64), malloc(per_block * sizeof(float) + 64),
+                         malloc(per_block * sizeof(float) + 64), malloc(2 * per_block * sizeof(int32_t) + 64), k};
+    if (a.codes == NULL || a.scale == NULL || a.m_scale == NULL || a.offsets == NULL) {
+        free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
         return -2;
     }
     #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
@@ -327,6 +327,6 @@ int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *pack
             }
         }
     }
-    free(a.codes), free(a.scale), free(a.sums);
+    free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
     return 0;
 }
