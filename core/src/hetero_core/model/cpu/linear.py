@@ -32,10 +32,10 @@ with "float", ``coded_linear`` expands the codes to fp32, the same results as th
 bit (decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head
 (``float32_output``) returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer
 rounded to bf16's 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs'
-fused gate/up projections return ``silu(gate) * up`` straight from the kernel's registers (``swiglu``): no gate/up
-output written and read back, no separate ``silu_mul`` pass (1.0-1.2x that pair at SmolLM2's MLP
-shape). A weight no kernel layout takes (outputs not a multiple of 16; bf16 with an odd number of
-inputs) stays with oneDNN.
+fused gate/up projections return ``silu(gate) * up`` straight from the kernel's registers
+(``swiglu``): no gate/up output written and read back, no separate ``silu_mul`` pass (1.0-1.2x that
+pair at SmolLM2's MLP shape). A weight no kernel layout takes (outputs not a multiple of 16; bf16 with an
+odd number of inputs) stays with oneDNN.
 """
 
 from __future__ import annotations
