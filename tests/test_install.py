@@ -124,6 +124,13 @@ def test_fresh_venv_core_and_mock(tmp_path):
         "hetero: error: `hetero bench` comes with the hetero-bench package, which is not installed: "
         "pip install ./bench in a checkout of Hetero (./scripts/setup.sh installs it)"
     ]
+    # hetero serve's chat page ships in the wheel (package data), not only in the checkout
+    page = (
+        "from importlib.resources import files; "
+        "print(sorted(p.name for p in (files('hetero_core.server') / 'page').iterdir()))"
+    )
+    done = subprocess.run([str(python), "-c", page], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.stdout.strip() == "['chat.css', 'chat.js', 'index.html']", done.stderr
     # then from the plain install: no torch, no transformers, no matplotlib
     _pip(python, "./bench", cwd=src)
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)

@@ -262,3 +262,14 @@ def test_the_probe_hands_its_freed_memory_back(
 
 def test_handing_freed_memory_back_runs_anywhere():
     assert torch_auto_dtype.release_freed_memory() in (True, False)  # False where the C library is not glibc
+
+
+def test_a_record_of_more_candidates_answers_for_the_ones_that_fit_now(tmp_path):
+    """Measured with three candidates; a later start where bf16-amx does not fit in memory reads the
+    record for the two left, measuring nothing."""
+    three = {"float32": SLOW, "bfloat16": FAST, "bfloat16-amx": StepTimes(0.05, 0.01, 0.005)}
+    calls = []
+    assert dtype_choice.choose(list(three), _measure(three, calls), "k", tmp_path).name == "bfloat16-amx"
+    two = dtype_choice.choose(["float32", "bfloat16"], _measure(three, calls), "k", tmp_path)
+    assert two.name == "bfloat16" and two.cached and len(calls) == 3
+    assert set(two.times) == {"float32", "bfloat16"}

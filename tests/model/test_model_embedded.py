@@ -16,7 +16,6 @@ def test_cache_has_hf_layout_with_tokenizer_and_chat_template(smollm2_dir):
     names = {p.name for p in smollm2_dir.iterdir()}
     assert {
         "config.json",
-        "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
         "special_tokens_map.json",
@@ -54,7 +53,7 @@ def test_missing_package_names_the_install_command(monkeypatch):
 
 
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
-    def fake_export(gguf_path, out_dir, description=None):
+    def fake_export(gguf_path, out_dir, description=None, weights=True):
         (out_dir / "config.json").write_text("{}")
 
     monkeypatch.setattr(gguf_export, "export_gguf", fake_export)
@@ -65,7 +64,7 @@ def test_cache_dir_from_environment(monkeypatch, tmp_path):
 
 
 def test_killed_conversion_leaves_no_half_cache(monkeypatch, tmp_path):
-    def crashing_export(gguf_path, out_dir, description=None):
+    def crashing_export(gguf_path, out_dir, description=None, weights=True):
         (out_dir / "model.safetensors").write_bytes(b"partial")
         raise KeyboardInterrupt  # as if the process were interrupted mid-write
 
@@ -95,7 +94,7 @@ def test_embedded_model_answers_greedily(smollm2_dir, make_executor):
 def test_stale_temporaries_of_killed_conversions_are_removed(monkeypatch, tmp_path):
     import os
 
-    def fake_export(gguf_path, out_dir, description=None):
+    def fake_export(gguf_path, out_dir, description=None, weights=True):
         (out_dir / "config.json").write_text("{}")
 
     monkeypatch.setattr(gguf_export, "export_gguf", fake_export)

@@ -60,7 +60,6 @@ def test_tiny_gguf_loads_to_hf_logits(name, tiny_model_dirs, tmp_path):
 
 def test_embedded_weights_equal_transformers_gguf_loading(smollm2_dir):
     """Our dequantized, un-permuted SmolLM2 equals transformers' own GGUF loader (slow: ~20-40 s)."""
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     gguf_path = find_embedded_gguf()
@@ -68,7 +67,7 @@ def test_embedded_weights_equal_transformers_gguf_loading(smollm2_dir):
         str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
     )
     expected = reference.state_dict()
-    ours = load_file(str(smollm2_dir / "model.safetensors"))
+    ours = read_checkpoint(smollm2_dir)[1]  # the fp32 weights, converted into the folder on first read
     assert set(ours) == set(expected) - {"lm_head.weight"}  # tied embeddings
     for name, tensor in ours.items():
         assert torch.equal(tensor, expected[name]), name
@@ -81,9 +80,13 @@ def test_gguf_converts_once_into_a_loadable_hf_directory(tiny_model_dirs, tmp_pa
     path = tmp_path / "tiny-llama.gguf"
     write_tiny_gguf(hf_model, path)
     model_dir = ensure_gguf_converted(path, tmp_path / "cache")
-    assert model_dir.parent == tmp_path / "cache" and (model_dir / "model.safetensors").is_file()
+    assert model_dir.parent == tmp_path / "cache" and (model_dir / "config.json").is_file()
+    assert not (model_dir / "model.safetensors").exists()  # fp32 weights only for a load that reads them
     assert ensure_gguf_converted(path, tmp_path / "cache") == model_dir
     model = load_model(model_dir)
+    assert (model_dir / "model.safetensors").is_file()
+    assert ensure_gguf_converted(path, tmp_path / "cache") == model_dir  # kept, with its weights
+    assert (model_dir / "model.safetensors").is_file()
     state = split_state(model.state_dict(), model.config)
     assert state.keys() == hf_model.state_dict().keys()
     for name, tensor in state.items():

@@ -16,14 +16,26 @@ except ImportError:
 
 @pytest.fixture
 def mock_server(make_mock_engine):
-    """``mock_server(mock_options=..., api_key=..., **settings)``: a started LiveServer, stopped after
-    the test."""
+    """``mock_server(mock_options=..., api_key=..., chat_page=..., **settings)``: a started LiveServer,
+    stopped after the test."""
     started = []
 
-    def start(mock_options=None, *, api_key=None, max_pending_requests=512, max_body_bytes=None, **settings):
+    def start(
+        mock_options=None,
+        *,
+        api_key=None,
+        max_pending_requests=512,
+        max_body_bytes=None,
+        chat_page=True,
+        **settings,
+    ):
         engine = make_mock_engine(mock_options, **settings)
         server = LiveServer(
-            engine, api_key=api_key, max_pending_requests=max_pending_requests, max_body_bytes=max_body_bytes
+            engine,
+            api_key=api_key,
+            max_pending_requests=max_pending_requests,
+            max_body_bytes=max_body_bytes,
+            chat_page=chat_page,
         )
         started.append(server)
         return server.__enter__()

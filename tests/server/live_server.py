@@ -28,6 +28,7 @@ class LiveServer:
         max_pending_requests: int = 512,
         max_body_bytes: int | None = None,
         drain_seconds: float = 5.0,
+        chat_page: bool = True,
     ) -> None:
         self.metrics = EngineMetrics()
         self.llm = AsyncLLM(engine, max_pending_requests=max_pending_requests, observer=self.metrics)
@@ -39,6 +40,7 @@ class LiveServer:
             engine_metrics=self.metrics,
             shutdown_llm=True,
             max_pending_choices=max_pending_requests,
+            chat_page=chat_page,
             **kwargs,
         )
         self.model_name, self.api_key = model_name, api_key

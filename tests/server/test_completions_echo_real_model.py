@@ -1,8 +1,9 @@
 """lm-eval's ``local-completions`` loglikelihood requests, replayed against ``hetero serve`` on the real
 embedded SmolLM2 in fp32, score a small multiple-choice set as HF transformers does on the same checkpoint.
 
-lm-eval itself is too heavy a test dependency (it pulls datasets, evaluate, sqlitedict, ...), so its request
-shapes are replayed from its source (``lm_eval/models/openai_completions.py`` and ``api_models.py``):
+lm-eval itself is too heavy a test dependency for CI (it pulls datasets, evaluate, sqlitedict, ...), so this
+file, CI's proof, replays its request shapes from its source (``lm_eval/models/openai_completions.py`` and
+``api_models.py``; the real lm-eval runs in ``tests/bench/test_bench_lm_eval.py`` where it is installed):
 each (context, continuation) pair is encoded as lm-eval's ``_encode_pair`` does (trailing spaces of the
 context move to the continuation), the whole token list is sent as the prompt with ``echo=True,
 logprobs=1, max_tokens=1, temperature=0, seed=1234``, and ``parse_logprobs`` sums

@@ -104,3 +104,21 @@ def test_the_openai_clients_parse_with_a_pydantic_model(mock_server):
         model="test-model", messages=MESSAGES, response_format=Answer, max_tokens=3000
     )
     assert isinstance(result.choices[0].message.parsed, Answer)
+
+
+def test_a_grammar_left_no_first_token_is_a_400_naming_the_fields(mock_server):
+    server = mock_server(max_model_len=512)
+    body = {"prompt": "x", "max_tokens": 5, "guided_choice": ["yes", "no"], "allowed_token_ids": [ord("m")]}
+    response = httpx.post(server.base_url + "/v1/completions", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "allowed_token_ids" in message and "guided_choice" in message and "executor" not in message
+    chat = {
+        "messages": [{"role": "user", "content": "x"}],
+        "max_tokens": 5,
+        "response_format": {"type": "json_object"},
+        "allowed_token_ids": [ord("a")],
+    }
+    response = httpx.post(server.base_url + "/v1/chat/completions", json=chat, timeout=30)
+    assert response.status_code == 400, response.text
+    assert "response_format json_object" in response.json()["error"]["message"]

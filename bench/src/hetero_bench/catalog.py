@@ -36,6 +36,7 @@ BENCHMARKS = {
     "disaggregated": "hetero_bench.benchmarks.disaggregated",
     "spec-decode": "hetero_bench.benchmarks.spec_decode",
     "quantization": "hetero_bench.benchmarks.quantization",
+    "lm-eval": "hetero_bench.benchmarks.lm_eval",
 }
 
 

@@ -93,6 +93,11 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         capabilities = check_capabilities(executor, executor_c.name)
         # An executor that sizes its KV pool itself (e.g. from GPU memory) declares num_kv_blocks.
         num_blocks = capabilities.num_kv_blocks or settings.max_num_blocks
+        if settings.kv_cache_memory is not None and capabilities.num_kv_blocks is None:
+            raise ConfigError(
+                f"kv_cache_memory sizes the torch executor's KV cache on the CPU; executor "
+                f"{executor_c.name!r} here does not size its pool from it: set max_num_blocks instead"
+            )
         allocator = allocator_c.factory(num_blocks, settings.block_size, allocator_options)
         check_components(plugins, {"kv_allocator": (allocator_c, allocator)})
         limits = SchedulerLimits(

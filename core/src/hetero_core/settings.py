@@ -19,6 +19,7 @@ from typing import Any, Literal
 import tomllib
 from pydantic import (
     BaseModel,
+    ByteSize,
     ConfigDict,
     Field,
     ValidationError,
@@ -50,6 +51,7 @@ SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
 NON_SETTING_ENV_VARIABLES = {
     "HETERO_DISABLE_PLUGIN_AUTOLOAD",
     "HETERO_BENCH_VLLM_PYTHON",
+    "HETERO_BENCH_LM_EVAL",
     "HETERO_FUZZ_EXAMPLES",
     "HETERO_CPU_FLAGS",
 }
@@ -108,7 +110,18 @@ class HeteroSettings(BaseSettings, _SeamFields):
     )
     # Paged KV cache and scheduling budgets (hetero-paged-infer's options)
     block_size: int = Field(16, ge=1, le=1024, description="tokens per KV block")
-    max_num_blocks: int = Field(1024, ge=1, description="KV blocks in the pool")
+    max_num_blocks: int = Field(
+        1024,
+        ge=1,
+        description="KV blocks in the pool; not given: the torch executor on the CPU sizes it from "
+        "kv_cache_memory or the memory left after the weights (docs/configuration.md#kv-cache-size)",
+    )
+    kv_cache_memory: ByteSize | None = Field(
+        None,
+        gt=0,
+        description="the CPU KV cache's size, bytes or '4GiB' (vLLM: VLLM_CPU_KVCACHE_SPACE, "
+        "--kv-cache-memory-bytes); unset: half the memory left after the weights; not with max_num_blocks",
+    )
     max_batch_size: int = Field(32, ge=1, description="sequences in one step")
     max_num_seqs: int = Field(256, ge=1, description="sequences admitted (running) at once")
     max_model_len: int = Field(2048, ge=1, description="prompt + output tokens per request")
@@ -192,6 +205,17 @@ class HeteroSettings(BaseSettings, _SeamFields):
             if choice.name is None:
                 choice.name = default
         return self
+
+    @model_validator(mode="after")
+    def _one_kv_pool_size(self) -> HeteroSettings:
+        if self.kv_cache_memory is not None and "max_num_blocks" in self.model_fields_set:
+            raise ValueError("set one of max_num_blocks and kv_cache_memory, not both")
+        return self
+
+    @property
+    def max_num_blocks_given(self) -> bool:
+        """max_num_blocks was set (flag, variable, file, argument): the pool is exactly that."""
+        return "max_num_blocks" in self.model_fields_set
 
     @classmethod
     def settings_customise_sources(

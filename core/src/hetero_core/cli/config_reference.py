@@ -27,6 +27,29 @@ Settings come from, highest first: CLI flags, `HETERO_*` environment variables, 
 """
 
 
+KV_CACHE_SIZE = """
+## KV cache size
+
+The torch executor on the CPU (one process) sizes its KV pool itself unless `max_num_blocks` is given
+(a flag, a `HETERO_MAX_NUM_BLOCKS` variable, the settings file or an `LLM(...)` argument: the pool is then
+exactly that many blocks, as always):
+
+- `kv_cache_memory` set (`--kv-cache-memory 4GiB`, `HETERO_KV_CACHE_MEMORY=4GiB`, bytes or a size
+  with a unit): as many blocks as that holds; refused when it is more than the memory the weights
+  leave. vLLM's CPU backend reads the same from `VLLM_CPU_KVCACHE_SPACE` (GiB), its engines take
+  `--kv-cache-memory-bytes` (`kv_cache_memory_bytes`). Not with `max_num_blocks`; other executors refuse it.
+- unset: half (`kv_cache_size.KV_MEMORY_FRACTION`) of the memory left after the weights and their
+  working set, at most what `max_num_seqs` sequences of `max_model_len` tokens can use. The memory
+  is what this process may take at the start: the smaller of `MemAvailable` and its memory cgroup's
+  limit minus usage (v2 `memory.max`, v1 `memory.limit_in_bytes`); the weights' bytes come from the
+  checkpoint's headers. Where memory cannot be read (not Linux): 1024 blocks.
+
+Untouched blocks cost nothing (the pool is mapped lazily), but the allocator cycles through every
+block before reusing one, so a long-running server's pool becomes resident. The `-v` log line
+`kv_cache.sized` gives the blocks, their size and the reason.
+"""
+
+
 def render(registry) -> str:
     lines = [
         HEADER,
@@ -49,6 +72,7 @@ def render(registry) -> str:
             f"| `{name}` | {kind} | {default} | `HETERO_{name.upper()}` | {flag} | "
             f"{_cell(field.description)} |"
         )
+    lines.append(KV_CACHE_SIZE)
     for seam in SEAM_TABLE:
         for component_name in registry.names(seam.name):
             component = registry.get(seam.name, component_name)

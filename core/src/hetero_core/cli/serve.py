@@ -34,6 +34,14 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--max-body-bytes", type=int, metavar="N", help=fields["max_body_bytes"].description)
     group.add_argument(
+        "--no-chat-page",
+        dest="chat_page",
+        action="store_false",
+        default=None,
+        help="leave out the chat page at / (GET / is then 404, as any unknown path; "
+        "HETERO_CHAT_PAGE=false does the same)",
+    )
+    group.add_argument(
         "--graceful-shutdown-seconds",
         type=float,
         metavar="S",
@@ -105,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         max_pending_requests=args.max_pending_requests,
         max_body_bytes=args.max_body_bytes,
+        chat_page=args.chat_page,
         graceful_shutdown_seconds=args.graceful_shutdown_seconds,
         replicas=args.replicas,
         ray_address=args.ray_address,

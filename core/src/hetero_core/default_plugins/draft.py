@@ -148,8 +148,12 @@ def build_draft_executor(
         eos_token_id=None,
         vocab_size=ctx.vocab_size,
     )
+    settings = target.settings
+    if settings is not None:  # the draft's pool is exactly num_blocks, never sized from memory (torch_memory)
+        settings = settings.model_copy(update={"max_num_blocks": num_blocks})
     executor_ctx = dataclasses.replace(
         target,
+        settings=settings,
         options=torch_options,
         model_dir=model_dir,
         num_blocks=num_blocks,

@@ -1,14 +1,19 @@
-"""``dtype = "auto"`` for the torch executor on the CPU: the candidates this CPU offers, each loaded as
-the executor runs it and timed on the model's own steps (``model/cpu/dtype_choice.py`` decides and
-remembers, ``model/cpu/dtype_probe.py`` times).
+"""``dtype = "auto"`` for the torch executor on the CPU: the candidates this CPU offers whose weights fit
+in memory (``model/cpu/memory_fit.py``), each timed on models of the checkpoint's first layers as the
+executor runs them (``model/cpu/dtype_choice.py`` decides and remembers, ``model/cpu/dtype_probe.py``
+times, ``model/cpu/probe_model.py`` builds the few-layer models and extrapolates).
 
 Candidates: ``float32`` everywhere; ``bfloat16`` where the CPU computes bf16 natively (avx512_bf16 or
 amx_bf16, and torch's oneDNN takes it); ``bfloat16-amx`` beside it where the kernels' AMX variant
 passes its gate (``model/cpu/amx.py``; option ``amx_linears``), ``bfloat16`` then being the AVX-512
-one. With one candidate nothing is timed. The first start of a model on a CPU loads each candidate
-once (its prepared-weights file is written, as it would be for a start in that dtype; the losers'
-new files are deleted, never the winner's: the two bf16 candidates share theirs) and runs
-``dtype_probe``'s steps on it; later starts read the record.
+one. A candidate that does not fit is skipped (its reason in the ``executor.dtype`` line); none that
+fits: a ``ConfigError``. With one candidate left nothing is timed. The first start of a model on a
+CPU builds, per candidate, a 1-layer and a 3-layer model (``probe_model.PROBE_LAYERS``; no
+prepared-weights file: the whole model is loaded once, in the dtype chosen) and runs
+``dtype_probe``'s steps on each; later starts read the record.
+On a GGUF (with the kernels and ``block_code_weights``) every candidate keeps the file's codes
+(``gguf_codes_loader``): no candidate loads the model's weights in fp32, and the choice is only of
+how activations and attention run.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import torch
 
 import hetero_core
 from hetero_core.logging import get_logger
-from hetero_core.model.cpu import compute_dtype, dtype_choice, dtype_probe
+from hetero_core.model.cpu import compute_dtype, dtype_choice, dtype_probe, probe_model
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.cpu_info import cpu_flags, cpu_model_name
-from hetero_core.model.cpu.prepared_weights import checkpoint_identity, prepared_path
+from hetero_core.model.cpu.memory_fit import MemoryFit
+from hetero_core.model.cpu.prepared_weights import checkpoint_identity
 
 log = get_logger("hetero.executor")
 
@@ -41,37 +47,65 @@ def auto_candidates(kernels, amx: bool = True) -> dict[str, tuple[torch.dtype, o
     return candidates
 
 
-def choose_auto_dtype(model_dir, options, kernels, build, cache_dir) -> tuple[torch.dtype, object, str]:
-    """(dtype, kernels, reason) for ``dtype = "auto"``: ``build(dtype, kernels, num_blocks, block_size)``
-    makes a runner of a candidate to time."""
-    candidates = auto_candidates(kernels, options.amx_linears)
-    new_files = {}  # candidate -> the prepared file its probe wrote (None: it was there before, or none)
+def choose_auto_dtype(
+    model_dir, options, kernels, build, cache_dir, fit: MemoryFit | None = None
+) -> tuple[torch.dtype, object, str]:
+    """(dtype, kernels, reason) for ``dtype = "auto"``: ``build(dtype, kernels, num_blocks, block_size,
+    num_layers=n, model=m)`` makes a runner of a candidate on the checkpoint's first ``n`` layers to
+    time (on ``m``, the larger probe model's view, where it is not None);
+    ``fit``: the candidates whose weights do not fit are skipped (None: all are kept)."""
+    offered = auto_candidates(kernels, options.amx_linears)
+    skipped = {name: fit.problem(_dtype_name(dtype)) for name, (dtype, _) in offered.items()} if fit else {}
+    skipped = {name: problem for name, problem in skipped.items() if problem is not None}
+    candidates = {name: offered[name] for name in offered if name not in skipped}
+    for name, problem in skipped.items():
+        log.info("executor.dtype_candidate_skipped", candidate=name, reason=problem)
+    if not candidates:
+        raise fit.none_fits(list(dict.fromkeys(_dtype_name(d) for d, _ in offered.values())))
+    num_layers = probe_model.num_hidden_layers(model_dir)
+    layer_counts = probe_model.probe_layers(num_layers)
+    probed = []
 
     def measure(name: str) -> dtype_choice.StepTimes:
         dtype, variant = candidates[name]
-        path = prepared_path(model_dir, cache_dir, dtype, variant)
-        existed = path.exists()
-        runner = build(dtype, variant, dtype_probe.num_blocks(), dtype_probe.BLOCK_SIZE)
-        new_files[name] = None if existed else path
-        try:
-            return dtype_probe.time_steps(runner)
-        finally:
-            runner.shutdown()
-            del runner
-            gc.collect()  # this candidate's weights go before the next one loads
+        per_count, model = {}, None  # layer count -> step times; the larger probe model
+        for count in sorted(layer_counts, reverse=True):  # the smaller model is a view of the larger
+            view = probe_model.fewer_layers(model, count) if model is not None else None
+            runner = build(
+                dtype, variant, dtype_probe.num_blocks(), dtype_probe.BLOCK_SIZE, num_layers=count, model=view
+            )
+            model = runner.model if model is None else model
+            probed.append(name)
+            try:
+                per_count[count] = dtype_probe.time_steps(runner).as_list()
+            finally:
+                runner.shutdown()
+                del runner
+        del model, view
+        gc.collect()  # this candidate's weights go before the next one loads
+        steps = zip(*per_count.values())
+        return dtype_choice.StepTimes(
+            *(probe_model.extrapolate(dict(zip(per_count, step)), num_layers) for step in steps)
+        )
 
     key = dtype_choice.cache_key(
         _cpu(), _versions(options, kernels), torch.get_num_threads(), checkpoint_identity(model_dir)
     )
     choice = dtype_choice.choose(list(candidates), measure, key, cache_dir)
-    if new_files:  # candidates were loaded and freed
+    if probed:  # probe models were loaded and freed
         release_freed_memory()
     dtype, chosen_kernels = candidates[choice.name]
-    kept = prepared_path(model_dir, cache_dir, dtype, chosen_kernels)
-    for name, path in new_files.items():
-        if name != choice.name and path is not None and path != kept:
-            path.unlink(missing_ok=True)
-    return dtype, chosen_kernels, choice.reason
+    reason = choice.reason
+    if probed:
+        counts = " and ".join(str(c) for c in layer_counts)
+        reason += f" (timed on the first {counts} of {num_layers} layers, extrapolated)"
+    if skipped:
+        reason += "; skipped: " + "; ".join(f"{name}: {problem}" for name, problem in skipped.items())
+    return dtype, chosen_kernels, reason
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def release_freed_memory() -> bool:

@@ -8,7 +8,9 @@ CPUs, linears on weights packed once at load (``cpu.linear``; option ``prepack_w
 the prepared-weights cache, the compiled kernels, and the fused decode step. ``dtype = "auto"`` (the
 default) on the CPU is the candidate (fp32, bf16, bf16 on AMX tiles) that timed steps of the model
 itself show faster (``torch_auto_dtype``); an explicit bf16 runs its linears on AMX tiles where the
-CPU has them and they pass their gate (``cpu.amx``).
+CPU has them and they pass their gate (``cpu.amx``). On the CPU the memory this process may take is
+read before any weight loads (``torch_memory``): ``auto`` skips the candidates that do not fit, and
+without ``max_num_blocks`` the KV pool is sized from what the weights leave.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 
 from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.default_plugins.torch_auto_dtype import choose_auto_dtype
+from hetero_core.default_plugins.torch_memory import kv_pool, memory_fit
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
@@ -30,6 +33,7 @@ from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
+from hetero_core.model.cpu.probe_model import first_layers
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.decode_graphs import build_decode_graphs
@@ -70,13 +74,31 @@ class TorchExecutor(RunnerExecutor):
             kernels = dataclasses.replace(kernels, code_activations=options.code_activations)
         cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
-        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int) -> ModelRunner:
+        def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None, model=None):
             """A runner of its own (a fresh backend: no state shared with another runner); one library
-            (``kernels``, the AMX variant included) runs all of its kernels."""
+            (``kernels``, the AMX variant included) runs all of its kernels. ``num_layers``: a model of
+            the checkpoint's first layers only (``dtype = "auto"``'s probe); ``model``: that model,
+            already built and packed (a view of a larger probe model), whose backend it keeps."""
+            if model is not None:
+                return _runner(
+                    ctx, options, model, dtype, kernels, (num_blocks, block_size), shard, self.device
+                )
             backend = TorchPagedAttention(cpu_kernels=kernels)
             return _build_runner(
-                ctx, options, backend, shard, self.device, dtype, kernels, num_blocks, block_size, cache_dir
+                ctx,
+                options,
+                backend,
+                shard,
+                self.device,
+                dtype,
+                kernels,
+                (num_blocks, block_size),
+                cache_dir,
+                num_layers,
             )
+
+        on_cpu = self.device.type == "cpu" and shard is None
+        fit = memory_fit(ctx, options, kernels) if on_cpu else None  # before any weight is loaded
 
         if options.quantization is not None and (self.device.type != "cpu" or shard is not None):
             raise ConfigError(
@@ -90,13 +112,18 @@ class TorchExecutor(RunnerExecutor):
                 "natively"
             )
         elif options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
-            self.dtype, kernels, reason = choose_auto_dtype(ctx.model_dir, options, kernels, build, cache_dir)
+            self.dtype, kernels, reason = choose_auto_dtype(
+                ctx.model_dir, options, kernels, build, cache_dir, fit
+            )
         else:
             self.dtype, reason = resolve_dtype(options.dtype, self.device), "as configured"
             if self.dtype == torch.bfloat16 and kernels is not None and options.amx_linears:
                 amx = amx_kernels(kernels)  # None unless the CPU has AMX, granted and self-checked
                 if amx is not None:
                     kernels, reason = amx, "as configured; linears on AMX tiles"
+        problem = fit.problem(str(self.dtype).removeprefix("torch.")) if fit is not None else None
+        if problem is not None and options.dtype != "auto" and options.quantization is None:  # said first
+            log.warning("executor.memory_tight", dtype=str(self.dtype).removeprefix("torch."), reason=problem)
         log.info(
             "executor.dtype",
             requested=options.dtype,
@@ -104,9 +131,11 @@ class TorchExecutor(RunnerExecutor):
             reason=reason,
         )
         graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
-        self.runner = build(
-            self.dtype, kernels, ctx.num_blocks + graphs, ctx.block_size
-        )  # + the graphs' scratch block
+        pool = kv_pool(ctx, fit, self.dtype) if fit is not None else None  # None: ctx.num_blocks exactly
+        num_blocks = pool.num_blocks if pool is not None else ctx.num_blocks
+        self.runner = build(self.dtype, kernels, num_blocks + graphs, ctx.block_size)  # + graphs' scratch
+        if pool is not None:  # the engine's allocator hands out exactly these
+            self.capabilities = self.runner_capabilities(num_kv_blocks=num_blocks)
         if graphs:
             self.graph_runner = build_decode_graphs(
                 self.runner,
@@ -144,20 +173,32 @@ def _build_runner(
     device: torch.device,
     dtype: torch.dtype,
     kernels,
-    num_blocks: int,
-    block_size: int,
+    cache_shape: tuple[int, int],
     cache_dir,
+    num_layers: int | None = None,
 ) -> ModelRunner:
     """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
-    cache, where it can be; the compiled kernels' fused steps) over a cache of ``num_blocks``."""
+    cache, where it can be; the compiled kernels' fused steps) over a cache of ``cache_shape``'s
+    (blocks, block size); ``num_layers``: the checkpoint's first layers only (``probe_model``)."""
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
-    if options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
+    if num_layers is not None:  # dtype = "auto"'s probe: never a prepared file, never quantized
+        model = first_layers(ctx.model_dir, num_layers, backend=backend, dtype=dtype)
+        if pack:
+            pack_model(model, kernels)
+    elif options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype)
         quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
         if pack:
             pack_model(model, kernels)
-    elif pack and shard is None and options.prepared_weights_cache and device.type == "cpu":
-        model = load_packed_model(ctx.model_dir, cache_dir, backend=backend, dtype=dtype, kernels=kernels)
+    elif pack and shard is None and device.type == "cpu":
+        model = load_packed_model(
+            ctx.model_dir,
+            cache_dir,
+            backend=backend,
+            dtype=dtype,
+            kernels=kernels,
+            prepared_file=options.prepared_weights_cache,
+        )
     else:
         model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
         if pack:
@@ -168,6 +209,13 @@ def _build_runner(
                 module.float32_output = True  # logits in fp32 straight from the matmul
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps
+    return _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device)
+
+
+def _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device) -> ModelRunner:
+    """``model`` (built, packed) over a cache of ``cache_shape``'s (blocks, block size), with the fused
+    decode step over that cache where it applies."""
+    num_blocks, block_size = cache_shape
     runner = ModelRunner(
         model,
         num_blocks=num_blocks,
@@ -176,6 +224,7 @@ def _build_runner(
         device=device,
         num_swap_blocks=ctx.num_swap_blocks,
     )
+    pack = options.prepack_weights and can_pack(device, dtype, kernels)
     if kernels is not None and pack and options.fused_decode and shard is None:
         model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
     return runner

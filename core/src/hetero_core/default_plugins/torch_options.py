@@ -13,9 +13,12 @@ class TorchExecutorOptions(BaseModel):
         "auto",
         description="weights, activations and KV cache dtype; auto on the CPU: float32, or bfloat16 (and "
         "bfloat16 on AMX tiles, amx_linears) where the CPU computes bf16 natively (avx512_bf16 or "
-        "amx_bf16) and timed steps of the model itself (a prefill, a batched and a single decode, in "
-        "each candidate; once per CPU, model and version, kept in <cache_dir>/cpu_dtype_choice.json) "
-        "show it at least 3% faster on a reference workload; the -v line executor.dtype gives the "
+        "amx_bf16) and timed steps of the model's first layers (a prefill, a batched and a single "
+        "decode on 1- and 3-layer models of the checkpoint, extrapolated to all its layers, in each "
+        "candidate; once per CPU, model and version, kept in <cache_dir>/cpu_dtype_choice.json) show "
+        "it at least 3% faster on a reference workload; a candidate whose weights do not fit in the "
+        "memory available (cgroup limit included) is skipped, none fitting is an error naming the "
+        "options that make the model smaller; the -v line executor.dtype gives the "
         "figures; tensor-parallel ranks: bfloat16 where a bf16 matmul is 1.2x fp32's (timed once per "
         "CPU, <cache_dir>/cpu_dtype_speed.json); bfloat16 on a bf16-capable CUDA device, float16 on others",
     )
@@ -36,11 +39,12 @@ class TorchExecutorOptions(BaseModel):
     )
     block_code_weights: bool = Field(
         True,
-        description="on the CPU in float32 with the compiled kernels: linears whose weights are exact "
-        "block codes (a Q4_1 or Q8_0 GGUF's, found in the converted checkpoint) stream the codes, 0.75 "
-        "or 1.25 bytes a weight instead of 4, multiplied with int8 activations or expanded exactly "
-        "(code_activations), decode steps up to 1.7x (float) faster where memory bounds them; false: "
-        "fp32 weights",
+        description="on the CPU with the compiled kernels: a GGUF's linears load from its codes (Q4_0, "
+        "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K; other types dequantized, Q6_K among them) and run them in "
+        "float32 and bfloat16 alike (dtype picks activations and attention), 0.75-1.25 bytes a weight, "
+        "never the model's fp32 weights; an fp32 checkpoint whose weights are exact Q4_1/Q8_0 codes "
+        "streams them too; with code_activations = float the same results bit for bit as the fp32 weights; "
+        "false: weights in dtype",
     )
     code_activations: Literal["int8", "float"] = Field(
         "int8",

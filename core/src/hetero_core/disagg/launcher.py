@@ -89,6 +89,7 @@ def serve_frontend(
             api_key=server.key(),
             max_body_bytes=server.max_body_bytes,
             max_pending_choices=server.max_pending_requests,
+            chat_page=server.chat_page,
         )
         return run_server(app, server, listening, log_level=log_level, stop=stop)
 

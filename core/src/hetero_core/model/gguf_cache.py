@@ -1,5 +1,10 @@
 """Convert a GGUF file once into a cached Hugging Face directory.
 
+The conversion writes the config and tokenizer files only: the CPU executor with the compiled
+kernels reads a GGUF's weights from the GGUF itself, as codes (``gguf_codes_loader``). A load that
+needs fp32 weights in the folder (``read_checkpoint``: another device, ``block_code_weights = false``,
+``quantization``...) converts them there on its first use (``check_converted_weights``), once.
+
 The cache lives in ``$HETERO_CACHE_DIR`` or ``~/.cache/hetero``, one folder per GGUF (keyed by
 its file name and size). Conversion writes into a temporary sibling that is renamed into place,
 so a killed conversion never leaves a half-written cache; temporaries it leaves behind are swept
@@ -23,7 +28,7 @@ from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.errors import ModelLoadError
 
 # Bump when the exported layout changes, so stale caches are rebuilt rather than trusted.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: the weights are converted only when a load needs them
 STALE_TMP_SECONDS = 3600  # a conversion takes seconds; older temporaries are from killed runs
 
 
@@ -48,8 +53,9 @@ def ensure_gguf_converted(gguf_path: Path, cache_dir: Path | None = None) -> Pat
 
 def check_converted_weights(folder: Path) -> None:
     """Before a checkpoint's weights are read: for a converted GGUF (a folder with a manifest), its
-    weight files match their checksums, or it is converted again (one warning). Any other folder: no
-    check. ModelLoadError when it is damaged and its GGUF is gone."""
+    weight files are there (converted now if the folder has none yet) and match their checksums, or it
+    is converted again (one warning). Any other folder: no check. ModelLoadError when it is damaged or
+    has no weights and its GGUF is gone."""
     if not (folder / cache_file.MANIFEST).exists():
         return
     source = None
@@ -57,6 +63,11 @@ def check_converted_weights(folder: Path) -> None:
         manifest = cache_file.read_manifest(folder)
         source = Path(manifest.get("source", ""))
         weights = [name for name in manifest["files"] if name.endswith(".safetensors")]
+        if not weights and gguf_source(folder) is not None:
+            _convert_atomically(source, folder, weights=True)
+            return
+        if not weights:
+            raise cache_file.CacheFileInvalid(folder, "no converted weights")
         cache_file.check_listed(folder, manifest, weights)
         return
     except cache_file.CacheFileInvalid as exc:
@@ -67,7 +78,20 @@ def check_converted_weights(folder: Path) -> None:
             f"converted from is gone; delete {folder} and load the .gguf file again"
         )
     cache_file.warn_rebuilding(error)
-    _convert_atomically(source, folder, again=True)
+    _convert_atomically(source, folder, again=True, weights=True)
+
+
+def gguf_source(folder: Path) -> Path | None:
+    """The GGUF a converted folder was converted from, where it is still there, the same file (name
+    and size: ``cache_key``) and the folder is whole; None for any other folder."""
+    try:
+        manifest = cache_file.read_manifest(Path(folder))
+    except (cache_file.CacheFileInvalid, OSError):
+        return None
+    source = Path(manifest.get("source", ""))
+    if not source.is_file() or cache_key(source) != Path(folder).name:
+        return None
+    return source
 
 
 def cache_key(gguf_path: Path) -> str:
@@ -88,32 +112,34 @@ def _check(folder: Path, gguf_path: Path, *, weights: bool) -> None:
     cache_file.check_listed(folder, manifest, names, checked)
 
 
-def _convert_atomically(gguf_path: Path, target: Path, again: bool = False) -> None:
-    """Convert into a temporary sibling, list it in its manifest, and move it to ``target`` (over a
-    damaged copy there: renamed away first, then deleted)."""
+def _convert_atomically(gguf_path: Path, target: Path, again: bool = False, weights: bool = False) -> None:
+    """Convert into a temporary sibling (with the fp32 weights if ``weights``), list it in its manifest,
+    and move it to ``target`` (over a damaged copy there, or one without the weights asked for: renamed
+    away first, then deleted)."""
     from hetero_core.model import gguf_export
 
     _remove_stale_tmp_dirs(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        description = (
-            f"converting {gguf_path.name} into {target} again (the cached copy is damaged)"
-            if again
-            else f"first use: converting {gguf_path.name} into {target} (once)"
-        )
-        gguf_export.export_gguf(gguf_path, tmp, description)
+        if again:
+            description = f"converting {gguf_path.name} into {target} again (the cached copy is damaged)"
+        elif weights:
+            description = f"converting the weights of {gguf_path.name} to fp32 into {target} (once)"
+        else:
+            description = f"first use: converting {gguf_path.name} into {target} (once)"
+        gguf_export.export_gguf(gguf_path, tmp, description, weights=weights)
         cache_file.write_manifest(
             tmp, gguf=[gguf_path.name, gguf_path.stat().st_size], source=str(gguf_path.resolve())
         )
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary shared folder
-        _move_into_place(tmp, target, gguf_path)
+        _move_into_place(tmp, target, gguf_path, weights)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _move_into_place(tmp: Path, target: Path, gguf_path: Path) -> None:
-    if target.exists() and not _is_whole(target, gguf_path):  # damaged: out of the way first
+def _move_into_place(tmp: Path, target: Path, gguf_path: Path, weights: bool) -> None:
+    if target.exists() and not _is_whole(target, gguf_path, weights):  # damaged: out of the way first
         old = target.with_name(f".{target.name}.{os.getpid()}-{time.time_ns()}.tmp")
         try:
             target.rename(old)
@@ -123,14 +149,16 @@ def _move_into_place(tmp: Path, target: Path, gguf_path: Path) -> None:
     try:
         tmp.rename(target)
     except OSError:
-        if not _is_whole(target, gguf_path):  # another process finished first: its whole copy wins
+        if not _is_whole(target, gguf_path, weights):  # another process finished first: its copy wins
             raise
 
 
-def _is_whole(folder: Path, gguf_path: Path) -> bool:
+def _is_whole(folder: Path, gguf_path: Path, weights: bool = False) -> bool:
+    """``folder`` is an undamaged conversion of ``gguf_path`` (with weights, if ``weights``)."""
     try:
         _check(folder, gguf_path, weights=True)
-        return True
+        listed = cache_file.read_manifest(folder)["files"]
+        return not weights or any(name.endswith(".safetensors") for name in listed)
     except (cache_file.CacheFileInvalid, OSError):
         return False
 

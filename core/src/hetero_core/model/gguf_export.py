@@ -1,4 +1,5 @@
-"""Write a GGUF file out as a Hugging Face model directory (config, fp32 safetensors, tokenizer).
+"""Write a GGUF file out as a Hugging Face model directory (config, tokenizer, and fp32 safetensors
+when asked: ``gguf_cache`` converts the weights only for a load that reads them).
 
 The result loads like any HF checkpoint: our loader reads it in seconds, and the tokenizer files
 (tokenizer.json, tokenizer_config.json with the chat template, special_tokens_map.json,
@@ -20,22 +21,26 @@ WEIGHTS_FILE = "model.safetensors"
 _DROPPED_TOKENIZER_KEYS = ("is_local", "local_files_only", "backend")
 
 
-def export_gguf(gguf_path: Path, out_dir: Path, description: str | None = None) -> None:
-    """Convert ``gguf_path`` into an HF directory at ``out_dir`` (which must exist and be empty),
-    showing progress on stderr (``description`` names the step; a bar on a terminal)."""
+def export_gguf(gguf_path: Path, out_dir: Path, description: str | None = None, weights: bool = True) -> None:
+    """Convert ``gguf_path`` into an HF directory at ``out_dir`` (which must exist and be empty), its
+    weights too if ``weights``, showing progress on stderr (``description`` names the step; a bar on a
+    terminal)."""
     from safetensors.torch import save_file
 
     reader = open_gguf(gguf_path)
     config = gguf_config(reader, gguf_path)
     has_tokenizer = field_value(reader, "tokenizer.ggml.model") is not None  # weights-only GGUFs have none
     # Steps: one per tensor, writing the weights, converting the tokenizer.
-    total = len(reader.tensors) + 1 + int(has_tokenizer)
+    total = (len(reader.tensors) + 1 if weights else 0) + 1 + int(has_tokenizer)
     with StepProgress(description or f"converting {gguf_path.name}", total) as progress:
-        state = gguf_state_dict(reader, config, on_tensor=progress.advance)
-        save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
-        progress.advance()
+        if weights:
+            state = gguf_state_dict(reader, config, on_tensor=progress.advance)
+            save_file(state, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
+            del state
+            progress.advance()
         _write_json(out_dir / "config.json", config)
         _write_json(out_dir / "generation_config.json", _generation_config(reader))
+        progress.advance()
         if has_tokenizer:
             export_tokenizer(gguf_path, out_dir, max_length=config["max_position_embeddings"])
             progress.advance()

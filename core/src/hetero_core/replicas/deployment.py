@@ -75,6 +75,7 @@ def build_application(settings, server: ServerSettings):
         api_key=server.key(),
         max_body_bytes=server.max_body_bytes,
         max_pending_choices=server.replicas * server.max_pending_requests,
+        chat_page=server.chat_page,
     )
 
 

@@ -20,6 +20,7 @@ class Frontend:
         api_key: str | None,
         max_body_bytes: int,
         max_pending_choices: int,
+        chat_page: bool = True,
     ) -> None:
         self.engine_handle = engine_handle
         self.app_options = {
@@ -27,6 +28,7 @@ class Frontend:
             "api_key": api_key,
             "max_body_bytes": max_body_bytes,
             "max_pending_choices": max_pending_choices,
+            "chat_page": chat_page,
         }
 
     async def __serve_build_asgi_app__(self):

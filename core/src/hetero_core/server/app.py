@@ -11,7 +11,7 @@ from hetero_core.openai_api.protocol import ChatCompletionChunk, ChatCompletionR
 from hetero_core.openai_api.responses_output import ResponseStreamEvent
 from hetero_core.openai_api.responses_protocol import ResponsesRequest
 from hetero_core.openai_api.token_protocol import DetokenizeRequest, TokenizeRequest
-from hetero_core.server import chat, completions, metrics, models, responses, tokens
+from hetero_core.server import chat, completions, metrics, models, page, responses, tokens
 from hetero_core.server.choices import ChoiceBudget
 from hetero_core.server.errors import install_error_handlers
 from hetero_core.server.limits import DEFAULT_MAX_BODY_BYTES, PUBLIC_PATHS, ApiKeyGuard, BodySizeLimit
@@ -40,14 +40,16 @@ def create_app(
     engine_metrics: EngineMetrics | None = None,
     shutdown_llm: bool = False,
     max_pending_choices: int = DEFAULT_MAX_PENDING_REQUESTS,
+    chat_page: bool = True,
 ) -> FastAPI:
     """An OpenAI-compatible app over ``llm``. ``engine_metrics`` must be ``llm``'s observer to get
     counters and histograms (``serve_llm`` wires both); gauges come from ``llm.stats`` either way.
-    ``max_pending_choices``: choices (prompts x n) the app runs at once (``choices.py``).
+    ``max_pending_choices``: choices (prompts x n) the app runs at once (``choices.py``). ``chat_page``:
+    serve the chat page at ``/`` (``page.py``), which needs no key; the API it calls still does.
 
     A request meets, in order: the error guard (anything unhandled becomes a 500 in OpenAI's error
-    JSON), the API key (from the headers alone; every path but /health and /metrics, /openapi.json
-    included), the body size limit, then its route."""
+    JSON), the API key (from the headers alone; every path but /health, /metrics and the chat page's,
+    /openapi.json included), the body size limit, then its route."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -67,8 +69,11 @@ def create_app(
     app.state.metrics = engine_metrics or EngineMetrics()
     app.state.metrics.watch(llm)
     _add_routes(app, has_api_key=bool(api_key))
+    if chat_page:
+        app.include_router(page.router)
+    public_paths = PUBLIC_PATHS | page.PAGE_PATHS if chat_page else PUBLIC_PATHS
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)  # the last added runs first
-    app.add_middleware(ApiKeyGuard, api_key=api_key)
+    app.add_middleware(ApiKeyGuard, api_key=api_key, public_paths=public_paths)
     install_error_handlers(app)
     return app
 

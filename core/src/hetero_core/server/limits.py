@@ -11,7 +11,8 @@ from starlette.datastructures import Headers
 from hetero_core.server.errors import APIError, error_response
 from hetero_core.server.settings import DEFAULT_MAX_BODY_BYTES
 
-# Paths that need no key (probes and scrapers). Everything else does, /openapi.json included.
+# Paths that need no key (probes and scrapers; the chat page's too when it is on: page.PAGE_PATHS).
+# Everything else does, /openapi.json included.
 PUBLIC_PATHS = frozenset({"/health", "/metrics"})
 # A refused request whose body is at most this long (by Content-Length) keeps its connection: uvicorn
 # discards that much unread body itself. A longer or unsized body is not read: the answer closes it.
@@ -22,14 +23,15 @@ LINGER_BYTES = 64 * 1024 * 1024
 
 
 class ApiKeyGuard:
-    """``Authorization: Bearer <key>`` on every path but ``PUBLIC_PATHS`` when a key is set; a request
+    """``Authorization: Bearer <key>`` on every path but ``public_paths`` when a key is set; a request
     without it gets 401 before any of its body is read."""
 
-    def __init__(self, app, api_key: str | None = None) -> None:
+    def __init__(self, app, api_key: str | None = None, public_paths: frozenset[str] = PUBLIC_PATHS) -> None:
         self.app, self.key = app, api_key.encode() if api_key else None
+        self.public_paths = public_paths
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or self.key is None or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or self.key is None or scope["path"] in self.public_paths:
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         header = headers.get("authorization", "")

@@ -39,6 +39,7 @@ def create_server_app(settings, server: ServerSettings) -> FastAPI:
         engine_metrics=engine_metrics,
         shutdown_llm=True,
         max_pending_choices=server.max_pending_requests,
+        chat_page=server.chat_page,
     )
     app.state.serving = serving  # what the ready line says is served
     return app

@@ -34,6 +34,11 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = Field(
         DEFAULT_MAX_BODY_BYTES, ge=1024, description="request body limit; beyond it, 413"
     )
+    chat_page: bool = Field(
+        True,
+        description="serve a chat page at / to try the model from a browser (the page needs no key; "
+        "the API it calls keeps it)",
+    )
     graceful_shutdown_seconds: float = Field(
         30.0, ge=0, description="on stop, wait this long for requests to finish"
     )

@@ -8,7 +8,8 @@ only the tokenizer and fixed limits, so several threads may use it at once.
 The order puts what is cheap first: the sampling parameters, priority and tenant; the prompt's
 shape; a size bound that needs no tokenizer (more token ids than ``max_model_len``, or a text of
 more characters than ``max_model_len`` times the most characters one token can stand for: it can
-never fit); only then the tokenizer.
+never fit); only then the tokenizer, and the request's grammar: compiled here, and refused when its
+token constraints leave it no first token (``sampling/grammar_start``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,20 @@ class RequestProcessor:
             raise InvalidRequestError(
                 "guided decoding is not available: this engine has no structured-output backend"
             )
-        return self.structured_output.compile(params.guided_decoding)
+        compiled = self.structured_output.compile(params.guided_decoding)
+        if params.has_token_constraints:
+            self._check_grammar_start(compiled, params)
+        return compiled
+
+    def _check_grammar_start(self, compiled, params: SamplingParams) -> None:
+        """Refuse a request whose token constraints leave its grammar no first token (``grammar_start``)."""
+        from hetero_core.engine.sampling.grammar_start import grammar_start_error
+
+        state = self.structured_output.new_state(compiled)
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        reason = grammar_start_error(state, params, self.structured_output.vocab_size, eos)
+        if reason is not None:
+            raise InvalidRequestError(reason)
 
     def resolve_params(self, params) -> SamplingParams:
         """SamplingParams as given; a dict of their fields over the engine's defaults; None: the defaults."""

@@ -1,19 +1,21 @@
 """``dtype = "auto"`` on the CPU: the faster of fp32 and bf16 (and of bf16's kernel layouts) for this
-model on this CPU, decided from timed steps of the model itself, once, and remembered.
+model on this CPU, decided from timed steps of the model's own layers, once, and remembered.
 
 A matmul's rate is not the engine's: on a 2-core Xeon with AMX oneDNN's bf16 matmul ran 3x its fp32
 one while Hetero's bf16 was slower end to end than its fp32 (its kernels, attention and element-wise
 steps are not oneDNN's); on a Xeon without AMX bf16 is half the fp32 rate; on AMD Zen 4/5 it is
-faster. So the first start of a model on a CPU loads it in each candidate (``dtype_probe``: the
-weights packed as the executor runs them) and times a few real steps of each: a prefill of
+faster. So the first start of a model on a CPU builds, in each candidate whose weights fit in memory
+(``torch_auto_dtype``), models of the checkpoint's first layers (``probe_model``: 1 and 3 layers,
+packed as the executor runs them) and times a few real steps of each (``dtype_probe``): a prefill of
 ``PREFILL_TOKENS`` tokens, a decode step of ``DECODE_SEQS`` sequences and one of a single sequence
-(the best of ``REPEATS`` after a warm-up). Each candidate's time for ``REFERENCE``, a workload
-shaped like the offline benchmark's (its prompt tokens at the prefill's rate, its output tokens at
-the batched decode's, plus one 64-token single-stream answer), decides: the fastest wins; fp32
-keeps a tie within ``TIE`` (the steps' spread between repeats on a shared 2-core VM; bf16 rounds
-activations, so it must earn its place). The figures go to the ``-v`` log line and to
-``<cache_dir>/cpu_dtype_choice.json``, keyed by the CPU (model name, flags), the versions (torch,
-Hetero, the kernels' build), the threads and the model's files; later starts read the record. The
+(the best of ``REPEATS`` after a warm-up), extrapolated to the model's layer count. Each candidate's
+time for ``REFERENCE``, a workload shaped like the offline benchmark's (its prompt tokens at the
+prefill's rate, its output tokens at the batched decode's, plus one 64-token single-stream answer),
+decides: the fastest wins; fp32 keeps a tie within ``TIE`` (the steps' spread between repeats on a
+shared 2-core VM; bf16 rounds activations, so it must earn its place). The figures go to the ``-v``
+log line and to ``<cache_dir>/cpu_dtype_choice.json``, keyed by the CPU (model name, flags), the
+versions (torch, Hetero, the kernels' build, ``PROBE_VERSION``), the threads and the model's files;
+later starts read the record (a record that lacks a candidate that now fits is measured again). The
 file carries a checksum (``cache_file``); a damaged file or record is measured again with one warning.
 """
 
@@ -40,6 +42,7 @@ REPEATS = 3
 REFERENCE = (2400, 43, 64)
 TIE = 1.03  # a candidate must be this much faster than float32 to displace it
 PREFERRED = "float32"
+PROBE_VERSION = 2  # 2: the first layers timed and extrapolated (1: whole models); in the record's key
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def choose(candidates: list[str], measure, key: str, cache_dir: Path) -> DtypeCh
     path = Path(cache_dir) / CACHE_FILE
     known = _read(path)
     record = known.get(key)
-    if record is not None:
+    if record is not None and not _lacks(record, candidates):
         times = _times(record, candidates)
         if times is not None:
             name, reason = decide(times)
@@ -117,7 +120,7 @@ def choose(candidates: list[str], measure, key: str, cache_dir: Path) -> DtypeCh
 def cache_key(cpu: str, versions: str, threads: int, model_files: list[tuple[str, int, int]]) -> str:
     """The record's key: the CPU, the versions, the threads and the model's files (path, size, mtime)."""
     files = hashlib.sha256(json.dumps(model_files).encode()).hexdigest()[:16]
-    return f"{cpu} | {versions} | threads {threads} | model {files}"
+    return f"{cpu} | {versions} | probe {PROBE_VERSION} | threads {threads} | model {files}"
 
 
 def _describe(t: StepTimes) -> str:
@@ -128,11 +131,19 @@ def _describe(t: StepTimes) -> str:
     )
 
 
+def _lacks(record, candidates: list[str]) -> bool:
+    """A well-formed record without some of ``candidates`` (measured when fewer fitted, or before the
+    AMX variant passed its gate): measured again, it is not damage."""
+    raw = record.get("times") if isinstance(record, dict) else None
+    return isinstance(raw, dict) and bool(raw) and not set(candidates) <= set(raw)
+
+
 def _times(record, candidates: list[str]) -> dict[str, StepTimes] | None:
-    """The record's step times of exactly ``candidates``; None when it is not a usable record."""
+    """The record's step times of ``candidates`` (it may hold more: those that do not fit now); None
+    when it is not a usable record."""
     try:
         raw = record["times"]
-        if sorted(raw) != sorted(candidates):
+        if not set(candidates) <= set(raw):
             return None
         times = {name: StepTimes(*(float(v) for v in raw[name])) for name in candidates}
     except (KeyError, TypeError, ValueError):

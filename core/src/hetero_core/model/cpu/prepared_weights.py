@@ -35,6 +35,8 @@ from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
+from hetero_core.model.gguf_cache import gguf_source
+from hetero_core.model.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
 from hetero_core.model.source import resolve_model_source
@@ -53,6 +55,8 @@ _LAYOUT_MODULES = (
     "hetero_core.model.cpu.kernel_linears",
     "hetero_core.model.cpu.block_codes",
     "hetero_core.model.llama",
+    "hetero_core.model.gguf_codes",
+    "hetero_core.model.gguf_codes_loader",
 )
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 
@@ -72,11 +76,18 @@ def load_packed_model(
     backend: AttentionBackend,
     dtype: torch.dtype,
     kernels=None,
+    prepared_file: bool = True,
 ) -> LlamaForCausalLM:
     """``load_model`` + ``pack_model``, mapped from the prepared file under ``cache_dir`` when there is
-    one for this checkpoint, dtype and packing (and saved there when there is not)."""
+    one for this checkpoint, dtype and packing (and saved there when there is not; never with
+    ``prepared_file`` False). A GGUF (or a folder converted from one) whose linears the kernels take
+    as codes loads from its codes (``gguf_codes_loader``), never expanding the model's weights."""
     source = resolve_model_source(source)
-    if sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES:
+    gguf = codes_source(source, dtype, kernels)
+    small = sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES
+    if gguf is not None and (small or not prepared_file):
+        return load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)[0]
+    if small or not prepared_file:
         model = load_model(source, backend=backend, dtype=dtype)
         pack_model(model, kernels)
         return model
@@ -92,13 +103,14 @@ def load_packed_model(
         _touch(path)
         log.info("executor.prepared_weights", path=str(path), hit=True)
         return model
-    model = load_model(source, backend=backend, dtype=dtype)
-    model.untie_lm_head()
-    pack_experts(
-        model, kernels
-    )  # first: the plain expert weights go (a MoE model is not saved: save_prepared)
-    unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
-    pack_linears(model, kernels)
+    if gguf is not None:
+        model, unpacked = load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)
+    else:
+        model = load_model(source, backend=backend, dtype=dtype)
+        model.untie_lm_head()
+        pack_experts(model, kernels)  # first: the plain expert weights go (a MoE model is not saved)
+        unpacked = model.state_dict()  # references: the plain weights of linears oneDNN will reorder
+        pack_linears(model, kernels)
     if save_prepared(path, model, unpacked):
         _prune(path.parent, keep=path)
     log.info("executor.prepared_weights", path=str(path), hit=False)
@@ -134,6 +146,9 @@ def checkpoint_identity(source: str | Path) -> list[tuple[str, int, int]]:
 def _checkpoint_files(source: Path) -> list[Path]:
     if not source.is_dir():
         return [source]
+    gguf = gguf_source(source)
+    if gguf is not None:  # a converted GGUF: its weights (converted or not) are the GGUF's
+        return [source / "config.json", gguf]
     from hetero_core.model.safetensors_checkpoint import INDEX_FILE, safetensors_files
 
     index = [source / INDEX_FILE] if (source / INDEX_FILE).is_file() else []

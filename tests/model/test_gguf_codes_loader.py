@@ -1,0 +1,187 @@
+"""A GGUF loads for the CPU kernels from its codes (``gguf_codes_loader``): the same logits, bit for bit,
+as the fp32 model of its dequantized weights on the kernels' fp32 linear, from a fraction of the bytes;
+fused q/k/v and gate/up of mixed types, llama's q/k permutation, Q6_K and types without codes (one
+warning) included; bf16 activations over the same codes; the conversion keeps no fp32 weights."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import pytest
+import torch
+
+from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+from hetero_core.model.cpu.linear import PackedLinear
+from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
+from hetero_core.model.cpu.torch_attention import TorchPagedAttention
+from hetero_core.model.embedded import find_embedded_gguf
+from hetero_core.model.gguf_cache import ensure_gguf_converted
+from hetero_core.model.loader import load_model
+from tests.model.gguf_files import requantized, write_mixed_gguf
+from tests.model.paged_batches import prompt_logits
+
+PROMPTS = ([1, 504, 3458, 314, 4155, 282], list(range(100, 121)), [9, 8, 7, 6, 5, 4, 3, 2])
+FP32 = {"dtype": "float32", "prepared_weights_cache": False}
+
+
+def linear_kinds(model) -> Counter:
+    return Counter(
+        (m.kernel_dtype, None if m.kernel_weight is None else m.kernel_weight.dtype)
+        for m in model.modules()
+        if isinstance(m, PackedLinear)
+    )
+
+
+def linears_only_logits(model, token_ids: list[int]) -> torch.Tensor:
+    """Every linear of the model on ``token_ids`` (q standing in for attention's output)."""
+    hidden = model.model.embed_tokens(torch.tensor(token_ids))
+    for layer in model.model.layers:
+        attention = layer.self_attn
+        q = attention.qkv_proj(layer.input_layernorm(hidden))[:, : attention.o_proj.in_features]
+        hidden = hidden + attention.o_proj(q)
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    return model.compute_logits(model.model.norm(hidden))
+
+
+def greedy(executor, prompt: list[int], tokens: int = 8) -> list[int]:
+    out = list(prompt)
+    for _ in range(tokens):
+        out.append(int(prompt_logits(executor, out)[-1].argmax()))
+    return out[len(prompt) :]
+
+
+@pytest.fixture(scope="session")
+def q8_0_dir(tmp_path_factory):
+    """The embedded SmolLM2 re-quantized to Q8_0 (every quantized tensor), converted into a cache."""
+    root = tmp_path_factory.mktemp("q8_0")
+    path = requantized(find_embedded_gguf(), root / "SmolLM2-135M-Instruct.Q8_0.gguf", "Q8_0")
+    return ensure_gguf_converted(path, root / "cache")
+
+
+@pytest.mark.slow
+def test_a_q8_0_gguf_runs_its_codes_with_the_fp32_models_logits_and_tokens(
+    q8_0_dir, make_executor, cpu_kernels
+):
+    assert not (q8_0_dir / "model.safetensors").exists()  # the conversion keeps config and tokenizer only
+    coded = make_executor(q8_0_dir, options=TorchExecutorOptions(**FP32))
+    assert not (q8_0_dir / "model.safetensors").exists()  # nor does the load write fp32 weights
+    layers = len(coded.model.model.layers)
+    assert linear_kinds(coded.model) == {("codes", torch.int8): 4 * layers + 1}
+    assert coded.model.fused_decode is not None  # decode steps still run all layers in one call
+    plain = make_executor(q8_0_dir, options=TorchExecutorOptions(**FP32, block_code_weights=False))
+    assert (q8_0_dir / "model.safetensors").is_file()  # converted for the load that reads fp32 weights
+    assert linear_kinds(plain.model) == {("f32", torch.float32): 4 * layers + 1}
+    assert coded.linear_weight_bytes * 3 < plain.linear_weight_bytes
+    for prompt in PROMPTS:
+        assert torch.equal(prompt_logits(coded, prompt), prompt_logits(plain, prompt))
+        assert greedy(coded, prompt) == greedy(plain, prompt)
+
+
+@pytest.mark.slow
+def test_bf16_activations_run_over_the_same_codes(q8_0_dir, make_executor, cpu_kernels):
+    """In bf16 the linears keep the codes (not weights rounded to bf16): bf16 only rounds activations."""
+    coded = make_executor(
+        q8_0_dir, options=TorchExecutorOptions(dtype="bfloat16", prepared_weights_cache=False)
+    )
+    assert linear_kinds(coded.model) == {("codes", torch.int8): 4 * len(coded.model.model.layers) + 1}
+    fp32 = make_executor(q8_0_dir, options=TorchExecutorOptions(**FP32))
+    logits, reference = prompt_logits(coded, PROMPTS[1]), prompt_logits(fp32, PROMPTS[1])
+    assert logits.dtype == torch.float32 and logits.shape == reference.shape
+    assert (logits - reference).abs().max() < 0.5  # bf16 activations: close, not equal
+    assert logits[-1].argmax() == reference[-1].argmax()
+
+
+def mixed_types():
+    """Every code type in fused and plain linears, mixed bits inside q/k/v and gate/up, a Q6_K part
+    (its fused linear dequantized) and a type without codes (Q2_K: one warning)."""
+    return {
+        "token_embd": "Q4_K",
+        "0.attn_q": "Q4_K",
+        "0.attn_k": "Q5_K",
+        "0.attn_v": "Q8_0",
+        "0.attn_output": "Q4_0",
+        "0.ffn_gate": "Q4_1",
+        "0.ffn_up": "Q4_1",
+        "0.ffn_down": "Q5_0",
+        "1.attn_q": "Q4_K",
+        "1.attn_k": "Q4_K",
+        "1.attn_v": "Q6_K",
+        "1.attn_output": "Q5_1",
+        "1.ffn_gate": "Q5_K",
+        "1.ffn_up": "Q4_K",
+        "1.ffn_down": "Q2_K",
+    }
+
+
+@pytest.fixture
+def mixed_dir(tmp_path):
+    path = write_mixed_gguf(tmp_path / "mixed.gguf", mixed_types())
+    return ensure_gguf_converted(path, tmp_path / "cache")
+
+
+@pytest.mark.parametrize("chunk_rows", [4096, 32])  # whole tensors, and tensors decoded 32 rows at a time
+def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
+    mixed_dir, cpu_kernels, caplog, monkeypatch, chunk_rows
+):
+    import dataclasses
+
+    from hetero_core.model import gguf_codes_loader
+
+    monkeypatch.setattr(gguf_codes_loader, "CHUNK_ROWS", chunk_rows)
+
+    backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
+    with caplog.at_level(logging.WARNING, logger="hetero"):
+        coded = load_packed_model(
+            mixed_dir, mixed_dir.parent, backend=backend, dtype=torch.float32, kernels=cpu_kernels
+        )
+    [warning] = [r.getMessage() for r in caplog.records if "gguf_type_expanded" in r.getMessage()]
+    assert "blk.1.ffn_down.weight as Q2_K" in warning and "Q4_K_M, Q5_K_M or Q8_0" in warning
+    layers = coded.model.layers
+    assert layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8  # Q4_K q widened beside Q5_K k
+    assert layers[0].mlp.gate_up_proj.kernel_weight.dtype == torch.uint8 and layers[0].mlp.gate_up_proj.swiglu
+    assert layers[1].mlp.gate_up_proj.kernel_weight.dtype == torch.int8  # Q5_K gate with a Q4_K up
+    assert layers[0].mlp.down_proj.kernel_weight.dtype == torch.int8  # Q5_0
+    assert layers[1].self_attn.qkv_proj.kernel_dtype == "f32"  # its v is Q6_K: dequantized
+    assert layers[1].mlp.down_proj.kernel_dtype == "f32"  # Q2_K: dequantized
+    assert coded.lm_head.kernel_dtype == "codes"  # the tied head keeps the embedding's Q4_K codes
+
+    plain = load_model(mixed_dir)  # gguf's dequantize, un-permuted: the fp32 model
+    pack_model(plain, dataclasses.replace(cpu_kernels, block_codes=False))
+    for prompt in ([1, 2, 3], list(range(40, 80))):
+        expected = linears_only_logits(plain, prompt)
+        assert torch.isfinite(expected).all()
+        assert torch.equal(linears_only_logits(coded, prompt), expected)
+
+
+def test_the_direct_path_needs_the_kernels_block_codes(mixed_dir, cpu_kernels):
+    """With ``block_code_weights = false`` (the kernels' ``block_codes`` off) the fp32 weights load."""
+    import dataclasses
+
+    kernels = dataclasses.replace(cpu_kernels, block_codes=False)
+    backend = TorchPagedAttention(cpu_kernels=kernels)
+    model = load_packed_model(
+        mixed_dir, mixed_dir.parent, backend=backend, dtype=torch.float32, kernels=kernels
+    )
+    assert {kind for kind, _ in linear_kinds(model)} == {"f32"}
+    assert (mixed_dir / "model.safetensors").is_file()
+
+
+def test_the_prepared_file_keeps_the_codes(mixed_dir, cpu_kernels, monkeypatch):
+    from hetero_core.model.cpu import prepared_weights
+
+    monkeypatch.setattr(prepared_weights, "MIN_CHECKPOINT_BYTES", 0)
+    backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
+    first = load_packed_model(
+        mixed_dir, mixed_dir.parent, backend=backend, dtype=torch.float32, kernels=cpu_kernels
+    )
+    path = prepared_weights.prepared_path(mixed_dir, mixed_dir.parent, torch.float32, cpu_kernels)
+    assert path.is_file()
+    again = load_packed_model(
+        mixed_dir, mixed_dir.parent, backend=backend, dtype=torch.float32, kernels=cpu_kernels
+    )
+    assert linear_kinds(again) == linear_kinds(first)
+    assert again.model.layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8
+    assert not (mixed_dir / "model.safetensors").exists()
+    prompt = list(range(3, 30))
+    assert torch.equal(linears_only_logits(again, prompt), linears_only_logits(first, prompt))
