@@ -185,3 +185,23 @@ def test_the_prepared_file_keeps_the_codes(mixed_dir, cpu_kernels, monkeypatch):
     assert not (mixed_dir / "model.safetensors").exists()
     prompt = list(range(3, 30))
     assert torch.equal(linears_only_logits(again, prompt), linears_only_logits(first, prompt))
+
+
+def test_the_auto_probe_loads_only_the_first_layers_codes(mixed_dir, cpu_kernels):
+    """``dtype = "auto"``'s probe of a GGUF (``num_layers``): the first layers' codes and the head, the
+    same packed weights the whole model gets, and no fp32 weights written for the folder."""
+    from hetero_core.model.gguf_cache import gguf_source
+    from hetero_core.model.gguf_codes_loader import load_codes_model
+
+    backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
+    gguf = gguf_source(mixed_dir)
+    whole, _ = load_codes_model(mixed_dir, gguf, backend=backend, dtype=torch.float32, kernels=cpu_kernels)
+    probe, _ = load_codes_model(
+        mixed_dir, gguf, backend=backend, dtype=torch.float32, kernels=cpu_kernels, num_layers=1
+    )
+    assert len(probe.model.layers) == 1 and probe.config.num_hidden_layers == 1
+    for name in ("self_attn.qkv_proj", "mlp.gate_up_proj", "mlp.down_proj"):
+        ours = probe.model.layers[0].get_submodule(name).kernel_weight
+        assert torch.equal(ours, whole.model.layers[0].get_submodule(name).kernel_weight), name
+    assert torch.equal(probe.lm_head.kernel_weight, whole.lm_head.kernel_weight)
+    assert not (mixed_dir / "model.safetensors").exists()

@@ -11,7 +11,12 @@ import pytest
 from hetero_core.default_plugins import torch_memory
 from hetero_core.errors import ConfigError
 from hetero_core.llm import LLM
-from hetero_core.model.cpu.kv_cache_size import DEFAULT_NUM_BLOCKS, KV_MEMORY_FRACTION, kv_pool_size
+from hetero_core.model.cpu.kv_cache_size import (
+    DEFAULT_NUM_BLOCKS,
+    KV_MEMORY_CAP,
+    KV_MEMORY_FRACTION,
+    kv_pool_size,
+)
 from hetero_core.model.cpu.memory_budget import MemoryBudget
 from hetero_core.settings import load_settings
 
@@ -35,6 +40,13 @@ def test_a_share_of_the_memory_the_weights_leave():
     pool = size()
     assert pool.num_blocks == int(KV_MEMORY_FRACTION * 8 * GIB) // MIB == 4096
     assert "50% of the memory" in pool.reason and "8.00 GiB left" in pool.reason
+
+
+def test_a_pool_sized_from_memory_takes_at_most_the_cap():
+    pool = size(budget=MemoryBudget(64 * GIB, "a large machine"))
+    assert pool.num_blocks == KV_MEMORY_CAP // MIB == 4096
+    assert "cap" in pool.reason
+    assert size(budget=MemoryBudget(64 * GIB, "a large machine"), kv_cache_memory=6 * GIB).num_blocks == 6144
 
 
 def test_at_most_what_the_admitted_sequences_can_use():

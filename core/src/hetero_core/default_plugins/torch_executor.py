@@ -37,6 +37,7 @@ from hetero_core.model.cpu.probe_model import first_layers
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.decode_graphs import build_decode_graphs
+from hetero_core.model.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner
@@ -181,7 +182,12 @@ def _build_runner(
     cache, where it can be; the compiled kernels' fused steps) over a cache of ``cache_shape``'s
     (blocks, block size); ``num_layers``: the checkpoint's first layers only (``probe_model``)."""
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
-    if num_layers is not None:  # dtype = "auto"'s probe: never a prepared file, never quantized
+    gguf = codes_source(ctx.model_dir, dtype, kernels) if pack and device.type == "cpu" else None
+    if num_layers is not None and gguf is not None:  # the probe of a GGUF: its codes, never fp32 weights
+        model = load_codes_model(
+            ctx.model_dir, gguf, backend=backend, dtype=dtype, kernels=kernels, num_layers=num_layers
+        )[0]
+    elif num_layers is not None:  # dtype = "auto"'s probe: never a prepared file, never quantized
         model = first_layers(ctx.model_dir, num_layers, backend=backend, dtype=dtype)
         if pack:
             pack_model(model, kernels)

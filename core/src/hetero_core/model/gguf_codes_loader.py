@@ -22,6 +22,7 @@ from the cached conversion (``gguf_cache``), which then holds no weights.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -67,11 +68,12 @@ def codes_source(source: Path, dtype: torch.dtype, kernels) -> Path | None:
 
 
 def load_codes_model(
-    source: Path, gguf_path: Path, *, backend, dtype: torch.dtype, kernels
+    source: Path, gguf_path: Path, *, backend, dtype: torch.dtype, kernels, num_layers: int | None = None
 ) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """The packed model of ``gguf_path`` (the config from ``source``'s config.json where it is a
     converted folder) and its plain tensors (those ``prepared_file.save_prepared`` stores for linears
-    outside the kernels' layout)."""
+    outside the kernels' layout). ``num_layers``: only the first decoder layers (with the embedding,
+    the final norm and the head), as ``dtype = "auto"``'s probe times them (``probe_model``)."""
     from hetero_core.model.cpu.prepared_file import _assemble
 
     reader = open_gguf(gguf_path)
@@ -79,10 +81,12 @@ def load_codes_model(
     config = ModelConfig.from_dir(source) if Path(source).is_dir() else ModelConfig.from_dict(raw_config)
     if config.architecture not in GGUF_ARCHITECTURES.values():
         raise ModelLoadError(f"{gguf_path}: architecture {config.architecture} cannot load from GGUF codes")
+    if num_layers is not None:
+        config = dataclasses.replace(config, num_hidden_layers=num_layers)
     by_name = {}
     for tensor in reader.tensors:
         name = hf_tensor_name(tensor.name)
-        if name is not None:
+        if name is not None and (num_layers is None or _layer_index(name) < num_layers):
             by_name[name] = tensor
     tensors, skipped = _tensors(by_name, config, dtype, kernels, raw_config["model_type"] == "llama")
     _warn_expanded(skipped)
@@ -97,6 +101,12 @@ def load_codes_model(
         k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX) and k not in in_kernel_layout
     }
     return model, plain  # (dequantized linears now packed are dropped: their plain copy goes)
+
+
+def _layer_index(name: str) -> int:
+    """The decoder layer of an HF tensor name (-1: not a layer's: embedding, final norm, head)."""
+    parts = name.split(".")
+    return int(parts[2]) if name.startswith("model.layers.") else -1
 
 
 def _tensors(by_name: dict, config: ModelConfig, dtype: torch.dtype, kernels, unpermute: bool):

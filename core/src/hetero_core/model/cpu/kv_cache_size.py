@@ -4,9 +4,11 @@
 in GiB, its engines take ``--kv-cache-memory-bytes``): as many blocks as that holds, refused when
 more than the memory the weights leave. Unset: ``KV_MEMORY_FRACTION`` of the memory the weights and
 their working set leave (``memory_budget``, ``memory_fit``), at most what ``max_num_seqs`` sequences
-of ``max_model_len`` tokens can use. A pool of untouched blocks costs nothing (``zeroed_memory``), but
-the allocator cycles through every block before it reuses one, so a long-running server's pool
-becomes resident: the fraction leaves the rest to the page cache and other processes. Memory that
+of ``max_model_len`` tokens can use, and at most ``KV_MEMORY_CAP`` (4 GiB). A pool of untouched blocks
+costs nothing (``zeroed_memory``), but the allocator cycles through every block before it reuses one,
+so a long-running server's pool becomes resident: the fraction leaves the rest to the page cache and
+other processes, and the cap keeps a small model on a large machine from growing to half of it (4 GiB
+holds 91,000 tokens of SmolLM2-135M in fp32, 32,000 of a Llama-3.1-8B in bf16). Memory that
 cannot be read (not Linux): ``DEFAULT_NUM_BLOCKS``, the pool every start had before.
 """
 
@@ -18,6 +20,7 @@ from hetero_core.errors import ConfigError
 from hetero_core.model.cpu.memory_budget import MemoryBudget, format_bytes
 
 KV_MEMORY_FRACTION = 0.5
+KV_MEMORY_CAP = 4 << 30  # bytes: the most a pool sized from memory takes (kv_cache_memory sets more)
 DEFAULT_NUM_BLOCKS = 1024  # the max_num_blocks default
 
 
@@ -58,7 +61,8 @@ def kv_pool_size(
     if left is None:
         blocks = min(DEFAULT_NUM_BLOCKS, usable)
         return KVPoolSize(blocks, "the memory available is unknown: the default pool")
-    fits = int(KV_MEMORY_FRACTION * max(left, 0)) // bytes_per_block
+    share = int(KV_MEMORY_FRACTION * max(left, 0))
+    fits = min(share, KV_MEMORY_CAP) // bytes_per_block
     if fits < 1:
         raise ConfigError(
             f"no memory is left for the KV cache{where}; free memory, use a smaller dtype or "
@@ -66,4 +70,6 @@ def kv_pool_size(
         )
     if fits >= usable:
         return KVPoolSize(usable, f"what max_num_seqs x max_model_len can use{where}")
+    if share > KV_MEMORY_CAP:
+        return KVPoolSize(fits, f"the {format_bytes(KV_MEMORY_CAP)} cap of a pool sized from memory{where}")
     return KVPoolSize(fits, f"{KV_MEMORY_FRACTION:.0%} of the memory{where}")

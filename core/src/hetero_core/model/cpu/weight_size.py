@@ -4,10 +4,12 @@ any of them is read: from the parameter counts in the safetensors headers (or a 
 ``dtype = "auto"`` must not load a candidate that does not fit (an 8B model in fp32 is 32 GB; the
 OOM killer ends the process without a word), and the KV cache is sized from what the weights leave.
 The estimate: every parameter at the dtype's width (fp32 4 bytes, bf16 2), plus the LM head's own copy
-where the checkpoint ties it to the embeddings (the executor unties it to pack it). A converted GGUF
-whose linears are Q4_1 or Q8_0 block codes runs those in fp32 as codes where the kernels take them
-(``block_codes``): 24 bytes per 32 weights for Q4_1 (16 of codes, fp32 d and m), 36 for Q8_0. The
-headers are a few KB: reading them costs nothing next to the weights.
+where the checkpoint ties it to the embeddings (the executor unties it to pack it). A GGUF (or a
+folder converted from one, which holds no weights of its own) whose linears are block codes runs them
+as codes in fp32 and bf16 where the kernels take them (``block_codes``, ``gguf_codes_loader``): 24
+bytes per 32 weights for the 4-bit types (16 of codes, fp32 d and m), 40 for the 8-bit ones; its
+other tensors (norms, embeddings, Q6_K) at the dtype's width. The headers are a few KB: reading them
+costs nothing next to the weights.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from pathlib import Path
 from hetero_core.errors import ModelLoadError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-CODE_BYTES = {"Q4_1": 24 / 32, "Q8_0": 36 / 32}  # bytes per weight of the kernels' block-code layout
+_FOUR_BIT, _EIGHT_BIT = 24 / 32, 40 / 32  # bytes per weight of the kernels' block-code panels
+CODE_BYTES = {
+    **dict.fromkeys(("Q4_0", "Q4_1", "Q4_K"), _FOUR_BIT),
+    **dict.fromkeys(("Q5_0", "Q5_1", "Q5_K", "Q8_0"), _EIGHT_BIT),
+}
 _EMBEDDINGS = ("model.embed_tokens.weight", "token_embd.weight")
 
 
@@ -54,7 +60,7 @@ class CheckpointTensors:
         """The weights' bytes in ``dtype_name`` as the executor holds them; ``block_codes``: fp32
         linears that are Q4_1/Q8_0 codes stay codes."""
         width = DTYPE_BYTES[dtype_name]
-        codes = block_codes and dtype_name == "float32"
+        codes = block_codes and dtype_name in ("float32", "bfloat16")
         total = 0.0
         for name, count in self.elements.items():
             code = self.code_types.get(name) if codes and name not in _EMBEDDINGS else None
@@ -71,6 +77,9 @@ def checkpoint_tensors(source: Path) -> CheckpointTensors:
     source = Path(source)
     if not source.is_dir():
         return _gguf_tensors(source)
+    converted_from = _converted_gguf_source(source)
+    if converted_from is not None:  # a converted GGUF: its weights are the GGUF's
+        return _gguf_tensors(converted_from)
     from hetero_core.model.safetensors_checkpoint import safetensors_files
 
     elements = {}
@@ -119,7 +128,10 @@ def _gguf_types(path: Path) -> dict[str, str]:
     return types
 
 
-GGUF_TYPES = {0: "F32", 1: "F16", 3: "Q4_1", 8: "Q8_0", 30: "BF16"}  # ggml type ids (the others: codes)
+GGUF_TYPES = {  # ggml type ids
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0",
+    12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16",
+}
 _GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type -> bytes
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
