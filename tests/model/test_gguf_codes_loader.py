@@ -22,7 +22,7 @@ from tests.model.gguf_files import requantized, write_mixed_gguf
 from tests.model.paged_batches import prompt_logits
 
 PROMPTS = ([1, 504, 3458, 314, 4155, 282], list(range(100, 121)), [9, 8, 7, 6, 5, 4, 3, 2])
-FP32 = {"dtype": "float32", "prepared_weights_cache": False}
+FP32 = {"dtype": "float32", "prepared_weights_cache": False, "code_activations": "float"}  # fp32 bits
 
 
 def linear_kinds(model) -> Counter:
