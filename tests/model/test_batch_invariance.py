@@ -145,6 +145,8 @@ def test_every_kernel_gives_a_row_the_same_bits_alone_batched_and_on_any_threads
             (kernels.f32_linear, kernels.pack_f32_linear(torch.randn(96, 96)), {}),
             (kernels.coded_linear, kernels.pack_coded_linear(q4_1_weight(96, 96)), {}),
         ]
+    # int8 activations over block codes, from fp32 or bf16 rows (q8a_coded_linear)
+    linears.append((kernels.q8a_coded_linear, kernels.pack_coded_linear(q4_1_weight(96, 96)), {}))
     for linear, packed, _ in list(linears):
         linears.append((linear, packed, {"swiglu": True}))
     for linear, packed, swiglu in linears:

@@ -163,7 +163,12 @@ def test_the_block_codes_are_recovered_exactly_including_constant_blocks():
 
 
 def test_fp32_packed_linears_take_the_coded_kernel_for_block_code_weights(kernel):
+    """With fp32 code activations (``code_activations = "float"``) the codes give the fp32 weights' bits."""
+    import dataclasses
+
     from hetero_core.model.cpu.linear import PackedLinear
+
+    kernel = dataclasses.replace(kernel, code_activations="float")
 
     weight, bias = q4_1_weight(64, 96), torch.randn(64)
     linear = PackedLinear(weight, bias, kernel)

@@ -22,7 +22,7 @@ from tests.model.gguf_files import requantized, write_mixed_gguf
 from tests.model.paged_batches import prompt_logits
 
 PROMPTS = ([1, 504, 3458, 314, 4155, 282], list(range(100, 121)), [9, 8, 7, 6, 5, 4, 3, 2])
-FP32 = {"dtype": "float32", "prepared_weights_cache": False}
+FP32 = {"dtype": "float32", "prepared_weights_cache": False, "code_activations": "float"}  # fp32 bits
 
 
 def linear_kinds(model) -> Counter:
@@ -82,7 +82,10 @@ def test_a_q8_0_gguf_runs_its_codes_with_the_fp32_models_logits_and_tokens(
 def test_bf16_activations_run_over_the_same_codes(q8_0_dir, make_executor, cpu_kernels):
     """In bf16 the linears keep the codes (not weights rounded to bf16): bf16 only rounds activations."""
     coded = make_executor(
-        q8_0_dir, options=TorchExecutorOptions(dtype="bfloat16", prepared_weights_cache=False)
+        q8_0_dir,
+        options=TorchExecutorOptions(
+            dtype="bfloat16", prepared_weights_cache=False, code_activations="float"
+        ),
     )
     assert linear_kinds(coded.model) == {("codes", torch.int8): 4 * len(coded.model.model.layers) + 1}
     fp32 = make_executor(q8_0_dir, options=TorchExecutorOptions(**FP32))
@@ -129,7 +132,7 @@ def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
     from hetero_core.model import gguf_codes_loader
 
     monkeypatch.setattr(gguf_codes_loader, "CHUNK_ROWS", chunk_rows)
-
+    cpu_kernels = dataclasses.replace(cpu_kernels, code_activations="float")  # fp32 bits, compared exactly
     backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
     with caplog.at_level(logging.WARNING, logger="hetero"):
         coded = load_packed_model(

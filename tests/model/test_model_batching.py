@@ -83,7 +83,7 @@ def test_recompute_after_preemption_reuses_fresh_blocks(tiny_model_dirs, make_ex
     assert (out[0] - expected[21]).abs().max() < TOL
 
 
-@pytest.mark.parametrize("name", ["llama", "llama_q4_1"])  # fp32 panels; block codes (coded_linear) in fp32
+@pytest.mark.parametrize("name", ["llama", "llama_q4_1"])  # fp32 panels; block codes (q8a_coded_linear)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("cpu_kernels", ["auto", "torch"])
 def test_a_step_that_samples_no_row_returns_empty_logits(
@@ -104,9 +104,9 @@ def test_a_step_that_samples_no_row_returns_empty_logits(
         assert out.logits.shape == (0, VOCAB) and out.logits.dtype == torch.float32
     last = executor.execute(step([(seq, 20)], pool, BLOCK_SIZE)).logits
     expected = hf_logits(hf_model, seq.token_ids)[39]
-    assert last.shape == (1, VOCAB) and (last[0] - expected).abs().max() < (
-        TOL if dtype == "float32" else 0.5
-    )
+    # bf16, or block codes with int8 activations (code_activations's default, with the kernels): rounded
+    rounded = dtype == "bfloat16" or (name == "llama_q4_1" and cpu_kernels == "auto")
+    assert last.shape == (1, VOCAB) and (last[0] - expected).abs().max() < (0.5 if rounded else TOL)
 
 
 def test_the_last_layer_runs_its_mlp_on_the_sampled_rows_alone(tiny_model_dirs, make_executor, monkeypatch):

@@ -119,6 +119,7 @@ def _versions(options, kernels) -> str:
         options.prepack_weights,
         options.fused_decode,
         options.block_code_weights,
+        options.code_activations,
         options.cpu_kernels,
     )
     return f"torch {torch.__version__} | hetero {hetero_core.__version__} | {library} | options {settings}"

@@ -71,6 +71,8 @@ class TorchExecutor(RunnerExecutor):
         kernels = _cpu_kernels(options, self.device)  # attention, K/V writes, element-wise steps, linears
         if kernels is not None and not options.block_code_weights:
             kernels = dataclasses.replace(kernels, block_codes=False)
+        if kernels is not None and options.code_activations != kernels.code_activations:
+            kernels = dataclasses.replace(kernels, code_activations=options.code_activations)
         cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
         def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None, model=None):

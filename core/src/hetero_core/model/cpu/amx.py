@@ -50,7 +50,9 @@ def amx_kernels(base: CpuKernels) -> CpuKernels | None:
     """``base``'s AMX variant (``amx=True``, ``base``'s other settings) where this CPU has AMX, the
     variant builds, the kernel grants the tiles and its linear passes the self-check; None otherwise."""
     variant = _variant()
-    return dataclasses.replace(variant, block_codes=base.block_codes) if variant is not None else None
+    if variant is None:
+        return None
+    return dataclasses.replace(variant, block_codes=base.block_codes, code_activations=base.code_activations)
 
 
 @cache

@@ -35,6 +35,7 @@ class _Linear(ctypes.Structure):
         ("in_features", _I64),
         ("bits", ctypes.c_int32),
         ("swiglu", ctypes.c_int32),
+        ("int8_activations", ctypes.c_int32),
     ]
 
 
@@ -87,7 +88,8 @@ class _Step(ctypes.Structure):
     ]
 
 
-_LAYOUTS = {torch.float32: ("f32", "codes"), torch.bfloat16: ("bf16",)}  # kernel layouts of each model dtype
+# kernel layouts of each model dtype (block codes under bf16: only with int8 activations, which take bf16)
+_LAYOUTS = {torch.float32: ("f32", "codes"), torch.bfloat16: ("bf16", "codes")}
 
 
 def _linear(module, dtype: torch.dtype) -> _Linear | None:
@@ -99,6 +101,7 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
         or not module.all_rows
         or module.float32_output
         or module.kernel_dtype not in _LAYOUTS[dtype]
+        or (dtype == torch.bfloat16 and module.kernel_dtype == "codes" and not module.int8_activations)
     ):
         return None
     weight = module.kernel_weight
@@ -114,6 +117,7 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
         module.in_features,
         bits,
         int(module.swiglu),
+        int(module.int8_activations),
     )
 
 

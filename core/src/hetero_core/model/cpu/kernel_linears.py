@@ -17,9 +17,18 @@ import ctypes
 
 import torch
 
-from hetero_core.model.cpu.block_codes import block_codes, pack_code_panels
+from hetero_core.model.cpu.block_codes import (
+    CODES_Q4,
+    CODES_Q8,
+    CODES_Q8_SUB16,
+    block_codes,
+    pack_code_panels,
+    pack_code_panels_sub16,
+)
 
 PANEL = 16  # output columns per panel of every layout
+SUB16_BLOCK_BYTES = 320  # a CODES_Q8_SUB16 block: d[16] fp32 and 16 inputs x 16 codes
+__all__ = ["LinearKernels", "pack_code_panels", "pack_code_panels_sub16", "code_bits", "code_in_features"]
 DTYPE_SUFFIXES = {torch.float32: "f32", torch.bfloat16: "bf16"}  # the C symbols of each kernel's dtypes
 
 
@@ -29,6 +38,13 @@ class LinearKernels:
     library: ctypes.CDLL
     swiglu_pair_columns: int
     block_codes: bool
+    code_activations: str
+
+    @property
+    def int8_code_activations(self) -> bool:
+        """True where block-code linears run ``q8a_coded_linear`` (``code_activations`` "int8" and the
+        CPU sums int8 codes in vectors: AVX-512 VNNI or AVX2); else ``coded_linear``, exact fp32."""
+        return self.code_activations == "int8" and self.q8a_path != "int32"
 
     @property
     def bf16_linear_native(self) -> bool:
@@ -157,7 +173,7 @@ class LinearKernels:
     ) -> torch.Tensor:
         """``f32_linear`` with ``packed`` from ``pack_coded_linear``: the same result, bit for bit, as
         ``f32_linear`` on the fp32 weight it was packed from."""
-        out_features, in_features = packed.shape[0] * PANEL, packed.shape[1] * 32
+        out_features, in_features = packed.shape[0] * PANEL, code_in_features(packed)
         x, ldx = _input("coded_linear", x, torch.float32, in_features)
         _check_bias("coded_linear", bias, out_features)
         width = out_features // 2 if swiglu else out_features
@@ -181,14 +197,75 @@ class LinearKernels:
         )
         return out
 
+    @property
+    def q8a_path(self) -> str:
+        """How ``q8a_coded_linear`` sums the codes here: ``"vnni"`` (AVX-512 VNNI), ``"avx2"``
+        (VPMADDUBSW) or ``"int32"`` (plain vector arithmetic: correct, not fast)."""
+        return ("int32", "avx2", "vnni")[self.library.q8a_coded_linear_path()]
+
+    def q8a_coded_linear(
+        self,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        bias: torch.Tensor | None,
+        swiglu: bool = False,
+        out_dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """``coded_linear`` with the activations quantized to int8 per row and block of 32 inputs
+        (``quantize_q8_blocks``) and integer dot products on the codes: ``x`` [M, K] fp32 or bf16,
+        ``packed`` from ``pack_coded_linear`` / ``pack_code_panels*`` -> [M, N] (or [M, N / 2] with
+        ``swiglu``) in ``out_dtype`` (fp32 or bf16). Batch-invariant; not coded_linear's bits: the
+        activations lose 2^-8 of each block's largest value."""
+        out_features, in_features = packed.shape[0] * PANEL, code_in_features(packed)
+        if x.dtype not in DTYPE_SUFFIXES or out_dtype not in DTYPE_SUFFIXES:
+            raise ValueError(
+                f"q8a_coded_linear: x and the output must be float32 or bfloat16, got {x.dtype}, {out_dtype}"
+            )
+        x, ldx = _input("q8a_coded_linear", x, x.dtype, in_features)
+        if in_features % 32:
+            raise ValueError(f"q8a_coded_linear: inputs must be whole blocks of 32, got {in_features}")
+        _check_bias("q8a_coded_linear", bias, out_features)
+        width = out_features // 2 if swiglu else out_features
+        out = torch.empty((x.shape[0], width), dtype=out_dtype)
+        status = self.library.q8a_coded_linear(
+            x.data_ptr(),
+            ldx,
+            int(x.dtype == torch.bfloat16),
+            packed.data_ptr(),
+            pointer(bias),
+            out.data_ptr(),
+            width,
+            x.shape[0],
+            out_features,
+            in_features,
+            code_bits(packed),
+            int(swiglu),
+            int(out_dtype == torch.bfloat16),
+            torch.get_num_threads(),
+        )
+        check_status(
+            status,
+            "int8-activation coded linear",
+            f"{x.shape[0]} rows, {out_features} outputs, {in_features} inputs",
+        )
+        return out
+
     def swiglu_order(self, gate_up: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``gate_up``'s rows (or bias) in the order the linear of ``dtype`` takes for ``swiglu``."""
         return swiglu_panel_order(gate_up, PANEL if dtype == torch.bfloat16 else self.swiglu_pair_columns)
 
 
 def code_bits(packed: torch.Tensor) -> int:
-    """The code width of a weight from ``pack_coded_linear``: 4 (uint8) or 8 (int8)."""
-    return 4 if packed.dtype == torch.uint8 else 8
+    """The code format of a packed block-code weight (``csrc/code_blocks.h``): CODES_Q4 (uint8), CODES_Q8
+    (int8, 640 bytes per block of 32 inputs) or CODES_Q8_SUB16 (int8, 320 bytes per block of 16)."""
+    if packed.dtype == torch.uint8:
+        return CODES_Q4
+    return CODES_Q8_SUB16 if packed.shape[-1] == SUB16_BLOCK_BYTES else CODES_Q8
+
+
+def code_in_features(packed: torch.Tensor) -> int:
+    """The inputs of a packed block-code weight: its blocks times their inputs (16 or 32)."""
+    return packed.shape[1] * (16 if code_bits(packed) == CODES_Q8_SUB16 else 32)
 
 
 def swiglu_panel_order(gate_up: torch.Tensor, columns: int) -> torch.Tensor:

@@ -24,21 +24,26 @@ AVX2, oneDNN 490-510 and 233-266; wider layers than SmolLM2's lose up to ~20 % t
 at 8,192 inputs and 1,024 rows, 406 GFLOP/s against 496). One kernel at every batch size is what
 makes a row's result independent of its batch-mates (batch invariance): oneDNN picks its algorithm,
 and its order of summation, by the number of rows. In fp32, a weight whose values are
-exact block codes (a Q4_1 or Q8_0 GGUF's, ``block_codes``) keeps the codes instead (``"codes"``,
-``coded_linear``): the same results bit for bit from 0.75 or 1.25 bytes per weight instead of 4
-(decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head (``float32_output``)
-returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer rounded to bf16's
-8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs' fused gate/up
-projections return ``silu(gate) * up`` straight from the kernel's registers (``swiglu``): no gate/up
-output written and read back, no separate ``silu_mul`` pass (1.0-1.2x that pair at SmolLM2's MLP
-shape). A weight no kernel layout takes (outputs not a multiple of 16; bf16 with an odd number of
-inputs) stays with oneDNN.
+exact block codes (a Q4_1 or Q8_0 GGUF's, ``block_codes``) keeps the codes instead (``"codes"``):
+0.625-1.25 bytes per weight instead of 4. By default (``code_activations = "int8"``, where the CPU has
+AVX-512 VNNI or AVX2) the activations are quantized to int8 per block and multiplied with the codes
+in integers (``q8a_coded_linear``: batch-invariant, within the activations' rounding of fp32);
+with "float", ``coded_linear`` expands the codes to fp32, the same results as the fp32 weights bit for
+bit (decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head
+(``float32_output``) returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer
+rounded to bf16's 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs'
+fused gate/up projections return ``silu(gate) * up`` straight from the kernel's registers
+(``swiglu``): no gate/up output written and read back, no separate ``silu_mul`` pass (1.0-1.2x that
+pair at SmolLM2's MLP shape). A weight no kernel layout takes (outputs not a multiple of 16; bf16 with an
+odd number of inputs) stays with oneDNN.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from hetero_core.model.cpu.kernel_linears import code_in_features
 
 
 def can_pack(device: torch.device, dtype: torch.dtype, kernels=None) -> bool:
@@ -111,8 +116,11 @@ class PackedLinear(nn.Module):
                 self.out_features, self.in_features = weight.shape
             elif self.kernel_dtype == "bf16":  # [N / 16][K / 2][16][2]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 2
-            elif self.kernel_dtype == "codes":  # [N / 16][K / 32][bytes]
-                self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1] * 32
+            elif self.kernel_dtype == "codes":  # [N / 16][K / 32 or K / 16][bytes]
+                self.out_features, self.in_features = (
+                    kernel_weight.shape[0] * 16,
+                    code_in_features(kernel_weight),
+                )
             else:  # [N / 16][K][16]
                 self.out_features, self.in_features = kernel_weight.shape[0] * 16, kernel_weight.shape[1]
             self.all_rows = (
@@ -140,6 +148,17 @@ class PackedLinear(nn.Module):
                 .contiguous()
             )
 
+    @property
+    def int8_activations(self) -> bool:
+        """True where this block-code linear runs with int8 activations (``q8a_coded_linear``: the
+        kernels' ``int8_code_activations``, inputs in whole blocks of 32)."""
+        return (
+            self.kernel_dtype == "codes"
+            and self.kernels is not None
+            and self.kernels.int8_code_activations
+            and self.in_features % 32 == 0
+        )
+
     @classmethod
     def from_kernel_layout(
         cls, kernel_weight: torch.Tensor, bias: torch.Tensor | None, kernels, swiglu: bool = False
@@ -156,12 +175,16 @@ class PackedLinear(nn.Module):
             rows = x.reshape(-1, self.in_features)
             if self.kernel_dtype == "f32":
                 out = kernels.f32_linear(rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu)
-            elif self.kernel_dtype == "codes":  # fp32 rows (bf16 activations widened), fp32 sums
-                out = kernels.coded_linear(
-                    rows.float(), self.kernel_weight, self.bias_f32, swiglu=self.swiglu
-                )
-                if x.dtype != torch.float32 and not self.float32_output:
-                    out = out.to(x.dtype)
+            elif self.kernel_dtype == "codes":  # fp32 out of fp32 rows (and for the LM head), else x's dtype
+                out_dtype = torch.float32 if self.float32_output else rows.dtype
+                if self.int8_activations:
+                    out = kernels.q8a_coded_linear(
+                        rows, self.kernel_weight, self.bias_f32, swiglu=self.swiglu, out_dtype=out_dtype
+                    )
+                else:
+                    out = kernels.coded_linear(
+                        rows.float(), self.kernel_weight, self.bias_f32, swiglu=self.swiglu
+                    ).to(out_dtype)
             else:
                 out_dtype = torch.float32 if self.float32_output else torch.bfloat16
                 out = kernels.bf16_linear(

@@ -13,14 +13,14 @@
 
 #include "hetero_kernels.h" /* the ABI: every exported call's prototype */
 
-/* A linear in the layout of one of the kernels' linears: ``bits`` 0 for f32_linear's panels, 4 or 8
- * for coded_linear's block codes, 16 for bf16_linear's; ``bias`` fp32 in the packed column order, or
- * NULL. */
+/* A linear in the layout of one of the kernels' linears: ``bits`` 0 for f32_linear's panels, a code
+ * format (code_blocks.h: 4, 8, 9) for block codes, 16 for bf16_linear's; ``bias`` fp32 in the packed
+ * column order, or NULL. Block codes run coded_linear, or q8a_coded_linear with ``int8_activations``. */
 struct fused_linear {
     const void *weight;
     const float *bias;
     int64_t out_features, in_features;
-    int32_t bits, swiglu;
+    int32_t bits, swiglu, int8_activations;
 };
 
 struct fused_layer {
@@ -47,8 +47,11 @@ struct fused_step {
     int32_t num_threads;
 };
 
-static int run_linear(const struct fused_linear *linear, const void *x, void *y, int64_t rows, int threads) {
+static int run_linear(const struct fused_linear *linear, const void *x, void *y, int64_t rows, int threads, int bf16) {
     const int64_t width = linear->swiglu ? linear->out_features / 2 : linear->out_features;
+    if (linear->int8_activations)  /* block codes, activations and outputs in the model's dtype */
+        return q8a_coded_linear(x, linear->in_features, bf16, linear->weight, linear->bias, y, width, rows,
+                                linear->out_features, linear->in_features, linear->bits, linear->swiglu, bf16, threads);
     if (linear->bits == 16)
         return bf16_linear(x, linear->in_features, linear->weight, linear->bias, y, width, rows, linear->out_features,
                            linear->in_features, 0, linear->swiglu, threads);
@@ -83,7 +86,7 @@ static inline __attribute__((always_inline)) int layers_as(const struct fused_mo
             CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden, layer->input_norm,
                                                         step->normed, hidden, rows, hidden, model->eps, threads));
         }
-        CHECK(run_linear(&layer->qkv, step->normed, qkv, rows, threads));
+        CHECK(run_linear(&layer->qkv, step->normed, qkv, rows, threads, bf16));
         CHECK((bf16 ? rotary_bf16 : rotary_f32)(qkv, qkv_width, step->cos, step->sin, rows,
                                                 model->num_heads + model->num_kv_heads, head_dim, threads));
         const int attention = (bf16 ? paged_decode_attention_bf16 : paged_decode_attention_f32)(
@@ -92,12 +95,12 @@ static inline __attribute__((always_inline)) int layers_as(const struct fused_mo
             step->attention, rows, model->num_heads, model->num_kv_heads, head_dim, model->num_blocks,
             model->block_size, model->scale, threads);
         if (attention != 0) return attention == -2 ? 3 : 2;
-        CHECK(run_linear(&layer->o, step->attention, step->hidden, rows, threads));
+        CHECK(run_linear(&layer->o, step->attention, step->hidden, rows, threads, bf16));
         CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden,
                                                     layer->post_attention_norm, step->normed, hidden, rows, hidden,
                                                     model->eps, threads));
-        CHECK(run_linear(&layer->gate_up, step->normed, step->activation, rows, threads));
-        CHECK(run_linear(&layer->down, step->activation, step->hidden, rows, threads));
+        CHECK(run_linear(&layer->gate_up, step->normed, step->activation, rows, threads, bf16));
+        CHECK(run_linear(&layer->down, step->activation, step->hidden, rows, threads, bf16));
     }
     return 0;
 }

@@ -72,22 +72,16 @@
 #define PANEL_VECTORS (PANEL / LANES)
 #define F32_PREFETCH_LINES 16 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
 
-/* ---- The same linear over weights that are exact block codes (GGUF's Q4_1 and Q8_0). ----
+/* ---- The same linear over weights that are exact block codes (GGUF's Q4_1, Q8_0, Q4_K, Q6_K). ----
  *
- * Q4_1 stores a weight as d * q + m (q a 4-bit code, d and m f16 per block of 32 inputs), Q8_0 as
- * d * q (q an 8-bit signed code, m = 0). d * q is exact in fp32 (d has an 11-bit significand, q 4
- * or 8 bits), so d * q + m, rounded once whether fused or not, is the dequantized checkpoint's value
- * itself. ``coded_linear`` expands the codes, in registers for one or two passes (decode steps) or
- * once per group into a per-thread buffer for more, and runs the passes above: its results equal
- * f32_linear's on the dequantized weight bit for bit, while the weight streams at 0.75 (4-bit) or
- * 1.25 (8-bit) bytes per weight instead of 4.
- *
- * Packed by the caller (cpu_kernels.pack_coded_linear, block_codes.py) as [N / 16][K / 32][bytes]:
- * for one panel of 16 columns and one block of 32 inputs, d[16] and m[16] as fp32, then the codes:
- * 4-bit, for each pair of inputs 16 bytes, byte c holding column c's code of the first input in its
- * low nibble and of the second in its high one; 8-bit, for each input 16 signed bytes. */
-#define CODE_BLOCK 32
-#define CODE_BLOCK_BYTES(bits) (2 * PANEL * 4 + CODE_BLOCK * PANEL * (bits) / 8)
+ * A block code stores a weight as d * q + m (q a 4-bit or 8-bit code, d and m per block of 32 inputs,
+ * or d alone per 16: code_blocks.h). d * q is exact in fp32, so d * q + m, rounded once whether fused
+ * or not, is the dequantized checkpoint's value itself. ``coded_linear`` expands the codes, in
+ * registers for one or two passes (decode steps) or once per group into a per-thread buffer for
+ * more, and runs the passes above: its results equal f32_linear's on the dequantized weight bit for
+ * bit, while the weight streams at 0.625-1.25 bytes per weight instead of 4. (q8a_coded_linear.c
+ * runs the same packed weight with the activations quantized to int8.) */
+#include "code_blocks.h"
 /* Passes that expand the codes in registers, each pass again; more expand them once into a buffer.
  * Measured on an Emerald Rapids Xeon with cold weights: 2 with AVX-512 (32 registers), 1 with AVX2. */
 #if LANES == 16
@@ -96,32 +90,15 @@
 #define FUSED_CODE_PASSES 1
 #endif
 
-/* LANES bytes from ``p`` as LANES 32-bit integers, zero-extended (``is_signed`` 0) or sign-extended
- * (1), in one extending load (VPMOVZXBD / VPMOVSXBD; GCC 12 widens a byte vector element by element). */
-static inline __attribute__((always_inline)) vint widen_bytes(const uint8_t *p, const int is_signed) {
-#if LANES == 16
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)p);
-    return (vint)(is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes));
-#elif LANES == 8 && defined(__AVX2__)  /* (AVX without AVX2 has 8 lanes and no 256-bit integer ops) */
-    const __m128i bytes = _mm_loadl_epi64((const __m128i *)p);
-    return (vint)(is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
-#else
-    vint q;
-    for (int l = 0; l < LANES; l++) q[l] = is_signed ? (int32_t)(int8_t)p[l] : (int32_t)p[l];
-    return q;
-#endif
-}
-
-/* Input ``input`` (0..31) of a packed block: its codes for the LANES columns of vector ``v`` of the
- * panel, as floats, straight from memory into registers. */
+/* Input ``input`` of a packed block: its codes for the LANES columns of vector ``v`` of the panel, as
+ * floats, straight from memory into registers (each column's 32-bit lane holds 4 inputs' codes). */
 static inline __attribute__((always_inline)) vfloat code_vector(const uint8_t *block, int input, int v,
-                                                                const int bits) {
-    const uint8_t *codes = block + 2 * PANEL * sizeof(float);
-    if (bits == 4) {  /* byte c: column c's code of input 2j in its low nibble, of input 2j + 1 in its high one */
-        const vint q = widen_bytes(codes + input / 2 * PANEL + v * LANES, 0);
-        return __builtin_convertvector(input & 1 ? q >> 4 : q & 15, vfloat);
-    }
-    return __builtin_convertvector(widen_bytes(codes + input * PANEL + v * LANES, 1), vfloat);
+                                                                const int format) {
+    const uint8_t *codes = block + code_scale_bytes(format) + 64 * code_vector_index(input, format);
+    vint u;
+    memcpy(&u, codes + v * LANES * 4, sizeof u);
+    const vint q = (u >> code_shift(input, format)) & (format == CODES_Q4 ? 15 : 255);
+    return __builtin_convertvector(format == CODES_Q4 ? q : q - 128, vfloat);  /* 8-bit codes are q + 128 */
 }
 
 /* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each panel from vector ``v0``
@@ -138,16 +115,18 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             for (int r = 0; r < rows; r++) acc[c * slice + v][r] = start;
         }
     const int64_t ahead_per_step = k > 0 ? (ahead_lines + k - 1) / k : 0;
-    const int64_t span = codes != NULL ? CODE_BLOCK : k;  /* inputs that share a block's d and m */
+    const int64_t span = codes != NULL ? code_block_inputs(bits) : k;  /* inputs that share a block's d and m */
     for (int64_t i0 = 0; i0 < k; i0 += span) {
         vfloat d[MAX_WIDTH * PANEL_VECTORS], m[MAX_WIDTH * PANEL_VECTORS];
         const uint8_t *blocks[MAX_WIDTH];
         if (codes != NULL)  /* block codes (coded_linear): d and m once per block, the codes expanded in registers */
             for (int c = 0; c < width; c++) {
-                blocks[c] = codes + (c * (k / CODE_BLOCK) + i0 / CODE_BLOCK) * CODE_BLOCK_BYTES(bits);
+                blocks[c] = codes + (c * (k / span) + i0 / span) * code_block_bytes(bits);
                 for (int v = 0; v < slice; v++) {
                     memcpy(&d[c * slice + v], blocks[c] + (v0 + v) * LANES * sizeof(float), sizeof(vfloat));
-                    memcpy(&m[c * slice + v], blocks[c] + (PANEL + (v0 + v) * LANES) * sizeof(float), sizeof(vfloat));
+                    m[c * slice + v] = (vfloat){0};
+                    if (code_has_m(bits))
+                        memcpy(&m[c * slice + v], blocks[c] + (PANEL + (v0 + v) * LANES) * sizeof(float), sizeof(vfloat));
                 }
             }
         for (int64_t i = i0; i < i0 + span; i++) {
@@ -156,9 +135,10 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
             vfloat w[MAX_WIDTH * PANEL_VECTORS];
             for (int c = 0; c < width; c++) {  /* the panels follow each other: K lines each */
                 if (codes != NULL) {
-                    for (int v = 0; v < slice; v++)  /* d * q is exact: one rounding, fused or not */
-                        w[c * slice + v] = d[c * slice + v] * code_vector(blocks[c], (int)(i - i0), v0 + v, bits)
-                                           + m[c * slice + v];
+                    for (int v = 0; v < slice; v++) {  /* d * q is exact: one rounding, fused or not */
+                        w[c * slice + v] = d[c * slice + v] * code_vector(blocks[c], (int)(i - i0), v0 + v, bits);
+                        if (code_has_m(bits)) w[c * slice + v] += m[c * slice + v];
+                    }
                     continue;
                 }
                 const float *line = panel + (c * k + i) * PANEL;
@@ -239,17 +219,19 @@ static inline __attribute__((always_inline)) void f32_pass_as(
     }
 }
 
-/* f32_pass_as with the weight's format fixed at compile time (fp32 panels, 4-bit or 8-bit codes):
+/* f32_pass_as with the weight's format fixed at compile time (fp32 panels, or a code format):
  * one copy of the loops each, so none carries another format's code (and registers). */
 static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
                             int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines,
                             const uint8_t *codes, int bits) {
     if (codes == NULL)
         f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, NULL, 0);
-    else if (bits == 4)
-        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, 4);
+    else if (bits == CODES_Q4)
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, CODES_Q4);
+    else if (bits == CODES_Q8)
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, CODES_Q8);
     else
-        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, 8);
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, CODES_Q8_SUB16);
 }
 
 /* How the rows of a fused gate/up weight are interleaved for ``swiglu`` (see SWIGLU_PAIR_COLUMNS):
@@ -330,29 +312,32 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
     return 0;
 }
 
-/* ``width`` panels (``k`` inputs each) of ``bits``-bit codes from ``packed`` into ``out`` in
+/* ``width`` panels (``k`` inputs each) of codes in ``format`` from ``packed`` into ``out`` in
  * f32_linear's layout. */
 static inline __attribute__((always_inline)) void expand_codes_as(const uint8_t *packed, int width, int64_t k,
-                                                                 const int bits, float *out) {
-    const int64_t blocks = k / CODE_BLOCK;
+                                                                 const int format, float *out) {
+    const int span = code_block_inputs(format);
+    const int64_t blocks = k / span;
     for (int c = 0; c < width; c++)
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = packed + (c * blocks + b) * CODE_BLOCK_BYTES(bits);
-            vfloat d[PANEL_VECTORS], m[PANEL_VECTORS];
+            const uint8_t *block = packed + (c * blocks + b) * code_block_bytes(format);
+            vfloat d[PANEL_VECTORS], m[PANEL_VECTORS] = {{0}};
             memcpy(d, block, sizeof d);
-            memcpy(m, block + sizeof d, sizeof m);
-            float *line = out + (c * k + b * CODE_BLOCK) * PANEL;
-            for (int i = 0; i < CODE_BLOCK; i++)
+            if (code_has_m(format)) memcpy(m, block + sizeof d, sizeof m);
+            float *line = out + (c * k + b * span) * PANEL;
+            for (int i = 0; i < span; i++)
                 for (int v = 0; v < PANEL_VECTORS; v++) {
-                    const vfloat w = d[v] * code_vector(block, i, v, bits) + m[v];  /* d * q is exact: one rounding */
+                    vfloat w = d[v] * code_vector(block, i, v, format);  /* d * q is exact: one rounding */
+                    if (code_has_m(format)) w += m[v];
                     memcpy(line + i * PANEL + v * LANES, &w, sizeof w);
                 }
         }
 }
 
-static void expand_codes(const uint8_t *packed, int width, int64_t k, int bits, float *out) {
-    if (bits == 4) expand_codes_as(packed, width, k, 4, out);  /* one copy of the loop per format */
-    else expand_codes_as(packed, width, k, 8, out);
+static void expand_codes(const uint8_t *packed, int width, int64_t k, int format, float *out) {
+    if (format == CODES_Q4) expand_codes_as(packed, width, k, CODES_Q4, out);  /* one copy of the loop per format */
+    else if (format == CODES_Q8) expand_codes_as(packed, width, k, CODES_Q8, out);
+    else expand_codes_as(packed, width, k, CODES_Q8_SUB16, out);
 }
 
 /* The expanded panels a thread works on (a group, or a run of groups for a large x); grown as
@@ -394,9 +379,9 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
 /* Bytes of expanded panels a thread keeps for the row chunks of a large x (see coded_linear). */
 #define EXPANDED_GROUPS_BYTES (512 * 1024)
 
-/* As f32_linear, with ``packed`` holding ``bits``-bit block codes (4 or 8) in the layout above (K a
- * multiple of 32). Returns 0; -1 for shapes linear_refuses or other bits (nothing written); -2 when a
- * thread's buffer cannot be allocated.
+/* As f32_linear, with ``packed`` holding block codes in the layout of code_blocks.h, ``bits`` its
+ * format (CODES_Q4, CODES_Q8, CODES_Q8_SUB16; K a multiple of its block). Returns 0; -1 for shapes
+ * linear_refuses or another format (nothing written); -2 when a thread's buffer cannot be allocated.
  *
  * One chunk of x (decode steps, short prompts): each group's codes are expanded in registers (up to
  * FUSED_CODE_PASSES passes) or into a buffer once, and its passes pull the next group's codes into
@@ -405,13 +390,13 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
  * group's expansion (once per chunk, 5-6 % of a prefill) nor x's chunks (once per group) repeat. */
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
-    if (linear_refuses(m, n, k, ldx, ldy, swiglu, CODE_BLOCK) || (bits != 4 && bits != 8)) return -1;
+    if (!code_format_known(bits) || linear_refuses(m, n, k, ldx, ldy, swiglu, code_block_inputs(bits))) return -1;
     if (m == 0 || n == 0) return 0;
     if (k == 0) return f32_linear(x, ldx, NULL, bias, y, ldy, m, n, 0, swiglu, num_threads);  /* y = bias */
     const struct linear_plan plan = plan_linear(m, n, k, swiglu);
     const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
     const int group_width = plan.group_width, max_rows = plan.max_rows;
-    const int64_t panel_bytes = k / CODE_BLOCK * CODE_BLOCK_BYTES(bits), group_floats = group_width * k * PANEL;
+    const int64_t panel_bytes = k / code_block_inputs(bits) * code_block_bytes(bits), group_floats = group_width * k * PANEL;
     int failed = 0;
     if (chunk < m) {
         int64_t run = EXPANDED_GROUPS_BYTES / (group_floats * (int64_t)sizeof(float));

@@ -9,7 +9,13 @@
 
 #include <stdint.h>
 
-struct fused_model; /* decode_layers.c */
+struct fused_model; /* q8a_coded_linear.c */
+int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
+                     int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
+                     int num_threads);
+int q8a_coded_linear_path(void);
+
+/* decode_layers.c */
 struct fused_step;
 
 /* paged_kv_write.c */
@@ -71,6 +77,12 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
                int64_t m, int64_t n, int64_t k, int swiglu, int num_threads);
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads);
+
+/* q8a_coded_linear.c */
+int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
+                     int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
+                     int num_threads);
+int q8a_coded_linear_path(void);
 
 /* decode_layers.c */
 int decode_layers(const struct fused_model *model, const struct fused_step *step);
