@@ -129,7 +129,7 @@ def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
 ):
     import dataclasses
 
-    from hetero_core.model import gguf_codes_loader
+    from hetero_core.model.cpu import gguf_codes_loader
 
     monkeypatch.setattr(gguf_codes_loader, "CHUNK_ROWS", chunk_rows)
     cpu_kernels = dataclasses.replace(cpu_kernels, code_activations="float")  # fp32 bits, compared exactly
@@ -193,8 +193,8 @@ def test_the_prepared_file_keeps_the_codes(mixed_dir, cpu_kernels, monkeypatch):
 def test_the_auto_probe_loads_only_the_first_layers_codes(mixed_dir, cpu_kernels):
     """``dtype = "auto"``'s probe of a GGUF (``num_layers``): the first layers' codes and the head, the
     same packed weights the whole model gets, and no fp32 weights written for the folder."""
+    from hetero_core.model.cpu.gguf_codes_loader import load_codes_model
     from hetero_core.model.gguf_cache import gguf_source
-    from hetero_core.model.gguf_codes_loader import load_codes_model
 
     backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
     gguf = gguf_source(mixed_dir)

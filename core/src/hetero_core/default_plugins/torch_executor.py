@@ -30,6 +30,7 @@ from hetero_core.logging import get_logger
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
+from hetero_core.model.cpu.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
@@ -37,7 +38,6 @@ from hetero_core.model.cpu.probe_model import first_layers
 from hetero_core.model.cpu.threads import FreeCpuThreads, intra_op_threads
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.decode_graphs import build_decode_graphs
-from hetero_core.model.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
 from hetero_core.model.runner import ModelRunner

@@ -40,13 +40,13 @@ import torch
 from hetero_core.cache import cache_file
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
+from hetero_core.model.cpu.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_saved
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
 from hetero_core.model.freed_memory import release_freed_memory
 from hetero_core.model.gguf_cache import gguf_source
-from hetero_core.model.gguf_codes_loader import codes_source, load_codes_model
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.loader import load_model
 from hetero_core.model.source import resolve_model_source
@@ -69,7 +69,7 @@ _LAYOUT_MODULES = (
     "hetero_core.model.cpu.block_codes",
     "hetero_core.model.llama",
     "hetero_core.model.gguf_codes",
-    "hetero_core.model.gguf_codes_loader",
+    "hetero_core.model.cpu.gguf_codes_loader",
 )
 _LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
 
