@@ -208,3 +208,17 @@ def test_the_auto_probe_loads_only_the_first_layers_codes(mixed_dir, cpu_kernels
         assert torch.equal(ours, whole.model.layers[0].get_submodule(name).kernel_weight), name
     assert torch.equal(probe.lm_head.kernel_weight, whole.lm_head.kernel_weight)
     assert not (mixed_dir / "model.safetensors").exists()
+
+
+def test_a_converted_folder_without_weights_is_sized_and_probed_from_its_gguf(mixed_dir):
+    """``block_code_weights = false`` on a GGUF: the prepared file's size bound and ``auto``'s probe read
+    the folder's GGUF (converting its fp32 weights on first use), never a missing safetensors file."""
+    from hetero_core.model.cpu.prepared_weights import prepared_bytes
+    from hetero_core.model.cpu.probe_model import first_layers
+
+    assert not (mixed_dir / "model.safetensors").exists()
+    bound = prepared_bytes(mixed_dir, torch.bfloat16)  # from the GGUF's tensor infos
+    probe = first_layers(mixed_dir, 1, backend=None, dtype=torch.float32)  # converts the weights first
+    whole = load_model(mixed_dir)
+    assert bound >= sum(t.numel() for t in whole.state_dict().values()) * 2
+    assert len(probe.model.layers) == 1 < whole.config.num_hidden_layers

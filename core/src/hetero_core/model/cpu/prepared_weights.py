@@ -173,7 +173,10 @@ def prepared_bytes(source: Path, dtype: torch.dtype) -> int:
     from hetero_core.model.loader import read_checkpoint
     from hetero_core.model.safetensors_checkpoint import read_safetensors
 
-    if source.is_dir():  # (read_checkpoint would check a converted GGUF's weights: loading does that)
+    converted_from = gguf_source(source) if source.is_dir() else None
+    if converted_from is not None:  # a converted GGUF's weights are its GGUF's (converted or not yet)
+        config, tensors = ModelConfig.from_dir(source), read_checkpoint(converted_from)[1]
+    elif source.is_dir():  # (read_checkpoint would check a converted GGUF's weights: loading does that)
         config, tensors = ModelConfig.from_dir(source), read_safetensors(source)
     else:
         config, tensors = read_checkpoint(source)

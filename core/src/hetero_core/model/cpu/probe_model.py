@@ -24,7 +24,6 @@ from pathlib import Path
 
 import torch
 
-from hetero_core.errors import ModelLoadError
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.model_builder import build_model
 from hetero_core.model.source import resolve_model_source
@@ -93,22 +92,10 @@ def _kept(name: str, num_layers: int) -> bool:
 
 
 def _first_layer_tensors(source: Path, num_layers: int) -> dict[str, torch.Tensor]:
-    if not source.is_dir():  # a .gguf read directly dequantizes every tensor (a converted one is a dir)
-        from hetero_core.model.loader import read_checkpoint
+    """The tensors of the first ``num_layers`` layers and the rest of the model, each read alone from
+    the checkpoint (``checkpoint_tensors``: a converted GGUF's weights converted first where they are
+    not yet)."""
+    from hetero_core.model.loader import read_checkpoint
 
-        _, state = read_checkpoint(source)
-        return {name: state[name] for name in state if _kept(name, num_layers)}  # lazy: only these read
-    from safetensors import SafetensorError, safe_open
-
-    from hetero_core.model.safetensors_checkpoint import safetensors_files
-
-    state = {}
-    for path in safetensors_files(source):
-        try:
-            with safe_open(str(path), framework="pt", device="cpu") as file:
-                for name in file.keys():
-                    if _kept(name, num_layers):
-                        state[name] = file.get_tensor(name)
-        except (OSError, SafetensorError) as exc:
-            raise ModelLoadError(f"cannot read {path}: {exc}") from exc
-    return state
+    _, state = read_checkpoint(source)
+    return {name: state[name] for name in state.keys() if _kept(name, num_layers)}
