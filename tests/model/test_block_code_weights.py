@@ -52,10 +52,10 @@ def test_the_embedded_model_streams_block_codes_with_identical_logits(
 
 @pytest.mark.slow
 def test_int8_code_activations_stay_close_to_the_fp32_logits(smollm2_dir, make_executor, cpu_kernels):
-    """The default: the code linears take int8 activations (q8a_coded_linear) where VNNI or AVX2 sums
-    them; the logits move by the activations' rounding only, and the next token rarely changes."""
+    """``code_activations = "int8"`` (opt-in): the code linears take int8 activations (q8a_coded_linear)
+    where VNNI or AVX2 sums them; the logits move by the activations' rounding only."""
     options = {"dtype": "float32", "prepared_weights_cache": False}
-    int8 = make_executor(smollm2_dir, options=TorchExecutorOptions(**options))
+    int8 = make_executor(smollm2_dir, options=TorchExecutorOptions(**options, code_activations="int8"))
     plain = make_executor(smollm2_dir, options=TorchExecutorOptions(**options, code_activations="float"))
     linears = [m for m in int8.model.modules() if isinstance(m, PackedLinear)]
     assert all(m.int8_activations == int8.model.lm_head.kernels.int8_code_activations for m in linears)

@@ -171,6 +171,7 @@ def test_the_code_activations_option_is_checked():
 
     from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 
-    assert TorchExecutorOptions().code_activations == "int8"
+    assert TorchExecutorOptions().code_activations == "float"  # int8 is opt-in
+    assert TorchExecutorOptions(code_activations="int8").code_activations == "int8"
     with pytest.raises(ValidationError, match="'int8' or 'float'"):
         TorchExecutorOptions(code_activations="int4")

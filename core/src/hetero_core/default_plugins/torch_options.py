@@ -47,14 +47,16 @@ class TorchExecutorOptions(BaseModel):
         "false: weights in dtype",
     )
     code_activations: Literal["int8", "float"] = Field(
-        "int8",
-        description="with block_code_weights: how the code linears take their activations. int8: each "
+        "float",
+        description="with block_code_weights: how the code linears take their activations. float (the "
+        "default): the codes expanded to fp32 against fp32 activations, bit-identical to the dequantized "
+        "fp32 weights. int8 (opt-in, experimental: the embedded model's chat answers degrade with it, "
+        "under investigation): each "
         "row quantized to int8 per block of 32 inputs (scale max|x| / 127, as llama.cpp's Q8_0) and the "
         "products with the codes summed exactly in integers (AVX-512 VNNI, or AVX2), the block scales "
         "applied in a fixed order: batch-invariant, 2-3x faster than float at batched decode steps, "
         "within a few 2^-8 of each block's largest activation of the fp32 result (CPUs with neither "
-        "instruction set run float); float: the codes expanded to fp32 against fp32 activations, "
-        "bit-identical to the dequantized fp32 weights",
+        "instruction set run float)",
     )
     fused_decode: bool = Field(
         True,

@@ -120,7 +120,7 @@ class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels, Int8Kernels)
     block_codes: bool = True  # pack_coded_linear looks for block-code weights (False: it never does)
     # How block-code linears take their activations: "int8" (q8a_coded_linear, where VNNI or AVX2 sums
     # them: int8_code_activations) or "float" (coded_linear, exact fp32: the torch option code_activations)
-    code_activations: str = "int8"
+    code_activations: str = "float"
     amx: bool = False  # the AMX variant, granted its tiles: bf16_linear runs on them (model/cpu/amx.py)
 
 

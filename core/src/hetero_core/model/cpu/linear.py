@@ -25,11 +25,12 @@ at 8,192 inputs and 1,024 rows, 406 GFLOP/s against 496). One kernel at every ba
 makes a row's result independent of its batch-mates (batch invariance): oneDNN picks its algorithm,
 and its order of summation, by the number of rows. In fp32, a weight whose values are
 exact block codes (a Q4_1 or Q8_0 GGUF's, ``block_codes``) keeps the codes instead (``"codes"``):
-0.625-1.25 bytes per weight instead of 4. By default (``code_activations = "int8"``, where the CPU has
-AVX-512 VNNI or AVX2) the activations are quantized to int8 per block and multiplied with the codes
-in integers (``q8a_coded_linear``: batch-invariant, within the activations' rounding of fp32);
-with "float", ``coded_linear`` expands the codes to fp32, the same results as the fp32 weights bit for
-bit (decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head
+0.625-1.25 bytes per weight instead of 4. By default (``code_activations = "float"``)
+``coded_linear`` expands the codes to fp32, the same results as the fp32 weights bit for bit; with
+"int8" (opt-in, where the CPU has AVX-512 VNNI or AVX2) the activations are quantized to int8 per
+block and multiplied with the codes in integers (``q8a_coded_linear``: batch-invariant, within the
+activations' rounding of fp32; the embedded model's chat answers degrade with it, so it is not the
+default) (decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head
 (``float32_output``) returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer
 rounded to bf16's 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs'
 fused gate/up projections return ``silu(gate) * up`` straight from the kernel's registers
