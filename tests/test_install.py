@@ -135,15 +135,16 @@ def test_fresh_venv_core_and_mock(tmp_path):
     _pip(python, "./bench", cwd=src)
     done = subprocess.run([str(hetero), "bench"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0 and "offline" in done.stdout
-    # the texts spec-decode and quantization read ship in the wheel, not only in the checkout
+    # the texts spec-decode and quantization read, and lm-eval's local tasks, ship in the wheel
     shipped = (
-        "from importlib.resources import files; "
-        "print(sorted(p.name for p in (files('hetero_bench') / 'data').iterdir()))"
+        "from importlib.resources import files; data = files('hetero_bench') / 'data'; "
+        "print(sorted(p.name for p in data.iterdir()), sorted(p.name for p in (data / 'lm_eval').iterdir()))"
     )
     done = subprocess.run([str(python), "-c", shipped], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert done.stdout.strip() == "['quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']", (
-        done.stderr
-    )
+    expected = sorted(p.name for p in (REPO / "bench/src/hetero_bench/data/lm_eval").iterdir())
+    assert done.stdout.strip() == (
+        f"{['lm_eval', 'quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']} {expected}"
+    ), done.stderr
     offline = [
         str(hetero),
         "bench",
