@@ -30,7 +30,8 @@ exact block codes (a Q4_1 or Q8_0 GGUF's, ``block_codes``) keeps the codes inste
 "int8" (opt-in, where the CPU has AVX-512 VNNI or AVX2) the activations are quantized to int8 per
 block and multiplied with the codes in integers (``q8a_coded_linear``: batch-invariant, within the
 activations' rounding of fp32: perplexity within 1% of float's, but greedy answers can differ from
-the fp32 model's, so it is not the default) (decode steps 1.1-2.8x faster where the weight stream bounds them). The LM head
+the fp32 model's, so it is not the default) (decode steps 1.1-2.8x faster where the weight stream
+bounds them). The LM head
 (``float32_output``) returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer
 rounded to bf16's 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs'
 fused gate/up projections return ``silu(gate) * up`` straight from the kernel's registers
