@@ -10,6 +10,8 @@ differently and greedy outputs changed with ``max_prefill_chunk``.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -42,7 +44,10 @@ def build_kernels(request, tmp_path_factory, monkeypatch):
 def _executor(make_executor, model_dir, dtype: str):
     # amx_linears off: the build under test runs, never the AMX variant an AMX machine would pick
     options = TorchExecutorOptions(
-        dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, amx_linears=False
+        dtype=dtype,
+        cpu_kernels="compiled",
+        prepared_weights_cache=False,
+        amx_linears=False,
     )
     return make_executor(model_dir, num_blocks=128, block_size=BLOCK_SIZE, options=options)
 
@@ -86,12 +91,23 @@ def _assert_same(first: dict, second: dict) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(
     "name",
-    ["llama_wide_heads", "llama", "qwen2_wide_heads", "llama_q4_1", "qwen3", "llama_mqa_tied", "llama3_rope"],
+    [
+        "llama_wide_heads",
+        "llama",
+        "qwen2_wide_heads",
+        "llama_q4_1",
+        "llama_q4_1:int8",  # block codes with int8 activations (code_activations = "int8")
+        "qwen3",
+        "llama_mqa_tied",
+        "llama3_rope",
+    ],
 )
 def test_logits_do_not_depend_on_chunking_batch_mates_or_preemption(
     build_kernels, tiny_model_dirs, make_executor, dtype, name
 ):
+    name, _, activations = name.partition(":")
     model_dir, _ = tiny_model_dirs[name]
+    make_executor = functools.partial(_with_activations, make_executor, activations or "float")
     token_ids = _tokens(TOTAL, seed=3)
     reference = _Run(_executor(make_executor, model_dir, dtype))
     _prefill_then_decode(reference, PagedSequence(1, token_ids, PROMPT), chunk=PROMPT)
@@ -118,6 +134,14 @@ def test_logits_do_not_depend_on_chunking_batch_mates_or_preemption(
     seq.num_computed, seq.block_table, seq.num_prompt_tokens = 0, [], PROMPT + 3
     _prefill_then_decode(run, seq, chunk=6)
     _assert_same(run.logits[1], expected)
+
+
+def _with_activations(make_executor, code_activations: str, model_dir, **kwargs):
+    """``make_executor`` whose options take ``code_activations`` (the test's executors pass options)."""
+    options = kwargs.pop("options")
+    return make_executor(
+        model_dir, options=options.model_copy(update={"code_activations": code_activations}), **kwargs
+    )
 
 
 def _with_threads(threads: int, call):

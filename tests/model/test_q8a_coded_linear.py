@@ -140,16 +140,18 @@ def test_every_build_sums_the_same_integers(kernel, build, tmp_path_factory):
             assert gate_up.shape == (rows, 32)
 
 
-def test_packed_linears_take_int8_activations_unless_told_float(kernel):
-    """A block-code linear runs q8a_coded_linear by default where VNNI or AVX2 sums int8 codes,
-    coded_linear with ``code_activations = "float"``; under a bf16 model (a packed weight handed over
-    as it is) it takes and returns bf16."""
+def test_packed_linears_take_int8_activations_when_told_int8(kernel):
+    """With ``code_activations = "int8"`` a block-code linear runs q8a_coded_linear where VNNI or AVX2
+    sums int8 codes, coded_linear by default (``"float"``); under a bf16 model (a packed weight handed
+    over as it is) it takes and returns bf16."""
     import dataclasses
 
     from hetero_core.model.cpu.linear import PackedLinear
     from tests.model.kernel_weights import q4_1_weight
 
     weight, bias, x = q4_1_weight(64, 96), torch.randn(64), _x(5, 96)
+    assert not PackedLinear(weight, bias, kernel).int8_activations  # the default: float
+    kernel = dataclasses.replace(kernel, code_activations="int8")
     linear = PackedLinear(weight, bias, kernel)
     assert linear.kernel_dtype == "codes"
     assert linear.int8_activations == (kernel.q8a_path != "int32")
