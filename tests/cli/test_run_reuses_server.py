@@ -122,7 +122,7 @@ def test_a_server_with_an_api_key_is_reused_only_with_the_key(tmp_path):
 def test_reusing_a_server_imports_no_torch(tmp_path):
     with running_serve(tmp_path, *MOCK):
         result = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "hetero_core", "run", *MOCK, "--max-tokens", "3", "hi"],
+            [sys.executable, "-X", "importtime", "-m", "hetero_core", "run", *MOCK, "--max-tokens=3", "hi"],
             capture_output=True,
             text=True,
             env={
