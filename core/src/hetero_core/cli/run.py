@@ -65,8 +65,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from hetero_core.builder import default_sampling_params
     from hetero_core.logging import configure_logging
+    from hetero_core.sampling_defaults import default_sampling_params
 
     check_batch_arguments(args)
     if args.input_file is not None:
