@@ -18,7 +18,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from typing import TextIO
 
 from hetero_bench.options import add_engine_arguments, engine_flags, positive_int
 from hetero_bench.report import Column, Panel, Report, Table
@@ -65,17 +67,35 @@ def timed_run(flags: list[str], reuse: bool = False) -> float:
     return elapsed
 
 
+def start_serve(engine: list[str], log: TextIO) -> subprocess.Popen:
+    """``hetero serve`` of ``engine`` flags on a free loopback port, recording itself (``--reuse-server``,
+    whatever HETERO_REUSE_SERVER says), its output to ``log``; returns once it answers."""
+    from hetero_bench.benchmarks.serving import free_port, wait_until_healthy
+
+    port = free_port()
+    command = hetero_command() + ["serve", "--port", str(port), "--log-level", "warning"]
+    command += [*engine, "--reuse-server"]
+    process = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+    def detail() -> str:
+        log.seek(0)
+        return (log.read().strip().splitlines() or ["(no output)"])[-1]
+
+    wait_until_healthy(process, f"http://127.0.0.1:{port}", "hetero serve", exit_detail=detail)
+    return process
+
+
 def run(args: argparse.Namespace) -> Report:
-    from hetero_bench.benchmarks.serving import start_server, stop_server
+    from hetero_bench.benchmarks.serving import stop_server
 
     flags = engine_flags(args) + list(args.run_flags)
     arms = ["local"] if args.local_only else ["local", "served"]
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     timed_run(flags)  # converts on first use; warms the page cache
-    server = None
+    server, log = None, tempfile.TemporaryFile("w+", encoding="utf-8")
     try:
-        if "served" in arms:  # records itself, whatever HETERO_REUSE_SERVER says
-            server, _ = start_server([*engine_flags(args), "--reuse-server"])
+        if "served" in arms:
+            server = start_serve(engine_flags(args), log)
             timed_run(flags, reuse=True)  # untimed too: the first request warms the server
         for i in range(args.runs):
             for arm in arms:
@@ -85,6 +105,7 @@ def run(args: argparse.Namespace) -> Report:
     finally:
         if server is not None:
             stop_server(server)
+        log.close()
     return _report(args, flags, arms, times)
 
 
