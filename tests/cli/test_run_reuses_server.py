@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from hetero_core.cache.serve_registry import ServerRecord, live_servers, record_
 from hetero_core.cli.serve_identity import ENGINE_VARIABLES, identity, matches
 from hetero_core.settings import load_settings
 from tests.cli.serve_process import running_serve
-from tests.cli_helpers import hetero
+from tests.cli_helpers import clean_env, default_sigint, hetero, hetero_command
 
 pytest.importorskip("uvicorn")
 REUSED = "answered by hetero serve at"
@@ -230,3 +232,39 @@ def test_a_local_model_path_is_compared_by_its_absolute_path_and_files(tmp_path,
     assert not matches(server, settings(model=str(model)))
     monkeypatch.chdir(model)
     assert not matches(identity(settings(model="model")), settings(model=str(model)))
+
+
+def test_ctrl_c_while_a_server_streams_stops_at_once_and_exits_130(tmp_path):
+    slow = {"HETERO_EXECUTOR__MOCK__DECODE_LATENCY_PER_STEP": "0.1"}  # 1000 tokens: ~100 s unless stopped
+    with running_serve(tmp_path, *MOCK, env=slow):
+        env = clean_env({"HETERO_CACHE_DIR": str(tmp_path), "HETERO_REUSE_SERVER": "true", **slow})
+        proc = subprocess.Popen(
+            hetero_command("run", *MOCK, "--max-tokens", "1000", "hi"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=default_sigint,
+        )
+        try:
+            first = b""
+            while len(first) < 3:
+                ready, _, _ = select.select([proc.stdout], [], [], 60)
+                assert ready, f"nothing more was streamed after {first!r}"
+                chunk = os.read(proc.stdout.fileno(), 3 - len(first))
+                assert chunk, f"the output ended after {first!r}"
+                first += chunk
+            os.kill(proc.pid, signal.SIGINT)
+            rest, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, err
+        assert "interrupted" in err.decode() and "Traceback" not in err.decode()
+        full = local(tmp_path, *MOCK, "--max-tokens", "1000", "hi").stdout.rstrip("\n")
+        printed = (first + rest).decode().rstrip("\n")
+        assert 3 <= len(printed) < len(full) and full.startswith(printed)
+        after = run(tmp_path, *MOCK, "--max-tokens", "5", "hi", env=slow)  # the server carries on
+        assert after.returncode == 0 and after.stdout == full[:5] + "\n"
+        assert_reused(after)
