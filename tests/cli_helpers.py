@@ -9,8 +9,13 @@ import sys
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without its HETERO_* variables (but the cache dir), plus ``extra`` (a None value:
+    the variable unset); a `hetero run` reuses no running `hetero serve` unless ``extra`` sets or unsets
+    HETERO_REUSE_SERVER (tests/conftest.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HETERO_") or k == "HETERO_CACHE_DIR"}
+    env["HETERO_REUSE_SERVER"] = "false"
     env.update(extra or {})
+    env = {k: v for k, v in env.items() if v is not None}
     return env
 
 

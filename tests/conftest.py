@@ -35,12 +35,15 @@ def smollm2_dir():
 
 @pytest.fixture(autouse=True)
 def _clean_hetero_env(monkeypatch, tmp_path_factory):
-    """No HETERO_* variable from the caller's shell leaks into a test."""
+    """No HETERO_* variable from the caller's shell leaks into a test; and no `hetero run` of a test is
+    answered by a `hetero serve` another test (or the user) left running on the shared cache dir, nor
+    records a server for them: HETERO_REUSE_SERVER=false, unless a test of that asks otherwise."""
     import os
 
     for key in list(os.environ):
         if key.startswith("HETERO_") and key != "HETERO_CACHE_DIR":
             monkeypatch.delenv(key)
+    monkeypatch.setenv("HETERO_REUSE_SERVER", "false")
 
 
 # The CPUs the suite must pass on, as the flags ``cpu_flags()`` reports (hetero_core.model.cpu.cpu_info):

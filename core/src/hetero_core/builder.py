@@ -14,13 +14,11 @@ from hetero_core.engine.engine import Engine
 from hetero_core.engine.executor_capabilities import check_capabilities
 from hetero_core.engine.kv.block_transfer import block_transfer_options
 from hetero_core.engine.kv.kv_transfer import KVConnectorContext
-from hetero_core.engine.requests.params import SamplingParams
 from hetero_core.engine.sampling.structured_output import StructuredOutput
 from hetero_core.engine.scheduling.scheduler import Scheduler, SchedulerLimits
 from hetero_core.engine.speculation.speculation import Speculation
 from hetero_core.errors import (
     ConfigError,
-    InvalidRequestError,
     ModelLoadError,
     PluginError,
     UnknownComponentError,
@@ -33,6 +31,7 @@ from hetero_core.plugin_system.discovery import AUTOLOAD_ENV, PluginSet, load_pl
 from hetero_core.plugin_system.installed import install_architectures, installed_architectures
 from hetero_core.plugin_system.registry import Component, Registry
 from hetero_core.plugin_system.seams import SEAM_TABLE
+from hetero_core.sampling_defaults import default_sampling_params
 from hetero_core.settings import DEFAULT_MODEL, HeteroSettings, load_settings
 from hetero_core.speculative import ProposerContext
 from hetero_core.structured_output import StructuredOutputContext
@@ -219,22 +218,6 @@ def use_async_scheduling(
         source="executor" if settings.async_scheduling is None else "settings",
     )
     return chosen
-
-
-def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:
-    values = dict(
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
-        min_p=settings.min_p,
-        max_tokens=settings.max_tokens,
-        seed=settings.seed,
-    )
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return SamplingParams(**values)
-    except InvalidRequestError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def select(settings: HeteroSettings, plugins: PluginSet, seam: str, name: str | None = None):

@@ -54,6 +54,7 @@ NON_SETTING_ENV_VARIABLES = {
     "HETERO_BENCH_LM_EVAL",
     "HETERO_FUZZ_EXAMPLES",
     "HETERO_CPU_FLAGS",
+    "HETERO_API_KEY",  # hetero serve's key, which hetero run sends to a server it reuses
 }
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("config_file", default=None)
 
@@ -177,6 +178,12 @@ class HeteroSettings(BaseSettings, _SeamFields):
     seed: int | None = Field(None, description="per-request sampling seed")
     chat: bool | None = Field(
         None, description="hetero run: apply the chat template (None: if the model has one)"
+    )
+    reuse_server: bool = Field(
+        True,
+        description="hetero serve records itself in the cache dir, and hetero run sends its prompts to "
+        "such a running server of the same model and output-affecting settings instead of loading the "
+        "model (false: neither; docs/quickstart.md#reusing-a-running-server)",
     )
     # Components: one field per seam (see _SeamFields), plus the plugin allow-list
     plugins: list[str] | None = Field(None, description="allow-list of installed plugins to load")

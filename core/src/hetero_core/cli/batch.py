@@ -75,9 +75,9 @@ def batch_command(args: argparse.Namespace) -> int:
     from hetero_core.batch_files.input_file import read_batch_file
     from hetero_core.batch_files.output_file import ResultWriter, check_output, resume_output
     from hetero_core.batch_files.results import malformed_record
-    from hetero_core.builder import default_sampling_params
     from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
+    from hetero_core.sampling_defaults import default_sampling_params
 
     settings = load_cli_settings(args)
     quiet = ("request.failed",) if settings.log_level in ("warning", "error") else ()

@@ -25,9 +25,9 @@ def add_chat_command(commands, *, with_arguments: bool = True) -> None:
 
 
 def chat_command(args: argparse.Namespace) -> int:
-    from hetero_core.builder import default_sampling_params
     from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
+    from hetero_core.sampling_defaults import default_sampling_params
 
     settings = load_cli_settings(args)
     configure_logging(settings.log_format, settings.log_level, quiet_events=("request.failed",))

@@ -10,12 +10,12 @@ import time
 from typing import TextIO
 
 from hetero_core.cli.batch import add_batch_arguments, batch_command, check_batch_arguments
-from hetero_core.cli.settings_args import load_cli_settings
+from hetero_core.cli.run_output import end_line, label, report_failure
+from hetero_core.cli.settings_args import add_reuse_server_argument, load_cli_settings
 from hetero_core.cli.speculation_line import speculation_line
 from hetero_core.errors import HeteroError, InvalidRequestError
 
 EXIT_REQUEST_FAILED = 1
-LABEL_WIDTH = 60
 
 
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -56,13 +56,17 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--tenant", default=None, metavar="NAME", help="who sends the requests (read by policies)"
     )
+    add_reuse_server_argument(
+        run,
+        "answer through a running hetero serve of this model and these settings, when there is one, "
+        "instead of loading the model",
+    )
     add_batch_arguments(run)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from hetero_core.builder import default_sampling_params
-    from hetero_core.llm import LLM
     from hetero_core.logging import configure_logging
+    from hetero_core.sampling_defaults import default_sampling_params
 
     check_batch_arguments(args)
     if args.input_file is not None:
@@ -73,15 +77,37 @@ def run_command(args: argparse.Namespace) -> int:
     quiet = ("request.failed",) if settings.log_level in ("warning", "error") else ()
     configure_logging(settings.log_format, settings.log_level, quiet_events=quiet)
     params = default_sampling_params(settings, stop=args.stop, ignore_eos=args.ignore_eos or None)
+    who = {"priority": args.priority, "tenant": args.tenant}
+    # Decided before torch is imported: a running `hetero serve` of this model and settings answers.
+    code = _run_on_server(settings, prompts, args.system, params, who) if settings.reuse_server else None
+    if code is None:
+        code = _run_locally(settings, prompts, args.system, params, who)
+    args.skip_teardown = True  # all written to stdout/stderr, the engine shut down: cli.main may exit at once
+    return code
+
+
+def _run_on_server(settings, prompts: list[str], system: str | None, params, who: dict) -> int | None:
+    """The exit status of the prompts answered by a matching running ``hetero serve``; None when there
+    is none or it could not answer (nothing printed then)."""
+    from hetero_core.cli.run_on_server import reusable_server, run_on_server
+
+    record = reusable_server(settings)
+    if record is None:
+        return None
+    chat = settings.chat if settings.chat is not None else record.has_chat_template
+    inputs = prompt_inputs(prompts, system, chat)
+    return run_on_server(record, inputs, prompts, chat, params, sys.stdout, sys.stderr, **who)
+
+
+def _run_locally(settings, prompts: list[str], system: str | None, params, who: dict) -> int:
+    from hetero_core.llm import LLM
+
     started = time.perf_counter()
     llm = LLM.from_settings(settings)
     loaded = time.perf_counter()
     try:
         chat = settings.chat if settings.chat is not None else llm.has_chat_template
-        inputs = [chat_messages(p, args.system) if chat else p for p in prompts]
-        if args.system is not None and not chat:
-            raise HeteroError("--system needs the chat template: leave out --no-chat (or --raw)")
-        who = {"priority": args.priority, "tenant": args.tenant}
+        inputs = prompt_inputs(prompts, system, chat)
         if len(inputs) == 1:
             outputs = [stream_one(llm.engine, inputs[0], params, sys.stdout, **who)]
         else:
@@ -91,8 +117,14 @@ def run_command(args: argparse.Namespace) -> int:
         llm.shutdown()
     print_stats(outputs, loaded - started, time.perf_counter() - loaded, sys.stderr)
     print_scheduler_stats(stats, sys.stderr, speculating=settings.num_speculative_tokens > 0)
-    args.skip_teardown = True  # all written to stdout/stderr, the engine shut down: cli.main may exit at once
     return EXIT_REQUEST_FAILED if any(o.failed for o in outputs) else 0
+
+
+def prompt_inputs(prompts: list[str], system: str | None, chat: bool) -> list:
+    """What each prompt is sent as: its chat messages (with ``system``) or its text."""
+    if system is not None and not chat:
+        raise HeteroError("--system needs the chat template: leave out --no-chat (or --raw)")
+    return [chat_messages(p, system) if chat else p for p in prompts]
 
 
 def read_prompts(prompts: list[str], stdin: TextIO) -> list[str]:
@@ -126,7 +158,7 @@ def stream_one(engine, prompt, params, out: TextIO, **request):
         request_id = engine.add_request(prompt, params, **request)
     except InvalidRequestError as exc:  # a request the engine can never run fails alone (exit 1)
         rejected = _Rejected(str(exc))
-        _report_failure(rejected, 0)
+        report_failure(rejected, 0)
         return rejected
     # Text that may still turn out to be the start of a stop string is held back until it is not.
     holdback = max((len(s) for s in params.stop), default=1) - 1
@@ -144,8 +176,8 @@ def stream_one(engine, prompt, params, out: TextIO, **request):
                 out.flush()
                 num_printed = visible
             if output.finished:
-                _end_line(out, text[:num_printed])
-                _report_failure(output, 0)
+                end_line(out, text[:num_printed])
+                report_failure(output, 0)
                 return output
 
 
@@ -163,11 +195,11 @@ def print_each_when_done(engine, inputs, prompts, params, out: TextIO, **request
     while True:
         while next_to_print in outputs:
             output = outputs[next_to_print]
-            out.write(f"=== [{next_to_print + 1}] {_label(prompts[next_to_print])}\n")
+            out.write(f"=== [{next_to_print + 1}] {label(prompts[next_to_print])}\n")
             out.write(output.text)
-            _end_line(out, output.text)
+            end_line(out, output.text)
             out.flush()
-            _report_failure(output, next_to_print + 1)
+            report_failure(output, next_to_print + 1)
             next_to_print += 1
         if next_to_print == len(inputs):
             break
@@ -220,20 +252,3 @@ def _read_all(stdin: TextIO) -> str:
         return stdin.read()
     except UnicodeDecodeError as exc:
         raise HeteroError(f"stdin is not valid UTF-8 text: {exc}") from None
-
-
-def _end_line(out: TextIO, text: str) -> None:
-    if text and not text.endswith("\n"):
-        out.write("\n")
-        out.flush()
-
-
-def _report_failure(output, number: int) -> None:
-    if output.failed:
-        which = f" {number}" if number else ""
-        print(f"hetero: request{which} failed: {output.error}", file=sys.stderr)
-
-
-def _label(prompt: str) -> str:
-    line = " ".join(prompt.split())
-    return line if len(line) <= LABEL_WIDTH else line[: LABEL_WIDTH - 1] + "…"

@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hetero_core.cli.settings_args import add_settings_arguments, load_cli_settings
+from hetero_core.cli.settings_args import (
+    add_reuse_server_argument,
+    add_settings_arguments,
+    load_cli_settings,
+)
 from hetero_core.errors import HeteroError
 
 
@@ -88,6 +92,9 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     ray.add_argument(
         "--replica-gpus", type=float, metavar="N", help=fields["replica_gpus"].description + " [0]"
     )
+    add_reuse_server_argument(
+        serve, "record this server in the cache dir so that hetero run sends it its prompts"
+    )
     add_settings_arguments(serve)
 
 
@@ -103,6 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
         from hetero_core.server import SERVER_EXTRA_HINT
 
         raise HeteroError(f"{SERVER_EXTRA_HINT} (missing: {exc.name})") from None
+    from hetero_core.cli.serve_record import recorded_while_serving
     from hetero_core.server.settings import load_server_settings
 
     settings = load_cli_settings(args)
@@ -151,7 +159,10 @@ def _serve(args: argparse.Namespace) -> int:
             server.host, server.port
         ) as listening:  # before the engine loads: a port in use fails at once
             app = create_server_app(settings, server)
-            interrupted = run_server(app, server, listening, log_level=settings.log_level)
+            with recorded_while_serving(settings, server, app, listening) as record:
+                interrupted = run_server(
+                    app, server, listening, log_level=settings.log_level, on_ready=record
+                )
     return 130 if interrupted else 0  # the shell's convention for Ctrl-C, also after a clean shutdown
 
 

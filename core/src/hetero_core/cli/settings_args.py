@@ -10,7 +10,7 @@ from hetero_core.plugin_system.seams import SEAM_TABLE
 from hetero_core.validation import as_number, is_number_field
 
 # Settings that get no generated flag: seams get --NAME flags below; the others get their own.
-_NO_FLAG = {seam.name for seam in SEAM_TABLE} | {"plugins", "chat"}
+_NO_FLAG = {seam.name for seam in SEAM_TABLE} | {"plugins", "chat", "reuse_server"}
 _VERBOSE_LEVELS = {1: "info", 2: "debug"}
 
 
@@ -62,6 +62,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser, only_plugins: bool =
             type=kind,
             help=shown or field.description,
         )
+
+
+def add_reuse_server_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--reuse-server`` / ``--no-reuse-server``: the ``reuse_server`` setting, for the two commands
+    it applies to (``hetero run`` and ``hetero serve``)."""
+    parser.add_argument(
+        "--reuse-server",
+        dest="reuse_server",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=help + " (default: true; HETERO_REUSE_SERVER)",
+    )
 
 
 def load_cli_settings(args: argparse.Namespace):

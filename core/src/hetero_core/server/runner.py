@@ -140,19 +140,27 @@ def run_server(
     line: str | None = None,
     llm=None,
     stop: threading.Event | None = None,
+    on_ready=None,
 ) -> bool:
     """Serve on ``listening`` (from ``listen``) until stopped: Ctrl-C or SIGTERM (inside
     ``signals.sigterm_interrupts``) raise KeyboardInterrupt once the server has shut down; True if a
     signal stopped it without raising. ``line``: printed once it accepts connections (default:
-    ``ready_line``); ``llm`` and ``stop``: as ``make_uvicorn_server``'s."""
+    ``ready_line``), then ``on_ready()`` is called, if given; ``llm`` and ``stop``: as
+    ``make_uvicorn_server``'s."""
     line = line or ready_line(getattr(app.state, "serving", app.state.hetero.model_name), listening)
+
+    def ready() -> None:
+        print(line, file=sys.stderr, flush=True)
+        if on_ready is not None:
+            on_ready()
+
     runner = make_uvicorn_server(
         app,
         host=server.host,
         port=server.port,
         drain_seconds=server.graceful_shutdown_seconds,
         log_level=log_level,
-        on_ready=lambda: print(line, file=sys.stderr, flush=True),
+        on_ready=ready,
         llm=llm,
         stop=stop,
     )
