@@ -50,7 +50,9 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     check_sections(settings, plugins.registry)
 
     executor_c, executor_options = select(settings, plugins, "executor")
-    tensor_parallel.check_executor(executor_c, plugins.registry, settings.tensor_parallel_size)
+    tensor_parallel.check_executor(
+        executor_c, plugins.registry, settings.tensor_parallel_size, settings.pipeline_parallel_size
+    )
     preflight = executor_c.traits.get("preflight")
     reasons = preflight() if preflight else []
     if reasons:
@@ -58,7 +60,12 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None
     if model_dir is not None:
         settings = fit_max_model_len(settings, model_dir)
-        tensor_parallel.check_model(model_dir, settings.tensor_parallel_size, settings.enable_expert_parallel)
+        tensor_parallel.check_model(
+            model_dir,
+            settings.tensor_parallel_size,
+            settings.enable_expert_parallel,
+            settings.pipeline_parallel_size,
+        )
 
     tokenizer_name = settings.tokenizer.name
     if tokenizer_name == "auto":
@@ -86,6 +93,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
         tensor_parallel_size=settings.tensor_parallel_size,
         enable_expert_parallel=settings.enable_expert_parallel,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
     )
     executor = tensor_parallel.create_executor(executor_c, executor_context)
     try:  # whatever fails from here on, the executor (its memory, its workers) is released

@@ -1,10 +1,14 @@
-"""The executor a tensor-parallel engine sees: rank 0 here, ranks 1..size-1 in worker processes.
+"""The executor a tensor- or pipeline-parallel engine sees: rank 0 here, ranks 1..size-1 in worker
+processes (``size = tensor_parallel_size * pipeline_parallel_size``; global rank ``r`` is stage
+``r // tensor_parallel_size``, tensor-parallel rank ``r % tensor_parallel_size``).
 
 The scheduler and the KV bookkeeping run once, in the engine's process. Each step rank 0 sends the
 same ``Batch`` to every worker (pickled once, down one socket per worker), runs its own shard, and
 waits for every worker's answer; all ranks meet in the model's collectives, and the gathered logits
-of rank 0 are the step's output. Block copies and swaps go to every rank the same way, since each
-rank owns its share of the KV heads. Its declaration (``capabilities``) is rank 0's executor's, less
+of rank 0 are the step's output; with pipeline stages, the last stage's first rank computes the
+logits and sends its ``ExecutorOutput`` back with its answer (rank 0, in the first stage, has no LM
+head). Block copies and swaps go to every rank the same way, since each rank owns its share of the
+KV heads, or its stage's layers. Its declaration (``capabilities``) is rank 0's executor's, less
 KV export and import (a rank holds only its share of the heads: a handoff would miss the rest).
 Workers are ``python -m`` processes (``worker_process.py``).
 
@@ -45,7 +49,11 @@ class TensorParallelExecutor:
     a module-level function); ``ctx.tensor_parallel_size`` ranks in all."""
 
     def __init__(self, factory, ctx, executor_name: str):
-        self.size = ctx.tensor_parallel_size
+        self.tensor_parallel_size = ctx.tensor_parallel_size
+        self.pipeline_parallel_size = ctx.pipeline_parallel_size
+        self.size = ctx.tensor_parallel_size * ctx.pipeline_parallel_size
+        # the rank whose step output is the engine's: rank 0, or the last stage's first rank
+        self.output_rank = (self.pipeline_parallel_size - 1) * self.tensor_parallel_size
         self.executor_name = executor_name
         self.dead_reason: str | None = None
         self._workers: list[WorkerProcess] = []
@@ -81,6 +89,8 @@ class TensorParallelExecutor:
                 "world_size": self.size,
                 "port": store.port,
                 "backend": backend,
+                "ranks": self._ranks(worker.rank),
+                "returns_output": worker.rank == self.output_rank,
             }
             try:
                 worker.send_setup(setup, payload)
@@ -88,7 +98,7 @@ class TensorParallelExecutor:
                 raise _WorkerGone() from None
         self._wait_for(STARTED, process_group.START_TIMEOUT.total_seconds(), "starting")
         process_group.init_group(store, 0, self.size, backend)
-        self.local = factory(replace(ctx, tensor_parallel_rank=0))
+        self.local = factory(replace(ctx, **self._ranks(0)))
         # what the rank executors can do (copies and swaps run on every rank), without KV transfer
         local = check_capabilities(self.local, self.executor_name)
         self.capabilities = replace(local, kv_export=False, kv_import=False)
@@ -96,10 +106,19 @@ class TensorParallelExecutor:
         log.info(
             "tensor_parallel.ready",
             size=self.size,
+            tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size,
             backend=backend,
             executor=self.executor_name,
             workers=self.worker_pids,
         )
+
+    def _ranks(self, rank: int) -> dict[str, int]:
+        """Global ``rank``'s place in the ``ExecutorContext``."""
+        return {
+            "tensor_parallel_rank": rank % self.tensor_parallel_size,
+            "pipeline_parallel_rank": rank // self.tensor_parallel_size,
+        }
 
     # -- the executor -----------------------------------------------------------------------------
     def execute(self, batch: Batch) -> ExecutorOutput:
@@ -154,7 +173,9 @@ class TensorParallelExecutor:
             for worker in self._workers:
                 worker.conn.send_bytes(payload)
             result = getattr(self.local, command)(*args)
-            self._wait_for(OK, process_group.COLLECTIVE_TIMEOUT.total_seconds(), f"running {command}")
+            answers = self._wait_for(OK, process_group.COLLECTIVE_TIMEOUT.total_seconds(), f"running {command}")
+            if command == "execute" and self.output_rank != 0:  # the last stage's logits
+                result = answers[self.output_rank][1]
         except ExecutorDeadError:
             raise
         except Exception as exc:  # noqa: BLE001 - ranks may now disagree: the group cannot go on
@@ -165,9 +186,11 @@ class TensorParallelExecutor:
         if any(not w.is_alive() for w in self._workers):
             raise _WorkerGone()
 
-    def _wait_for(self, expected: str, timeout: float, doing: str) -> None:
-        """Receive ``expected`` from every worker; a worker's error or exit raises (its socket closes)."""
+    def _wait_for(self, expected: str, timeout: float, doing: str) -> dict[int, tuple]:
+        """Receive ``expected`` from every worker (its messages, by rank); a worker's error or exit
+        raises (its socket closes)."""
         pending = {w.conn: w for w in self._workers}
+        answers: dict[int, tuple] = {}
         deadline = time.monotonic() + timeout
         while pending:
             ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
@@ -185,7 +208,8 @@ class TensorParallelExecutor:
                 if message[0] != expected:
                     pending[conn].error_message = message  # an error report: _fail reads it
                     raise _WorkerGone()
-                del pending[conn]
+                answers[pending.pop(conn).rank] = message
+        return answers
 
     # -- failure ----------------------------------------------------------------------------------
     def _fail(self, exc: BaseException, outcome: str) -> ExecutorDeadError:
