@@ -233,7 +233,8 @@ def _build_runner(
                 module.float32_output = True  # logits in fp32 straight from the matmul
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps
-    return _runner(ctx, options, model, dtype, kernels, cache_shape, shard is not None or stage is not None, device)
+    distributed = shard is not None or stage is not None
+    return _runner(ctx, options, model, dtype, kernels, cache_shape, distributed, device)
 
 
 def _runner(ctx, options, model, dtype, kernels, cache_shape, distributed: bool, device) -> ModelRunner:

@@ -173,7 +173,8 @@ class TensorParallelExecutor:
             for worker in self._workers:
                 worker.conn.send_bytes(payload)
             result = getattr(self.local, command)(*args)
-            answers = self._wait_for(OK, process_group.COLLECTIVE_TIMEOUT.total_seconds(), f"running {command}")
+            timeout = process_group.COLLECTIVE_TIMEOUT.total_seconds()
+            answers = self._wait_for(OK, timeout, f"running {command}")
             if command == "execute" and self.output_rank != 0:  # the last stage's logits
                 result = answers[self.output_rank][1]
         except ExecutorDeadError:

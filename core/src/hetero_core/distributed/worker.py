@@ -7,8 +7,9 @@
 and context (pickled by rank 0), then rank 0's commands, served in order until told to stop:
 ``("execute", (batch,))``, ``("copy_blocks" | "swap_out" | "swap_in", (pairs,))``, ``("shutdown", ())``.
 Each is answered ``("ok",)`` (the last pipeline stage's first rank answers ``execute`` with
-``("ok", output)``: it alone has the logits); anything that raises is answered ``("error", time, summary, traceback)``
-and the worker exits at once, which closes its sockets so that its peers' collectives fail at once.
+``("ok", output)``: it alone has the logits); anything that raises is answered
+``("error", time, summary, traceback)`` and the worker exits at once, which closes its sockets so
+that its peers' collectives fail at once.
 
 Rank 0 stops the worker; the worker ignores SIGINT and SIGTERM (rank 0 handles them for the group)
 and exits as soon as rank 0's end of the socket closes, whatever it is doing: no worker outlives its
