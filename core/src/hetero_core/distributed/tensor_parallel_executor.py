@@ -113,6 +113,17 @@ class TensorParallelExecutor:
             workers=self.worker_pids,
         )
 
+    @property
+    def kind(self) -> str:
+        return "tensor-parallel" if self.pipeline_parallel_size == 1 else "pipeline-parallel"
+
+    def _worker_name(self, rank: int) -> str:
+        """How errors name a worker: ``tensor-parallel worker rank 1``, or with pipeline stages
+        ``pipeline-parallel worker rank 1 (stage 1)``."""
+        if self.pipeline_parallel_size == 1:
+            return f"tensor-parallel worker rank {rank}"
+        return f"pipeline-parallel worker rank {rank} (stage {rank // self.tensor_parallel_size})"
+
     def _ranks(self, rank: int) -> dict[str, int]:
         """Global ``rank``'s place in the ``ExecutorContext``."""
         return {
@@ -198,8 +209,7 @@ class TensorParallelExecutor:
             if not ready:
                 ranks = ", ".join(str(w.rank) for w in pending.values())
                 raise _WorkerGone(
-                    f"tensor-parallel worker rank(s) {ranks} did not answer within "
-                    f"{timeout:.0f}s while {doing}"
+                    f"{self.kind} worker rank(s) {ranks} did not answer within {timeout:.0f}s while {doing}"
                 )
             for conn in ready:
                 try:
@@ -218,10 +228,10 @@ class TensorParallelExecutor:
         rank and how it ended, then ``outcome``)."""
         reports = self._collect_reports()
         if isinstance(exc, _WorkerGone):
-            fallback = str(exc) or "a tensor-parallel worker stopped answering"
+            fallback = str(exc) or f"a {self.kind} worker stopped answering"
         else:
-            fallback = f"tensor-parallel rank 0 failed: {type(exc).__name__}: {exc}"
-        self.dead_reason = f"{describe_failure(reports, fallback)}; {outcome}"
+            fallback = f"{self.kind} rank 0 failed: {type(exc).__name__}: {exc}"
+        self.dead_reason = f"{describe_failure(reports, fallback, self._worker_name)}; {outcome}"
         culprit = blame(reports)
         for report in reports:  # the cause's traceback; the others' only say they lost a peer
             if report.traceback:
