@@ -63,6 +63,31 @@ def test_stages_of_two_tensor_parallel_ranks_give_the_greedy_tokens_of_one(tiny_
     assert got == greedy_tokens(tiny_dirs / "llama")
 
 
+def test_two_steps_of_disjoint_sequences_are_in_flight_at_once(tiny_dirs):
+    """While the last stage finishes step t, stage 0 starts step t+1, of other sequences (vLLM's
+    virtual engines): no sequence whose token step t samples is in step t+1; greedy tokens unchanged."""
+    engine = make_engine(tiny_dirs / "llama", pipeline_parallel_size=2)
+    overlaps = []
+    run_pipelined = engine.driver.run_pipelined
+
+    def watched(scheduled, *args):
+        if scheduled.batch is not None:
+            for step, _ in engine.driver.in_flight:  # started, not finished: still in the pipeline
+                sampled = {s.seq_id for s, flag in zip(step.seqs, step.batch.sample) if flag}
+                overlaps.append(sampled & {s.seq_id for s in scheduled.seqs})
+        return run_pipelined(scheduled, *args)
+
+    engine.driver.run_pipelined = watched
+    try:
+        assert engine.pipelined_steps
+        got = [o.output_token_ids for o in engine.generate(PROMPTS, GREEDY)]
+    finally:
+        engine.shutdown()
+    assert len(overlaps) > len(PROMPTS)  # steps started while another was in flight, many times
+    assert all(not common for common in overlaps)
+    assert got == greedy_tokens(tiny_dirs / "llama")
+
+
 def test_chunked_prefill_swaps_and_block_copies_reach_every_stage(tiny_dirs):
     reference = greedy_tokens(tiny_dirs / "llama", **TIGHT)
     engine = make_engine(tiny_dirs / "llama", pipeline_parallel_size=2, **TIGHT)

@@ -140,6 +140,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
                     settings, executor, executor_c.name, speculation is not None
                 ),
                 speculation=speculation,
+                pipelined_steps=capabilities.pipelined_steps and speculation is None,
             )
         except BaseException:
             if speculation is not None:

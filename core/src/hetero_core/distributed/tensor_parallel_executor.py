@@ -26,6 +26,7 @@ import pickle
 import sys
 import time
 import weakref
+from collections import deque
 from dataclasses import replace
 from multiprocessing.connection import wait
 
@@ -59,6 +60,8 @@ class TensorParallelExecutor:
         self._workers: list[WorkerProcess] = []
         self._closed = False
         self.local = None
+        self._in_flight = 0  # steps started (``start_step``) whose answers are not read yet
+        self._done: deque[ExecutorOutput] = deque()  # outputs read early (before a block transfer)
         if process_group.dist.is_initialized():
             raise ConfigError(
                 "a torch.distributed process group already exists in this process (another "
@@ -101,7 +104,9 @@ class TensorParallelExecutor:
         self.local = factory(replace(ctx, **self._ranks(0)))
         # what the rank executors can do (copies and swaps run on every rank), without KV transfer
         local = check_capabilities(self.local, self.executor_name)
-        self.capabilities = replace(local, kv_export=False, kv_import=False)
+        # with stages: two steps in flight (``start_step`` / ``finish_step``)
+        pipelined = self.pipeline_parallel_size > 1
+        self.capabilities = replace(local, kv_export=False, kv_import=False, pipelined_steps=pipelined)
         self._wait_for(READY, process_group.START_TIMEOUT.total_seconds(), "loading its shard")
         log.info(
             "tensor_parallel.ready",
@@ -144,6 +149,29 @@ class TensorParallelExecutor:
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         self._everywhere("swap_in", pairs)
 
+    def start_step(self, batch: Batch) -> None:
+        """Start a step (pipeline stages only): every rank gets ``batch`` and rank 0 runs its stage,
+        whose activations go on to the next; it returns while the later stages work, so rank 0 can
+        start the next step (of other sequences) at once. ``finish_step`` gives the outputs in order."""
+
+        def start():
+            self._send("execute", (batch,))
+            self.local.execute(batch)  # the first stage's: no logits (the last stage's answer has them)
+            self._in_flight += 1
+
+        self._guarded(start)
+
+    def finish_step(self) -> ExecutorOutput:
+        """The output of the oldest step started and not finished (waiting for its last stage)."""
+
+        def finish():
+            if self._done:
+                return self._done.popleft()
+            self._in_flight -= 1
+            return self._answers("execute")
+
+        return self._guarded(finish)
+
     def shutdown(self) -> None:
         """Stop the workers and release rank 0's shard; safe to call more than once."""
         if self._closed:
@@ -174,25 +202,43 @@ class TensorParallelExecutor:
 
     # -- one command on every rank ----------------------------------------------------------------
     def _everywhere(self, command: str, *args):
+        def run():
+            while self._in_flight:  # the answers of steps started earlier come first: read them
+                self._in_flight -= 1
+                self._done.append(self._answers("execute"))
+            self._send(command, args)
+            result = getattr(self.local, command)(*args)
+            output = self._answers(command)
+            return result if output is None else output
+
+        return self._guarded(run)
+
+    def _guarded(self, work):
+        """``work()``, or the group's one-line error: any failure stops the group."""
         if self.dead_reason is not None:
             raise ExecutorDeadError(self.dead_reason)
         if self._closed:
-            raise ExecutorDeadError("the tensor-parallel executor was shut down")
+            raise ExecutorDeadError(f"the {self.kind} executor was shut down")
         try:
-            self._check_workers_alive()
-            payload = pickle.dumps((command, args))
-            for worker in self._workers:
-                worker.conn.send_bytes(payload)
-            result = getattr(self.local, command)(*args)
-            timeout = process_group.COLLECTIVE_TIMEOUT.total_seconds()
-            answers = self._wait_for(OK, timeout, f"running {command}")
-            if command == "execute" and self.output_rank != 0:  # the last stage's logits
-                result = answers[self.output_rank][1]
+            return work()
         except ExecutorDeadError:
             raise
         except Exception as exc:  # noqa: BLE001 - ranks may now disagree: the group cannot go on
             raise self._fail(exc, "the engine has stopped") from None
-        return result
+
+    def _send(self, command: str, args: tuple) -> None:
+        self._check_workers_alive()
+        payload = pickle.dumps((command, args))
+        for worker in self._workers:
+            worker.conn.send_bytes(payload)
+
+    def _answers(self, command: str):
+        """Every worker's answer to its oldest unanswered command; for ``execute`` with stages, the
+        last stage's output (None otherwise: rank 0's own result is the output)."""
+        answers = self._wait_for(OK, process_group.COLLECTIVE_TIMEOUT.total_seconds(), f"running {command}")
+        if command == "execute" and self.output_rank != 0:
+            return answers[self.output_rank][1]
+        return None
 
     def _check_workers_alive(self) -> None:
         if any(not w.is_alive() for w in self._workers):
