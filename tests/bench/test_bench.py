@@ -267,7 +267,7 @@ def test_pipeline_parallel_refuses_a_malformed_layout(capsys):
         (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
         (["tensor-parallel", "--executor", "mock", "--sizes", "1", "--prompts", "2", "--tokens", "4"], 1),
         (
-            ["pipeline-parallel", "--executor", "mock", "--layouts", "1x1", "--prompts", "2", "--tokens", "4"],
+            ["pipeline-parallel", "--executor", "mock", "--layouts", "1x1", "--prompts", "2"],
             "1x1",
         ),
     ],

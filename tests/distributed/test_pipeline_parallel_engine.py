@@ -163,7 +163,7 @@ def test_smollm2_in_two_stages_gives_the_greedy_tokens_of_one(smollm2_dir):
             dtype="float32",
             pipeline_parallel_size=size,
             max_prefill_chunk=4,  # chunked prefill
-            max_num_blocks=8,  # 3 sequences of ~30 tokens in 16-token blocks: some are preempted
+            max_num_blocks=6,  # 3 sequences of ~30-45 tokens in 16-token blocks: some are preempted
             memory_threshold=1.0,
         )
         engine = build_engine(settings, load_plugins(entry_points=[]))

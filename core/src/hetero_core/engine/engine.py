@@ -240,7 +240,7 @@ class Engine:
             scheduled = self._schedule()
             if self.pipelined_steps:  # start it; finish the oldest step once two are in flight
                 progressed = self.driver.run_pipelined(scheduled)
-            elif self.async_scheduling:  # run it on the executor thread; sample and postprocess the step before
+            elif self.async_scheduling:  # on the executor thread; sample and postprocess the step before
                 progressed = self.driver.run_async(scheduled)
             else:  # run it, sample and postprocess it
                 progressed = self.driver.run_sync(scheduled)

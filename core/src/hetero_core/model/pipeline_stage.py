@@ -10,7 +10,7 @@ while the block tables and slot mappings are the engine's, the same on every sta
 
 Between stages travel the last layer's two outputs, ``hidden`` and ``residual``, unadded (the next
 stage's first norm adds them, as the next layer would at one stage), stacked into one
-``[2, num_tokens, hidden_size]`` tensor: one ``send`` from each rank to the rank with the same
+``[2, num_tokens, hidden_size]`` tensor: one ``isend`` from each rank to the rank with the same
 tensor-parallel index in the next stage (every rank of a stage has the full hidden states after its
 all-reduces). The receiving stage knows the shape from the batch it got from rank 0, so nothing but
 the activations crosses. Composes with tensor parallelism: a stage's ranks form their own process
@@ -119,6 +119,7 @@ class StageLink:
         self.stage = stage
         self.hidden_size = hidden_size
         self.dtype = dtype
+        self._sending: tuple | None = None  # the last isend's work and tensor
 
     @property
     def is_first(self) -> bool:
@@ -135,5 +136,18 @@ class StageLink:
         return both[0], both[1]
 
     def send(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:
-        if hidden.shape[0]:
-            dist.send(torch.stack([hidden, residual]).to(self.dtype), dst=self.stage.next_rank)
+        """Sent without waiting for the next stage to take it (``isend``): with two steps in flight
+        the next stage may still be busy with the step before, and its answer to rank 0 (the
+        logits, larger than a socket's buffer) waits for rank 0 to read it, so a blocking send here
+        would wait on a stage that waits on us. The send before is waited for first (one in flight
+        per link, its tensor kept alive until then)."""
+        if not hidden.shape[0]:
+            return
+        self.wait_sent()
+        both = torch.stack([hidden, residual]).to(self.dtype)
+        self._sending = (dist.isend(both, dst=self.stage.next_rank), both)
+
+    def wait_sent(self) -> None:
+        if self._sending is not None:
+            self._sending[0].wait()
+            self._sending = None
