@@ -88,6 +88,16 @@ def test_two_steps_of_disjoint_sequences_are_in_flight_at_once(tiny_dirs):
     assert got == greedy_tokens(tiny_dirs / "llama")
 
 
+def test_async_scheduling_off_runs_one_step_at_a_time(tiny_dirs):
+    engine = make_engine(tiny_dirs / "llama", pipeline_parallel_size=2, async_scheduling=False)
+    try:
+        assert not engine.pipelined_steps and not engine.async_scheduling
+        got = [o.output_token_ids for o in engine.generate(PROMPTS, GREEDY)]
+    finally:
+        engine.shutdown()
+    assert got == greedy_tokens(tiny_dirs / "llama")
+
+
 def test_chunked_prefill_swaps_and_block_copies_reach_every_stage(tiny_dirs):
     reference = greedy_tokens(tiny_dirs / "llama", **TIGHT)
     engine = make_engine(tiny_dirs / "llama", pipeline_parallel_size=2, **TIGHT)

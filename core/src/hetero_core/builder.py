@@ -140,7 +140,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
                     settings, executor, executor_c.name, speculation is not None
                 ),
                 speculation=speculation,
-                pipelined_steps=capabilities.pipelined_steps and speculation is None,
+                pipelined_steps=use_pipelined_steps(settings, capabilities, speculation is not None),
             )
         except BaseException:
             if speculation is not None:
@@ -228,6 +228,12 @@ def use_async_scheduling(
         source="executor" if settings.async_scheduling is None else "settings",
     )
     return chosen
+
+
+def use_pipelined_steps(settings: HeteroSettings, capabilities, speculating: bool) -> bool:
+    """Two steps in flight on an executor that declares ``pipelined_steps`` (pipeline stages), unless
+    ``async_scheduling = false`` asks for one step at a time, or speculative decoding needs it."""
+    return capabilities.pipelined_steps and not speculating and settings.async_scheduling is not False
 
 
 def default_sampling_params(settings: HeteroSettings, **overrides) -> SamplingParams:

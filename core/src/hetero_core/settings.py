@@ -143,7 +143,8 @@ class HeteroSettings(BaseSettings, _SeamFields):
     async_scheduling: bool | None = Field(
         None,
         description="schedule the next step while the executor runs this one, on its own thread "
-        "(None: the executor's preference, its async_scheduling attribute)",
+        "(None: the executor's preference, its async_scheduling attribute); with pipeline stages, "
+        "keep two steps of disjoint requests in flight (false: one step at a time)",
     )
     # Speculative decoding (the proposer is the speculative_proposer component)
     num_speculative_tokens: int = Field(

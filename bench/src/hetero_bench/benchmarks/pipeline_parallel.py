@@ -5,10 +5,11 @@ For each layout (``TPxPP``: tensor-parallel ranks per stage x pipeline stages) i
 on the model (the embedded SmolLM2-135M by default), warms it up with one request, then times two
 workloads, counting only generation (not the start of the workers or the loading): one request
 alone (decode latency) and a batch of requests together (throughput). It checks that every layout
-gives 1x1's greedy tokens. Hetero runs one step in flight today (the stages of a step run one after
-another, docs/scaling.md): no stage overlaps another, so ``vs 1x1`` shows the cost of the hand-offs
-(about 1.0x at best, never the up-to-PPx of overlapped micro-batches), and PP pays only when the
-model's layers do not fit one device; on a shared CPU the stages also share its cores.
+gives 1x1's greedy tokens. With stages the engine keeps two steps of disjoint requests in flight
+(docs/scaling.md): stage 0 runs step t+1 while the last stage finishes step t, so ``vs 1x1`` is what
+that overlap buys against the hand-offs between stages; each layout with stages also runs one step
+at a time (``async_scheduling = false``), the row that shows the overlap. On a CPU the stages
+share its cores: with fewer cores than processes the overlap cannot show as a speed-up.
 """
 
 from __future__ import annotations
@@ -54,12 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
 
 
-def measure(tp: int, pp: int, args) -> dict:
+def measure(tp: int, pp: int, args, in_flight: int = 2) -> dict:
+    """``in_flight``: steps in the pipeline at once (1: ``async_scheduling = false``, the baseline
+    that shows what the overlap buys)."""
     from hetero_core import LLM, SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True)
     started = time.perf_counter()
-    llm = LLM.from_settings(engine_settings(args, tensor_parallel_size=tp, pipeline_parallel_size=pp))
+    fixed = dict(tensor_parallel_size=tp, pipeline_parallel_size=pp)
+    if in_flight == 1:
+        fixed["async_scheduling"] = False
+    llm = LLM.from_settings(engine_settings(args, **fixed))
     loaded = time.perf_counter() - started
     try:
         llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=4))  # warm-up
@@ -72,10 +78,12 @@ def measure(tp: int, pp: int, args) -> dict:
         batch_s = time.perf_counter() - start
     finally:
         llm.shutdown()
-    print(f"{tp}x{pp}: loaded in {loaded:.1f} s", file=sys.stderr)
+    name = f"{tp}x{pp}" + (", 1 step in flight" if pp > 1 and in_flight == 1 else "")
+    print(f"{name}: loaded in {loaded:.1f} s", file=sys.stderr)
     return {
-        "layout": f"{tp}x{pp}",
+        "layout": name,
         "processes": tp * pp,
+        "steps_in_flight": in_flight if pp > 1 else 1,
         "load_s": loaded,
         "single_tokens_per_s": len(single[0].output_token_ids) / single_s,
         "batch_tokens_per_s": sum(len(o.output_token_ids) for o in batch) / batch_s,
@@ -85,7 +93,11 @@ def measure(tp: int, pp: int, args) -> dict:
 
 def run(args: argparse.Namespace) -> Report:
     layouts = sorted(set(args.layouts) | {(1, 1)}, key=lambda lp: (lp[0] * lp[1], lp[1]))
-    rows = [measure(tp, pp, args) for tp, pp in layouts]
+    rows = []
+    for tp, pp in layouts:
+        if pp > 1:  # the same layout one step at a time: what the overlap of two steps buys
+            rows.append(measure(tp, pp, args, in_flight=1))
+        rows.append(measure(tp, pp, args))
     base = rows[0]
     for row in rows:
         row["single_vs_1x1"] = row["single_tokens_per_s"] / base["single_tokens_per_s"]
@@ -98,6 +110,7 @@ def run(args: argparse.Namespace) -> Report:
         Column("layout", "TPxPP"),
         Column("processes", "processes"),
         Column("load_s", "load s", ".1f"),
+        Column("steps_in_flight", "steps in flight"),
         Column("single_tokens_per_s", "1 request tok/s", ".1f"),
         Column("single_vs_1x1", "vs 1x1", ".2f", "x"),
         Column("batch_tokens_per_s", f"{args.prompts} requests tok/s", ".1f"),
@@ -124,8 +137,9 @@ def run(args: argparse.Namespace) -> Report:
         [
             f"model {args.model or 'the embedded SmolLM2-135M-Instruct'}; {args.tokens} greedy tokens per "
             f"request; {args.prompts} requests in the batch",
-            "one step in flight: the stages of a step run one after another (no micro-batch overlap "
-            "yet), so each stage waits while the others work",
+            "steps in flight 2: stage 0 on step t+1 while the last stage finishes step t (requests "
+            "split between the two); 1: async_scheduling = false, one step at a time, the same layout; "
+            "the stages share this machine's cores",
         ],
         [],
         {"same_tokens_as_1x1": same},
