@@ -161,6 +161,20 @@ def test_llm_takes_pipeline_parallel_size(tiny_dirs):
     assert outputs[2] == outputs[1]
 
 
+def test_hetero_run_with_two_stages_prints_the_text_of_one(smollm2_dir):
+    from tests.cli_helpers import clean_env, hetero
+
+    args = ["--model", str(smollm2_dir), "--dtype", "float32", "--max-tokens", "12", "--temperature", "0"]
+    texts = {}
+    for size in ("1", "2"):
+        result = hetero(
+            "run", "--pipeline-parallel-size", size, *args, "The capital of France is", env=clean_env()
+        )
+        assert result.returncode == 0, result.stderr
+        texts[size] = result.stdout
+    assert texts["2"] == texts["1"] and texts["1"].strip()
+
+
 def test_smollm2_in_two_stages_gives_the_greedy_tokens_of_one(smollm2_dir):
     shared = "You are a helpful assistant. Answer in one short sentence, and be precise about facts. "
     prompts = [shared + q for q in ("The capital of France is", "def fibonacci(n):", "你好，世界！")]
