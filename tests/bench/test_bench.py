@@ -236,6 +236,21 @@ def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
     )
 
 
+def test_pipeline_parallel_on_an_executor_without_it_is_one_line(capsys):
+    code, _, err = bench(capsys, "pipeline-parallel", "--executor", "mock", "--layouts", "1x2")
+    assert code == 2 and "Traceback" not in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("hetero: error: executor 'mock' does not support pipeline parallelism")
+    )
+
+
+def test_pipeline_parallel_refuses_a_malformed_layout(capsys):
+    code, _, err = bench(capsys, "pipeline-parallel", "--layouts", "2by2")
+    assert code == 2 and "expected TPxPP such as 1x2, got '2by2'" in err
+
+
 @pytest.mark.parametrize(
     "argv, first_column",
     [
@@ -251,6 +266,10 @@ def test_tensor_parallel_on_an_executor_without_it_is_one_line(capsys):
         (["warm-start", "--executor", "mock", "--runs", "1"], 1),
         (["busy-cpu", "--executor", "mock", "--rounds", "1", "--max-tokens", "4"], 1),
         (["tensor-parallel", "--executor", "mock", "--sizes", "1", "--prompts", "2", "--tokens", "4"], 1),
+        (
+            ["pipeline-parallel", "--executor", "mock", "--layouts", "1x1", "--prompts", "2"],
+            "1x1",
+        ),
     ],
 )
 def test_every_cpu_benchmark_runs_small_on_the_mock_executor(tmp_path, capsys, argv, first_column):

@@ -98,7 +98,7 @@ def test_a_misspelt_hook_beside_a_good_one_registers_nothing(install):
         (
             '"gpu", lambda ctx: None, needs_modle=True',
             "executor 'gpu': unknown trait 'needs_modle'; did you mean 'needs_model'? "
-            "(traits: needs_model, preflight, tensor_parallel)",
+            "(traits: needs_model, preflight, tensor_parallel, pipeline_parallel)",
         ),
         (
             '"gpu", lambda ctx: None, needs_model="yes"',

@@ -28,6 +28,7 @@ BENCHMARKS = {
     "warm-start": "hetero_bench.benchmarks.warm_start",
     "busy-cpu": "hetero_bench.benchmarks.busy_cpu",
     "tensor-parallel": "hetero_bench.benchmarks.tensor_parallel",
+    "pipeline-parallel": "hetero_bench.benchmarks.pipeline_parallel",
     "gpu-offline": "hetero_bench.benchmarks.gpu_offline",
     "triton-decode": "hetero_bench.benchmarks.triton_decode",
     "structured-output": "hetero_bench.benchmarks.structured_output",

@@ -49,7 +49,9 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     check_sections(settings, plugins.registry)
 
     executor_c, executor_options = select(settings, plugins, "executor")
-    tensor_parallel.check_executor(executor_c, plugins.registry, settings.tensor_parallel_size)
+    tensor_parallel.check_executor(
+        executor_c, plugins.registry, settings.tensor_parallel_size, settings.pipeline_parallel_size
+    )
     preflight = executor_c.traits.get("preflight")
     reasons = preflight() if preflight else []
     if reasons:
@@ -57,7 +59,12 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None
     if model_dir is not None:
         settings = fit_max_model_len(settings, model_dir)
-        tensor_parallel.check_model(model_dir, settings.tensor_parallel_size, settings.enable_expert_parallel)
+        tensor_parallel.check_model(
+            model_dir,
+            settings.tensor_parallel_size,
+            settings.enable_expert_parallel,
+            settings.pipeline_parallel_size,
+        )
 
     tokenizer_name = settings.tokenizer.name
     if tokenizer_name == "auto":
@@ -85,6 +92,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         num_swap_blocks=settings.num_swap_blocks if settings.preemption_mode == "swap" else 0,
         tensor_parallel_size=settings.tensor_parallel_size,
         enable_expert_parallel=settings.enable_expert_parallel,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
     )
     executor = tensor_parallel.create_executor(executor_c, executor_context)
     try:  # whatever fails from here on, the executor (its memory, its workers) is released
@@ -131,6 +139,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
                     settings, executor, executor_c.name, speculation is not None
                 ),
                 speculation=speculation,
+                pipelined_steps=use_pipelined_steps(settings, capabilities, speculation is not None),
             )
         except BaseException:
             if speculation is not None:
@@ -218,6 +227,12 @@ def use_async_scheduling(
         source="executor" if settings.async_scheduling is None else "settings",
     )
     return chosen
+
+
+def use_pipelined_steps(settings: HeteroSettings, capabilities, speculating: bool) -> bool:
+    """Two steps in flight on an executor that declares ``pipelined_steps`` (pipeline stages), unless
+    ``async_scheduling = false`` asks for one step at a time, or speculative decoding needs it."""
+    return capabilities.pipelined_steps and not speculating and settings.async_scheduling is not False
 
 
 def select(settings: HeteroSettings, plugins: PluginSet, seam: str, name: str | None = None):

@@ -89,3 +89,9 @@ class ExecutorContext:
     tensor_parallel_size: int = 1
     tensor_parallel_rank: int = 0
     enable_expert_parallel: bool = False  # a MoE model's experts split across those ranks (settings)
+    # Pipeline parallelism (executors registered with ``pipeline_parallel=True`` only): this executor
+    # runs stage ``pipeline_parallel_rank`` of ``pipeline_parallel_size``, each holding a contiguous run
+    # of the decoder layers and their KV cache; its process is global rank
+    # ``pipeline_parallel_rank * tensor_parallel_size + tensor_parallel_rank``.
+    pipeline_parallel_size: int = 1
+    pipeline_parallel_rank: int = 0

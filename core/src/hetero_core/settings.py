@@ -44,7 +44,7 @@ COMPONENT_DEFAULTS = {seam.name: seam.default for seam in SEAM_TABLE}
 COMPONENT_FIELDS = tuple(COMPONENT_DEFAULTS)
 DEFAULT_MODEL = "smollm2-135m-instruct"
 # Short CLI flags besides the generated ``--setting-name`` ones (vLLM's spellings).
-SHORT_FLAGS = {"tensor_parallel_size": "-tp"}
+SHORT_FLAGS = {"tensor_parallel_size": "-tp", "pipeline_parallel_size": "-pp"}
 # HETERO_* variables that are switches read elsewhere, not settings.
 # HETERO_* variables read by something other than the settings (plugin loading, `hetero bench`, the
 # fuzz tests' example count, the CPU flags reported instead of this CPU's: docs/testing.md)
@@ -144,7 +144,8 @@ class HeteroSettings(BaseSettings, _SeamFields):
     async_scheduling: bool | None = Field(
         None,
         description="schedule the next step while the executor runs this one, on its own thread "
-        "(None: the executor's preference, its async_scheduling attribute)",
+        "(None: the executor's preference, its async_scheduling attribute); with pipeline stages, "
+        "keep two steps of disjoint requests in flight (false: one step at a time)",
     )
     # Speculative decoding (the proposer is the speculative_proposer component)
     num_speculative_tokens: int = Field(
@@ -162,6 +163,13 @@ class HeteroSettings(BaseSettings, _SeamFields):
         le=1024,
         description="processes the model is sharded across "
         "(heads, MLP, vocabulary); needs an executor that supports it",
+    )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="pipeline stages the model's layers are split across, "
+        "one process per stage (times tensor_parallel_size); needs an executor that supports it",
     )
     enable_expert_parallel: bool = Field(
         False,

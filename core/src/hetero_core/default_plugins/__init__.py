@@ -40,6 +40,7 @@ def register_executors(register):
         needs_model=True,
         preflight=_missing_real_model_packages,
         tensor_parallel=True,
+        pipeline_parallel=True,
     )
 
 

@@ -166,6 +166,8 @@ def build_draft_executor(
         tensor_parallel_size=1,
         tensor_parallel_rank=0,
         enable_expert_parallel=False,
+        pipeline_parallel_size=1,
+        pipeline_parallel_rank=0,
     )
     return TorchExecutor(executor_ctx)
 

@@ -27,6 +27,7 @@ from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
+from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
@@ -40,6 +41,7 @@ from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.decode_graphs import build_decode_graphs
 from hetero_core.model.layers import use_cpu_kernels
 from hetero_core.model.loader import load_model
+from hetero_core.model.pipeline_stage import stage_of
 from hetero_core.model.runner import ModelRunner
 from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_core.model.tensor_parallel import placement as tensor_parallel_placement
@@ -59,13 +61,18 @@ class TorchExecutor(RunnerExecutor):
             raise ModelLoadError(
                 "the torch executor needs a model; set `model` to an HF directory or .gguf file"
             )
-        # Tensor parallelism (tensor_parallel_size > 1): this rank's shard and device.
+        # Tensor parallelism (tensor_parallel_size > 1): this rank's shard and device; pipeline
+        # parallelism (pipeline_parallel_size > 1): this rank's stage (its layers only).
         shard, self.device = tensor_parallel_placement(ctx, _device(options.device))
+        stage = None
+        if ctx.pipeline_parallel_size > 1:
+            stage = stage_of(ctx, ModelConfig.from_dir(ctx.model_dir).num_hidden_layers)
+        world = ctx.tensor_parallel_size * ctx.pipeline_parallel_size
         self._free_cpu_threads = None  # threads that follow the CPUs other processes leave free
         if self.device.type == "cpu" or options.num_threads is not None:
-            threads = intra_op_threads(options.num_threads, ctx.tensor_parallel_size)
+            threads = intra_op_threads(options.num_threads, world)
             torch.set_num_threads(threads)
-            if self.device.type == "cpu" and options.num_threads is None and ctx.tensor_parallel_size == 1:
+            if self.device.type == "cpu" and options.num_threads is None and world == 1:
                 self._free_cpu_threads = FreeCpuThreads(threads, _set_threads)
         self.block_size = ctx.block_size
         kernels = _cpu_kernels(options, self.device)  # attention, K/V writes, element-wise steps, linears
@@ -82,7 +89,7 @@ class TorchExecutor(RunnerExecutor):
             already built and packed (a view of a larger probe model), whose backend it keeps."""
             if model is not None:
                 return _runner(
-                    ctx, options, model, dtype, kernels, (num_blocks, block_size), shard, self.device
+                    ctx, options, model, dtype, kernels, (num_blocks, block_size), world > 1, self.device
                 )
             backend = TorchPagedAttention(cpu_kernels=kernels)
             return _build_runner(
@@ -96,15 +103,17 @@ class TorchExecutor(RunnerExecutor):
                 (num_blocks, block_size),
                 cache_dir,
                 num_layers,
+                stage,
             )
 
-        on_cpu = self.device.type == "cpu" and shard is None
+        on_cpu = self.device.type == "cpu" and world == 1
         fit = memory_fit(ctx, options, kernels) if on_cpu else None  # before any weight is loaded
 
-        if options.quantization is not None and (self.device.type != "cpu" or shard is not None):
+        if options.quantization is not None and (self.device.type != "cpu" or world > 1):
             raise ConfigError(
                 f"[executor.torch] quantization = {options.quantization!r} runs on the CPU in one "
-                "process; use device = 'cpu' and tensor_parallel_size = 1, or leave quantization unset"
+                "process; use device = 'cpu', tensor_parallel_size = 1 and pipeline_parallel_size = 1, "
+                "or leave quantization unset"
             )
         if options.dtype == "auto" and options.quantization is not None:
             self.dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
@@ -112,7 +121,7 @@ class TorchExecutor(RunnerExecutor):
                 f"quantization = {options.quantization}: activations in bf16 where the CPU computes it "
                 "natively"
             )
-        elif options.dtype == "auto" and self.device.type == "cpu" and shard is None:  # timed on the model
+        elif options.dtype == "auto" and self.device.type == "cpu" and world == 1:  # timed on the model
             self.dtype, kernels, reason = choose_auto_dtype(
                 ctx.model_dir, options, kernels, build, cache_dir, fit
             )
@@ -131,7 +140,7 @@ class TorchExecutor(RunnerExecutor):
             dtype=str(self.dtype).removeprefix("torch."),
             reason=reason,
         )
-        graphs = options.cuda_graphs and self.device.type == "cuda" and shard is None
+        graphs = options.cuda_graphs and self.device.type == "cuda" and world == 1
         pool = kv_pool(ctx, fit, self.dtype) if fit is not None else None  # None: ctx.num_blocks exactly
         num_blocks = pool.num_blocks if pool is not None else ctx.num_blocks
         self.runner = build(self.dtype, kernels, num_blocks + graphs, ctx.block_size)  # + graphs' scratch
@@ -144,7 +153,7 @@ class TorchExecutor(RunnerExecutor):
                 max_num_seqs=ctx.max_num_seqs,
                 max_model_len=ctx.max_model_len,
             )
-        if kernels is not None and options.fused_decode and shard is None:
+        if kernels is not None and options.fused_decode and world == 1:
             log.info("executor.fused_decode", applies=self.runner.model.fused_decode is not None)
 
     @property
@@ -177,10 +186,12 @@ def _build_runner(
     cache_shape: tuple[int, int],
     cache_dir,
     num_layers: int | None = None,
+    stage=None,
 ) -> ModelRunner:
     """The model as this executor runs it in ``dtype`` (packed, and mapped from the prepared-weights
     cache, where it can be; the compiled kernels' fused steps) over a cache of ``cache_shape``'s
-    (blocks, block size); ``num_layers``: the checkpoint's first layers only (``probe_model``)."""
+    (blocks, block size); ``num_layers``: the checkpoint's first layers only (``probe_model``);
+    ``stage``: a pipeline stage's layers only (``pipeline_stage``)."""
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
     gguf = codes_source(ctx.model_dir, dtype, kernels) if pack and device.type == "cpu" else None
     if num_layers is not None and gguf is not None:  # the probe of a GGUF: its codes, never fp32 weights
@@ -196,7 +207,7 @@ def _build_runner(
         quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
         if pack:
             pack_model(model, kernels)
-    elif pack and shard is None and device.type == "cpu":
+    elif pack and shard is None and stage is None and device.type == "cpu":
         model = load_packed_model(
             ctx.model_dir,
             cache_dir,
@@ -206,21 +217,29 @@ def _build_runner(
             prepared_file=options.prepared_weights_cache,
         )
     else:
-        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype, tensor_parallel=shard)
+        model = load_model(
+            ctx.model_dir,
+            backend=backend,
+            device=device,
+            dtype=dtype,
+            tensor_parallel=shard,
+            pipeline_stage=stage,
+        )
         if pack:
             pack_model(model, kernels)
-    if pack or options.quantization is not None:
+    if (pack or options.quantization is not None) and model.lm_head is not None:  # None: an earlier stage
         for module in model.lm_head.modules():  # the head, or its packed linear under tensor parallelism
             if isinstance(module, (PackedLinear, Int8Linear)):
                 module.float32_output = True  # logits in fp32 straight from the matmul
     if kernels is not None:
         use_cpu_kernels(model, kernels)  # fused element-wise steps
-    return _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device)
+    distributed = shard is not None or stage is not None
+    return _runner(ctx, options, model, dtype, kernels, cache_shape, distributed, device)
 
 
-def _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device) -> ModelRunner:
+def _runner(ctx, options, model, dtype, kernels, cache_shape, distributed: bool, device) -> ModelRunner:
     """``model`` (built, packed) over a cache of ``cache_shape``'s (blocks, block size), with the fused
-    decode step over that cache where it applies."""
+    decode step over that cache where it applies (one process only: ``distributed`` False)."""
     num_blocks, block_size = cache_shape
     runner = ModelRunner(
         model,
@@ -231,7 +250,7 @@ def _runner(ctx, options, model, dtype, kernels, cache_shape, shard, device) -> 
         num_swap_blocks=ctx.num_swap_blocks,
     )
     pack = options.prepack_weights and can_pack(device, dtype, kernels)
-    if kernels is not None and pack and options.fused_decode and shard is None:
+    if kernels is not None and pack and options.fused_decode and not distributed:
         model.fused_decode = FusedDecode.for_model(model, kernels, runner.kv_caches)
     return runner
 

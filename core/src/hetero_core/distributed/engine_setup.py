@@ -1,10 +1,14 @@
-"""What the builder does for ``tensor_parallel_size > 1``. Imports no torch until workers start.
+"""What the builder does for ``tensor_parallel_size > 1`` or ``pipeline_parallel_size > 1``.
+Imports no torch until workers start.
 
 An executor supports tensor parallelism when it is registered with the trait
 ``tensor_parallel=True`` (``register("torch", factory, tensor_parallel=True)``): its factory then
 receives ``ctx.tensor_parallel_rank`` / ``ctx.tensor_parallel_size`` with the default process group
 up, builds that rank's shard, and must be picklable (a module-level function of an importable
-module, not ``__main__``), since the workers' processes call it too.
+module, not ``__main__``), since the workers' processes call it too. Pipeline parallelism is the
+same with the trait ``pipeline_parallel=True``: the factory also receives
+``ctx.pipeline_parallel_rank`` / ``ctx.pipeline_parallel_size`` and builds that stage's layers only.
+The group has ``tensor_parallel_size * pipeline_parallel_size`` ranks.
 """
 
 from __future__ import annotations
@@ -14,28 +18,37 @@ from pathlib import Path
 from hetero_core.errors import ConfigError
 
 TRAIT = "tensor_parallel"
+PIPELINE_TRAIT = "pipeline_parallel"
 
 
 def supports_tensor_parallel(component) -> bool:
     return bool(component.traits.get(TRAIT))
 
 
-def check_executor(component, registry, size: int) -> None:
-    """Refuse an executor that does not declare tensor-parallel support, in one line."""
-    if size == 1 or supports_tensor_parallel(component):
-        return
-    able = [name for name in registry.names("executor") if _supports(registry, name)]
-    hint = f"use --executor {' / '.join(able)} or" if able else "use"
-    raise ConfigError(
-        f"executor '{component.name}' does not support tensor parallelism "
-        f"(tensor_parallel_size {size}); {hint} tensor_parallel_size 1"
-    )
+def check_executor(component, registry, size: int, pipeline_size: int = 1) -> None:
+    """Refuse an executor that does not declare tensor- (or pipeline-) parallel support, in one line."""
+    for trait, what, setting, value in (
+        (TRAIT, "tensor parallelism", "tensor_parallel_size", size),
+        (PIPELINE_TRAIT, "pipeline parallelism", "pipeline_parallel_size", pipeline_size),
+    ):
+        if value == 1 or component.traits.get(trait):
+            continue
+        able = [name for name in registry.names("executor") if _supports(registry, name, trait)]
+        hint = f"use --executor {' / '.join(able)} or" if able else "use"
+        raise ConfigError(
+            f"executor '{component.name}' does not support {what} ({setting} {value}); {hint} {setting} 1"
+        )
 
 
-def check_model(model_dir: Path, size: int, expert_parallel: bool = False) -> None:
+def check_model(model_dir: Path, size: int, expert_parallel: bool = False, pipeline_size: int = 1) -> None:
     """Refuse a size that does not divide the model's heads, KV heads, MLP or vocabulary (config.json),
-    and expert parallelism on one rank, on a model without experts or over a size that does not
-    divide its experts."""
+    expert parallelism on one rank, on a model without experts or over a size that does not
+    divide its experts, and more pipeline stages than the model has layers."""
+    if pipeline_size > 1:
+        from hetero_core.model.config import ModelConfig
+        from hetero_core.model.pipeline_plan import check_pipeline_parallel_size
+
+        check_pipeline_parallel_size(ModelConfig.from_dir(model_dir), pipeline_size)
     if size == 1 and not expert_parallel:
         return
     if size == 1:
@@ -60,7 +73,7 @@ def check_model(model_dir: Path, size: int, expert_parallel: bool = False) -> No
 
 def create_executor(component, ctx):
     """The executor for ``ctx``: the component's own for one rank, else rank 0 plus workers."""
-    if ctx.tensor_parallel_size == 1:
+    if ctx.tensor_parallel_size == 1 and ctx.pipeline_parallel_size == 1:
         return component.factory(ctx)
     from hetero_core.model.cpu.threads import choose_openmp_wait
 
@@ -87,8 +100,8 @@ def pin_auto_dtype(ctx):
     return replace(ctx, options=options.model_copy(update={"dtype": str(dtype).removeprefix("torch.")}))
 
 
-def _supports(registry, name: str) -> bool:
+def _supports(registry, name: str, trait: str = TRAIT) -> bool:
     try:
-        return supports_tensor_parallel(registry.get("executor", name))
+        return bool(registry.get("executor", name).traits.get(trait))
     except Exception:  # a conflicted or failed name: not a suggestion
         return False

@@ -10,6 +10,7 @@ line, when it wrote one (a fatal error's message, say).
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -42,22 +43,23 @@ def blame(reports: list[WorkerReport]) -> WorkerReport | None:
     return (killed or errors or exited or [None])[0]
 
 
-def describe_failure(reports: list[WorkerReport], otherwise: str) -> str:
-    """One line: which rank failed and how; ``otherwise`` when no worker is to blame (rank 0's error)."""
+def tensor_parallel_worker(rank: int) -> str:
+    return f"tensor-parallel worker rank {rank}"
+
+
+def describe_failure(
+    reports: list[WorkerReport], otherwise: str, name: Callable[[int], str] = tensor_parallel_worker
+) -> str:
+    """One line: which rank failed (``name(rank)``: ``tensor-parallel worker rank 1``) and how;
+    ``otherwise`` when no worker is to blame (rank 0's error)."""
     culprit = blame(reports)
     if culprit is None:
         return otherwise.splitlines()[0]
     if culprit.killed_by is not None:
-        return (
-            f"tensor-parallel worker rank {culprit.rank} died: killed by {culprit.killed_by}"
-            f"{_last_words(culprit)}"
-        )
+        return f"{name(culprit.rank)} died: killed by {culprit.killed_by}{_last_words(culprit)}"
     if culprit.summary is not None:
-        return f"tensor-parallel worker rank {culprit.rank} failed: {culprit.summary}"
-    return (
-        f"tensor-parallel worker rank {culprit.rank} exited with code {culprit.exitcode}"
-        f"{_last_words(culprit)}"
-    )
+        return f"{name(culprit.rank)} failed: {culprit.summary}"
+    return f"{name(culprit.rank)} exited with code {culprit.exitcode}{_last_words(culprit)}"
 
 
 def _last_words(report: WorkerReport) -> str:

@@ -1,10 +1,14 @@
-"""The executor a tensor-parallel engine sees: rank 0 here, ranks 1..size-1 in worker processes.
+"""The executor a tensor- or pipeline-parallel engine sees: rank 0 here, ranks 1..size-1 in worker
+processes (``size = tensor_parallel_size * pipeline_parallel_size``; global rank ``r`` is stage
+``r // tensor_parallel_size``, tensor-parallel rank ``r % tensor_parallel_size``).
 
 The scheduler and the KV bookkeeping run once, in the engine's process. Each step rank 0 sends the
 same ``Batch`` to every worker (pickled once, down one socket per worker), runs its own shard, and
 waits for every worker's answer; all ranks meet in the model's collectives, and the gathered logits
-of rank 0 are the step's output. Block copies and swaps go to every rank the same way, since each
-rank owns its share of the KV heads. Its declaration (``capabilities``) is rank 0's executor's, less
+of rank 0 are the step's output; with pipeline stages, the last stage's first rank computes the
+logits and sends its ``ExecutorOutput`` back with its answer (rank 0, in the first stage, has no LM
+head). Block copies and swaps go to every rank the same way, since each rank owns its share of the
+KV heads, or its stage's layers. Its declaration (``capabilities``) is rank 0's executor's, less
 KV export and import (a rank holds only its share of the heads: a handoff would miss the rest).
 Workers are ``python -m`` processes (``worker_process.py``).
 
@@ -22,6 +26,7 @@ import pickle
 import sys
 import time
 import weakref
+from collections import deque
 from dataclasses import replace
 from multiprocessing.connection import wait
 
@@ -45,12 +50,18 @@ class TensorParallelExecutor:
     a module-level function); ``ctx.tensor_parallel_size`` ranks in all."""
 
     def __init__(self, factory, ctx, executor_name: str):
-        self.size = ctx.tensor_parallel_size
+        self.tensor_parallel_size = ctx.tensor_parallel_size
+        self.pipeline_parallel_size = ctx.pipeline_parallel_size
+        self.size = ctx.tensor_parallel_size * ctx.pipeline_parallel_size
+        # the rank whose step output is the engine's: rank 0, or the last stage's first rank
+        self.output_rank = (self.pipeline_parallel_size - 1) * self.tensor_parallel_size
         self.executor_name = executor_name
         self.dead_reason: str | None = None
         self._workers: list[WorkerProcess] = []
         self._closed = False
         self.local = None
+        self._in_flight = 0  # steps started (``start_step``) whose answers are not read yet
+        self._done: deque[ExecutorOutput] = deque()  # outputs read early (before a block transfer)
         if process_group.dist.is_initialized():
             raise ConfigError(
                 "a torch.distributed process group already exists in this process (another "
@@ -81,6 +92,8 @@ class TensorParallelExecutor:
                 "world_size": self.size,
                 "port": store.port,
                 "backend": backend,
+                "ranks": self._ranks(worker.rank),
+                "returns_output": worker.rank == self.output_rank,
             }
             try:
                 worker.send_setup(setup, payload)
@@ -88,18 +101,40 @@ class TensorParallelExecutor:
                 raise _WorkerGone() from None
         self._wait_for(STARTED, process_group.START_TIMEOUT.total_seconds(), "starting")
         process_group.init_group(store, 0, self.size, backend)
-        self.local = factory(replace(ctx, tensor_parallel_rank=0))
+        self.local = factory(replace(ctx, **self._ranks(0)))
         # what the rank executors can do (copies and swaps run on every rank), without KV transfer
         local = check_capabilities(self.local, self.executor_name)
-        self.capabilities = replace(local, kv_export=False, kv_import=False)
+        # with stages: two steps in flight (``start_step`` / ``finish_step``)
+        pipelined = self.pipeline_parallel_size > 1
+        self.capabilities = replace(local, kv_export=False, kv_import=False, pipelined_steps=pipelined)
         self._wait_for(READY, process_group.START_TIMEOUT.total_seconds(), "loading its shard")
         log.info(
             "tensor_parallel.ready",
             size=self.size,
+            tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size,
             backend=backend,
             executor=self.executor_name,
             workers=self.worker_pids,
         )
+
+    @property
+    def kind(self) -> str:
+        return "tensor-parallel" if self.pipeline_parallel_size == 1 else "pipeline-parallel"
+
+    def _worker_name(self, rank: int) -> str:
+        """How errors name a worker: ``tensor-parallel worker rank 1``, or with pipeline stages
+        ``pipeline-parallel worker rank 1 (stage 1)``."""
+        if self.pipeline_parallel_size == 1:
+            return f"tensor-parallel worker rank {rank}"
+        return f"pipeline-parallel worker rank {rank} (stage {rank // self.tensor_parallel_size})"
+
+    def _ranks(self, rank: int) -> dict[str, int]:
+        """Global ``rank``'s place in the ``ExecutorContext``."""
+        return {
+            "tensor_parallel_rank": rank % self.tensor_parallel_size,
+            "pipeline_parallel_rank": rank // self.tensor_parallel_size,
+        }
 
     # -- the executor -----------------------------------------------------------------------------
     def execute(self, batch: Batch) -> ExecutorOutput:
@@ -113,6 +148,29 @@ class TensorParallelExecutor:
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         self._everywhere("swap_in", pairs)
+
+    def start_step(self, batch: Batch) -> None:
+        """Start a step (pipeline stages only): every rank gets ``batch`` and rank 0 runs its stage,
+        whose activations go on to the next; it returns while the later stages work, so rank 0 can
+        start the next step (of other sequences) at once. ``finish_step`` gives the outputs in order."""
+
+        def start():
+            self._send("execute", (batch,))
+            self.local.execute(batch)  # the first stage's: no logits (the last stage's answer has them)
+            self._in_flight += 1
+
+        self._guarded(start)
+
+    def finish_step(self) -> ExecutorOutput:
+        """The output of the oldest step started and not finished (waiting for its last stage)."""
+
+        def finish():
+            if self._done:
+                return self._done.popleft()
+            self._in_flight -= 1
+            return self._answers("execute")
+
+        return self._guarded(finish)
 
     def shutdown(self) -> None:
         """Stop the workers and release rank 0's shard; safe to call more than once."""
@@ -144,38 +202,60 @@ class TensorParallelExecutor:
 
     # -- one command on every rank ----------------------------------------------------------------
     def _everywhere(self, command: str, *args):
+        def run():
+            while self._in_flight:  # the answers of steps started earlier come first: read them
+                self._in_flight -= 1
+                self._done.append(self._answers("execute"))
+            self._send(command, args)
+            result = getattr(self.local, command)(*args)
+            output = self._answers(command)
+            return result if output is None else output
+
+        return self._guarded(run)
+
+    def _guarded(self, work):
+        """``work()``, or the group's one-line error: any failure stops the group."""
         if self.dead_reason is not None:
             raise ExecutorDeadError(self.dead_reason)
         if self._closed:
-            raise ExecutorDeadError("the tensor-parallel executor was shut down")
+            raise ExecutorDeadError(f"the {self.kind} executor was shut down")
         try:
-            self._check_workers_alive()
-            payload = pickle.dumps((command, args))
-            for worker in self._workers:
-                worker.conn.send_bytes(payload)
-            result = getattr(self.local, command)(*args)
-            self._wait_for(OK, process_group.COLLECTIVE_TIMEOUT.total_seconds(), f"running {command}")
+            return work()
         except ExecutorDeadError:
             raise
         except Exception as exc:  # noqa: BLE001 - ranks may now disagree: the group cannot go on
             raise self._fail(exc, "the engine has stopped") from None
-        return result
+
+    def _send(self, command: str, args: tuple) -> None:
+        self._check_workers_alive()
+        payload = pickle.dumps((command, args))
+        for worker in self._workers:
+            worker.conn.send_bytes(payload)
+
+    def _answers(self, command: str):
+        """Every worker's answer to its oldest unanswered command; for ``execute`` with stages, the
+        last stage's output (None otherwise: rank 0's own result is the output)."""
+        answers = self._wait_for(OK, process_group.COLLECTIVE_TIMEOUT.total_seconds(), f"running {command}")
+        if command == "execute" and self.output_rank != 0:
+            return answers[self.output_rank][1]
+        return None
 
     def _check_workers_alive(self) -> None:
         if any(not w.is_alive() for w in self._workers):
             raise _WorkerGone()
 
-    def _wait_for(self, expected: str, timeout: float, doing: str) -> None:
-        """Receive ``expected`` from every worker; a worker's error or exit raises (its socket closes)."""
+    def _wait_for(self, expected: str, timeout: float, doing: str) -> dict[int, tuple]:
+        """Receive ``expected`` from every worker (its messages, by rank); a worker's error or exit
+        raises (its socket closes)."""
         pending = {w.conn: w for w in self._workers}
+        answers: dict[int, tuple] = {}
         deadline = time.monotonic() + timeout
         while pending:
             ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 ranks = ", ".join(str(w.rank) for w in pending.values())
                 raise _WorkerGone(
-                    f"tensor-parallel worker rank(s) {ranks} did not answer within "
-                    f"{timeout:.0f}s while {doing}"
+                    f"{self.kind} worker rank(s) {ranks} did not answer within {timeout:.0f}s while {doing}"
                 )
             for conn in ready:
                 try:
@@ -185,7 +265,8 @@ class TensorParallelExecutor:
                 if message[0] != expected:
                     pending[conn].error_message = message  # an error report: _fail reads it
                     raise _WorkerGone()
-                del pending[conn]
+                answers[pending.pop(conn).rank] = message
+        return answers
 
     # -- failure ----------------------------------------------------------------------------------
     def _fail(self, exc: BaseException, outcome: str) -> ExecutorDeadError:
@@ -193,10 +274,10 @@ class TensorParallelExecutor:
         rank and how it ended, then ``outcome``)."""
         reports = self._collect_reports()
         if isinstance(exc, _WorkerGone):
-            fallback = str(exc) or "a tensor-parallel worker stopped answering"
+            fallback = str(exc) or f"a {self.kind} worker stopped answering"
         else:
-            fallback = f"tensor-parallel rank 0 failed: {type(exc).__name__}: {exc}"
-        self.dead_reason = f"{describe_failure(reports, fallback)}; {outcome}"
+            fallback = f"{self.kind} rank 0 failed: {type(exc).__name__}: {exc}"
+        self.dead_reason = f"{describe_failure(reports, fallback, self._worker_name)}; {outcome}"
         culprit = blame(reports)
         for report in reports:  # the cause's traceback; the others' only say they lost a peer
             if report.traceback:

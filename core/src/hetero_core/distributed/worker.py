@@ -6,8 +6,10 @@
 ``sys.path``, this rank, the world size, the rendezvous port and the backend), the executor's factory
 and context (pickled by rank 0), then rank 0's commands, served in order until told to stop:
 ``("execute", (batch,))``, ``("copy_blocks" | "swap_out" | "swap_in", (pairs,))``, ``("shutdown", ())``.
-Each is answered ``("ok",)``; anything that raises is answered ``("error", time, summary, traceback)``
-and the worker exits at once, which closes its sockets so that its peers' collectives fail at once.
+Each is answered ``("ok",)`` (the last pipeline stage's first rank answers ``execute`` with
+``("ok", output)``: it alone has the logits); anything that raises is answered
+``("error", time, summary, traceback)`` and the worker exits at once, which closes its sockets so
+that its peers' collectives fail at once.
 
 Rank 0 stops the worker; the worker ignores SIGINT and SIGTERM (rank 0 handles them for the group)
 and exits as soon as rank 0's end of the socket closes, whatever it is doing: no worker outlives its
@@ -53,9 +55,9 @@ def main(argv: list[str] | None = None) -> None:
         rank, world_size = setup["rank"], setup["world_size"]
         store = process_group.join_store(setup["port"], world_size)
         process_group.init_group(store, rank, world_size, setup["backend"])
-        executor = factory(replace(ctx, tensor_parallel_rank=rank))
+        executor = factory(replace(ctx, **setup["ranks"]))
         conn.send((READY,))
-        serve(executor, conn)
+        serve(executor, conn, setup["returns_output"])
     except BaseException as exc:  # noqa: BLE001 - every failure goes to rank 0, then the worker exits
         report_error(conn, exc)
         sys.stdout.flush()
@@ -83,16 +85,22 @@ def watch_rank0(conn: Connection) -> None:
     threading.Thread(target=watch, name="hetero-tp-watch-rank0", daemon=True).start()
 
 
-def serve(executor, conn) -> None:
-    """Run rank 0's commands until ``shutdown``."""
+def serve(executor, conn, returns_output: bool = False) -> None:
+    """Run rank 0's commands until ``shutdown``. ``returns_output``: this rank (the last pipeline
+    stage's first) answers ``execute`` with ``("ok", output)``, pickled whole (plain pickle: the
+    tensors' bytes travel in the message, not as shared memory); other ranks' outputs are not needed
+    (rank 0 has the same, or, in an earlier stage, none)."""
     while True:
         command, args = pickle.loads(conn.recv_bytes())
         if command == "shutdown":
             executor.shutdown()
             conn.send((OK,))
             return
-        getattr(executor, command)(*args)  # this rank's outputs are not needed: rank 0 has the same
-        conn.send((OK,))
+        result = getattr(executor, command)(*args)
+        if returns_output and command == "execute":
+            conn.send_bytes(pickle.dumps((OK, result), protocol=pickle.HIGHEST_PROTOCOL))
+        else:
+            conn.send((OK,))
 
 
 def report_error(conn, exc: BaseException) -> None:

@@ -81,12 +81,14 @@ class Engine:
         structured_output=None,
         async_scheduling: bool = False,
         speculation=None,
+        pipelined_steps: bool = False,
     ) -> None:
         """``structured_output``: an ``engine.structured_output.StructuredOutput`` (guided decoding), or
         None; ``async_scheduling``: plan the next step while the executor runs this one;
         ``speculation``: an ``engine.speculation.Speculation`` (speculative decoding, sync steps only),
-        or None."""
-        if speculation is not None and async_scheduling:
+        or None; ``pipelined_steps``: keep two steps of disjoint sequences in flight on an executor
+        that declares ``pipelined_steps`` (pipeline stages), instead of async or sync steps."""
+        if speculation is not None and (async_scheduling or pipelined_steps):
             raise ValueError(
                 "speculative decoding runs without async scheduling; pass async_scheduling=False"
             )
@@ -96,7 +98,9 @@ class Engine:
         processor.prompt_logprobs_refusal = prompt_logprobs_refusal(executor)
         self.state = EngineState(processor, executor, scheduler, structured_output, speculation)
         self.guard = ThreadGuard("an Engine")
-        self.async_scheduling = async_scheduling
+        self.async_scheduling = async_scheduling and not pipelined_steps
+        self.pipelined_steps = pipelined_steps
+        scheduler.skip_pending = pipelined_steps  # the steps in flight hold disjoint sequences
         self.postprocessor = Postprocessor(self.state)
         self.intake = RequestIntake(self.state, self.postprocessor)
         self.driver = StepDriver(self.state, StepSampler(self.state, sampler_seed), self.postprocessor)
@@ -234,7 +238,9 @@ class Engine:
         with self.guard:
             was_running = self.driver.is_running
             scheduled = self._schedule()
-            if self.async_scheduling:  # run it on the executor thread; sample and postprocess the step before
+            if self.pipelined_steps:  # start it; finish the oldest step once two are in flight
+                progressed = self.driver.run_pipelined(scheduled)
+            elif self.async_scheduling:  # on the executor thread; sample and postprocess the step before
                 progressed = self.driver.run_async(scheduled)
             else:  # run it, sample and postprocess it
                 progressed = self.driver.run_sync(scheduled)

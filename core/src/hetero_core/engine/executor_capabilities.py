@@ -27,6 +27,7 @@ DECLARED_METHODS = {
     "block_swap": ("swap_out", "swap_in"),
     "kv_export": ("export_blocks",),
     "kv_import": ("import_blocks",),
+    "pipelined_steps": ("start_step", "finish_step"),
 }
 _COUNTS = ("vocab_size", "num_kv_blocks")  # None or an int >= 1
 
@@ -62,6 +63,10 @@ class ExecutorCapabilities:
     """Has ``import_blocks(block_ids, layers)`` (a decode engine's KV handoff)."""
     kv_block_dim: int = 0
     """The dimension of each exported tensor along which its blocks lie."""
+    pipelined_steps: bool = False
+    """Has ``start_step(batch)`` (the step begins; returns once the executor can take the next) and
+    ``finish_step() -> ExecutorOutput`` (the oldest started step's output), so the engine keeps two
+    steps of disjoint sequences in flight (a pipeline's stages on different steps at once)."""
 
     def __post_init__(self):
         for f in fields(self):

@@ -7,11 +7,21 @@ starts that step and postprocesses the finished one. A step interrupted by ``Key
 undone (``scheduled_step.unschedule``): stepping again redoes it. Its own state: the executor thread
 (started at the first async step) and the step running there; the rest is the engine's
 ``EngineState``.
+
+``run_pipelined`` (an executor declaring ``pipelined_steps``: pipeline stages) keeps two steps in
+flight, as vLLM's virtual engines do: it starts a step (``executor.start_step``, which returns once
+the first stage is done with it) and, once two are in flight or nothing new could be scheduled,
+finishes the oldest (``executor.finish_step``), samples and postprocesses it. The scheduler leaves
+the sequences of a step in flight out of the next (``Scheduler.skip_pending``), so the two steps
+hold disjoint sequences and need no placeholder tokens: stage 0 runs step t+1 while the last stage
+finishes step t. Block transfers wait for the steps in flight (the executor reads their outputs
+first), so they reach every stage after the steps scheduled before them, as without pipelining.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from time import perf_counter
 
 from hetero_core.engine.executor_thread import ExecutorThread
@@ -34,11 +44,12 @@ class StepDriver:
         self.executor_thread: ExecutorThread | None = None  # started at the first async step
         # async: the step on the thread, its future (the executor's output) and its token bitmask
         self.running: tuple[ScheduledStep, object, object] | None = None
+        self.in_flight: deque[tuple[ScheduledStep, object]] = deque()  # pipelined: started, not finished
 
     @property
     def is_running(self) -> bool:
-        """Whether a step runs on the executor thread (async scheduling)."""
-        return self.running is not None
+        """Whether a step runs on the executor thread (async scheduling) or is in flight (pipelined)."""
+        return self.running is not None or bool(self.in_flight)
 
     def run_sync(self, scheduled: ScheduledStep) -> list[Sequence]:
         """Run the step and postprocess it; the sequences it ran."""
@@ -107,11 +118,55 @@ class StepDriver:
             return progressed
         return self._postprocess_timed(previous[0], sampled)
 
+    def run_pipelined(self, scheduled: ScheduledStep, depth: int = 2) -> list[Sequence]:
+        """Start ``scheduled``; finish the oldest step in flight once ``depth`` are, or when nothing
+        new was scheduled; the sequences it ran (none while the pipeline fills)."""
+        state = self.state
+        if scheduled.batch is not None or scheduled.has_transfers:
+            started = perf_counter()
+            try:
+                apply_block_transfers(state.executor, scheduled)
+                batch = self._constrained(scheduled) if scheduled.batch is not None else None
+                if batch is not None:
+                    state.executor.start_step(batch)
+            except ExecutorDeadError:
+                raise
+            except Exception as exc:  # fails this batch's requests, not the engine
+                state.timings.execute_s += perf_counter() - started
+                self.postprocessor.fail_step(scheduled, exc, executor_failed=True)
+                return []
+            except BaseException:  # KeyboardInterrupt: the step did not happen; stepping again redoes it
+                unschedule(scheduled)
+                raise
+            state.timings.execute_s += perf_counter() - started
+            if batch is not None:
+                self.in_flight.append((scheduled, batch.token_bitmask))
+        if not self.in_flight or (len(self.in_flight) < depth and scheduled.batch is not None):
+            return []
+        step, bitmask = self.in_flight.popleft()
+        started = perf_counter()
+        try:
+            output = state.executor.finish_step()
+        except ExecutorDeadError:
+            raise
+        except Exception as exc:
+            state.timings.execute_s += perf_counter() - started
+            self.postprocessor.fail_step(step, exc, executor_failed=True)
+            return []
+        state.timings.execute_s += perf_counter() - started
+        return self._complete(step, output, bitmask)
+
     def shutdown(self) -> None:
         """Wait for a step still running (its outputs are dropped) and end the executor thread."""
         if self.executor_thread is not None:
             self.executor_thread.shutdown()
             self.executor_thread = self.running = None
+        while self.in_flight:  # pipelined: their outputs are dropped
+            self.in_flight.popleft()
+            try:
+                self.state.executor.finish_step()
+            except Exception:  # noqa: BLE001 - stopping anyway (a dead group says so at its shutdown)
+                break
 
     def _postprocess_timed(self, scheduled: ScheduledStep, sampled: Sampled) -> list[Sequence]:
         started = perf_counter()

@@ -110,7 +110,12 @@ class LlamaForCausalLM(nn.Module):
     ``compute_logits(hidden_rows) -> [rows, vocab]`` only for the rows that are sampled.
     ``forward(..., output_rows=rows)`` returns only those rows' hidden states ([len(rows), hidden]):
     the last layer's output projection and MLP then run on them alone (a prefill samples one row of
-    its prompt: ~2.5 % less work for a 30-layer model), every row's K/V is still written."""
+    its prompt: ~2.5 % less work for a 30-layer model), every row's K/V is still written.
+
+    A pipeline stage (``pipeline``, a ``pipeline_stage.StageLink``, set by the loader) holds only its
+    layers: a later stage receives the previous stage's ``(hidden, residual)`` instead of embedding
+    the tokens, and an earlier one sends its own on and returns ``[rows, 0]`` (no logits: the last
+    stage has them)."""
 
     def __init__(self, config: ModelConfig, backend: AttentionBackend):
         super().__init__()
@@ -124,6 +129,7 @@ class LlamaForCausalLM(nn.Module):
         )
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
         self.fused_decode = None  # a fused_decode.FusedDecode: pure decode steps in one kernel call
+        self.pipeline = None  # a pipeline_stage.StageLink when this module is one pipeline stage
 
     def forward(
         self,
@@ -133,21 +139,28 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[KVCache],
         output_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        hidden = self.model.embed_tokens(input_ids)
+        pipeline, residual = self.pipeline, None
+        if pipeline is None or pipeline.is_first:
+            hidden = self.model.embed_tokens(input_ids)
+        else:
+            hidden, residual = pipeline.receive(input_ids.shape[0], input_ids.device)
         cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
         fused = (
             None
-            if self.fused_decode is None
+            if self.fused_decode is None or pipeline is not None
             else self.fused_decode(hidden, cos, sin, attn_metadata, kv_caches)
         )
         if fused is not None:
             hidden = self.model.norm(*fused)[0]
             return hidden if output_rows is None else hidden[output_rows]
-        residual = None
-        last = len(self.model.layers) - 1
+        last = len(self.model.layers) - 1 if pipeline is None or pipeline.is_last else None
         for index, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
             rows = output_rows if index == last else None
             hidden, residual = layer(hidden, residual, cos, sin, kv_cache, attn_metadata, rows)
+        if last is None:  # an earlier pipeline stage: the next one goes on from here
+            pipeline.send(hidden, residual)
+            num_rows = hidden.shape[0] if output_rows is None else output_rows.shape[0]
+            return hidden.new_empty((num_rows, 0))
         if residual is None:  # a model with no layers
             hidden = self.model.norm(hidden)
             return hidden if output_rows is None else hidden[output_rows]
@@ -163,8 +176,12 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """``[len(rows), vocab]``: the logits of the flat batch's rows ``rows`` (the sampled ones, an
         int64 tensor on the model's device) after a forward over every token; the last layer's
-        projection and MLP run on them alone (``output_rows``). ``rows`` None: every row, in order."""
-        return self.compute_logits(self(input_ids, positions, attn_metadata, kv_caches, output_rows=rows))
+        projection and MLP run on them alone (``output_rows``). ``rows`` None: every row, in order.
+        An earlier pipeline stage: ``[len(rows), 0]``."""
+        hidden = self(input_ids, positions, attn_metadata, kv_caches, output_rows=rows)
+        if self.pipeline is not None and not self.pipeline.is_last:
+            return hidden
+        return self.compute_logits(hidden)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:
@@ -172,7 +189,10 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(hidden)
 
     def untie_lm_head(self) -> None:
-        """Give tied embeddings an ``lm_head`` module sharing their weight (so weight packing sees it)."""
+        """Give tied embeddings an ``lm_head`` module sharing their weight (so weight packing sees it);
+        an earlier pipeline stage has no head."""
+        if self.pipeline is not None and not self.pipeline.is_last:
+            return
         if self.lm_head is None:
             weight = self.model.embed_tokens.weight
             with torch.device("meta"):

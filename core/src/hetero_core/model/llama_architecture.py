@@ -74,6 +74,7 @@ def llama_architectures() -> dict[str, ModelArchitecture]:
             kv_layout=same_kv_layout,
             weights=FUSED_PROJECTIONS,
             tensor_parallel=True,
+            pipeline_parallel=True,
             bench_config=lambda name=name: bench_config(name),
             hf_class=HF_CLASSES[name],
         )

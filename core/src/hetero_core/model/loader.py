@@ -19,6 +19,7 @@ from hetero_core.model.checkpoint_tensors import CheckpointTensors
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.gguf_cache import check_converted_weights
 from hetero_core.model.model_builder import GroupLoaded, build_model
+from hetero_core.model.pipeline_stage import StageLink, prune_stage, stage_checkpoint
 from hetero_core.model.source import resolve_model_source
 from hetero_core.model.tensor_parallel import build_shard
 
@@ -30,6 +31,7 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     tensor_parallel=None,
+    pipeline_stage=None,
     on_group: GroupLoaded | None = None,
 ) -> CausalLM:
     """Load ``source`` (HF directory, ``.gguf`` file or hub id) ready for inference.
@@ -37,9 +39,13 @@ def load_model(
     ``backend``: the attention backend the model runs with (None: a model for its weights only, whose
     attention raises). ``tensor_parallel``: a ``tensor_parallel.TensorParallelShard`` to load only that
     rank's shard. ``on_group(model, prefix)``: called once each layer's weights (then the rest's) are in
-    place, before the next are read (``model_builder.build_model``)."""
+    place, before the next are read (``model_builder.build_model``). ``pipeline_stage``: a
+    ``pipeline_stage.PipelineStage`` to load only that stage's layers (and embedding or head), linked
+    to its neighbours (``model.pipeline``)."""
     config, state = read_checkpoint(resolve_model_source(source))
     options = dict(backend=backend, device=device, dtype=dtype, on_group=on_group)
+    if pipeline_stage is not None:
+        return load_stage(config, state, pipeline_stage, tensor_parallel, **options)
     if tensor_parallel is not None:
         return build_shard(config, state, tensor_parallel, **options)
     return build_model(config, state, **options)
@@ -65,3 +71,19 @@ def read_checkpoint(path: Path) -> tuple[ModelConfig, CheckpointTensors]:
         tensors = GGUFTensors(reader, hf_tensor_name, lambda tensor: gguf_tensor(tensor, raw))
         return ModelConfig.from_dict(raw, source=str(path)), tensors
     raise ModelLoadError(f"cannot load {path}: expected a directory with config.json or a .gguf file")
+
+
+def load_stage(config: ModelConfig, state, stage, shard, **options) -> CausalLM:
+    """Pipeline stage ``stage``'s model (its tensor-parallel shard of it with ``shard``), linked to
+    its neighbours."""
+    local, state = stage_checkpoint(state, config, stage)
+    link = StageLink(stage, config.hidden_size, options["dtype"])
+
+    def prune(model) -> None:  # linked before loading: an earlier stage's model never grows a head
+        prune_stage(model, stage)
+        model.pipeline = link
+
+    options["prune"] = prune
+    if shard is not None:
+        return build_shard(local, state, shard, **options)
+    return build_model(local, state, **options)

@@ -41,16 +41,21 @@ def build_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     on_group: GroupLoaded | None = None,
+    prune: Callable[[torch.nn.Module], None] | None = None,
 ) -> torch.nn.Module:
     """Instantiate the model without initialising it and assign ``state``'s tensors to it, one layer at
     a time (``backend`` None: weights only, see ``NoAttention``). ``on_group(model, prefix)``: called
     after each layer's tensors are in place (``prefix`` ``model.layers.3``), and last after the others'
-    (``prefix`` ``REST``); the layers not yet loaded are still on the meta device then."""
+    (``prefix`` ``REST``); the layers not yet loaded are still on the meta device then. ``prune(model)``:
+    called on the built (meta) module before any tensor is read, to drop the modules it will not run
+    (a pipeline stage's, ``pipeline_stage.prune_stage``)."""
     backend = backend if backend is not None else NoAttention()
     architecture = architecture_of(config)
     with torch.device("meta"):
         model = architecture.build(config, backend)
     check_causal_lm(model, config)
+    if prune is not None:
+        prune(model)
     names = list(model.state_dict().keys())
     weights = architecture.weights
     _check_names(state, weights.checkpoint_names(names, config), weights, config)

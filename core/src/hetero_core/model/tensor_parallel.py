@@ -71,26 +71,37 @@ class TensorParallelShard:
 def placement(ctx, device: torch.device) -> tuple[TensorParallelShard | None, torch.device]:
     """An executor's shard (None without tensor parallelism) and the device its rank runs on.
 
-    On CUDA rank ``r`` takes the ``r``-th device from the one configured (``cuda`` or ``cuda:0``:
-    ranks 0..size-1 on cuda:0..size-1) and makes it the current device, as NCCL expects."""
+    On CUDA global rank ``r`` (``pipeline stage * tensor_parallel_size + tensor-parallel rank``) takes
+    the ``r``-th device from the one configured (``cuda`` or ``cuda:0``: ranks 0..world-1 on
+    cuda:0..world-1) and makes it the current device, as NCCL expects. With pipeline stages, each
+    stage's ranks get a process group of their own (every rank creates every stage's, in order, as
+    ``torch.distributed.new_group`` requires)."""
     size, rank = ctx.tensor_parallel_size, ctx.tensor_parallel_rank
-    if size == 1:
+    stages, stage = getattr(ctx, "pipeline_parallel_size", 1), getattr(ctx, "pipeline_parallel_rank", 0)
+    world = size * stages
+    if world == 1:
         return None, device
     if device.type == "cuda":
         first = device.index or 0
-        if first + size > torch.cuda.device_count():
+        if first + world > torch.cuda.device_count():
             raise ConfigError(
-                f"tensor_parallel_size {size} needs CUDA devices {first}..{first + size - 1} "
-                f"but {torch.cuda.device_count()} are visible"
+                f"tensor_parallel_size {size} x pipeline_parallel_size {stages} needs CUDA devices "
+                f"{first}..{first + world - 1} but {torch.cuda.device_count()} are visible"
             )
-        device = torch.device("cuda", first + rank)
+        device = torch.device("cuda", first + stage * size + rank)
         torch.cuda.set_device(device)
     elif device.type != "cpu":
         raise ConfigError(
-            f"tensor parallelism runs on CPU (gloo) or CUDA (NCCL) devices, not {device.type!r}"
+            f"tensor and pipeline parallelism run on CPU (gloo) or CUDA (NCCL) devices, not {device.type!r}"
         )
+    if size == 1:
+        return None, device
+    group = None
+    if stages > 1:
+        groups = [dist.new_group(list(range(s * size, (s + 1) * size))) for s in range(stages)]
+        group = groups[stage]
     return TensorParallelShard(
-        rank, size, expert_parallel=getattr(ctx, "enable_expert_parallel", False)
+        rank, size, group=group, expert_parallel=getattr(ctx, "enable_expert_parallel", False)
     ), device
 
 
@@ -142,7 +153,7 @@ def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
     """Swap a loaded shard's output projections, embedding and LM head for the parallel modules (a
     MoE layer: its experts' intermediate columns split and one all-reduce per layer,
     ``moe.sharded_experts``; or, with ``shard.expert_parallel``, whole experts split across the ranks)."""
-    model.untie_lm_head()
+    model.untie_lm_head()  # a pipeline stage without the head keeps none (``pipeline_stage``)
     for layer in model.model.layers:
         layer.self_attn.o_proj = RowParallelLinear(layer.self_attn.o_proj, shard.group)
         if isinstance(layer.mlp, SwiGLU):
@@ -153,10 +164,12 @@ def parallelize(model: nn.Module, shard: TensorParallelShard) -> None:
         for block in [m for m in model.modules() if isinstance(m, SparseMoeBlock)]:
             block.reduce_output = AllReduce(shard.group)
     embed = model.model.embed_tokens
-    model.model.embed_tokens = VocabParallelEmbedding(
-        embed.weight, shard.rank * embed.weight.shape[0], shard.group
-    )
-    model.lm_head = VocabParallelLMHead(model.lm_head, shard.size, shard.group)
+    if embed is not None:  # None: a later pipeline stage
+        model.model.embed_tokens = VocabParallelEmbedding(
+            embed.weight, shard.rank * embed.weight.shape[0], shard.group
+        )
+    if model.lm_head is not None:  # None: an earlier pipeline stage
+        model.lm_head = VocabParallelLMHead(model.lm_head, shard.size, shard.group)
 
 
 class RowParallelLinear(nn.Module):

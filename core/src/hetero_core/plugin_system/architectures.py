@@ -125,6 +125,10 @@ class ModelArchitecture:
     - ``kv_layout(config) -> [KVLayerSpec per layer]``: what the paged cache holds per token.
     - ``tensor_parallel``: the module shards the way core's Megatron sharding expects (Llama names:
       q/k/v/o, gate/up/down, embed_tokens, lm_head); False: ``tensor_parallel_size > 1`` is refused.
+    - ``pipeline_parallel``: the module splits into stages the way core's pipeline stages expect
+      (``model.embed_tokens``, ``model.layers`` of decoder layers mapping ``(hidden, residual)`` to
+      ``(hidden, residual)``, ``model.norm``, ``lm_head``; ``model.pipeline_stage``); False:
+      ``pipeline_parallel_size > 1`` is refused.
     - ``bench_config() -> dict``: a raw ``config.json`` of ~100-200M parameters, for
       ``hetero bench models`` (random weights); None: the architecture is not benchmarked.
     - ``hf_class``: the transformers class name that runs the same checkpoints (for tests, docs).
@@ -135,6 +139,7 @@ class ModelArchitecture:
     kv_layout: Callable[[Any], Sequence[KVLayerSpec]] = same_kv_layout
     weights: WeightMapping = IDENTITY_WEIGHTS
     tensor_parallel: bool = False
+    pipeline_parallel: bool = False
     bench_config: Callable[[], dict] | None = None
     hf_class: str | None = None
 

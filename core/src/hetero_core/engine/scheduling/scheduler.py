@@ -78,6 +78,12 @@ class Scheduler:
         self.batches = BatchBuilder(allocator.block_size)
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
+        # Pipelined steps (the engine keeps two in flight): a running sequence whose next token is
+        # still pending (its step has not come back) waits for it instead of taking a placeholder,
+        # so the steps in flight hold disjoint sequences; and a step takes at most half the
+        # sequences (running, waiting, swapped), so both steps in flight have work.
+        self.skip_pending = False
+        self._step_limit = limits.max_batch_size
         self.swapped: list[Sequence] = []
         self.preemptor = Preemptor(preemption_mode, num_swap_blocks)
         self.num_steps = 0
@@ -206,13 +212,14 @@ class Scheduler:
             if seq is not None:
                 self._preempt(seq, step)
 
-        max_batch_size, max_model_len = self.limits.max_batch_size, self.limits.max_model_len
+        self._step_limit = self._step_seq_limit()
+        max_batch_size, max_model_len = self._step_limit, self.limits.max_model_len
         for seq in sorted(self.running, key=_running_order):
             if seq.status not in RUNNING:  # preempted earlier in this loop
                 continue
             if step.is_full(max_batch_size):
                 break
-            if seq.num_pending_tokens and _ends_with_pending(seq, max_model_len):
+            if seq.num_pending_tokens and (self.skip_pending or _ends_with_pending(seq, max_model_len)):
                 continue
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, step.token_budget)
             spec, slots = seq.spec_token_ids, None
@@ -228,6 +235,14 @@ class Scheduler:
             if not any(s.request_id not in plan.hold_back for s in self.swapped):
                 self._admit(step, plan)
         return step
+
+    def _step_seq_limit(self) -> int:
+        """Sequences one step may take: ``max_batch_size``; with pipelined steps, at most half of
+        those the scheduler holds (rounded up), the other half going to the other step in flight."""
+        if not self.skip_pending:
+            return self.limits.max_batch_size
+        held = len(self.running) + len(self.waiting) + len(self.swapped)
+        return max(1, min(self.limits.max_batch_size, -(-held // 2)))
 
     def _num_new_tokens(self, seq: Sequence, start: int, token_budget: int) -> int:
         num_new = min(
@@ -294,7 +309,7 @@ class Scheduler:
         for seq in sorted(self.swapped, key=_by_rank):
             if seq.request_id in plan.hold_back or seq.num_pending_tokens:
                 continue
-            if step.is_full(self.limits.max_batch_size) or len(self.running) >= self.limits.max_num_seqs:
+            if step.is_full(self._step_limit) or len(self.running) >= self.limits.max_num_seqs:
                 return
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, step.token_budget)
             slots = self.allocator.allocate_slots(seq.block_table, seq.num_computed_tokens, num_new)
@@ -313,7 +328,7 @@ class Scheduler:
         for seq in sorted(self.waiting, key=_by_rank):
             if seq.request_id in plan.hold_back or seq.num_pending_tokens:
                 continue
-            if step.is_full(self.limits.max_batch_size) or len(self.running) >= self.limits.max_num_seqs:
+            if step.is_full(self._step_limit) or len(self.running) >= self.limits.max_num_seqs:
                 return
             computed = self._computed_blocks(seq)
             start = min(computed.num_tokens, seq.num_tokens - 1)  # at least one token runs, to sample from
