@@ -77,8 +77,19 @@ def _status_mb(pid: int | str, key: str) -> float | None:
     return None
 
 
+def group_hwm_each_mb(pgid: int) -> list[float]:
+    """The ``VmHWM`` of each process now in group ``pgid``, in MiB, largest first (a tensor-parallel
+    run's ranks: each rank's own peak, which the group's sum hides)."""
+    return sorted(_group_values(pgid, process_hwm_mb), reverse=True)
+
+
 def _group_sum(pgid: int, per_process) -> float | None:
-    total, found = 0.0, False
+    values = _group_values(pgid, per_process)
+    return sum(values) if values else None
+
+
+def _group_values(pgid: int, per_process) -> list[float]:
+    values = []
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit():
             continue
@@ -89,5 +100,5 @@ def _group_sum(pgid: int, per_process) -> float | None:
         if group == pgid:
             value = per_process(entry.name)
             if value is not None:
-                total, found = total + value, True
-    return total if found else None
+                values.append(value)
+    return values
