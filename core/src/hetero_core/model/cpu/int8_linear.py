@@ -7,6 +7,9 @@ quantized from the checkpoint's values as loaded: the embedded GGUF's Q4 block c
 dequantized to the model's dtype, then requantized to int8 per output channel). The layers named in
 ``keep`` stay as they are (``pack_linears`` packs them afterwards): the mixed fallback for
 sensitive layers (``W8A8_KEEP``: the LM head, whose weight-only int8 form it gets instead).
+``Quantization`` does the same a group at a time as the model loads (``build_model``'s ``on_group``):
+the executor's path, which never holds the whole model in its checkpoint dtype. A quantized layer's
+tensors go to a prepared file as ``stored_tensors`` names them and come back with ``from_stored``.
 
 With the compiled kernels an ``Int8Linear`` runs ``int8_linear`` / ``w8a8_linear`` for every input
 (batch-invariant); without them torch's own int8 operators (``aten._weight_int8pack_mm``, and
