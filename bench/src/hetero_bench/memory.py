@@ -14,6 +14,7 @@ them over-counts when its members peak at different times (and misses members al
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -33,6 +34,44 @@ def group_rss_mb(pgid: int) -> float | None:
     """The summed ``VmRSS`` of every process in process group ``pgid`` (and its descendants elsewhere:
     ``group_pids``), in MiB; None if none is found."""
     return _group_sum(pgid, process_rss_mb)
+
+
+class PeakSampler:
+    """The largest summed RSS of process group ``pgid`` seen, sampled every ``interval_s`` on a thread
+    from ``start()`` to ``stop()`` (which returns it, in MiB; None if never read)."""
+
+    def __init__(self, pgid: int, interval_s: float = 0.05) -> None:
+        self.pgid, self.interval_s = pgid, interval_s
+        self.peak_mb: float | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def start(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> float | None:
+        self._done.set()
+        self._thread.join()
+        return self.peak_mb
+
+    def _sample(self) -> None:
+        while True:
+            rss = group_rss_mb(self.pgid)
+            if rss is not None and (self.peak_mb is None or rss > self.peak_mb):
+                self.peak_mb = rss
+            if self._done.wait(self.interval_s):
+                return
+
+
+def _status_mb(pid: int | str, key: str) -> float | None:
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def group_hwm_each_mb(pgid: int) -> list[float]:
