@@ -1,7 +1,8 @@
 """Quantizing as the model loads, and the quantized model's prepared file: a model quantized layer by
 layer (``int8_linear.Quantization`` as ``build_model``'s ``on_group``) holds exactly the codes,
 scales and group sums of one quantized after a whole load; its prepared file, written as loading
-streams, maps back to the same layers, with and without the compiled kernels; a file written for one
+streams, maps back to the same layers, with and without the compiled kernels, and the torch
+executor's later start, mapping it, gives the first start's logits; a file written for one
 quantization is never taken for another, nor for the unquantized model."""
 
 from __future__ import annotations
@@ -10,11 +11,22 @@ import pytest
 import torch
 
 from hetero_core.cache import cache_file
+from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.model.cpu.int8_linear import Int8Linear, Quantization, quantize_linears
 from hetero_core.model.cpu.prepared_file import load_prepared
 from hetero_core.model.cpu.prepared_weights import load_packed_model, prepared_path
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.loader import load_model
+from tests.model.paged_batches import PagedSequence
+from tests.model.test_batch_invariance import (
+    BLOCK_SIZE,
+    PROMPT,
+    TOTAL,
+    _assert_same,
+    _prefill_then_decode,
+    _Run,
+    _tokens,
+)
 
 
 def _int8_layers(model) -> dict[str, Int8Linear]:
@@ -100,3 +112,23 @@ def test_quantization_group_size_changes_the_file(tiny_model_dirs, prepared_cach
 def test_an_unknown_quantization_is_refused():
     with pytest.raises(ValueError, match="unknown quantization 'int4'; choices: int8, w8a8"):
         Quantization("int4")
+
+
+@pytest.mark.parametrize("method", ["int8", "w8a8"])
+def test_the_executor_maps_its_quantized_file_at_a_later_start(
+    tiny_model_dirs, prepared_cache_dir, make_executor, cpu_kernels, method
+):
+    """The torch executor with ``quantization`` and the prepared cache on (the default): the first
+    start writes the file, the second maps it, and both give the same logits (the same layers, the
+    same kernels: the same sums in the same order)."""
+    model_dir, _ = tiny_model_dirs["llama"]
+    options = TorchExecutorOptions(dtype="bfloat16", quantization=method, amx_linears=False)
+    runs = []
+    for _ in range(2):
+        executor = make_executor(model_dir, num_blocks=128, block_size=BLOCK_SIZE, options=options)
+        assert executor.model.lm_head.float32_output and executor.model.lm_head.activations == "float"
+        run = _Run(executor)
+        _prefill_then_decode(run, PagedSequence(1, _tokens(TOTAL, seed=3), PROMPT), chunk=PROMPT)
+        runs.append(run.logits[1])
+    assert len(list(prepared_cache_dir.glob(f"*-{method}-*.safetensors"))) == 1
+    _assert_same(runs[1], runs[0])
