@@ -70,11 +70,14 @@ def test_both_engines_run_one_after_another_and_the_ratios_are_hetero_over_vllm(
         assert row["error"] is None and not row["oom_killed"]
         assert row["first_token_s"] > 0 and row["decode_tokens_per_s"] > 0
         assert row["peak_rss_mb"] > 10 and row["hwm_sum_mb"] >= row["peak_rss_mb"] * 0.5
+        assert row["processes"] == len(row["hwm_each_mb"]) >= 1  # each process's own peak
+        assert row["hwm_max_mb"] == max(row["hwm_each_mb"])
+        assert row["hwm_sum_mb"] == pytest.approx(sum(row["hwm_each_mb"]))
         assert row["dtype"] == "bfloat16" and row["checkpoint_gb"] > 0
     [ratios] = report["ratios_hetero_over_vllm"][str(tiny_model)]
     assert ratios["peak_rss_mb"] == pytest.approx(rows["hetero"]["peak_rss_mb"] / rows["vllm"]["peak_rss_mb"])
     assert f"{tiny_model}, round 1: Hetero / vLLM: peak RSS " in out and "memory limit: none" in out
-    assert "peak RSS MiB" in out and "cgroup peak MiB" in out
+    assert "peak RSS MiB" in out and "cgroup peak MiB" in out and "max VmHWM MiB" in out
     assert not plot or out_png.read_bytes().startswith(b"\x89PNG")
 
 

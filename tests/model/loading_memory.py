@@ -6,7 +6,8 @@ process's resident bytes with torch, the model code and the CPU kernels loaded, 
 ``/proc/self/clear_refs`` first), and ``weights`` (the bytes of the loaded model's tensors: each
 storage once, a packed linear's weight counted as it runs). Case keys: ``model_dir``, ``dtype``,
 ``path`` (``load_model``, ``packed`` for ``load_packed_model``, ``shard`` for tensor-parallel rank 0
-of 2), ``cache_dir`` (``packed`` only).
+of 2, ``int8`` / ``w8a8`` for ``load_packed_model`` quantizing as it loads), ``cache_dir``
+(``packed``, ``int8``, ``w8a8``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+QUANTIZED = ("int8", "w8a8")
 
 
 def status_bytes(field: str) -> int:
@@ -56,6 +59,7 @@ def weight_bytes(model) -> int:
 def measure(case: dict) -> dict:
     import torch
 
+    from hetero_core.model.cpu.int8_linear import Quantization
     from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
     from hetero_core.model.cpu.prepared_weights import load_packed_model
     from hetero_core.model.cpu.torch_attention import TorchPagedAttention
@@ -64,15 +68,21 @@ def measure(case: dict) -> dict:
 
     dtype = getattr(torch, case["dtype"])
     try:
-        kernels = load_cpu_kernels(required=True) if case["path"] == "packed" else None
+        kernels = load_cpu_kernels(required=True) if case["path"] in ("packed", *QUANTIZED) else None
     except KernelUnavailable:
         kernels = None
     backend = TorchPagedAttention()
     baseline = status_bytes("VmRSS")
     peak_was_reset = reset_peak()
-    if case["path"] == "packed":
+    if case["path"] in ("packed", *QUANTIZED):
+        quantization = Quantization(case["path"], 32, kernels) if case["path"] in QUANTIZED else None
         model = load_packed_model(
-            case["model_dir"], Path(case["cache_dir"]), backend=backend, dtype=dtype, kernels=kernels
+            case["model_dir"],
+            Path(case["cache_dir"]),
+            backend=backend,
+            dtype=dtype,
+            kernels=kernels,
+            quantization=quantization,
         )
     elif case["path"] == "shard":
         shard = TensorParallelShard(rank=0, size=2)

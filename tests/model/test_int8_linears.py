@@ -193,3 +193,19 @@ def test_quantization_helpers():
     assert linear_weight_bytes(model) < before
     with pytest.raises(ValueError, match="choices: int8, w8a8"):
         quantize_linears(model, "int4")
+
+
+def test_a_weight_larger_than_one_chunk_is_quantized_as_its_rows_are():
+    """``quantize_int8_weight`` works ``QUANTIZE_ROWS`` channels at a time (bounded temporaries while a
+    large model loads): each row's codes and scales are the ones that row alone gets."""
+    from hetero_core.model.cpu.kernel_int8 import QUANTIZE_ROWS
+
+    weight = torch.randn(2 * QUANTIZE_ROWS + 37, 64, generator=torch.Generator().manual_seed(3))
+    weight[5] = 0  # an all-zero row among them
+    codes, scale = quantize_int8_weight(weight.bfloat16(), 32)
+    assert codes.shape == (weight.shape[0], 64) and scale.shape == (weight.shape[0], 2)
+    for row in (0, 5, QUANTIZE_ROWS - 1, QUANTIZE_ROWS, weight.shape[0] - 1):
+        alone_codes, alone_scale = quantize_int8_weight(weight[row : row + 1].bfloat16(), 32)
+        assert torch.equal(codes[row], alone_codes[0]) and torch.equal(scale[row], alone_scale[0])
+    dequantized = (codes.float().reshape(-1, 2, 32) * scale[:, :, None]).reshape(weight.shape)
+    assert (dequantized - weight.bfloat16().float()).abs().max() <= scale.max() / 2 + 1e-6

@@ -7,6 +7,8 @@ to the current size just before the load) against its resident size before it. T
 safetensors. A second full copy would put the peak at twice the weights or more; the bound allows
 ``MAX_RATIO`` of them plus ``FIXED_BYTES`` (the plugins and modules a first load imports, the meta
 module): today's loading peaks at 1.07-1.32x, the whole-state-dict loading before it at 1.4-4.4x.
+Quantized to int8 or W8A8 as it loads, the bound is on the int8 weights (a load that quantized the
+whole bf16 model afterwards would hold both).
 """
 
 from __future__ import annotations
@@ -150,6 +152,23 @@ def test_packing_and_writing_the_prepared_file_hold_the_weights_once(checkpoints
     assert_one_copy(first, f"{source} checkpoint -> bf16, packed and saved")
     second = measure(tmp_path, checkpoints[source], "bfloat16", "packed", cache_dir)
     assert_one_copy(second, f"{source} checkpoint -> bf16, mapped from the prepared file")
+
+
+@pytest.mark.parametrize("quantization", ["int8", "w8a8"])
+def test_quantizing_and_writing_the_prepared_file_hold_the_weights_once(checkpoints, tmp_path, quantization):
+    """The int8 model is about half the bf16 checkpoint: quantizing after a whole load would peak at
+    the bf16 weights plus the int8 ones (~2.7x the int8 weights), streaming at the int8 weights plus a
+    layer."""
+    cache_dir = tmp_path / "cache"
+    first = measure(tmp_path, checkpoints["bfloat16"], "bfloat16", quantization, cache_dir)
+    files = list((cache_dir / "prepared").glob(f"*-{quantization}-*.safetensors"))
+    assert len(files) == 1, files  # written, as loading streamed
+    checkpoint_bytes = sum(torch.Size(shape).numel() for _, shape in tensor_shapes(CONFIG)) * 2
+    assert first["weights"] < 0.7 * checkpoint_bytes  # int8 codes and scales, not bf16
+    assert_one_copy(first, f"bf16 checkpoint -> {quantization}, quantized and saved")
+    second = measure(tmp_path, checkpoints["bfloat16"], "bfloat16", quantization, cache_dir)
+    assert second["weights"] == first["weights"]
+    assert_one_copy(second, f"bf16 checkpoint -> {quantization}, mapped from the prepared file")
 
 
 def test_a_model_too_large_for_the_cache_runs_without_the_file(checkpoints, tmp_path, monkeypatch, caplog):

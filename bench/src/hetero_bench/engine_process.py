@@ -8,7 +8,8 @@ the group's summed RSS from the start (``PeakSampler``), and records:
 - time to first token: from just before the process is spawned to its ``ready`` line (interpreter
   start, imports, loading the weights, the prefill, the first token);
 - steady decode tokens/s at batch 1 (the worker's ``decode_latency``);
-- peak RSS: the sampled peak, and the sum of the group's ``VmHWM`` read just before it quits;
+- peak RSS: the sampled peak, and the group's ``VmHWM``, each process's and their sum, read just
+  before it quits (with tensor parallelism, each rank's own peak);
 - whether it was OOM-killed (the cgroup's count; without a cgroup, a death by SIGKILL).
 
 A worker that dies or does not answer within ``timeout_s`` is a result with an ``error`` (the last
@@ -28,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hetero_bench.memory import PeakSampler, group_hwm_mb
+from hetero_bench.memory import PeakSampler, group_hwm_each_mb
 from hetero_bench.memory_limit import MemoryLimit
 
 
@@ -38,6 +39,7 @@ class Measurement:
     decode_tokens_per_s: float | None = None
     peak_rss_mb: float | None = None  # the group's summed RSS, sampled
     hwm_sum_mb: float | None = None  # the sum of its processes' VmHWM, just before quitting
+    hwm_each_mb: list[float] | None = None  # each process's VmHWM then, largest first (the TP ranks)
     cgroup_peak_mb: float | None = None  # the cgroup's peak charge (RSS and page cache), when limited
     oom_killed: bool = False
     version: str | None = None
@@ -106,7 +108,8 @@ def measure(
                     result.decode_tokens_per_s = 1.0 / reply["s_per_token"]
                 else:  # n tokens took no longer than 1: too few to time
                     result.error = f"decode timing not positive ({reply['s_per_token']:.2g} s/token)"
-                result.hwm_sum_mb = group_hwm_mb(process.pid)
+                result.hwm_each_mb = group_hwm_each_mb(process.pid) or None
+                result.hwm_sum_mb = sum(result.hwm_each_mb) if result.hwm_each_mb else None
                 process.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
                 process.stdin.flush()
                 process.wait(timeout=120)

@@ -2,7 +2,8 @@
 
 Hetero runs in the benchmark's own process (its RSS also holds the harness and any in-process peer:
 HF ``generate``); vLLM runs in a worker's process group (the worker, its engine core and workers),
-whose members' RSS are summed. RSS counts the pages touched: Hetero's prepared weights are a
+whose members' RSS are summed (with the processes they start in sessions of their own: a
+tensor-parallel engine's worker ranks). RSS counts the pages touched: Hetero's prepared weights are a
 memory-mapped file (its pages count once touched, and the page cache shares them between
 processes), vLLM's weights are anonymous memory.
 
@@ -30,13 +31,9 @@ def process_hwm_mb(pid: int | str = "self") -> float | None:
 
 
 def group_rss_mb(pgid: int) -> float | None:
-    """The summed ``VmRSS`` of every process in process group ``pgid``, in MiB; None if none is found."""
+    """The summed ``VmRSS`` of every process in process group ``pgid`` (and its descendants elsewhere:
+    ``group_pids``), in MiB; None if none is found."""
     return _group_sum(pgid, process_rss_mb)
-
-
-def group_hwm_mb(pgid: int) -> float | None:
-    """The summed ``VmHWM`` of the processes now in group ``pgid``, in MiB; None if none is found."""
-    return _group_sum(pgid, process_hwm_mb)
 
 
 class PeakSampler:
@@ -77,17 +74,39 @@ def _status_mb(pid: int | str, key: str) -> float | None:
     return None
 
 
+def group_hwm_each_mb(pgid: int) -> list[float]:
+    """The ``VmHWM`` of each process now in group ``pgid`` (``group_pids``), in MiB, largest first (a
+    tensor-parallel run's ranks: each rank's own peak, which the group's sum hides)."""
+    return sorted(_group_values(pgid, process_hwm_mb), reverse=True)
+
+
 def _group_sum(pgid: int, per_process) -> float | None:
-    total, found = 0.0, False
+    values = _group_values(pgid, per_process)
+    return sum(values) if values else None
+
+
+def _group_values(pgid: int, per_process) -> list[float]:
+    values = [per_process(pid) for pid in group_pids(pgid)]
+    return [value for value in values if value is not None]
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` and their descendants in sessions of their own (a tensor-parallel
+    engine's workers start with ``start_new_session``: rank 0's group does not hold them)."""
+    parents, members = {}, set()
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit():
             continue
         try:
-            group = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2])
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            parents[int(entry.name)] = int(fields[1])
+            if int(fields[2]) == pgid:
+                members.add(int(entry.name))
         except (OSError, ValueError, IndexError):
             continue
-        if group == pgid:
-            value = per_process(entry.name)
-            if value is not None:
-                total, found = total + value, True
-    return total if found else None
+    found, grown = set(members), True
+    while grown:  # the descendants, generation by generation
+        more = {pid for pid, parent in parents.items() if parent in found and pid not in found}
+        found |= more
+        grown = bool(more)
+    return sorted(found)

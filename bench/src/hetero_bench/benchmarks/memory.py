@@ -12,8 +12,9 @@ an engine that needs more is OOM-killed, and the table says so.
 Recorded (``engine_process``): time to the first token of ``--prompt`` from process start (the
 interpreter, imports, load, prefill); steady decode tokens/s at batch 1 (``--decode-tokens`` after a
 32-token prompt, the 1-token request's time subtracted); peak RSS (the process group's summed RSS,
-sampled, and its processes' summed VmHWM) and, when limited, the cgroup's peak charge (RSS and the
-page cache read). Ratios are Hetero / vLLM: under 1 is less memory and time, over 1 faster decode.
+sampled, its processes' summed VmHWM, and the largest one process's: a tensor-parallel rank's) and,
+when limited, the cgroup's peak charge (RSS and the page cache read). Ratios are Hetero / vLLM:
+under 1 is less memory and time, over 1 faster decode.
 """
 
 from __future__ import annotations
@@ -110,7 +111,9 @@ def run(args: argparse.Namespace) -> Report:
                     continue
                 print(f"{spec}: {name}, round {number}/{args.rounds} ...", file=sys.stderr)
                 measured = _measure(name, command(directory, facts["dtype"]), args, limit_bytes, limit_note)
-                rows.append({"model": spec, "engine": name, "round": number, **facts, **measured.as_dict()})
+                each = measured.hwm_each_mb or []
+                row = {"model": spec, "engine": name, "round": number, **facts, **measured.as_dict()}
+                rows.append({**row, "processes": len(each) or None, "hwm_max_mb": max(each, default=None)})
                 print(f"{spec}: {name}: {_brief(measured)}", file=sys.stderr)
     return _report(args, rows, limit_bytes, limit_note)
 
@@ -233,6 +236,8 @@ def _report(args, rows: list[dict], limit_bytes: int | None, limit_note: str | N
         Column("decode_tokens_per_s", "decode tok/s", ".1f"),
         Column("peak_rss_mb", "peak RSS MiB", ",.0f"),
         Column("hwm_sum_mb", "sum VmHWM MiB", ",.0f"),
+        Column("processes", "procs"),
+        Column("hwm_max_mb", "max VmHWM MiB", ",.0f"),
         Column("cgroup_peak_mb", "cgroup peak MiB", ",.0f"),
         Column("oom_killed", "OOM"),
     ]

@@ -32,7 +32,7 @@ from hetero_core.model.cpu.amx import amx_kernels
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.gguf_codes_loader import codes_source, load_codes_model
-from hetero_core.model.cpu.int8_linear import Int8Linear, linear_weight_bytes, quantize_linears
+from hetero_core.model.cpu.int8_linear import Int8Linear, Quantization, linear_weight_bytes
 from hetero_core.model.cpu.linear import PackedLinear, can_pack
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.probe_model import first_layers
@@ -202,11 +202,20 @@ def _build_runner(
         model = first_layers(ctx.model_dir, num_layers, backend=backend, dtype=dtype)
         if pack:
             pack_model(model, kernels)
-    elif options.quantization is not None:  # quantized at each start; the layers it keeps are packed as usual
-        model = load_model(ctx.model_dir, backend=backend, device=device, dtype=dtype)
-        quantize_linears(model, options.quantization, kernels, group_size=options.quantization_group_size)
-        if pack:
-            pack_model(model, kernels)
+    elif options.quantization is not None:  # quantized a layer at a time as it loads (``Quantization``)
+        quantization = Quantization(options.quantization, options.quantization_group_size, kernels)
+        if pack:  # and saved to (then mapped from) a prepared file of its own
+            model = load_packed_model(
+                ctx.model_dir,
+                cache_dir,
+                backend=backend,
+                dtype=dtype,
+                kernels=kernels,
+                prepared_file=options.prepared_weights_cache,
+                quantization=quantization,
+            )
+        else:
+            model = load_model(ctx.model_dir, backend=backend, dtype=dtype, on_group=quantization)
     elif pack and shard is None and stage is None and device.type == "cpu":
         model = load_packed_model(
             ctx.model_dir,

@@ -97,8 +97,10 @@ class TorchExecutorOptions(BaseModel):
         description="on the CPU, one process: int8: the linears' weights as int8 codes per output channel "
         "(symmetric, fp32 scales; half of bf16's bytes), activations in dtype; w8a8: the activations "
         "quantized to int8 per token too and summed in int32 (AVX-512 VNNI where the CPU has it), the "
-        "LM head weight-only int8; quantized from the checkpoint at each start (the embedded GGUF's Q4 "
-        "codes dequantized first), no prepared-weights file, no fused decode step; dtype auto becomes "
+        "LM head weight-only int8; quantized from the checkpoint a layer at a time as it loads (the "
+        "embedded GGUF's Q4 codes dequantized first; peak memory the int8 model and one layer), saved to "
+        "a prepared-weights file of its own (prepared_weights_cache) and mapped from it at later starts; "
+        "no fused decode step; dtype auto becomes "
         "bfloat16 where the CPU computes it natively, else float32; None: the weights in dtype",
     )
     quantization_group_size: int = Field(

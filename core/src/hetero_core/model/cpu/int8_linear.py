@@ -7,6 +7,9 @@ quantized from the checkpoint's values as loaded: the embedded GGUF's Q4 block c
 dequantized to the model's dtype, then requantized to int8 per output channel). The layers named in
 ``keep`` stay as they are (``pack_linears`` packs them afterwards): the mixed fallback for
 sensitive layers (``W8A8_KEEP``: the LM head, whose weight-only int8 form it gets instead).
+``Quantization`` does the same a group at a time as the model loads (``build_model``'s ``on_group``):
+the executor's path, which never holds the whole model in its checkpoint dtype. A quantized layer's
+tensors go to a prepared file as ``stored_tensors`` names them and come back with ``from_stored``.
 
 With the compiled kernels an ``Int8Linear`` runs ``int8_linear`` / ``w8a8_linear`` for every input
 (batch-invariant); without them torch's own int8 operators (``aten._weight_int8pack_mm``, and
@@ -14,6 +17,8 @@ With the compiled kernels an ``Int8Linear`` runs ``int8_linear`` / ``w8a8_linear
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -27,6 +32,14 @@ QUANTIZATIONS = {
     "the LM head weight-only int8",
 }
 W8A8_KEEP = ("lm_head",)  # layers W8A8 runs weight-only: the logits are the most sensitive output
+# an Int8Linear's tensors by name suffix, as a prepared file stores them (``stored_tensors``)
+STORED_CODES, STORED_SCALE, STORED_COLSUM, STORED_BIAS = (
+    ".int8_codes",
+    ".int8_scale",
+    ".int8_colsum",
+    ".int8_bias",
+)
+STORED_SUFFIXES = (STORED_CODES, STORED_SCALE, STORED_COLSUM, STORED_BIAS)
 
 
 class Int8Linear(nn.Module):
@@ -59,6 +72,40 @@ class Int8Linear(nn.Module):
             )
             self.bias_f32 = None if bias is None else bias.detach().float().contiguous()
         self.float32_output = False  # True: fp32 results (the LM head's logits)
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, torch.Tensor], kernels=None) -> Int8Linear:
+        """The layer ``stored_tensors`` gave (a prepared file's views: nothing quantized or copied).
+        Codes in the kernels' layout (4-d) need ``kernels``; W8A8 is the layer whose group sums were
+        stored. ValueError for tensors that do not make a layer."""
+        codes, scale = stored[STORED_CODES], stored[STORED_SCALE]
+        colsum, bias = stored.get(STORED_COLSUM), stored.get(STORED_BIAS)
+        packed = codes.dim() == 4
+        if packed and kernels is None:
+            raise ValueError("int8 codes in the compiled kernels' layout, but no kernels to run them")
+        if codes.dtype != torch.int8 or codes.dim() not in (2, 4) or scale.dim() != codes.dim() - 1:
+            raise ValueError(f"stored int8 layer of codes {tuple(codes.shape)}, scale {tuple(scale.shape)}")
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        if packed:
+            self.out_features, self.in_features = codes.shape[0] * codes.shape[2], codes.shape[1] * 4
+        else:
+            self.out_features, self.in_features = codes.shape
+        self.group_size = self.in_features // scale.shape[1]
+        self.activations = "int8" if colsum is not None else "float"
+        self.kernels = kernels if packed else None
+        self.codes, self.scale, self.colsum, self.bias_f32 = codes, scale, colsum, bias
+        self.float32_output = False
+        return self
+
+    def stored_tensors(self) -> dict[str, torch.Tensor]:
+        """What ``from_stored`` rebuilds this layer from, by name suffix (a prepared file's entries)."""
+        tensors = {STORED_CODES: self.codes, STORED_SCALE: self.scale}
+        if self.colsum is not None:
+            tensors[STORED_COLSUM] = self.colsum
+        if self.bias_f32 is not None:
+            tensors[STORED_BIAS] = self.bias_f32
+        return tensors
 
     @property
     def weight_bytes(self) -> int:
@@ -141,6 +188,36 @@ def quantize_linears(
         activations = "int8" if quantization == "w8a8" and name not in keep else "float"
         setattr(parent, name, Int8Linear(child.weight, child.bias, kernels, activations, group_size))
     return len(found)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How a model's linears are quantized as it loads (the torch executor's ``quantization`` and
+    ``quantization_group_size``); called as ``model_builder.build_model``'s ``on_group``, it quantizes
+    each group's linears the moment they are in place, so the plain weights of one layer at most are
+    ever held beside the int8 ones (the LM head last, untied from tied embeddings first)."""
+
+    method: str
+    group_size: int = 0
+    kernels: object = None
+
+    def __post_init__(self):
+        if self.method not in QUANTIZATIONS:
+            raise ValueError(f"unknown quantization {self.method!r}; choices: {', '.join(QUANTIZATIONS)}")
+
+    @property
+    def key(self) -> list:
+        """What the quantized weights depend on (a prepared file's name and key)."""
+        return [self.method, self.group_size]
+
+    def __call__(self, model: nn.Module, prefix: str) -> None:
+        if not prefix:  # the group outside the decoder layers (model_builder.REST): the LM head's
+            if hasattr(model, "untie_lm_head"):
+                model.untie_lm_head()
+            module = model
+        else:
+            module = model.get_submodule(prefix)
+        quantize_linears(module, self.method, self.kernels, group_size=self.group_size)
 
 
 def linear_weight_bytes(model: nn.Module) -> int:

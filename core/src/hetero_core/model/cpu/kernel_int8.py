@@ -22,6 +22,7 @@ from hetero_core.model.cpu.kernel_linears import PANEL, check_status, last_dim_c
 
 MAX_IN_FEATURES = 65536
 INT8_MAX = 127
+QUANTIZE_ROWS = 256  # output channels quantized at a time (``quantize_int8_weight``)
 
 
 def group_size_for(in_features: int, group_size: int) -> int:
@@ -35,15 +36,22 @@ def group_size_for(in_features: int, group_size: int) -> int:
 def quantize_int8_weight(weight: torch.Tensor, group_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight`` [N, K] -> (codes int8 [N, K], scale fp32 [N, K / g]) with g = ``group_size_for(K,
     group_size)``: symmetric, ``scale = max|w| / 127`` over each output channel's group, codes rounded
-    to nearest (ties to even) in [-127, 127]; W ~ scale * codes. An all-zero group gets scale 0."""
-    w = weight.detach().float()
-    out_features, in_features = w.shape
+    to nearest (ties to even) in [-127, 127]; W ~ scale * codes. An all-zero group gets scale 0.
+    Quantized ``QUANTIZE_ROWS`` output channels at a time (each row's codes depend on that row only),
+    so the fp32 temporaries stay a few MB whatever the weight's size (loading 8B's MLP: 28,672 rows)."""
+    out_features, in_features = weight.shape
     size = group_size_for(in_features, group_size)
-    grouped = w.reshape(out_features, in_features // size, size)
-    scale = grouped.abs().amax(dim=2) / INT8_MAX
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    codes = torch.round(grouped / safe[:, :, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
-    return codes.reshape(out_features, in_features), scale.contiguous()
+    codes = torch.empty((out_features, in_features), dtype=torch.int8)
+    scale = torch.empty((out_features, in_features // size), dtype=torch.float32)
+    for start in range(0, out_features, QUANTIZE_ROWS):
+        rows = weight.detach()[start : start + QUANTIZE_ROWS].float()
+        grouped = rows.reshape(rows.shape[0], in_features // size, size)
+        block_scale = grouped.abs().amax(dim=2) / INT8_MAX
+        safe = torch.where(block_scale > 0, block_scale, torch.ones_like(block_scale))
+        block = torch.round(grouped / safe[:, :, None]).clamp_(-INT8_MAX, INT8_MAX)
+        codes[start : start + rows.shape[0]] = block.reshape(rows.shape[0], in_features)
+        scale[start : start + rows.shape[0]] = block_scale
+    return codes, scale
 
 
 def quantize_int8_rows(x: torch.Tensor, group_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,6 +11,11 @@ What is written for a packed model, as ``prepared_file`` loads it back: every te
 dict (norms, embeddings, biases), each linear in the kernels' layout (``<name>.kernel_weight``), or,
 for a linear oneDNN packs (opaque, reordered again at load), its plain fused weight. Only the
 built-in ``LlamaForCausalLM`` is written (``prepared_file._assemble`` rebuilds that class).
+
+With ``quantization`` (int8 or W8A8, ``int8_linear.Quantization``) each group's linears are quantized
+first, as that group arrives: peak memory is the int8 model plus one layer's plain weights, never the
+whole model in its checkpoint dtype. Their codes, scales (and W8A8's group sums) are written as
+``Int8Linear.stored_tensors`` names them, and the file's metadata records the quantization.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch import nn
 
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.cpu.int8_linear import STORED_CODES, STORED_SUFFIXES, Int8Linear, Quantization
 from hetero_core.model.cpu.linear import PackedLinear, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, KERNEL_LAYOUT_SUFFIX
@@ -43,11 +49,12 @@ def is_saved(model: nn.Module) -> bool:
 
 
 class LayerPacking:
-    """``on_group(model, prefix)``: pack the group's linears for ``kernels`` and, given ``file`` (open
-    for writing), write them to it; ``finish(model)`` completes the file (NotWritten when it was not)."""
+    """``on_group(model, prefix)``: quantize the group's linears first where ``quantization`` is given
+    (``int8_linear.Quantization``), pack the others for ``kernels`` and, given ``file`` (open for
+    writing), write them to it; ``finish(model)`` completes the file (NotWritten when it was not)."""
 
-    def __init__(self, kernels=None, file=None):
-        self.kernels, self.file = kernels, file
+    def __init__(self, kernels=None, file=None, quantization: Quantization | None = None):
+        self.kernels, self.file, self.quantization = kernels, file, quantization
         self.writer: PreparedFileWriter | None = None
         self.written: set[str] = set()
         self.failure: str | None = None if file is not None else "no file to write"
@@ -56,8 +63,11 @@ class LayerPacking:
         if prefix == REST:
             model.untie_lm_head()
         module = model if prefix == REST else model.get_submodule(prefix)
+        writing = self._writing(model)  # (before quantizing: the header's room counts the linears)
+        if self.quantization is not None:
+            self.quantization(model, prefix)
         plain = {}  # the plain weights of the linears oneDNN may take (stored as they are)
-        if self._writing(model):
+        if writing:
             plain = {
                 f"{name}.weight": child.weight
                 for name, child in module.named_modules(prefix=prefix)
@@ -66,7 +76,7 @@ class LayerPacking:
         if prefix != REST:  # the experts are in the layers (packed there; their routers once)
             pack_experts(module, self.kernels)
         pack_linears(module, self.kernels)
-        if self._writing(model):
+        if writing and self.failure is None:
             self._write(model, module, prefix, plain)
 
     def finish(self, model: nn.Module) -> None:
@@ -90,10 +100,12 @@ class LayerPacking:
                 self.failure = f"a {type(model).__name__} is packed at every load (no prepared file)"
                 return False
             names = [*model.state_dict(keep_vars=True), "lm_head.weight"]
+            suffixes = (KERNEL_LAYOUT_SUFFIX, *(STORED_SUFFIXES if self.quantization else ()))
             names += [
-                name + KERNEL_LAYOUT_SUFFIX
+                name + suffix
                 for name, child in model.named_modules()
                 if isinstance(child, nn.Linear) or name == "lm_head"
+                for suffix in suffixes
             ]
             self.writer = PreparedFileWriter(self.file, header_room(names, self._metadata(model)))
         return True
@@ -107,6 +119,8 @@ class LayerPacking:
             if name not in self.written
         }
         for name, child in module.named_modules(prefix=prefix):
+            if isinstance(child, Int8Linear) and name + STORED_CODES not in self.written:
+                tensors.update({name + k: v for k, v in child.stored_tensors().items()})
             if not isinstance(child, PackedLinear) or name + ".weight" not in plain:
                 continue  # not packed in this group
             if child.all_rows:
@@ -120,6 +134,8 @@ class LayerPacking:
         except (OSError, ValueError) as exc:  # a full disk: the model loads on, without the file
             self.failure = f"writing {name}: {exc}"
 
-    @staticmethod
-    def _metadata(model: nn.Module) -> dict[str, str]:
-        return {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
+    def _metadata(self, model: nn.Module) -> dict[str, str]:
+        metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
+        if self.quantization is not None:
+            metadata["quantization"] = json.dumps(self.quantization.key)
+        return metadata

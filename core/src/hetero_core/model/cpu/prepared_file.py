@@ -4,8 +4,10 @@ memory-mapped at later starts (``prepared_weights`` decides when and where).
 
 Linears in the layout of the compiled kernels' linear are stored in it as they run
 (``<name>.kernel_weight``); oneDNN's packed weights are opaque, so those linears are stored fused and
-converted and are reordered again at load. Loading builds the model on the meta device and assigns
-views of the mapping: no conversion and no copy.
+converted and are reordered again at load. A quantized model's int8 linears are stored as their
+codes, scales and (W8A8) group sums (``int8_linear.STORED_SUFFIXES``), its quantization in the
+metadata. Loading builds the model on the meta device and assigns views of the mapping: no
+conversion and no copy.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.checkpoint_tensors import SAFETENSORS_DTYPES
 from hetero_core.model.config import ModelConfig
+from hetero_core.model.cpu.int8_linear import STORED_CODES, STORED_SUFFIXES, Int8Linear, Quantization
 from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, pack_linears
 from hetero_core.model.cpu.prepared_writer import PADDING_PREFIX
 from hetero_core.model.llama import LlamaForCausalLM
@@ -63,14 +66,20 @@ def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch
     return True
 
 
-def load_prepared(path: Path, backend: AttentionBackend, kernels) -> LlamaForCausalLM:
+def load_prepared(
+    path: Path, backend: AttentionBackend, kernels, quantization: Quantization | None = None
+) -> LlamaForCausalLM:
     """The packed model from ``path``, its tensors views of the file's mapping (CacheFileInvalid when
-    the file is damaged or unusable, FileNotFoundError when there is none)."""
+    the file is damaged or unusable, or was written for another ``quantization``; FileNotFoundError
+    when there is none)."""
     payload = cache_file.map_checked(path)
     try:
         metadata, tensors = _safetensors_views(payload)
         if metadata.get("format") != str(FORMAT_VERSION):
             raise ValueError(f"format {metadata.get('format')!r}, expected {FORMAT_VERSION}")
+        expected = json.dumps(quantization.key) if quantization is not None else None
+        if metadata.get("quantization") != expected:
+            raise ValueError(f"quantization {metadata.get('quantization')}, expected {expected}")
         raw = json.loads(metadata["config"])
         config = ModelConfig(**{**raw, "eos_token_ids": tuple(raw["eos_token_ids"])})
         return _assemble(config, tensors, backend, kernels)
@@ -97,11 +106,15 @@ def _safetensors_views(payload: torch.Tensor) -> tuple[dict, dict[str, torch.Ten
 def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, kernels) -> LlamaForCausalLM:
     with torch.device("meta"):
         model = LlamaForCausalLM(config, backend)
-    if "lm_head" + KERNEL_LAYOUT_SUFFIX in tensors:
+    if "lm_head" + KERNEL_LAYOUT_SUFFIX in tensors or "lm_head" + STORED_CODES in tensors:
         model.untie_lm_head()
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             name = f"{parent_name}.{child_name}" if parent_name else child_name
+            if name + STORED_CODES in tensors and isinstance(child, nn.Linear):
+                stored = {k: tensors.pop(name + k) for k in STORED_SUFFIXES if name + k in tensors}
+                setattr(parent, child_name, Int8Linear.from_stored(stored, kernels))
+                continue
             packed = tensors.get(name + KERNEL_LAYOUT_SUFFIX)
             if packed is not None and isinstance(child, nn.Linear):
                 swiglu = is_swiglu_projection(parent, child_name)

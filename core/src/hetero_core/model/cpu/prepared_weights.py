@@ -17,8 +17,9 @@ file is rebuilt with one warning; one that cannot be written costs only the savi
 ``MIN_CHECKPOINT_BYTES`` prepare in milliseconds and get no file. The torch executor's
 option ``prepared_weights_cache = false`` switches this off.
 
-Loading streams (``model_builder``, ``layer_packing``): a miss packs each layer as it is loaded and
-writes it to the file at once, then frees the packed weights and maps the finished file as a hit
+Loading streams (``model_builder``, ``layer_packing``): a miss packs (or, with the executor's
+``quantization``, quantizes to int8: a file of its own) each layer as it is loaded and writes it to
+the file at once, then frees the packed weights and maps the finished file as a hit
 does, so memory never holds the weights twice. A file larger than the cache's room (the disk's free
 space under the cache less ``RESERVED_DISK_BYTES``, ``prepared_room``) is not written: the model runs
 without it, with one warning (``executor.prepared_weights_skipped``).
@@ -41,6 +42,7 @@ from hetero_core.cache import cache_file
 from hetero_core.logging import get_logger
 from hetero_core.model.attention import AttentionBackend
 from hetero_core.model.cpu.gguf_codes_loader import codes_source, load_codes_model
+from hetero_core.model.cpu.int8_linear import Quantization
 from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_saved
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
@@ -70,8 +72,11 @@ _LAYOUT_MODULES = (
     "hetero_core.model.llama",
     "hetero_core.model.gguf_codes",
     "hetero_core.model.cpu.gguf_codes_loader",
+    "hetero_core.model.cpu.int8_linear",
+    "hetero_core.model.cpu.kernel_int8",
 )
-_LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
+# the kernels that read the packed layouts
+_LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c", "csrc/int8_linear.c")
 
 
 def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
@@ -90,22 +95,25 @@ def load_packed_model(
     dtype: torch.dtype,
     kernels=None,
     prepared_file: bool = True,
+    quantization: Quantization | None = None,
 ) -> LlamaForCausalLM:
     """``load_model`` + ``pack_model``, mapped from the prepared file under ``cache_dir`` when there is
-    one for this checkpoint, dtype and packing (and saved there, as loading streams, when there is
-    not and it fits: ``prepared_room``; never with ``prepared_file`` False). A GGUF (or a folder
-    converted from one) whose linears the kernels take as codes loads from its codes
-    (``gguf_codes_loader``), never expanding the model's weights."""
+    one for this checkpoint, dtype, packing and quantization (and saved there, as loading streams,
+    when there is not and it fits: ``prepared_room``; never with ``prepared_file`` False). A GGUF (or
+    a folder converted from one) whose linears the kernels take as codes loads from its codes
+    (``gguf_codes_loader``), never expanding the model's weights; with ``quantization`` its weights
+    are dequantized a layer at a time and quantized to int8 as they come, as any checkpoint's."""
     source = resolve_model_source(source)
-    gguf = codes_source(source, dtype, kernels)
+    gguf = codes_source(source, dtype, kernels) if quantization is None else None
     small = sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES
+
     if gguf is not None and (small or not prepared_file):
         return load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)[0]
     if small or not prepared_file:
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
-    path = prepared_path(source, cache_dir, dtype, kernels)
+        return _load_streamed(source, backend, dtype, kernels, quantization)
+    path = prepared_path(source, cache_dir, dtype, kernels, quantization)
     try:
-        model = load_prepared(path, backend, kernels)
+        model = load_prepared(path, backend, kernels, quantization)
     except FileNotFoundError:
         model = None
     except cache_file.CacheFileInvalid as exc:
@@ -121,7 +129,7 @@ def load_packed_model(
             _prune(path.parent, keep=path)
         log.info("executor.prepared_weights", path=str(path), hit=False)
         return model
-    needed, room = prepared_bytes(source, dtype), prepared_room(path.parent)
+    needed, room = prepared_bytes(source, dtype, quantization), prepared_room(path.parent)
     if needed > room:
         log.warning(
             "executor.prepared_weights_skipped",
@@ -131,18 +139,20 @@ def load_packed_model(
             reason="the prepared file would not fit in the cache's free disk space: converted and packed "
             "at every start",
         )
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
-    return _load_and_save(source, path, backend=backend, dtype=dtype, kernels=kernels)
+        return _load_streamed(source, backend, dtype, kernels, quantization)
+    return _load_and_save(source, path, backend, dtype, kernels, quantization)
 
 
-def _load_and_save(source: Path, path: Path, *, backend, dtype: torch.dtype, kernels) -> LlamaForCausalLM:
+def _load_and_save(
+    source: Path, path: Path, backend, dtype: torch.dtype, kernels, quantization
+) -> LlamaForCausalLM:
     """Load and pack layer by layer, each layer written to the prepared file as it is packed; then the
     anonymous weights go and the model is mapped from the file, as a cache hit maps it (one copy in
     memory at every moment). A file that cannot be written costs only the saving."""
     model = None
     try:
         with cache_file.written_checked(path, ".tmp") as tmp, open(tmp, "wb") as file:
-            packing = LayerPacking(kernels, file)
+            packing = LayerPacking(kernels, file, quantization)
             model = load_model(source, backend=backend, dtype=dtype, on_group=packing)
             packing.finish(model)
             file.close()
@@ -156,19 +166,26 @@ def _load_and_save(source: Path, path: Path, *, backend, dtype: torch.dtype, ker
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
         if model is not None:
             return model
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+        return _load_streamed(source, backend, dtype, kernels, quantization)
     _prune(path.parent, keep=path)
     log.info("executor.prepared_weights", path=str(path), hit=False, saved=True)
     try:
-        return load_prepared(path, backend, kernels)
+        return load_prepared(path, backend, kernels, quantization)
     except (FileNotFoundError, cache_file.CacheFileInvalid) as exc:  # pruned or damaged by another process
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+        return _load_streamed(source, backend, dtype, kernels, quantization)
 
 
-def prepared_bytes(source: Path, dtype: torch.dtype) -> int:
-    """An upper bound on the prepared file's size: every checkpoint tensor in ``dtype``, and a tied LM
-    head once more (packed beside the embedding). Reads the checkpoint's headers only."""
+def _load_streamed(source: Path, backend, dtype: torch.dtype, kernels, quantization) -> LlamaForCausalLM:
+    """The model loaded, quantized and packed a layer at a time, with no prepared file."""
+    packing = LayerPacking(kernels, None, quantization)
+    return load_model(source, backend=backend, dtype=dtype, on_group=packing)
+
+
+def prepared_bytes(source: Path, dtype: torch.dtype, quantization: Quantization | None = None) -> int:
+    """An upper bound on the prepared file's size: every checkpoint tensor in ``dtype`` (quantized: in
+    the larger of that and an int8 code with its share of a scale and a group sum), and a tied LM head
+    once more (packed beside the embedding). Reads the checkpoint's headers only."""
     from hetero_core.model.config import ModelConfig
     from hetero_core.model.loader import read_checkpoint
     from hetero_core.model.safetensors_checkpoint import read_safetensors
@@ -183,7 +200,10 @@ def prepared_bytes(source: Path, dtype: torch.dtype) -> int:
     elements = tensors.num_elements()
     if config.tie_word_embeddings:
         elements += config.vocab_size * config.hidden_size
-    return elements * dtype.itemsize + (64 << 20)  # the header, padding and footer: far less than this
+    itemsize = dtype.itemsize
+    if quantization is not None:  # 1 byte a code, 4 + 4 bytes a group (4 inputs at the least)
+        itemsize = max(itemsize, 1 + 8 / (quantization.group_size or 4))
+    return int(elements * itemsize) + (64 << 20)  # the header, padding and footer: far less than this
 
 
 def prepared_room(folder: Path) -> int:
@@ -199,24 +219,28 @@ def prepared_room(folder: Path) -> int:
     return max(0, free - RESERVED_DISK_BYTES)
 
 
-def prepared_path(source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None) -> Path:
-    """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` live."""
+def prepared_path(
+    source: Path, cache_dir: Path, dtype: torch.dtype, kernels=None, quantization: Quantization | None = None
+) -> Path:
+    """Where the prepared weights of ``source`` (an HF directory or a .gguf file) in ``dtype`` (and
+    ``quantization``) live."""
     layout = [
         kernel_layout(kernels, dtype),
         getattr(kernels, "block_codes", False),
         getattr(kernels, "swiglu_pair_columns", None),
     ]
+    quantized = quantization.key if quantization is not None else None
     source = resolve_model_source(source)
     files = [_identity(p) for p in _checkpoint_files(source)]
     here = Path(__file__).parent
     code = [Path(importlib.util.find_spec(name).origin).read_bytes() for name in _LAYOUT_MODULES]
     code += [(here / name).read_bytes() for name in _LAYOUT_SOURCES]
     digest = hashlib.sha256(
-        json.dumps([FORMAT_VERSION, cache_file.FOOTER, files, str(dtype), layout]).encode()
+        json.dumps([FORMAT_VERSION, cache_file.FOOTER, files, str(dtype), layout, quantized]).encode()
     )
     for text in code:
         digest.update(text)
-    dtype_name = str(dtype).removeprefix("torch.")
+    dtype_name = str(dtype).removeprefix("torch.") + (f"-{quantization.method}" if quantization else "")
     return Path(cache_dir) / "prepared" / f"{source.name}-{dtype_name}-{digest.hexdigest()[:16]}.safetensors"
 
 
