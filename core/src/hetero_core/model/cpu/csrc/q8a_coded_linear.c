@@ -37,10 +37,11 @@
 
 #include "code_blocks.h"
 #include "kernel_math.h"
+#include "q8a_rows.h"
 
 #define PANEL CODE_PANEL
 #define PANEL_VECTORS (PANEL / LANES)
-#define ACT_BLOCK 32 /* inputs per activation scale */
+#define ACT_BLOCK Q8A_ACT_BLOCK
 
 #if defined(__AVX512VNNI__) && LANES == 16
 #define Q8A_PATH 2 /* VPDPBUSD */
@@ -62,16 +63,6 @@
 #define MAX_K (1 << 20)          /* sums stay exact in fp32 (and int32) for any K; this bounds buffers */
 
 int q8a_coded_linear_path(void) { return Q8A_PATH; }
-
-/* The activations of one call: codes [m][k]; per block of 32 inputs the scale sx and the m term's
- * factor sx * asum [m][k / 32]; 128 times the codes' sums per 16 inputs [m][k / 16] (the offset of
- * 8-bit weight codes). Computed once per row, so a block's epilogue only broadcasts them. */
-struct q8a_rows {
-    int8_t *codes;
-    float *scale, *m_scale;
-    int32_t *offsets;
-    int64_t k;
-};
 
 /* Row r of x quantized per block of 32 inputs (as int8_linear.c's w8a8 quantize_row, without its offset). */
 static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, const struct q8a_rows *a) {
@@ -286,16 +277,21 @@ static void q8a_pass(const struct q8a_rows *a, int64_t r0, const uint8_t *panel,
 
 /* x [M, K] fp32 or bf16 (x_bf16; row stride ldx), ``packed`` block codes in ``format`` (code_blocks.h;
  * K a multiple of 32), bias fp32 [N] (the packed column order) or NULL, y [M, N] (row stride ldy; [M,
- * N / 2] with swiglu) fp32 or bf16 (out_bf16). Returns 0; -1 for shapes refused or another format
- * (nothing written); -2 when the activations' buffer cannot be allocated. */
+ * N / 2] with swiglu) fp32 or bf16 (out_bf16). ``tile_rows``: a call of at least this many rows sums on
+ * AMX-INT8 tiles where they are granted (q8a_coded_linear_amx.c; the same bits), 0: never. Returns 0;
+ * -1 for shapes refused or another format (nothing written); -2 when the activations' buffer cannot be
+ * allocated. */
 int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
                      int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
-                     int num_threads) {
+                     int64_t tile_rows, int num_threads) {
     if (!code_format_known(format) || linear_refuses(m, n, k, ldx, ldy, swiglu, ACT_BLOCK) || k > MAX_K) return -1;
     if (m == 0 || n == 0) return 0;
+    const int tiles = tile_rows > 0 && m >= tile_rows && k > 0 && q8a_tiles_granted();
     const int64_t element = out_bf16 ? 2 : 4;
     const size_t per_block = (size_t)(m * (k / ACT_BLOCK));
-    struct q8a_rows a = {malloc((size_t)(m * k) + 64), malloc(per_block * sizeof(float) + 64),
+    /* Tiles read whole blocks of rows: the codes of the rows past m are zeros. */
+    const int64_t code_rows = tiles ? (m + Q8A_TILE_ROW_BLOCK - 1) / Q8A_TILE_ROW_BLOCK * Q8A_TILE_ROW_BLOCK : m;
+    struct q8a_rows a = {malloc((size_t)(code_rows * k) + 64), malloc(per_block * sizeof(float) + 64),
                          malloc(per_block * sizeof(float) + 64), malloc(2 * per_block * sizeof(int32_t) + 64), k};
     if (a.codes == NULL || a.scale == NULL || a.m_scale == NULL || a.offsets == NULL) {
         free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
@@ -303,6 +299,12 @@ int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *pack
     }
     #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
     for (int64_t r = 0; r < m; r++) quantize_row(x, ldx, x_bf16, r, &a);
+    if (tiles) {
+        memset(a.codes + m * k, 0, (size_t)((code_rows - m) * k));
+        const int status = q8a_tiles_linear(&a, packed, bias, y, ldy, m, n, format, swiglu, out_bf16, num_threads);
+        free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
+        return status;
+    }
     const int64_t panels = n / PANEL, groups = (panels + Q8A_WIDTH - 1) / Q8A_WIDTH;
     const int64_t panel_bytes = k / code_block_inputs(format) * code_block_bytes(format);
     int64_t chunk = k > 0 ? Q8A_CHUNK_BYTES / k / Q8A_ROWS * Q8A_ROWS : m;  /* (K = 0: y is the bias) */
