@@ -93,7 +93,8 @@ def test_the_hardware_tiles_give_the_vector_paths_bits(cpu_kernels):
     for fmt in FORMATS:
         _, _, _, packed = random_codes(fmt, 64, 256, seed=2)
         x = _x(37, 256, seed=3)
-        assert torch.equal(tiles.q8a_coded_linear(x, packed, None), cpu_kernels.q8a_coded_linear(x, packed, None))
+        expected = cpu_kernels.q8a_coded_linear(x, packed, None)
+        assert torch.equal(tiles.q8a_coded_linear(x, packed, None), expected)
 
 
 class _Library:
@@ -189,17 +190,22 @@ def test_an_int8_executor_runs_its_code_linears_on_the_tiles_with_the_same_logit
     monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: base)
     monkeypatch.setattr(torch_executor, "amx_kernels", lambda kernels: None)  # the bf16 tiles: not here
     monkeypatch.setattr(amx_int8, "TILE_ROWS", 4)  # the test's prompt: tiles from 4 rows
-    model_dir = ensure_gguf_converted(write_mixed_gguf(tmp_path / "mixed.gguf", mixed_types()), tmp_path / "cache")
+    gguf = write_mixed_gguf(tmp_path / "mixed.gguf", mixed_types())
+    model_dir = ensure_gguf_converted(gguf, tmp_path / "cache")
     for dtype in ("float32", "bfloat16"):
         logits = {}
         for on in (False, True):
             options = TorchExecutorOptions(
-                dtype=dtype, cpu_kernels="compiled", prepared_weights_cache=False, code_activations="int8",
+                dtype=dtype,
+                cpu_kernels="compiled",
+                prepared_weights_cache=False,
+                code_activations="int8",
                 amx_linears=on,
             )
             with caplog.at_level(logging.INFO, logger="hetero"):
                 executor = make_executor(model_dir, options=options)
-            codes = [m for m in executor.model.modules() if isinstance(m, PackedLinear) and m.int8_activations]
+            modules = executor.model.modules()
+            codes = [m for m in modules if isinstance(m, PackedLinear) and m.int8_activations]
             assert {m.kernel_weight.dtype for m in codes} == {torch.uint8, torch.int8}
             assert all(m.kernels.code_tile_rows == (4 if on else 0) for m in codes)
             logits[on] = prompt_logits(executor, list(range(2, 14)))

@@ -92,7 +92,8 @@ def self_check(kernels) -> str | None:
             return f"{fmt} {rows} x {inputs} -> {outputs}: {exc}"
         if not torch.equal(got, expected):
             error = (got.double() - expected.double()).abs().max().item()
-            return f"{fmt} {rows} x {inputs} -> {outputs}{' (SwiGLU)' if swiglu else ''}: differs by {error:.3g}"
+            swiglu_note = " (SwiGLU)" if swiglu else ""
+            return f"{fmt} {rows} x {inputs} -> {outputs}{swiglu_note}: differs by {error:.3g}"
     return None
 
 
