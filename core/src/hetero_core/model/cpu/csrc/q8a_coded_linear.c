@@ -81,7 +81,7 @@ static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, cons
         for (int i = 0; i < ACT_BLOCK; i++) {
             float q = rintf(values[i] * inverse);
             q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-            a->codes[r * k + b * ACT_BLOCK + i] = (int8_t)q;
+            a->codes[r * a->lda + b * ACT_BLOCK + i] = (int8_t)q;
             sums[i / 16] += (int32_t)q;
         }
         a->m_scale[r * (k / ACT_BLOCK) + b] = sx * (float)(sums[0] + sums[1]);
@@ -185,7 +185,7 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
     int64_t ldy, const int rows, const int width, const int format, const int swiglu, const int out_bf16,
     int prefetch) {
     const int64_t k = a->k, span = code_block_inputs(format), blocks = k / span;
-    const int64_t lda = k, act_blocks = k / ACT_BLOCK, sum_blocks = k / 16;
+    const int64_t lda = a->lda, act_blocks = k / ACT_BLOCK, sum_blocks = k / 16;
     vfloat acc[Q8A_WIDTH * PANEL_VECTORS][Q8A_ROWS];
     for (int c = 0; c < width * PANEL_VECTORS; c++) {
         vfloat start = {0};
@@ -291,8 +291,10 @@ int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *pack
     const size_t per_block = (size_t)(m * (k / ACT_BLOCK));
     /* Tiles read whole blocks of rows: the codes of the rows past m are zeros. */
     const int64_t code_rows = tiles ? (m + Q8A_TILE_ROW_BLOCK - 1) / Q8A_TILE_ROW_BLOCK * Q8A_TILE_ROW_BLOCK : m;
-    struct q8a_rows a = {malloc((size_t)(code_rows * k) + 64), malloc(per_block * sizeof(float) + 64),
-                         malloc(per_block * sizeof(float) + 64), malloc(2 * per_block * sizeof(int32_t) + 64), k};
+    /* A tile's 16 rows a multiple of 4 KiB apart would share a few L1 sets: tiles' rows 64 bytes longer. */
+    const int64_t lda = tiles ? k + 64 : k;
+    struct q8a_rows a = {malloc((size_t)(code_rows * lda) + 64), malloc(per_block * sizeof(float) + 64),
+                         malloc(per_block * sizeof(float) + 64), malloc(2 * per_block * sizeof(int32_t) + 64), k, lda};
     if (a.codes == NULL || a.scale == NULL || a.m_scale == NULL || a.offsets == NULL) {
         free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
         return -2;
@@ -300,7 +302,7 @@ int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *pack
     #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
     for (int64_t r = 0; r < m; r++) quantize_row(x, ldx, x_bf16, r, &a);
     if (tiles) {
-        memset(a.codes + m * k, 0, (size_t)((code_rows - m) * k));
+        memset(a.codes + m * lda, 0, (size_t)((code_rows - m) * lda));
         const int status = q8a_tiles_linear(&a, packed, bias, y, ldy, m, n, format, swiglu, out_bf16, num_threads);
         free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
         return status;

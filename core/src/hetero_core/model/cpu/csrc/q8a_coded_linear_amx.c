@@ -56,6 +56,7 @@ int q8a_tiles_build(void) { return Q8A_TILES; }
 #define WIDTH 2                         /* panels per group: two B tiles (a SwiGLU pair with 16 lanes) */
 #define CHUNK_BYTES (256 * 1024)        /* activation codes per row chunk: they stay in L2 across groups */
 #define PREFETCH_BYTES 1024
+#define STEP_BLOCKS 4                   /* weight blocks whose sums are stored before the epilogue runs them */
 
 static int granted = Q8A_TILES == 2; /* emulated tiles need no grant */
 
@@ -131,47 +132,58 @@ static inline __attribute__((always_inline)) void tile_rows(const struct q8a_row
     const int64_t k = a->k, span = code_block_inputs(format), blocks = k / span;
     const int64_t act_blocks = k / Q8A_ACT_BLOCK, sum_blocks = k / 16;
     vfloat acc[BLOCK_ROWS][WIDTH * PANEL_VECTORS];
-    int32_t sums[4][TILE_ROWS][PANEL] __attribute__((aligned(64)));
+    int32_t sums[STEP_BLOCKS][4][TILE_ROWS][PANEL] __attribute__((aligned(64)));
     uint8_t nibbles[WIDTH][8 * 64] __attribute__((aligned(64)));
     for (int c = 0; c < width * PANEL_VECTORS; c++) {
         vfloat start = {0};
         if (bias != NULL) memcpy(&start, bias + c * LANES, sizeof start);
         for (int r = 0; r < rows; r++) acc[r][c] = start;
     }
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *block[WIDTH], *tiles[WIDTH];
-        vfloat d[WIDTH * PANEL_VECTORS], m[WIDTH * PANEL_VECTORS];
-        for (int c = 0; c < width; c++) {
-            block[c] = panel + c * panel_bytes + b * code_block_bytes(format);
-            if (prefetch)
-                for (int l = 0; l < code_block_bytes(format); l += 64)
-                    __builtin_prefetch(block[c] + PREFETCH_BYTES + l, 0, 2);
-            const uint8_t *codes = block[c] + code_scale_bytes(format);
-            if (format == CODES_Q4) unpack_nibbles(codes, nibbles[c]);
-            tiles[c] = format == CODES_Q4 ? nibbles[c] : codes;
-            for (int v = 0; v < PANEL_VECTORS; v++) {
-                memcpy(&d[c * PANEL_VECTORS + v], block[c] + v * LANES * sizeof(float), sizeof(vfloat));
-                m[c * PANEL_VECTORS + v] = (vfloat){0};
-                if (code_has_m(format))
-                    memcpy(&m[c * PANEL_VECTORS + v], block[c] + (PANEL + v * LANES) * sizeof(float), sizeof(vfloat));
+    for (int64_t b0 = 0; b0 < blocks; b0 += STEP_BLOCKS) {
+        const int steps = blocks - b0 < STEP_BLOCKS ? (int)(blocks - b0) : STEP_BLOCKS;
+        vfloat d[STEP_BLOCKS][WIDTH * PANEL_VECTORS], m[STEP_BLOCKS][WIDTH * PANEL_VECTORS];
+        for (int j = 0; j < steps; j++) {
+            const uint8_t *tiles[WIDTH];
+            for (int c = 0; c < width; c++) {
+                const uint8_t *block = panel + c * panel_bytes + (b0 + j) * code_block_bytes(format);
+                if (prefetch)
+                    for (int l = 0; l < code_block_bytes(format); l += 64)
+                        __builtin_prefetch(block + PREFETCH_BYTES + l, 0, 2);
+                const uint8_t *codes = block + code_scale_bytes(format);
+                if (format == CODES_Q4) unpack_nibbles(codes, nibbles[c]);
+                tiles[c] = format == CODES_Q4 ? nibbles[c] : codes;
+                for (int v = 0; v < PANEL_VECTORS; v++) {
+                    memcpy(&d[j][c * PANEL_VECTORS + v], block + v * LANES * sizeof(float), sizeof(vfloat));
+                    m[j][c * PANEL_VECTORS + v] = (vfloat){0};
+                    if (code_has_m(format))
+                        memcpy(&m[j][c * PANEL_VECTORS + v], block + (PANEL + v * LANES) * sizeof(float),
+                               sizeof(vfloat));
+                }
             }
+            tile_sums(a->codes + r0 * a->lda + (b0 + j) * span, a->lda, tiles, halves, width, sums[j]);
         }
-        const int64_t i0 = b * span, act = i0 / Q8A_ACT_BLOCK;
-        tile_sums(a->codes + r0 * k + i0, k, tiles, halves, width, sums);
+        /* Each row's outputs through the step's blocks in input order (its accumulators read and
+         * written once per step, not once per block). */
         for (int r = 0; r < rows; r++) {
             const int64_t row = r0 + r;
-            const float sx = a->scale[row * act_blocks + act], m_scale = a->m_scale[row * act_blocks + act];
-            const int32_t *offsets = a->offsets + row * sum_blocks + i0 / 16;
-            const int32_t offset = format == CODES_Q4 ? 0 : span == 16 ? offsets[0] : offsets[0] + offsets[1];
-            for (int c = 0; c < width; c++)
-                for (int v = 0; v < PANEL_VECTORS; v++) {
-                    vint s;
-                    memcpy(&s, &sums[2 * (r / TILE_ROWS) + c][r % TILE_ROWS][v * LANES], sizeof s);
-                    if (format != CODES_Q4) s -= offset;  /* the codes' + 128 */
-                    const int i = c * PANEL_VECTORS + v;
-                    acc[r][i] = vfma(d[i] * vsplat(sx), __builtin_convertvector(s, vfloat), acc[r][i]);
-                    if (code_has_m(format)) acc[r][i] = vfma(m[i], vsplat(m_scale), acc[r][i]);
-                }
+            vfloat out[WIDTH * PANEL_VECTORS];
+            for (int i = 0; i < width * PANEL_VECTORS; i++) out[i] = acc[r][i];
+            for (int j = 0; j < steps; j++) {
+                const int64_t i0 = (b0 + j) * span, act = i0 / Q8A_ACT_BLOCK;
+                const float sx = a->scale[row * act_blocks + act], m_scale = a->m_scale[row * act_blocks + act];
+                const int32_t *offsets = a->offsets + row * sum_blocks + i0 / 16;
+                const int32_t offset = format == CODES_Q4 ? 0 : span == 16 ? offsets[0] : offsets[0] + offsets[1];
+                for (int c = 0; c < width; c++)
+                    for (int v = 0; v < PANEL_VECTORS; v++) {
+                        vint s;
+                        memcpy(&s, &sums[j][2 * (r / TILE_ROWS) + c][r % TILE_ROWS][v * LANES], sizeof s);
+                        if (format != CODES_Q4) s -= offset;  /* the codes' + 128 */
+                        const int i = c * PANEL_VECTORS + v;
+                        out[i] = vfma(d[j][i] * vsplat(sx), __builtin_convertvector(s, vfloat), out[i]);
+                        if (code_has_m(format)) out[i] = vfma(m[j][i], vsplat(m_scale), out[i]);
+                    }
+            }
+            for (int i = 0; i < width * PANEL_VECTORS; i++) acc[r][i] = out[i];
         }
     }
     if (swiglu) {
@@ -228,7 +240,7 @@ int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const floa
     const int64_t k = a->k, element = out_bf16 ? 2 : 4, span = code_block_inputs(format);
     const int64_t panels = n / PANEL, groups = (panels + WIDTH - 1) / WIDTH;
     const int64_t panel_bytes = k / span * code_block_bytes(format);
-    int64_t chunk = CHUNK_BYTES / k / BLOCK_ROWS * BLOCK_ROWS;
+    int64_t chunk = CHUNK_BYTES / a->lda / BLOCK_ROWS * BLOCK_ROWS;
     if (chunk < BLOCK_ROWS) chunk = BLOCK_ROWS;
     #pragma omp parallel num_threads(num_threads)
     {
