@@ -23,6 +23,10 @@
  * same bits on every build with FMA). It differs from coded_linear's fp32 results by the activations'
  * quantization (2^-8 of each block's largest |x|): a choice (torch option ``code_activations``).
  *
+ * Calls of ``tile_rows`` rows or more (the kernels' code_tile_rows; model/cpu/amx_int8.py sets it where
+ * the CPU has AMX-INT8 and Linux grants the tiles) sum on AMX-INT8 tiles instead (q8a_coded_linear_amx.c):
+ * the same integers and this epilogue in the same order, so the same bits for every row count.
+ *
  * Layout as coded_linear's (one packed weight for both); ``swiglu`` as there (the fused gate/up
  * weight's panels paired as swiglu_pair_columns says). Decode steps (one pass of up to Q8A_ROWS rows,
  * or a few) read each group's codes from memory once and again from cache; prefills walk x in chunks
