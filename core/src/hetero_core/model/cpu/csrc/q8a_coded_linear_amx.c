@@ -23,6 +23,7 @@
  * build (HETERO_AMX_EMULATED, amx_emulation.h) runs the same code on tiles in C, on any CPU.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hetero_kernels.h" /* the ABI: every exported call's prototype */
@@ -56,6 +57,7 @@ int q8a_tiles_build(void) { return Q8A_TILES; }
 #define WIDTH 2                         /* panels per group: two B tiles (a SwiGLU pair with 16 lanes) */
 #define CHUNK_BYTES (256 * 1024)        /* activation codes per row chunk: they stay in L2 across groups */
 #define PREFETCH_BYTES 1024
+#define Q4_TILE_BYTES (8 * 64)         /* a 4-bit block's B tile: 8 rows of 16 columns x 4 codes */
 #define STEP_BLOCKS 4                   /* weight blocks whose sums are stored before the epilogue runs them */
 
 static int granted = Q8A_TILES == 2; /* emulated tiles need no grant */
@@ -123,12 +125,13 @@ static inline __attribute__((always_inline)) void tile_sums(const int8_t *xa, in
 }
 
 /* ``rows`` (<= 32) rows from row r0 against ``width`` panels: q8a_coded_linear.c's q8a_panel_rows with
- * the sums from tiles, its epilogue and its stores as there. */
+ * the sums from tiles, its epilogue and its stores as there. 4-bit codes: their B tiles from
+ * ``unpacked`` (the group's, unpack_group's) where not NULL, else split block by block here. */
 static inline __attribute__((always_inline)) void tile_rows(const struct q8a_rows *a, int64_t r0, int rows,
                                                            const uint8_t *panel, int64_t panel_bytes,
                                                            const float *bias, void *y, int64_t ldy, const int halves,
                                                            const int width, const int format, int swiglu,
-                                                           int out_bf16, int prefetch) {
+                                                           int out_bf16, int prefetch, const uint8_t *unpacked) {
     const int64_t k = a->k, span = code_block_inputs(format), blocks = k / span;
     const int64_t act_blocks = k / Q8A_ACT_BLOCK, sum_blocks = k / 16;
     vfloat acc[BLOCK_ROWS][WIDTH * PANEL_VECTORS];
@@ -150,8 +153,14 @@ static inline __attribute__((always_inline)) void tile_rows(const struct q8a_row
                     for (int l = 0; l < code_block_bytes(format); l += 64)
                         __builtin_prefetch(block + PREFETCH_BYTES + l, 0, 2);
                 const uint8_t *codes = block + code_scale_bytes(format);
-                if (format == CODES_Q4) unpack_nibbles(codes, nibbles[c]);
-                tiles[c] = format == CODES_Q4 ? nibbles[c] : codes;
+                if (format == CODES_Q4 && unpacked != NULL) {
+                    tiles[c] = unpacked + ((b0 + j) * WIDTH + c) * Q4_TILE_BYTES;
+                } else if (format == CODES_Q4) {
+                    unpack_nibbles(codes, nibbles[c]);
+                    tiles[c] = nibbles[c];
+                } else {
+                    tiles[c] = codes;
+                }
                 for (int v = 0; v < PANEL_VECTORS; v++) {
                     memcpy(&d[j][c * PANEL_VECTORS + v], block + v * LANES * sizeof(float), sizeof(vfloat));
                     m[j][c * PANEL_VECTORS + v] = (vfloat){0};
@@ -209,28 +218,34 @@ static inline __attribute__((always_inline)) void tile_rows_as(const struct q8a_
                                                               const uint8_t *panel, int64_t panel_bytes,
                                                               const float *bias, void *y, int64_t ldy, int width,
                                                               const int format, int swiglu, int out_bf16,
-                                                              int prefetch) {
+                                                              int prefetch, const uint8_t *unpacked) {
+#define TILE_ROWS_CALL(h, w) \
+    tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, h, w, format, swiglu, out_bf16, prefetch, unpacked)
     const int halves = rows > TILE_ROWS ? 2 : 1;
-    if (halves == 2 && width == 2)
-        tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, 2, 2, format, swiglu, out_bf16, prefetch);
-    else if (halves == 2)
-        tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, 2, 1, format, swiglu, out_bf16, prefetch);
-    else if (width == 2)
-        tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, 1, 2, format, swiglu, out_bf16, prefetch);
-    else
-        tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, 1, 1, format, swiglu, out_bf16, prefetch);
+    if (halves == 2 && width == 2) TILE_ROWS_CALL(2, 2);
+    else if (halves == 2) TILE_ROWS_CALL(2, 1);
+    else if (width == 2) TILE_ROWS_CALL(1, 2);
+    else TILE_ROWS_CALL(1, 1);
+#undef TILE_ROWS_CALL
 }
 
 static void tile_pass(const struct q8a_rows *a, int64_t r0, int rows, const uint8_t *panel, int64_t panel_bytes,
                       const float *bias, void *y, int64_t ldy, int width, int format, int swiglu, int out_bf16,
-                      int prefetch) {
-    if (format == CODES_Q4)
-        tile_rows_as(a, r0, rows, panel, panel_bytes, bias, y, ldy, width, CODES_Q4, swiglu, out_bf16, prefetch);
-    else if (format == CODES_Q8)
-        tile_rows_as(a, r0, rows, panel, panel_bytes, bias, y, ldy, width, CODES_Q8, swiglu, out_bf16, prefetch);
-    else
-        tile_rows_as(a, r0, rows, panel, panel_bytes, bias, y, ldy, width, CODES_Q8_SUB16, swiglu, out_bf16,
-                     prefetch);
+                      int prefetch, const uint8_t *unpacked) {
+#define TILE_PASS_AS(f) \
+    tile_rows_as(a, r0, rows, panel, panel_bytes, bias, y, ldy, width, f, swiglu, out_bf16, prefetch, unpacked)
+    if (format == CODES_Q4) TILE_PASS_AS(CODES_Q4);
+    else if (format == CODES_Q8) TILE_PASS_AS(CODES_Q8);
+    else TILE_PASS_AS(CODES_Q8_SUB16);
+#undef TILE_PASS_AS
+}
+
+/* A group's 4-bit codes, every block of its ``width`` panels, as B tiles: [block][WIDTH][8 x 64]. */
+static void unpack_group(const uint8_t *panel, int64_t panel_bytes, int64_t blocks, int width, uint8_t *unpacked) {
+    for (int64_t b = 0; b < blocks; b++)
+        for (int c = 0; c < width; c++)
+            unpack_nibbles(panel + c * panel_bytes + b * code_block_bytes(CODES_Q4) + code_scale_bytes(CODES_Q4),
+                           unpacked + (b * WIDTH + c) * Q4_TILE_BYTES);
 }
 
 /* q8a_coded_linear's contract after its checks and quantization (m, n, k > 0; ``a``'s codes allocated
@@ -247,6 +262,12 @@ int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const floa
         tile_config cfg;
         configure(&cfg, (int)span);
         _tile_loadconfig(&cfg);
+        /* 4-bit codes over several row blocks: each group's B tiles split once per chunk, not once per
+         * row block (where the buffer cannot be had, block by block: the same tiles). */
+        const int64_t blocks = k / span;
+        uint8_t *unpacked = format == CODES_Q4 && m > BLOCK_ROWS
+                                ? aligned_alloc(64, (size_t)(blocks * WIDTH * Q4_TILE_BYTES))
+                                : NULL;
         for (int64_t c0 = 0; c0 < m; c0 += chunk) {
             const int64_t chunk_rows = m - c0 < chunk ? m - c0 : chunk;
             /* The same groups to each thread in every chunk (a static schedule): no barrier between chunks. */
@@ -255,15 +276,19 @@ int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const floa
                 const int64_t p = group * WIDTH;
                 const int width = panels - p < WIDTH ? (int)(panels - p) : WIDTH;
                 const float *b = bias != NULL ? bias + p * PANEL : NULL;
+                const int reuse = unpacked != NULL && chunk_rows > BLOCK_ROWS;
+                if (reuse) unpack_group(packed + p * panel_bytes, panel_bytes, blocks, width, unpacked);
                 char *y_group = (char *)y + (c0 * ldy + (swiglu ? p * PANEL / 2 : p * PANEL)) * element;
                 for (int64_t m0 = 0; m0 < chunk_rows; m0 += BLOCK_ROWS) {
                     const int rows = chunk_rows - m0 < BLOCK_ROWS ? (int)(chunk_rows - m0) : BLOCK_ROWS;
                     tile_pass(a, c0 + m0, rows, packed + p * panel_bytes, panel_bytes, b,
-                              y_group + m0 * ldy * element, ldy, width, format, swiglu, out_bf16, m0 == 0);
+                              y_group + m0 * ldy * element, ldy, width, format, swiglu, out_bf16, m0 == 0 && !reuse,
+                              reuse ? unpacked : NULL);
                 }
             }
         }
         _tile_release();
+        free(unpacked);
     }
     return 0;
 }
