@@ -143,9 +143,22 @@ def test_without_llama_cpp_hetero_runs_alone_and_says_why(tmp_path, capsys):
         (["--perplexity", "/no/such/text.txt"], "no such file"),
         (["--perplexity", "shipped", "--llama-cpp", "none"], "prompt_logprobs is not supported"),
         (["--threads", "0"], "expected a positive integer"),
+        (["--code-activations", "int8"], "--code-activations: the torch executor's options"),
+        (["--no-amx-linears"], "--amx-linears: the torch executor's options"),
     ],
 )
 def test_mistakes_are_one_line_and_exit_2(argv, message, capsys):
     code = main(["bench", "gguf", "--executor", "mock", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_the_torch_executors_options_come_from_the_flags():
+    from hetero_bench.benchmarks.gguf import executor_options
+
+    args = SimpleNamespace(executor="torch", threads=2, code_activations="int8", amx_linears=False)
+    assert executor_options(args) == {"num_threads": 2, "code_activations": "int8", "amx_linears": False}
+    args = SimpleNamespace(executor="torch", threads=3, code_activations=None, amx_linears=None)
+    assert executor_options(args) == {"num_threads": 3}  # the executor's defaults
+    args = SimpleNamespace(executor="mock", threads=3, code_activations=None, amx_linears=None)
+    assert executor_options(args) is None

@@ -3,7 +3,9 @@ in the tests on any x86 machine: SSE (``x86-64``, 4 lanes), AVX without AVX2 or 
 8 lanes), AVX2 with FMA (``haswell``), AVX-512 without AVX-512 BF16 (``skylake-avx512``, 16 lanes, the
 bf16 linear widening its weight), this CPU's own (``native``, the engine's), and ``amx-emulated``:
 this CPU's with the AMX variant's bf16 linear (``csrc/bf16_linear_amx.c``) on tiles emulated in C
-(``csrc/amx_emulation.h``), so its blocking, tails and outputs are tested on any CPU. The other
+(``csrc/amx_emulation.h``), so its blocking, tails and outputs are tested on any CPU, and the int8
+code linear's sums on emulated AMX-INT8 tiles from ``EMULATED_TILE_ROWS`` rows (the vector path
+below: every suite that runs this build mixes the two paths by row count). The other
 builds are cached per test session in a temporary directory, never in ~/.cache/hetero."""
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ _NEEDS = {
     "haswell": {"avx2", "fma", "bmi2"},
     "skylake-avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"},
 }
+EMULATED_TILE_ROWS = 4  # amx-emulated: q8a_coded_linear calls of 4 rows or more on (emulated) tiles
 _built: dict[str, CpuKernels] = {}
 
 
@@ -47,7 +50,7 @@ def kernels_for(build: str, cache_dir: Path) -> CpuKernels:
             pytest.skip(f"the CPU kernels cannot be built here: {exc}")
         if not kernels.request_amx():  # emulated: granted without asking the kernel
             raise AssertionError("the emulated AMX build refused its (emulated) tiles")
-        _built[build] = dataclasses.replace(kernels, amx=True)
+        _built[build] = dataclasses.replace(kernels, amx=True, code_tile_rows=EMULATED_TILE_ROWS)
         return _built[build]
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86 -march values")

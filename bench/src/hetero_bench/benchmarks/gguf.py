@@ -51,7 +51,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="llama.cpp's build folder (its tools in DIR or DIR/bin); default: PATH; 'none': no peer",
     )
+    parser.add_argument(
+        "--code-activations",
+        choices=("float", "int8"),
+        help="the torch executor's code_activations: block-code linears on fp32 or int8 activations "
+        "(default: the executor's, float)",
+    )
+    parser.add_argument(
+        "--amx-linears",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the torch executor's amx_linears: AMX tiles where the CPU has them (bf16 linears, and "
+        "int8 code sums with --code-activations int8); --no-amx-linears: never (default: the executor's, on)",
+    )
     add_engine_arguments(parser)
+
+
+def executor_options(args: argparse.Namespace) -> dict | None:
+    """The torch executor's options from the flags (None for another executor, which takes none here)."""
+    from hetero_core import HeteroError
+
+    asked = {"code_activations": args.code_activations, "amx_linears": args.amx_linears}
+    asked = {name: value for name, value in asked.items() if value is not None}
+    if args.executor != "torch":
+        if asked:
+            flags = ", ".join("--" + name.replace("_", "-") for name in asked)
+            raise HeteroError(f"{flags}: the torch executor's options; drop them or use --executor torch")
+        return None
+    return {"num_threads": args.threads, **asked}
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -82,7 +109,7 @@ def _measure(args, gguf_path: Path, text_path: str | None, text: str | None) -> 
             skipped = str(exc)
             print(f"hetero bench: skipping llama.cpp: {exc}", file=sys.stderr)
     args.model = str(gguf_path)
-    options = {"num_threads": args.threads} if args.executor == "torch" else None
+    options = executor_options(args)
     hetero = HeteroPeer(engine_settings(args, options, enable_prefix_caching=False))
     rows = {"hetero": {"engine": "hetero", "version": _hetero_version()}}
     try:
@@ -235,6 +262,9 @@ def _report(args, gguf_path: Path, rows: dict, skipped: str | None) -> Report:
         )
     if args.perplexity:
         header.append(f"perplexity: {args.perplexity}, llama.cpp's method, {args.ctx}-token chunks")
+    asked = {name: getattr(args, name) for name in ("code_activations", "amx_linears")}
+    if any(value is not None for value in asked.values()):
+        header.append("torch executor: " + ", ".join(f"{k} = {v}" for k, v in asked.items() if v is not None))
     summary = [f"{name}: {row['version']}" for name, row in rows.items()]
     if skipped:
         summary.append(f"llama.cpp not run: {skipped}")

@@ -8,7 +8,9 @@ CPUs, linears on weights packed once at load (``cpu.linear``; option ``prepack_w
 the prepared-weights cache, the compiled kernels, and the fused decode step. ``dtype = "auto"`` (the
 default) on the CPU is the candidate (fp32, bf16, bf16 on AMX tiles) that timed steps of the model
 itself show faster (``torch_auto_dtype``); an explicit bf16 runs its linears on AMX tiles where the
-CPU has them and they pass their gate (``cpu.amx``). On the CPU the memory this process may take is
+CPU has them and they pass their gate (``cpu.amx``); with ``code_activations = "int8"`` the block-code
+linears' integer sums run on AMX-INT8 tiles for steps of many rows, whatever the dtype
+(``cpu.amx_int8``: the same bits as the vector path). On the CPU the memory this process may take is
 read before any weight loads (``torch_memory``): ``auto`` skips the candidates that do not fit, and
 without ``max_num_blocks`` the KV pool is sized from what the weights leave.
 """
@@ -29,6 +31,7 @@ from hetero_core.executor import ExecutorContext
 from hetero_core.logging import get_logger
 from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu.amx import amx_kernels
+from hetero_core.model.cpu.amx_int8 import int8_code_tiles
 from hetero_core.model.cpu.compute_dtype import cpu_has_native_bf16, resolve_dtype
 from hetero_core.model.cpu.fused_decode import FusedDecode
 from hetero_core.model.cpu.gguf_codes_loader import codes_source, load_codes_model
@@ -80,6 +83,10 @@ class TorchExecutor(RunnerExecutor):
             kernels = dataclasses.replace(kernels, block_codes=False)
         if kernels is not None and options.code_activations != kernels.code_activations:
             kernels = dataclasses.replace(kernels, code_activations=options.code_activations)
+        if kernels is not None and options.amx_linears:  # int8 code sums on AMX-INT8 tiles: the same bits
+            kernels = int8_code_tiles(kernels)
+        if kernels is not None and options.code_activations == "int8":
+            log.info("executor.code_linears", path=kernels.code_linear_path)
         cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
         def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None, model=None):

@@ -72,8 +72,10 @@ class TorchExecutorOptions(BaseModel):
         description="on the CPU in bfloat16 with the compiled kernels: where the CPU has AMX (amx_tile, "
         "amx_bf16 in /proc/cpuinfo) and Linux grants the tiles (arch_prctl), run the bf16 linears on AMX "
         "tiles (a variant of the kernels library, self-checked against torch at load; a failure is one "
-        "warning and the AVX-512 linears); with dtype = auto it is a candidate of its own, timed; "
-        "false: never",
+        "warning and the AVX-512 linears); with dtype = auto it is a candidate of its own, timed; and, "
+        "with code_activations = int8, in any dtype where the CPU has amx_int8: the block-code linears' "
+        "integer sums of steps of 16 rows or more on AMX-INT8 tiles (the same bits as the VNNI path, "
+        "self-checked against it); false: never",
     )
     prepared_weights_cache: bool = Field(
         True,

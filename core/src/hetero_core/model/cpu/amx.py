@@ -26,6 +26,7 @@ from functools import cache
 import torch
 
 from hetero_core.logging import get_logger
+from hetero_core.model.cpu.amx_int8 import int8_code_tiles
 from hetero_core.model.cpu.cpu_info import cpu_flags
 from hetero_core.model.cpu.kernels import CpuKernels, KernelUnavailable, load_cpu_kernels
 
@@ -47,12 +48,16 @@ TOLERANCE = 0.02  # of the largest |reference|: bf16 outputs round at 2^-8 relat
 
 
 def amx_kernels(base: CpuKernels) -> CpuKernels | None:
-    """``base``'s AMX variant (``amx=True``, ``base``'s other settings) where this CPU has AMX, the
-    variant builds, the kernel grants the tiles and its linear passes the self-check; None otherwise."""
+    """``base``'s AMX variant (``amx=True``, ``base``'s other settings, its AMX-INT8 code tiles where
+    ``base`` has them and the variant's pass their own gate) where this CPU has AMX, the variant
+    builds, the kernel grants the tiles and its linear passes the self-check; None otherwise."""
     variant = _variant()
     if variant is None:
         return None
-    return dataclasses.replace(variant, block_codes=base.block_codes, code_activations=base.code_activations)
+    variant = dataclasses.replace(
+        variant, block_codes=base.block_codes, code_activations=base.code_activations, code_tile_rows=0
+    )
+    return int8_code_tiles(variant) if base.code_tile_rows else variant  # base's AMX-INT8 tiles too
 
 
 @cache

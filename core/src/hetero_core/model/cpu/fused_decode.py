@@ -36,6 +36,7 @@ class _Linear(ctypes.Structure):
         ("bits", ctypes.c_int32),
         ("swiglu", ctypes.c_int32),
         ("int8_activations", ctypes.c_int32),
+        ("tile_rows", ctypes.c_int32),
     ]
 
 
@@ -118,6 +119,7 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
         bits,
         int(module.swiglu),
         int(module.int8_activations),
+        module.kernels.code_tile_rows if module.int8_activations else 0,
     )
 
 

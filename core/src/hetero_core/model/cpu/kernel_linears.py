@@ -39,6 +39,7 @@ class LinearKernels:
     swiglu_pair_columns: int
     block_codes: bool
     code_activations: str
+    code_tile_rows: int
 
     @property
     def int8_code_activations(self) -> bool:
@@ -203,6 +204,15 @@ class LinearKernels:
         (VPMADDUBSW) or ``"int32"`` (plain vector arithmetic: correct, not fast)."""
         return ("int32", "avx2", "vnni")[self.library.q8a_coded_linear_path()]
 
+    @property
+    def code_linear_path(self) -> str:
+        """How block-code linears run here, in words (the ``executor.code_linears`` log line)."""
+        if not self.int8_code_activations:
+            return "coded_linear: fp32 activations"
+        if self.code_tile_rows:
+            return f"q8a_coded_linear: amx-int8 tiles from {self.code_tile_rows} rows, {self.q8a_path} below"
+        return f"q8a_coded_linear: {self.q8a_path}"
+
     def q8a_coded_linear(
         self,
         x: torch.Tensor,
@@ -215,7 +225,8 @@ class LinearKernels:
         (``quantize_q8_blocks``) and integer dot products on the codes: ``x`` [M, K] fp32 or bf16,
         ``packed`` from ``pack_coded_linear`` / ``pack_code_panels*`` -> [M, N] (or [M, N / 2] with
         ``swiglu``) in ``out_dtype`` (fp32 or bf16). Batch-invariant; not coded_linear's bits: the
-        activations lose 2^-8 of each block's largest value."""
+        activations lose 2^-8 of each block's largest value. Calls of ``code_tile_rows`` rows or more sum
+        on AMX-INT8 tiles where enabled (``amx_int8``): the same bits."""
         out_features, in_features = packed.shape[0] * PANEL, code_in_features(packed)
         if x.dtype not in DTYPE_SUFFIXES or out_dtype not in DTYPE_SUFFIXES:
             raise ValueError(
@@ -241,6 +252,7 @@ class LinearKernels:
             code_bits(packed),
             int(swiglu),
             int(out_dtype == torch.bfloat16),
+            self.code_tile_rows,
             torch.get_num_threads(),
         )
         check_status(

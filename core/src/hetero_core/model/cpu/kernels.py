@@ -22,7 +22,9 @@ straight on the block-table cache, vectorised for this CPU (``-march=native``):
   bit-identical results from 0.75 or 1.25 instead of 4 bytes per weight (``block_codes``);
 - ``q8a_coded_linear.c``: the same block codes against activations quantized to int8 per row and
   block of 32 inputs, summed in integers (AVX-512 VNNI, AVX2), scales applied per block in a fixed
-  order: batch-invariant, 2-3x the fp32 kernel at batched decodes (``code_activations``);
+  order: batch-invariant, 2-3x the fp32 kernel at batched decodes (``code_activations``); and
+  ``q8a_coded_linear_amx.c``, its integer sums on AMX-INT8 tiles for calls of many rows, the same bits
+  (compiled where ``-march=native`` targets AMX-INT8, live once ``model/cpu/amx_int8.py`` enables it);
 - ``decode_layers.c``: every decoder layer of a pure decode step in one call, the kernels above in
   the model code's order (``fused_decode``);
 - ``int8_linear.c``: int8 weights (per output channel) with fp32/bf16 activations, or with the
@@ -83,8 +85,17 @@ SOURCES = (
     "bf16_linear_amx.c",
     "int8_linear.c",
     "q8a_coded_linear.c",
+    "q8a_coded_linear_amx.c",
 )
-HEADERS = ("hetero_kernels.h", "kernel_math.h", "attention_math.h", "amx_emulation.h", "code_blocks.h")
+HEADERS = (
+    "hetero_kernels.h",
+    "kernel_math.h",
+    "attention_math.h",
+    "amx_emulation.h",
+    "amx_tiles.h",
+    "code_blocks.h",
+    "q8a_rows.h",
+)
 COMPILER_ENV = "CC"
 # No -fassociative-math: the kernels' sums run in the order written, the same in every kernel and for
 # every batch (batch invariance; attention_math.h).
@@ -122,6 +133,9 @@ class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels, Int8Kernels)
     # them: int8_code_activations) or "float" (coded_linear, exact fp32: the torch option code_activations)
     code_activations: str = "float"
     amx: bool = False  # the AMX variant, granted its tiles: bf16_linear runs on them (model/cpu/amx.py)
+    # int8 code activations: calls of at least this many rows sum on AMX-INT8 tiles, the same bits (0:
+    # never; set by model/cpu/amx_int8.py once the CPU, Linux and a self-check allow it)
+    code_tile_rows: int = 0
 
 
 def load_cpu_kernels(required: bool = False, extra_flags: tuple[str, ...] = ()) -> CpuKernels | None:

@@ -31,7 +31,8 @@ exact block codes (a Q4_1 or Q8_0 GGUF's, ``block_codes``) keeps the codes inste
 block and multiplied with the codes in integers (``q8a_coded_linear``: batch-invariant, within the
 activations' rounding of fp32: perplexity within 1% of float's, but greedy answers can differ from
 the fp32 model's, so it is not the default) (decode steps 1.1-2.8x faster where the weight stream
-bounds them). The LM head
+bounds them; calls of 16 rows or more on AMX-INT8 tiles where the CPU has them, ``amx_int8``, the
+same bits). The LM head
 (``float32_output``) returns fp32 logits; in bf16 they are the fp32 sums as they are: logits no longer
 rounded to bf16's 8 bits (0.125 apart near 25), which had turned near-ties into exact ties. The MLPs'
 fused gate/up projections return ``silu(gate) * up`` straight from the kernel's registers

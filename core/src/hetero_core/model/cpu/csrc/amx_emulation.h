@@ -1,7 +1,10 @@
-/* The AMX tile instructions bf16_linear_amx.c uses, in plain C (HETERO_AMX_EMULATED): a tile register
- * file per thread, so the kernel's blocking, tails, bias and outputs are tested on CPUs without AMX
- * (the tests build this variant; it is never loaded to run a model). TDPBF16PS adds each pair's two
- * products in order in fp32; the hardware's order within a pair may differ (other last bits). */
+/* The AMX tile instructions bf16_linear_amx.c and q8a_coded_linear_amx.c use, in plain C
+ * (HETERO_AMX_EMULATED): a tile register file per thread (per translation unit: each kernel configures
+ * its own), so the kernels' blocking, tails, bias and outputs are tested on CPUs without AMX (the
+ * tests build this variant; it is never loaded to run a model). TDPBF16PS adds each pair's two
+ * products in order in fp32; the hardware's order within a pair may differ (other last bits).
+ * TDPBSUD (AMX-INT8: signed bytes of A times unsigned bytes of B, four products per int32) is exact
+ * integer arithmetic, as on the hardware: the same sums bit for bit. */
 #ifndef HETERO_AMX_EMULATION_H
 #define HETERO_AMX_EMULATION_H
 
@@ -53,17 +56,35 @@ static inline void emulated_dpbf16ps(int c, int a, int b) {
         }
 }
 
+/* C[m][n] += sum over k of A[m][k] (signed) * B[k / 4][4n + k % 4] (unsigned), in int32 (wrapping, as
+ * the hardware; the kernels' sums stay far below 2^31). */
+static inline void emulated_dpbsud(int c, int a, int b) {
+    for (int m = 0; m < emulated_tiles[c].rows; m++)
+        for (int n = 0; n < emulated_tiles[c].colsb / 4; n++) {
+            int32_t acc;
+            memcpy(&acc, emulated_tiles[c].bytes[m] + 4 * n, sizeof acc);
+            uint32_t sum = (uint32_t)acc;
+            for (int k = 0; k < emulated_tiles[a].colsb; k++)
+                sum += (uint32_t)((int32_t)(int8_t)emulated_tiles[a].bytes[m][k] *
+                                  (int32_t)emulated_tiles[b].bytes[k / 4][4 * n + k % 4]);
+            acc = (int32_t)sum;
+            memcpy(emulated_tiles[c].bytes[m] + 4 * n, &acc, sizeof acc);
+        }
+}
+
 #undef _tile_loadconfig
 #undef _tile_loadd
 #undef _tile_stored
 #undef _tile_zero
 #undef _tile_dpbf16ps
+#undef _tile_dpbsud
 #undef _tile_release
 #define _tile_loadconfig(config) emulated_loadconfig(config)
 #define _tile_loadd(t, base, stride) emulated_loadd(t, base, stride)
 #define _tile_stored(t, base, stride) emulated_stored(t, base, stride)
 #define _tile_zero(t) emulated_zero(t)
 #define _tile_dpbf16ps(c, a, b) emulated_dpbf16ps(c, a, b)
+#define _tile_dpbsud(c, a, b) emulated_dpbsud(c, a, b)
 #define _tile_release() ((void)0)
 
 #endif

@@ -21,15 +21,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "hetero_kernels.h" /* the ABI: every exported call's prototype */
 
+#include "amx_tiles.h"
 #include "kernel_math.h"
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 #if defined(HETERO_AMX) && defined(HETERO_AMX_EMULATED)
 #include "amx_emulation.h" /* the tile instructions in C: tests on CPUs without AMX */
@@ -50,7 +46,7 @@ static int granted = 0;
 /* Asks the kernel for the AMX tile data state (once per process); 0 when granted, -1 when refused. */
 int amx_request_permission(void) {
 #ifndef HETERO_AMX_EMULATED
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return -1;
+    if (amx_tile_permission() != 0) return -1;
 #endif
     granted = 1;
     return 0;
@@ -58,14 +54,6 @@ int amx_request_permission(void) {
 
 /* 1 once the grant is held: bf16_linear then runs on tiles. */
 int bf16_linear_amx_granted(void) { return granted; }
-
-typedef struct {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed, aligned(64))) tile_config;
 
 /* Tiles: 0-3 accumulators, 4 A, 5 B, 6 A of the last K % 32 inputs, 7 B of them. */
 static void configure(tile_config *cfg, int64_t tail_pairs) {

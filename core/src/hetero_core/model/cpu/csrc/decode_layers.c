@@ -21,6 +21,7 @@ struct fused_linear {
     const float *bias;
     int64_t out_features, in_features;
     int32_t bits, swiglu, int8_activations;
+    int32_t tile_rows; /* int8 activations: q8a_coded_linear's tile_rows (AMX-INT8 from this many rows; 0 never) */
 };
 
 struct fused_layer {
@@ -51,7 +52,8 @@ static int run_linear(const struct fused_linear *linear, const void *x, void *y,
     const int64_t width = linear->swiglu ? linear->out_features / 2 : linear->out_features;
     if (linear->int8_activations)  /* block codes, activations and outputs in the model's dtype */
         return q8a_coded_linear(x, linear->in_features, bf16, linear->weight, linear->bias, y, width, rows,
-                                linear->out_features, linear->in_features, linear->bits, linear->swiglu, bf16, threads);
+                                linear->out_features, linear->in_features, linear->bits, linear->swiglu, bf16,
+                                linear->tile_rows, threads);
     if (linear->bits == 16)
         return bf16_linear(x, linear->in_features, linear->weight, linear->bias, y, width, rows, linear->out_features,
                            linear->in_features, 0, linear->swiglu, threads);

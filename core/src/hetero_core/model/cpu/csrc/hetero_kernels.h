@@ -9,14 +9,9 @@
 
 #include <stdint.h>
 
-struct fused_model; /* q8a_coded_linear.c */
-int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
-                     int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
-                     int num_threads);
-int q8a_coded_linear_path(void);
-
-/* decode_layers.c */
+struct fused_model; /* decode_layers.c */
 struct fused_step;
+struct q8a_rows; /* q8a_rows.h */
 
 /* paged_kv_write.c */
 int paged_kv_write(const char *key, int64_t key_token_stride, const char *value, int64_t value_token_stride,
@@ -81,8 +76,12 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
 /* q8a_coded_linear.c */
 int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
                      int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
-                     int num_threads);
+                     int64_t tile_rows, int num_threads);
 int q8a_coded_linear_path(void);
+
+/* q8a_coded_linear_amx.c */
+int q8a_tiles_build(void);
+int q8a_tiles_request(void);
 
 /* decode_layers.c */
 int decode_layers(const struct fused_model *model, const struct fused_step *step);
@@ -105,5 +104,10 @@ int w8a8_linear_vnni(void);
 /* bf16_linear_amx.c, for bf16_linear (its tiles run only in the AMX variant, HETERO_AMX) */
 int bf16_linear_amx(const uint16_t *x, int64_t ldx, const uint16_t *packed, const float *bias, void *y,
                     int64_t ldy, int64_t m, int64_t n, int64_t k, int out_f32, int swiglu, int num_threads);
+
+/* q8a_coded_linear_amx.c, for q8a_coded_linear (live once q8a_tiles_request is granted) */
+int q8a_tiles_granted(void);
+int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const float *bias, void *y, int64_t ldy,
+                     int64_t m, int64_t n, int format, int swiglu, int out_bf16, int num_threads);
 
 #endif

@@ -23,6 +23,10 @@
  * same bits on every build with FMA). It differs from coded_linear's fp32 results by the activations'
  * quantization (2^-8 of each block's largest |x|): a choice (torch option ``code_activations``).
  *
+ * Calls of ``tile_rows`` rows or more (the kernels' code_tile_rows; model/cpu/amx_int8.py sets it where
+ * the CPU has AMX-INT8 and Linux grants the tiles) sum on AMX-INT8 tiles instead (q8a_coded_linear_amx.c):
+ * the same integers and this epilogue in the same order, so the same bits for every row count.
+ *
  * Layout as coded_linear's (one packed weight for both); ``swiglu`` as there (the fused gate/up
  * weight's panels paired as swiglu_pair_columns says). Decode steps (one pass of up to Q8A_ROWS rows,
  * or a few) read each group's codes from memory once and again from cache; prefills walk x in chunks
@@ -37,10 +41,11 @@
 
 #include "code_blocks.h"
 #include "kernel_math.h"
+#include "q8a_rows.h"
 
 #define PANEL CODE_PANEL
 #define PANEL_VECTORS (PANEL / LANES)
-#define ACT_BLOCK 32 /* inputs per activation scale */
+#define ACT_BLOCK Q8A_ACT_BLOCK
 
 #if defined(__AVX512VNNI__) && LANES == 16
 #define Q8A_PATH 2 /* VPDPBUSD */
@@ -63,16 +68,6 @@
 
 int q8a_coded_linear_path(void) { return Q8A_PATH; }
 
-/* The activations of one call: codes [m][k]; per block of 32 inputs the scale sx and the m term's
- * factor sx * asum [m][k / 32]; 128 times the codes' sums per 16 inputs [m][k / 16] (the offset of
- * 8-bit weight codes). Computed once per row, so a block's epilogue only broadcasts them. */
-struct q8a_rows {
-    int8_t *codes;
-    float *scale, *m_scale;
-    int32_t *offsets;
-    int64_t k;
-};
-
 /* Row r of x quantized per block of 32 inputs (as int8_linear.c's w8a8 quantize_row, without its offset). */
 static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, const struct q8a_rows *a) {
     const int64_t k = a->k;
@@ -90,7 +85,7 @@ static void quantize_row(const void *x, int64_t ldx, int x_bf16, int64_t r, cons
         for (int i = 0; i < ACT_BLOCK; i++) {
             float q = rintf(values[i] * inverse);
             q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
-            a->codes[r * k + b * ACT_BLOCK + i] = (int8_t)q;
+            a->codes[r * a->lda + b * ACT_BLOCK + i] = (int8_t)q;
             sums[i / 16] += (int32_t)q;
         }
         a->m_scale[r * (k / ACT_BLOCK) + b] = sx * (float)(sums[0] + sums[1]);
@@ -194,7 +189,7 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
     int64_t ldy, const int rows, const int width, const int format, const int swiglu, const int out_bf16,
     int prefetch) {
     const int64_t k = a->k, span = code_block_inputs(format), blocks = k / span;
-    const int64_t lda = k, act_blocks = k / ACT_BLOCK, sum_blocks = k / 16;
+    const int64_t lda = a->lda, act_blocks = k / ACT_BLOCK, sum_blocks = k / 16;
     vfloat acc[Q8A_WIDTH * PANEL_VECTORS][Q8A_ROWS];
     for (int c = 0; c < width * PANEL_VECTORS; c++) {
         vfloat start = {0};
@@ -286,23 +281,36 @@ static void q8a_pass(const struct q8a_rows *a, int64_t r0, const uint8_t *panel,
 
 /* x [M, K] fp32 or bf16 (x_bf16; row stride ldx), ``packed`` block codes in ``format`` (code_blocks.h;
  * K a multiple of 32), bias fp32 [N] (the packed column order) or NULL, y [M, N] (row stride ldy; [M,
- * N / 2] with swiglu) fp32 or bf16 (out_bf16). Returns 0; -1 for shapes refused or another format
- * (nothing written); -2 when the activations' buffer cannot be allocated. */
+ * N / 2] with swiglu) fp32 or bf16 (out_bf16). ``tile_rows``: a call of at least this many rows sums on
+ * AMX-INT8 tiles where they are granted (q8a_coded_linear_amx.c; the same bits), 0: never. Returns 0;
+ * -1 for shapes refused or another format (nothing written); -2 when the activations' buffer cannot be
+ * allocated. */
 int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
                      int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
-                     int num_threads) {
+                     int64_t tile_rows, int num_threads) {
     if (!code_format_known(format) || linear_refuses(m, n, k, ldx, ldy, swiglu, ACT_BLOCK) || k > MAX_K) return -1;
     if (m == 0 || n == 0) return 0;
+    const int tiles = tile_rows > 0 && m >= tile_rows && k > 0 && q8a_tiles_granted();
     const int64_t element = out_bf16 ? 2 : 4;
     const size_t per_block = (size_t)(m * (k / ACT_BLOCK));
-    struct q8a_rows a = {malloc((size_t)(m * k) + 64), malloc(per_block * sizeof(float) + 64),
-                         malloc(per_block * sizeof(float) + 64), malloc(2 * per_block * sizeof(int32_t) + 64), k};
+    /* Tiles read whole blocks of rows: the codes of the rows past m are zeros. */
+    const int64_t code_rows = tiles ? (m + Q8A_TILE_ROW_BLOCK - 1) / Q8A_TILE_ROW_BLOCK * Q8A_TILE_ROW_BLOCK : m;
+    /* A tile's 16 rows a multiple of 4 KiB apart would share a few L1 sets: tiles' rows 64 bytes longer. */
+    const int64_t lda = tiles ? k + 64 : k;
+    struct q8a_rows a = {malloc((size_t)(code_rows * lda) + 64), malloc(per_block * sizeof(float) + 64),
+                         malloc(per_block * sizeof(float) + 64), malloc(2 * per_block * sizeof(int32_t) + 64), k, lda};
     if (a.codes == NULL || a.scale == NULL || a.m_scale == NULL || a.offsets == NULL) {
         free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
         return -2;
     }
     #pragma omp parallel for schedule(static) num_threads(num_threads) if (m * k >= (1 << 16))
     for (int64_t r = 0; r < m; r++) quantize_row(x, ldx, x_bf16, r, &a);
+    if (tiles) {
+        memset(a.codes + m * lda, 0, (size_t)((code_rows - m) * lda));
+        const int status = q8a_tiles_linear(&a, packed, bias, y, ldy, m, n, format, swiglu, out_bf16, num_threads);
+        free(a.codes), free(a.scale), free(a.m_scale), free(a.offsets);
+        return status;
+    }
     const int64_t panels = n / PANEL, groups = (panels + Q8A_WIDTH - 1) / Q8A_WIDTH;
     const int64_t panel_bytes = k / code_block_inputs(format) * code_block_bytes(format);
     int64_t chunk = k > 0 ? Q8A_CHUNK_BYTES / k / Q8A_ROWS * Q8A_ROWS : m;  /* (K = 0: y is the bias) */
