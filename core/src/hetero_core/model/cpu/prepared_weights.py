@@ -44,7 +44,7 @@ from hetero_core.model.cpu.gguf_codes_loader import codes_source, load_codes_mod
 from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_saved
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
-from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
+from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared
 from hetero_core.model.freed_memory import release_freed_memory
 from hetero_core.model.gguf_cache import gguf_source
 from hetero_core.model.llama import LlamaForCausalLM
@@ -70,8 +70,14 @@ _LAYOUT_MODULES = (
     "hetero_core.model.llama",
     "hetero_core.model.gguf_codes",
     "hetero_core.model.cpu.gguf_codes_loader",
+    "hetero_core.model.cpu.gguf_code_linears",
+    "hetero_core.model.cpu.split_linear",
 )
-_LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c")  # the kernels that read the packed layouts
+_LAYOUT_SOURCES = (
+    "csrc/f32_linear.c",
+    "csrc/bf16_linear.c",
+    "csrc/code_blocks.h",
+)  # the kernels that read the packed layouts
 
 
 def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
@@ -95,14 +101,20 @@ def load_packed_model(
     one for this checkpoint, dtype and packing (and saved there, as loading streams, when there is
     not and it fits: ``prepared_room``; never with ``prepared_file`` False). A GGUF (or a folder
     converted from one) whose linears the kernels take as codes loads from its codes
-    (``gguf_codes_loader``), never expanding the model's weights."""
+    (``gguf_codes_loader``), never expanding the model's weights, and streams into the file the same way."""
     source = resolve_model_source(source)
     gguf = codes_source(source, dtype, kernels)
+
+    def load(packing: LayerPacking) -> LlamaForCausalLM:  # a layer at a time, each group to ``packing``
+        if gguf is not None:
+            return load_codes_model(
+                source, gguf, backend=backend, dtype=dtype, kernels=kernels, packing=packing
+            )
+        return load_model(source, backend=backend, dtype=dtype, on_group=packing)
+
     small = sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES
-    if gguf is not None and (small or not prepared_file):
-        return load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)[0]
     if small or not prepared_file:
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+        return load(LayerPacking(kernels))
     path = prepared_path(source, cache_dir, dtype, kernels)
     try:
         model = load_prepared(path, backend, kernels)
@@ -115,12 +127,6 @@ def load_packed_model(
         _touch(path)
         log.info("executor.prepared_weights", path=str(path), hit=True)
         return model
-    if gguf is not None:  # the codes' own loader (its plain tensors kept for the file: save_prepared)
-        model, unpacked = load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)
-        if save_prepared(path, model, unpacked):
-            _prune(path.parent, keep=path)
-        log.info("executor.prepared_weights", path=str(path), hit=False)
-        return model
     needed, room = prepared_bytes(source, dtype), prepared_room(path.parent)
     if needed > room:
         log.warning(
@@ -131,19 +137,19 @@ def load_packed_model(
             reason="the prepared file would not fit in the cache's free disk space: converted and packed "
             "at every start",
         )
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
-    return _load_and_save(source, path, backend=backend, dtype=dtype, kernels=kernels)
+        return load(LayerPacking(kernels))
+    return _load_and_save(load, path, backend=backend, kernels=kernels)
 
 
-def _load_and_save(source: Path, path: Path, *, backend, dtype: torch.dtype, kernels) -> LlamaForCausalLM:
-    """Load and pack layer by layer, each layer written to the prepared file as it is packed; then the
-    anonymous weights go and the model is mapped from the file, as a cache hit maps it (one copy in
+def _load_and_save(load, path: Path, *, backend, kernels) -> LlamaForCausalLM:
+    """``load(packing)`` layer by layer, each layer written to the prepared file as it is packed; then
+    the anonymous weights go and the model is mapped from the file, as a cache hit maps it (one copy in
     memory at every moment). A file that cannot be written costs only the saving."""
     model = None
     try:
         with cache_file.written_checked(path, ".tmp") as tmp, open(tmp, "wb") as file:
             packing = LayerPacking(kernels, file)
-            model = load_model(source, backend=backend, dtype=dtype, on_group=packing)
+            model = load(packing)
             packing.finish(model)
             file.close()
             model = None  # before the checksum maps the file: its pages and these weights never both
@@ -156,14 +162,14 @@ def _load_and_save(source: Path, path: Path, *, backend, dtype: torch.dtype, ker
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
         if model is not None:
             return model
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+        return load(LayerPacking(kernels))
     _prune(path.parent, keep=path)
     log.info("executor.prepared_weights", path=str(path), hit=False, saved=True)
     try:
         return load_prepared(path, backend, kernels)
     except (FileNotFoundError, cache_file.CacheFileInvalid) as exc:  # pruned or damaged by another process
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
-        return load_model(source, backend=backend, dtype=dtype, on_group=LayerPacking(kernels))
+        return load(LayerPacking(kernels))
 
 
 def prepared_bytes(source: Path, dtype: torch.dtype) -> int:
