@@ -15,8 +15,8 @@ from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.model.cpu.block_codes import CODES_Q8_SUB16
 from hetero_core.model.cpu.kernel_linears import code_bits
 from hetero_core.model.cpu.linear import PackedLinear
-from hetero_core.model.cpu.split_linear import SplitLinear
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
+from hetero_core.model.cpu.split_linear import SplitLinear
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.gguf_cache import ensure_gguf_converted

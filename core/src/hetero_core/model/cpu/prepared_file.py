@@ -5,8 +5,8 @@ memory-mapped at later starts (``prepared_weights`` decides when and where).
 Linears in the layout of the compiled kernels' linear are stored in it as they run
 (``<name>.kernel_weight``; the parts of a ``SplitLinear``, a GGUF's fused linear of mixed code
 layouts, as ``<name>.kernel_parts.<i>``); oneDNN's packed weights are opaque, so those linears are
-stored fused and converted and are reordered again at load. Loading builds the model on the meta device and assigns
-views of the mapping: no conversion and no copy.
+stored fused and converted and are reordered again at load. Loading builds the model on the meta
+device and assigns views of the mapping: no conversion and no copy.
 """
 
 from __future__ import annotations

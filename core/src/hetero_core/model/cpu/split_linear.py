@@ -1,15 +1,16 @@
 """A fused linear whose row ranges are packed in different block-code formats (a GGUF's mixed q/k/v).
 
 The fused q/k/v and gate/up projections (``fusion``) are one linear: their parts' rows concatenated.
-A GGUF may store the parts in types whose codes share no layout: Q4_K_M keeps q and k as Q4_K (blocks
-of 32 inputs, ``d * q + m``) and v, in some layers, as Q6_K (blocks of 16, ``d * q``, a scale per 16
-inputs). Neither converts to the other exactly: a Q4_K block's ``m`` has no place in the 16-input
-format, and a Q6_K block's two scales per 32 inputs are not one scale times an int8 code. So those
-parts stay apart, each a ``PackedLinear`` over its own codes (parts of one layout are merged first,
-``gguf_codes_loader``), and ``SplitLinear`` runs them in turn and concatenates their outputs: the same
-values as the one fused weight, code for code. A split gate/up returns gate and up (no SwiGLU inside),
-and the MLP applies the activation (the kernels' SiLU-and-multiply: the fused SwiGLU's bits). The fused decode step (``fused_decode``) takes only whole
-``PackedLinear``s: a model with a split linear decodes through the model code.
+A GGUF may store the parts in types whose codes share no layout: Q4_K_M keeps q and k as Q4_K
+(blocks of 32 inputs, ``d * q + m``) and v, in some layers, as Q6_K (blocks of 16, ``d * q``, a
+scale per 16 inputs). Neither converts to the other exactly: a Q4_K block's ``m`` has no place in
+the 16-input format, and a Q6_K block's two scales per 32 inputs are not one scale times an int8
+code. So those parts stay apart, each a ``PackedLinear`` over its own codes (parts of one layout are
+merged first, ``gguf_codes_loader``), and ``SplitLinear`` runs them in turn and concatenates their
+outputs: the same values as the one fused weight, code for code. A split gate/up returns gate and up
+(no SwiGLU inside), and the MLP applies the activation (the kernels' SiLU-and-multiply: the fused
+SwiGLU's bits). The fused decode step (``fused_decode``) takes only whole ``PackedLinear``s: a model
+with a split linear decodes through the model code.
 
 In the prepared file each part is stored as ``<name>.kernel_parts.<i>`` (``prepared_file``).
 """
