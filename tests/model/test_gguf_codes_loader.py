@@ -234,3 +234,25 @@ def test_a_converted_folder_without_weights_is_sized_and_probed_from_its_gguf(mi
     whole = load_model(mixed_dir)
     assert bound >= sum(t.numel() for t in whole.state_dict().values()) * 2
     assert len(probe.model.layers) == 1 < whole.config.num_hidden_layers
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "Q4_K_M"])
+def test_llama_cpps_q6_k_runs_as_codes_with_the_dequantized_fp32_models_tokens(
+    name, tmp_path, make_executor, cpu_kernels
+):
+    """llama.cpp's own Q6_K blocks (the tiny fixtures: pure Q6_K, and Q4_K_M's mix with q/k in Q4_K
+    beside a Q6_K v) keep every linear as codes, and give the fp32 model's logits and greedy tokens
+    (float activations: ``coded_linear`` expands the codes exactly)."""
+    from tests.model.test_gguf_fixtures import DATA
+
+    folder = ensure_gguf_converted(DATA / f"tiny-{name}.gguf", tmp_path / "cache")
+    coded = make_executor(folder, options=TorchExecutorOptions(**FP32))
+    assert {kind for kind, _ in linear_kinds(coded.model)} == {"codes"}  # every linear
+    assert code_bits(coded.model.lm_head.kernel_weight) == CODES_Q8_SUB16  # the mixes' output is Q6_K
+    split = [m for m in coded.model.modules() if isinstance(m, SplitLinear)]
+    assert bool(split) == (name == "Q4_K_M")  # the mix's Q6_K v beside Q4_K q and k
+    plain = make_executor(folder, options=TorchExecutorOptions(**FP32, block_code_weights=False))
+    assert {kind for kind, _ in linear_kinds(plain.model)} == {"f32"}
+    for prompt in ([1, 50, 3, 200, 7], list(range(10, 40))):
+        assert torch.equal(prompt_logits(coded, prompt), prompt_logits(plain, prompt))
+        assert greedy(coded, prompt) == greedy(plain, prompt)

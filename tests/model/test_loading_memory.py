@@ -7,6 +7,11 @@ to the current size just before the load) against its resident size before it. T
 safetensors. A second full copy would put the peak at twice the weights or more; the bound allows
 ``MAX_RATIO`` of them plus ``FIXED_BYTES`` (the plugins and modules a first load imports, the meta
 module): today's loading peaks at 1.07-1.32x, the whole-state-dict loading before it at 1.4-4.4x.
+
+A GGUF loads as its codes (``gguf_codes_loader``) through the same per-layer packing into the
+prepared file: the case here is a 24-layer Llama GGUF of Q4_K_M's mix (Q4_K, with v, down and the
+tied embedding in Q6_K; 50 MB), whose weights as they run are the packed codes and the embedding
+dequantized to fp32 (79 MB).
 """
 
 from __future__ import annotations
@@ -150,6 +155,44 @@ def test_packing_and_writing_the_prepared_file_hold_the_weights_once(checkpoints
     assert_one_copy(first, f"{source} checkpoint -> bf16, packed and saved")
     second = measure(tmp_path, checkpoints[source], "bfloat16", "packed", cache_dir)
     assert_one_copy(second, f"{source} checkpoint -> bf16, mapped from the prepared file")
+
+
+Q4_K_M_TYPES = {
+    "token_embd": "Q6_K",
+    "attn_q": "Q4_K",
+    "attn_k": "Q4_K",
+    "attn_v": "Q6_K",
+    "attn_output": "Q4_K",
+    "ffn_gate": "Q4_K",
+    "ffn_up": "Q4_K",
+    "ffn_down": "Q6_K",
+}
+
+
+@pytest.fixture(scope="module")
+def q4_k_m_gguf(tmp_path_factory):
+    from tests.model.gguf_files import write_mixed_gguf
+
+    path = tmp_path_factory.mktemp("gguf_memory") / "mix-Q4_K_M.gguf"
+    return write_mixed_gguf(
+        path, Q4_K_M_TYPES, hidden=512, ffn=1536, heads=8, kv_heads=4, vocab=4096, layers=24
+    )
+
+
+def test_a_gguf_loads_its_codes_into_the_prepared_file_holding_them_once(q4_k_m_gguf, tmp_path):
+    from hetero_core.model.cpu.prepared_weights import MIN_CHECKPOINT_BYTES
+
+    assert q4_k_m_gguf.stat().st_size > MIN_CHECKPOINT_BYTES  # large enough for a prepared file
+    cache_dir = tmp_path / "cache"
+    first = measure(tmp_path, q4_k_m_gguf, "float32", "packed", cache_dir)
+    if not first["kernels"]:
+        pytest.skip("the CPU kernels cannot be built here (a GGUF loads as codes only for them)")
+    assert len(list((cache_dir / "prepared").glob("*.safetensors"))) == 1  # written, as loading streamed
+    assert first["weights"] < 2 * q4_k_m_gguf.stat().st_size  # codes, not fp32 weights (8x the file)
+    assert_one_copy(first, "Q4_K_M GGUF -> codes, packed and saved")
+    second = measure(tmp_path, q4_k_m_gguf, "float32", "packed", cache_dir)
+    assert second["weights"] == first["weights"]
+    assert_one_copy(second, "Q4_K_M GGUF -> codes, mapped from the prepared file")
 
 
 def test_a_model_too_large_for_the_cache_runs_without_the_file(checkpoints, tmp_path, monkeypatch, caplog):

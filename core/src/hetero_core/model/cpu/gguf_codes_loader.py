@@ -103,6 +103,9 @@ def load_codes_model(
         name = hf_tensor_name(tensor.name)
         if name is not None and (num_layers is None or _layer_index(name) < num_layers):
             by_name[name] = tensor
+    # The metadata is read: its fields (a tokenizer's every token and merge, each as numpy views) held
+    # ~120 MB of Python objects for a 49k vocabulary, which would stay beside the weights to the end.
+    reader.fields.clear()
     with torch.device("meta"):
         model = LlamaForCausalLM(config, backend)
     loader = _GroupLoader(reader, by_name, config, dtype, kernels, raw_config["model_type"] == "llama")
