@@ -29,6 +29,9 @@ torch = pytest.importorskip("torch")
 
 MAX_RATIO = 1.35
 FIXED_BYTES = 16 << 20
+# a GGUF's load also holds its reader (146 tensor infos, the mapping) and the embedding dequantized in
+# chunks; the whole-model save before the streaming one peaked at 2x the weights and more
+GGUF_FIXED_BYTES = 40 << 20
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -116,10 +119,10 @@ def measure(tmp_path, model_dir: Path, dtype: str, path: str, cache_dir: Path | 
     return measured
 
 
-def assert_one_copy(measured: dict, what: str) -> None:
+def assert_one_copy(measured: dict, what: str, fixed: int = FIXED_BYTES) -> None:
     mib = 1 << 20
     grown = measured["peak"] - measured["baseline"]
-    limit = MAX_RATIO * measured["weights"] + FIXED_BYTES
+    limit = MAX_RATIO * measured["weights"] + fixed
     assert grown <= limit, (
         f"{what}: the load grew resident memory by {grown / mib:.0f} MiB at its peak for "
         f"{measured['weights'] / mib:.0f} MiB of weights ({grown / measured['weights']:.2f}x); "
@@ -189,10 +192,10 @@ def test_a_gguf_loads_its_codes_into_the_prepared_file_holding_them_once(q4_k_m_
         pytest.skip("the CPU kernels cannot be built here (a GGUF loads as codes only for them)")
     assert len(list((cache_dir / "prepared").glob("*.safetensors"))) == 1  # written, as loading streamed
     assert first["weights"] < 2 * q4_k_m_gguf.stat().st_size  # codes, not fp32 weights (8x the file)
-    assert_one_copy(first, "Q4_K_M GGUF -> codes, packed and saved")
+    assert_one_copy(first, "Q4_K_M GGUF -> codes, packed and saved", GGUF_FIXED_BYTES)
     second = measure(tmp_path, q4_k_m_gguf, "float32", "packed", cache_dir)
     assert second["weights"] == first["weights"]
-    assert_one_copy(second, "Q4_K_M GGUF -> codes, mapped from the prepared file")
+    assert_one_copy(second, "Q4_K_M GGUF -> codes, mapped from the prepared file", GGUF_FIXED_BYTES)
 
 
 def test_a_model_too_large_for_the_cache_runs_without_the_file(checkpoints, tmp_path, monkeypatch, caplog):
