@@ -59,13 +59,13 @@ def random_raw(type_name: str, rows: int, columns: int, rng: np.random.Generator
 
 
 def write_mixed_gguf(
-    path: Path, types: dict[str, str], *, hidden=256, ffn=512, heads=4, kv_heads=2, vocab=256
+    path: Path, types: dict[str, str], *, hidden=256, ffn=512, heads=4, kv_heads=2, vocab=256, layers=2
 ):
-    """A 2-layer Llama GGUF (tied embeddings, no tokenizer) whose tensor ``blk.<i>.<name>`` (or
+    """A ``layers``-layer Llama GGUF (tied embeddings, no tokenizer) whose tensor ``blk.<i>.<name>`` (or
     ``token_embd``) is ``types[name or "<i>.<name>"]`` (default Q8_0), random raw blocks; norms F32."""
     rng = np.random.default_rng(7)
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(2)
+    writer.add_block_count(layers)
     writer.add_context_length(256)
     writer.add_embedding_length(hidden)
     writer.add_feed_forward_length(ffn)
@@ -86,7 +86,7 @@ def write_mixed_gguf(
         "ffn_down": (hidden, ffn),
     }
     _add(writer, "token_embd.weight", types.get("token_embd", "Q8_0"), (vocab, hidden), rng)
-    for layer in range(2):
+    for layer in range(layers):
         for name, shape in shapes.items():
             type_name = types.get(f"{layer}.{name}", types.get(name, "Q8_0"))
             _add(writer, f"blk.{layer}.{name}.weight", type_name, shape, rng)

@@ -3,11 +3,11 @@
 Run as ``python -m tests.model.loading_memory CASE.json``; prints one JSON line: ``baseline`` (the
 process's resident bytes with torch, the model code and the CPU kernels loaded, before the load),
 ``peak`` (the most it held during the load: ``VmHWM``, reset to the baseline through
-``/proc/self/clear_refs`` first), and ``weights`` (the bytes of the loaded model's tensors: each
-storage once, a packed linear's weight counted as it runs). Case keys: ``model_dir``, ``dtype``,
-``path`` (``load_model``, ``packed`` for ``load_packed_model``, ``shard`` for tensor-parallel rank 0
-of 2, ``int8`` / ``w8a8`` for ``load_packed_model`` quantizing as it loads), ``cache_dir``
-(``packed``, ``int8``, ``w8a8``).
+``/proc/self/clear_refs`` first; for a GGUF the ``gguf`` package and its dequantization are imported
+before it), and ``weights`` (the bytes of the loaded model's tensors: each storage once, a packed
+linear's weight counted as it runs). Case keys: ``model_dir``, ``dtype``, ``path`` (``load_model``,
+``packed`` for ``load_packed_model``, ``shard`` for tensor-parallel rank 0 of 2, ``int8`` / ``w8a8``
+for ``load_packed_model`` quantizing as it loads), ``cache_dir`` (``packed``, ``int8``, ``w8a8``).
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def measure(case: dict) -> dict:
     except KernelUnavailable:
         kernels = None
     backend = TorchPagedAttention()
+    if case["model_dir"].endswith(".gguf"):  # its reader's module, imported before the load as torch is
+        import gguf.quants  # noqa: F401
     baseline = status_bytes("VmRSS")
     peak_was_reset = reset_peak()
     if case["path"] in ("packed", *QUANTIZED):

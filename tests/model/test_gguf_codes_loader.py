@@ -12,8 +12,11 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
+from hetero_core.model.cpu.block_codes import CODES_Q8_SUB16
+from hetero_core.model.cpu.kernel_linears import code_bits
 from hetero_core.model.cpu.linear import PackedLinear
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
+from hetero_core.model.cpu.split_linear import SplitLinear
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.gguf_cache import ensure_gguf_converted
@@ -96,23 +99,23 @@ def test_bf16_activations_run_over_the_same_codes(q8_0_dir, make_executor, cpu_k
 
 
 def mixed_types():
-    """Every code type in fused and plain linears, mixed bits inside q/k/v and gate/up, a Q6_K part
-    (its fused linear dequantized) and a type without codes (Q2_K: one warning)."""
+    """Every code type in fused and plain linears, mixed bits inside q/k/v and gate/up, Q6_K alone
+    and as a part beside 32-input types (split), and a type without codes (Q2_K: one warning)."""
     return {
         "token_embd": "Q4_K",
         "0.attn_q": "Q4_K",
         "0.attn_k": "Q5_K",
         "0.attn_v": "Q8_0",
-        "0.attn_output": "Q4_0",
+        "0.attn_output": "Q6_K",
         "0.ffn_gate": "Q4_1",
         "0.ffn_up": "Q4_1",
         "0.ffn_down": "Q5_0",
         "1.attn_q": "Q4_K",
-        "1.attn_k": "Q4_K",
+        "1.attn_k": "Q4_0",
         "1.attn_v": "Q6_K",
         "1.attn_output": "Q5_1",
         "1.ffn_gate": "Q5_K",
-        "1.ffn_up": "Q4_K",
+        "1.ffn_up": "Q6_K",
         "1.ffn_down": "Q2_K",
     }
 
@@ -129,9 +132,9 @@ def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
 ):
     import dataclasses
 
-    from hetero_core.model.cpu import gguf_codes_loader
+    from hetero_core.model.cpu import gguf_code_linears
 
-    monkeypatch.setattr(gguf_codes_loader, "CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(gguf_code_linears, "CHUNK_ROWS", chunk_rows)
     cpu_kernels = dataclasses.replace(cpu_kernels, code_activations="float")  # fp32 bits, compared exactly
     backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
     with caplog.at_level(logging.WARNING, logger="hetero"):
@@ -143,14 +146,21 @@ def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
     layers = coded.model.layers
     assert layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8  # Q4_K q widened beside Q5_K k
     assert layers[0].mlp.gate_up_proj.kernel_weight.dtype == torch.uint8 and layers[0].mlp.gate_up_proj.swiglu
-    assert layers[1].mlp.gate_up_proj.kernel_weight.dtype == torch.int8  # Q5_K gate with a Q4_K up
+    assert code_bits(layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16  # Q6_K
     assert layers[0].mlp.down_proj.kernel_weight.dtype == torch.int8  # Q5_0
-    assert layers[1].self_attn.qkv_proj.kernel_dtype == "f32"  # its v is Q6_K: dequantized
+    qkv = layers[1].self_attn.qkv_proj  # Q4_K q and Q4_0 k as one 4-bit weight, the Q6_K v apart
+    assert isinstance(qkv, SplitLinear) and [code_bits(p.kernel_weight) for p in qkv.parts] == [4, 9]
+    assert [p.out_features for p in qkv.parts] == [256 + 128, 128]  # q and k rows, v rows
+    gate_up = layers[1].mlp.gate_up_proj  # a Q5_K gate and a Q6_K up: split, the MLP applies SwiGLU
+    assert isinstance(gate_up, SplitLinear) and not gate_up.swiglu
+    assert [code_bits(p.kernel_weight) for p in gate_up.parts] == [8, 9]
     assert layers[1].mlp.down_proj.kernel_dtype == "f32"  # Q2_K: dequantized
     assert coded.lm_head.kernel_dtype == "codes"  # the tied head keeps the embedding's Q4_K codes
 
     plain = load_model(mixed_dir)  # gguf's dequantize, un-permuted: the fp32 model
     pack_model(plain, dataclasses.replace(cpu_kernels, block_codes=False))
+    for layer in coded.model.layers:  # the split gate/up's SiLU-and-multiply as the executor runs it
+        layer.mlp.kernels = cpu_kernels  # (use_cpu_kernels): the fused SwiGLU kernel's bits
     for prompt in ([1, 2, 3], list(range(40, 80))):
         expected = linears_only_logits(plain, prompt)
         assert torch.isfinite(expected).all()
@@ -185,6 +195,8 @@ def test_the_prepared_file_keeps_the_codes(mixed_dir, cpu_kernels, monkeypatch):
     )
     assert linear_kinds(again) == linear_kinds(first)
     assert again.model.layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8
+    split = again.model.layers[1].self_attn.qkv_proj
+    assert isinstance(split, SplitLinear) and [code_bits(p.kernel_weight) for p in split.parts] == [4, 9]
     assert not (mixed_dir / "model.safetensors").exists()
     prompt = list(range(3, 30))
     assert torch.equal(linears_only_logits(again, prompt), linears_only_logits(first, prompt))
@@ -198,8 +210,8 @@ def test_the_auto_probe_loads_only_the_first_layers_codes(mixed_dir, cpu_kernels
 
     backend = TorchPagedAttention(cpu_kernels=cpu_kernels)
     gguf = gguf_source(mixed_dir)
-    whole, _ = load_codes_model(mixed_dir, gguf, backend=backend, dtype=torch.float32, kernels=cpu_kernels)
-    probe, _ = load_codes_model(
+    whole = load_codes_model(mixed_dir, gguf, backend=backend, dtype=torch.float32, kernels=cpu_kernels)
+    probe = load_codes_model(
         mixed_dir, gguf, backend=backend, dtype=torch.float32, kernels=cpu_kernels, num_layers=1
     )
     assert len(probe.model.layers) == 1 and probe.config.num_hidden_layers == 1
@@ -222,3 +234,25 @@ def test_a_converted_folder_without_weights_is_sized_and_probed_from_its_gguf(mi
     whole = load_model(mixed_dir)
     assert bound >= sum(t.numel() for t in whole.state_dict().values()) * 2
     assert len(probe.model.layers) == 1 < whole.config.num_hidden_layers
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "Q4_K_M"])
+def test_llama_cpps_q6_k_runs_as_codes_with_the_dequantized_fp32_models_tokens(
+    name, tmp_path, make_executor, cpu_kernels
+):
+    """llama.cpp's own Q6_K blocks (the tiny fixtures: pure Q6_K, and Q4_K_M's mix with q/k in Q4_K
+    beside a Q6_K v) keep every linear as codes, and give the fp32 model's logits and greedy tokens
+    (float activations: ``coded_linear`` expands the codes exactly)."""
+    from tests.model.test_gguf_fixtures import DATA
+
+    folder = ensure_gguf_converted(DATA / f"tiny-{name}.gguf", tmp_path / "cache")
+    coded = make_executor(folder, options=TorchExecutorOptions(**FP32))
+    assert {kind for kind, _ in linear_kinds(coded.model)} == {"codes"}  # every linear
+    assert code_bits(coded.model.lm_head.kernel_weight) == CODES_Q8_SUB16  # the mixes' output is Q6_K
+    split = [m for m in coded.model.modules() if isinstance(m, SplitLinear)]
+    assert bool(split) == (name == "Q4_K_M")  # the mix's Q6_K v beside Q4_K q and k
+    plain = make_executor(folder, options=TorchExecutorOptions(**FP32, block_code_weights=False))
+    assert {kind for kind, _ in linear_kinds(plain.model)} == {"f32"}
+    for prompt in ([1, 50, 3, 200, 7], list(range(10, 40))):
+        assert torch.equal(prompt_logits(coded, prompt), prompt_logits(plain, prompt))
+        assert greedy(coded, prompt) == greedy(plain, prompt)

@@ -1,7 +1,8 @@
 """The tiny GGUF fixtures of tests/data/gguf (one a type, made by llama.cpp's quantizer; README.md
 there): each holds the types its name says, the ``gguf`` package dequantizes every tensor to what
-llama.cpp's own ``to_float`` gave (``llama_cpp_dequantized.json``, dumped once from ggml), and
-Hetero's loader reads each into the weights that dequantization gives."""
+llama.cpp's own ``to_float`` gave (``llama_cpp_dequantized.json``, dumped once from ggml), Hetero's
+codes of every quantized matrix (``gguf_codes``, Q6_K's blocks of 16 among them) expand to exactly
+those values, and Hetero's loader reads each into the weights that dequantization gives."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from gguf.quants import dequantize
 
 from hetero_core.model.gguf_checkpoint import reverse_permute
+from hetero_core.model.gguf_codes import codes_of
 from hetero_core.model.loader import load_model, read_checkpoint
 
 DATA = Path(__file__).parents[1] / "data" / "gguf"
@@ -63,6 +65,18 @@ def test_gguf_dequantizes_every_tensor_as_llama_cpp_does(name):
         np.testing.assert_allclose(values[index.astype(int)], reference, rtol=1e-6, atol=1e-8)
         assert values.sum() == pytest.approx(expected["sum"], rel=1e-6, abs=1e-6)
         assert (values * values).sum() == pytest.approx(expected["sumsq"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_codes_of_every_matrix_expand_to_its_dequantized_values(name):
+    matrices = [t for t in reader(name).tensors if t.data.ndim == 2 and t.tensor_type.name != "F32"]
+    assert len(matrices) == 16
+    for tensor in matrices:
+        codes = codes_of(tensor.data, tensor.tensor_type.name)
+        assert codes is not None, f"{tensor.name} ({tensor.tensor_type.name}) has no codes"
+        assert codes.block == (16 if tensor.tensor_type.name == "Q6_K" else 32)
+        reference = dequantize(tensor.data, tensor.tensor_type)
+        np.testing.assert_array_equal(codes.values(), reference.reshape(codes.shape), err_msg=tensor.name)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -9,6 +9,11 @@ safetensors. A second full copy would put the peak at twice the weights or more;
 module): today's loading peaks at 1.07-1.32x, the whole-state-dict loading before it at 1.4-4.4x.
 Quantized to int8 or W8A8 as it loads, the bound is on the int8 weights (a load that quantized the
 whole bf16 model afterwards would hold both).
+
+A GGUF loads as its codes (``gguf_codes_loader``) through the same per-layer packing into the
+prepared file: the case here is a 24-layer Llama GGUF of Q4_K_M's mix (Q4_K, with v, down and the
+tied embedding in Q6_K; 50 MB), whose weights as they run are the packed codes and the embedding
+dequantized to fp32 (79 MB).
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ torch = pytest.importorskip("torch")
 
 MAX_RATIO = 1.35
 FIXED_BYTES = 16 << 20
+# a GGUF's load also holds its reader (146 tensor infos, the mapping) and the embedding dequantized in
+# chunks; the whole-model save before the streaming one peaked at 2x the weights and more
+GGUF_FIXED_BYTES = 40 << 20
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -113,10 +121,10 @@ def measure(tmp_path, model_dir: Path, dtype: str, path: str, cache_dir: Path | 
     return measured
 
 
-def assert_one_copy(measured: dict, what: str) -> None:
+def assert_one_copy(measured: dict, what: str, fixed: int = FIXED_BYTES) -> None:
     mib = 1 << 20
     grown = measured["peak"] - measured["baseline"]
-    limit = MAX_RATIO * measured["weights"] + FIXED_BYTES
+    limit = MAX_RATIO * measured["weights"] + fixed
     assert grown <= limit, (
         f"{what}: the load grew resident memory by {grown / mib:.0f} MiB at its peak for "
         f"{measured['weights'] / mib:.0f} MiB of weights ({grown / measured['weights']:.2f}x); "
@@ -169,6 +177,44 @@ def test_quantizing_and_writing_the_prepared_file_hold_the_weights_once(checkpoi
     second = measure(tmp_path, checkpoints["bfloat16"], "bfloat16", quantization, cache_dir)
     assert second["weights"] == first["weights"]
     assert_one_copy(second, f"bf16 checkpoint -> {quantization}, mapped from the prepared file")
+
+
+Q4_K_M_TYPES = {
+    "token_embd": "Q6_K",
+    "attn_q": "Q4_K",
+    "attn_k": "Q4_K",
+    "attn_v": "Q6_K",
+    "attn_output": "Q4_K",
+    "ffn_gate": "Q4_K",
+    "ffn_up": "Q4_K",
+    "ffn_down": "Q6_K",
+}
+
+
+@pytest.fixture(scope="module")
+def q4_k_m_gguf(tmp_path_factory):
+    from tests.model.gguf_files import write_mixed_gguf
+
+    path = tmp_path_factory.mktemp("gguf_memory") / "mix-Q4_K_M.gguf"
+    return write_mixed_gguf(
+        path, Q4_K_M_TYPES, hidden=512, ffn=1536, heads=8, kv_heads=4, vocab=4096, layers=24
+    )
+
+
+def test_a_gguf_loads_its_codes_into_the_prepared_file_holding_them_once(q4_k_m_gguf, tmp_path):
+    from hetero_core.model.cpu.prepared_weights import MIN_CHECKPOINT_BYTES
+
+    assert q4_k_m_gguf.stat().st_size > MIN_CHECKPOINT_BYTES  # large enough for a prepared file
+    cache_dir = tmp_path / "cache"
+    first = measure(tmp_path, q4_k_m_gguf, "float32", "packed", cache_dir)
+    if not first["kernels"]:
+        pytest.skip("the CPU kernels cannot be built here (a GGUF loads as codes only for them)")
+    assert len(list((cache_dir / "prepared").glob("*.safetensors"))) == 1  # written, as loading streamed
+    assert first["weights"] < 2 * q4_k_m_gguf.stat().st_size  # codes, not fp32 weights (8x the file)
+    assert_one_copy(first, "Q4_K_M GGUF -> codes, packed and saved", GGUF_FIXED_BYTES)
+    second = measure(tmp_path, q4_k_m_gguf, "float32", "packed", cache_dir)
+    assert second["weights"] == first["weights"]
+    assert_one_copy(second, "Q4_K_M GGUF -> codes, mapped from the prepared file", GGUF_FIXED_BYTES)
 
 
 def test_a_model_too_large_for_the_cache_runs_without_the_file(checkpoints, tmp_path, monkeypatch, caplog):

@@ -204,7 +204,7 @@ def _build_runner(
     if num_layers is not None and gguf is not None:  # the probe of a GGUF: its codes, never fp32 weights
         model = load_codes_model(
             ctx.model_dir, gguf, backend=backend, dtype=dtype, kernels=kernels, num_layers=num_layers
-        )[0]
+        )
     elif num_layers is not None:  # dtype = "auto"'s probe: never a prepared file, never quantized
         model = first_layers(ctx.model_dir, num_layers, backend=backend, dtype=dtype)
         if pack:

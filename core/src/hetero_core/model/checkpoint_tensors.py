@@ -181,11 +181,11 @@ class GGUFTensors(CheckpointTensors):
     def _read(self, name: str) -> torch.Tensor:
         tensor = self._tensors[name]
         result = self._dequantize(tensor)
-        _release_pages(self._reader, tensor)
+        release_pages(self._reader, tensor)
         return result
 
 
-def _release_pages(reader, tensor) -> None:
+def release_pages(reader, tensor) -> None:
     """Drop the pages of the GGUF's mapping that ``tensor``'s bytes are on from this process (they stay
     in the page cache; a later read faults them in again), so a file read whole is not kept resident."""
     mapping = getattr(reader.data, "_mmap", None)

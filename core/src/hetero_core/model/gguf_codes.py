@@ -13,17 +13,18 @@ or ``f16 * 6-bit`` scale and a code of at most 6 bits), so ``d * q + m`` is one 
 - Q8_0: ``d * q``, ``q`` int8, ``m = 0``;
 - Q4_K: super-blocks of 256 with eight 32-input sub-blocks, 6-bit scales and mins (``get_scale_min_k4``):
   ``d_eff = d * sc`` and ``m_eff = -(dmin * mn)`` (both exact in fp32), ``q`` 0..15;
-- Q5_K: as Q4_K with a 5th bit per code (the 8-bit layout).
+- Q5_K: as Q4_K with a 5th bit per code (the 8-bit layout);
+- Q6_K: super-blocks of 256 with sixteen 16-input sub-blocks, an int8 scale each: blocks of 16 inputs
+  (``block`` 16, the kernels' CODES_Q8_SUB16 layout) with ``d_eff = d * sc`` (exact in fp32: 11 + 8
+  significant bits), ``m = 0`` and the 6-bit code less 32 (-32..31) as the int8 ``q``; ``d_eff * q``
+  has at most 24 significant bits, so it is exact too and the value is the reference's.
 
 Equal means equal as fp32 values: where the reference's weight is a zero from a negative ``d`` times a
 zero code (Q4_0, Q5_0, Q8_0: ``d * 0 = -0.0``) ours is ``-0.0 + 0.0 = +0.0``, which no sum can tell
 apart. A block whose f16 scale is inf or NaN (no quantizer writes one) expands to NaN here where the
 reference may give an inf.
 
-Q6_K keeps a scale per 16 inputs, which the 32-input layout cannot hold: ``codes_of`` returns None for it
-(the tensor is then dequantized to the compute dtype, ``gguf_codes_loader``) until the kernels have a
-16-input sub-block layout; switching it over is ``_decoders``'s one entry. Every other type (IQ*, Q2_K,
-Q3_K, TQ*, float types) has no codes either.
+Every other type (IQ*, Q2_K, Q3_K, TQ*, float types) has no codes: ``codes_of`` returns None for it.
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BLOCK = 32  # inputs per code block (the kernels' layout)
+BLOCK = 32  # inputs per code block (the kernels' layout; Q6_K's blocks are SUB_BLOCK)
+SUB_BLOCK = 16  # inputs per Q6_K sub-block
 SUPER_BLOCK = 256  # inputs per k-quant super-block (QK_K)
 
 
 @dataclass(frozen=True)
 class BlockCodes:
-    """A [N, K] weight as codes: ``d``, ``m`` [N, K / 32] fp32, ``q`` [N, K / 32, 32] (``bits`` 4: uint8
-    0..15; 8: int8), the weight being ``d * q + m`` per block in fp32."""
+    """A [N, K] weight as codes: ``d``, ``m`` [N, K / B] fp32, ``q`` [N, K / B, B] (``bits`` 4: uint8
+    0..15; 8: int8), the weight being ``d * q + m`` per block in fp32; B (``block``) is 32, or 16 for
+    Q6_K (then ``m`` is 0 and ``bits`` 8)."""
 
     d: np.ndarray
     m: np.ndarray
@@ -47,8 +50,13 @@ class BlockCodes:
     bits: int
 
     @property
+    def block(self) -> int:
+        """Inputs per block: 32, or 16 (Q6_K)."""
+        return self.q.shape[-1]
+
+    @property
     def shape(self) -> tuple[int, int]:
-        return self.d.shape[0], self.d.shape[1] * BLOCK
+        return self.d.shape[0], self.d.shape[1] * self.block
 
     def values(self) -> np.ndarray:
         """The weight [N, K] in fp32, as the kernels expand it (one rounding of ``d * q + m``)."""
@@ -76,8 +84,7 @@ def codes_of(raw: np.ndarray, type_name: str) -> BlockCodes | None:
 
 
 def _decoders():
-    """Type name -> decoder (raw [N, row bytes] -> BlockCodes). Q6_K joins here once a 16-input
-    sub-block layout exists (it is dequantized until then)."""
+    """Type name -> decoder (raw [N, row bytes] -> BlockCodes)."""
     return {
         "Q4_0": _q4_0,
         "Q4_1": _q4_1,
@@ -86,6 +93,7 @@ def _decoders():
         "Q8_0": _q8_0,
         "Q4_K": _q4_k,
         "Q5_K": _q5_k,
+        "Q6_K": _q6_k,
     }
 
 
@@ -182,3 +190,20 @@ def _q4_k(raw):
 
 def _q5_k(raw):
     return _k_codes(raw, 176, 48, 16, 8)
+
+
+def _q6_k(raw):
+    """Q6_K's 210-byte super-blocks: ``ql`` [128] (low nibbles), ``qh`` [64] (2-bit high parts),
+    ``scales`` [16] int8, ``d`` f16. Each half of 128 inputs takes 64 ``ql`` bytes and 32 ``qh`` bytes:
+    its input 32 g + l (g 0..3, l 0..31) is ``ql[l]``'s (g 0, 2) or ``ql[32 + l]``'s (g 1, 3) low (g < 2)
+    or high nibble, with bits 2 g, 2 g + 1 of ``qh[l]`` on top; sub-block s (16 inputs) has scale s."""
+    blocks = _blocks(raw, 210)
+    rows, supers = blocks.shape[:2]
+    ql = blocks[..., :128].reshape(rows, supers, 2, 2, 32)
+    qh = blocks[..., 128:192].reshape(rows, supers, 2, 1, 32)
+    low = np.concatenate([ql & 0x0F, ql >> 4], axis=-2)  # [N, S, half, g, l]
+    high = (qh >> np.array([0, 2, 4, 6], dtype=np.uint8)[:, None]) & 0x03
+    q = ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8).reshape(rows, supers * 16, SUB_BLOCK)
+    scales = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32)
+    d = (_f16(blocks[..., 208:210])[..., None] * scales).reshape(rows, -1)
+    return BlockCodes(d, np.zeros_like(d), q, 8)

@@ -5,15 +5,21 @@ The old way converted the GGUF once into an fp32 checkpoint and loaded that (for
 15.9 GB resident for 636 MiB of GGUF), then recovered the codes from the fp32 values where it could
 (``block_codes``). Here the GGUF is memory-mapped (``gguf.GGUFReader``) and read one tensor at a time:
 
-- a linear whose parts all have codes (``gguf_codes``: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K) is
-  packed from them (``pack_code_panels``); the fused q/k/v and gate/up (``fusion``) are their parts'
-  rows concatenated, gate/up in the kernels' SwiGLU panel order, a part with 8-bit codes widening the
-  others to 8 bits; llama's q/k rows are un-permuted as codes (``reverse_permute``);
-- any other linear (a part in Q6_K, F16, or a type without codes) is dequantized to the compute dtype
-  and packed as a plain linear; a type Hetero keeps no codes for at all (IQ*, Q2_K, Q3_K, TQ*...) is
-  named in one warning line;
+- a linear whose parts all have codes (``gguf_codes``: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
+  is packed from them (``gguf_code_linears``: fused parts of one layout as one weight, parts of Q6_K's
+  16-input blocks beside 32-input ones as a ``SplitLinear``), so a Q4_K_M or Q5_K_M file keeps every
+  linear as codes;
+- any other linear (a part in F16, or a type without codes) is dequantized to the compute dtype and
+  packed as a plain linear; a type Hetero keeps no codes for at all (IQ*, Q2_K, Q3_K, TQ*...) is named
+  in one warning line;
 - norms and embeddings are dequantized one by one to the compute dtype (a tied LM head keeps the
   embedding's codes).
+
+Loading streams as a checkpoint's does (``model_builder``): a decoder layer at a time (then the
+embedding, final norm and head), each group handed to ``LayerPacking`` once in place, which packs what
+is left plain and, given a prepared file, writes the group to it at once. The GGUF pages a tensor was
+read from are released after it (``checkpoint_tensors.release_pages``), so a first start holds the
+packed codes, the layer in hand and nothing else.
 
 The linears run the coded linear in either compute dtype (bf16 activations are widened to fp32 rows
 for it); the dtype only picks how activations and attention run. The config and tokenizer still come
@@ -31,8 +37,12 @@ from torch import nn
 
 from hetero_core.errors import ModelLoadError
 from hetero_core.logging import get_logger
+from hetero_core.model.checkpoint_tensors import release_pages
 from hetero_core.model.config import ModelConfig
-from hetero_core.model.cpu.block_codes import PANEL, pack_code_panels
+from hetero_core.model.cpu import gguf_code_linears
+from hetero_core.model.cpu.gguf_code_linears import coded_linear
+from hetero_core.model.cpu.layer_packing import LayerPacking
+from hetero_core.model.freed_memory import release_freed_memory
 from hetero_core.model.fusion import checkpoint_parts
 from hetero_core.model.gguf_checkpoint import (
     GGUF_ARCHITECTURES,
@@ -41,14 +51,13 @@ from hetero_core.model.gguf_checkpoint import (
     open_gguf,
     reverse_permute,
 )
-from hetero_core.model.gguf_codes import BlockCodes, codes_of, has_codes
+from hetero_core.model.gguf_codes import has_codes
+from hetero_core.model.llama import LlamaForCausalLM
+from hetero_core.model.model_builder import weight_groups
 
 log = get_logger("hetero.executor")
 
-CHUNK_ROWS = 4096  # rows of one tensor decoded at a time (a multiple of the kernels' 16-row panels)
-KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # as prepared_file names a linear in the kernels' layout
-# Types dequantized without a warning: full-precision ones, and Q6_K until the kernels have its layout.
-PLAIN_TYPES = {"F32", "F16", "BF16", "F64", "Q6_K"}
+PLAIN_TYPES = {"F32", "F16", "BF16", "F64"}  # types dequantized without a warning: full-precision ones
 
 
 def codes_source(source: Path, dtype: torch.dtype, kernels) -> Path | None:
@@ -68,14 +77,20 @@ def codes_source(source: Path, dtype: torch.dtype, kernels) -> Path | None:
 
 
 def load_codes_model(
-    source: Path, gguf_path: Path, *, backend, dtype: torch.dtype, kernels, num_layers: int | None = None
-) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    source: Path,
+    gguf_path: Path,
+    *,
+    backend,
+    dtype: torch.dtype,
+    kernels,
+    num_layers: int | None = None,
+    packing: LayerPacking | None = None,
+) -> LlamaForCausalLM:
     """The packed model of ``gguf_path`` (the config from ``source``'s config.json where it is a
-    converted folder) and its plain tensors (those ``prepared_file.save_prepared`` stores for linears
-    outside the kernels' layout). ``num_layers``: only the first decoder layers (with the embedding,
-    the final norm and the head), as ``dtype = "auto"``'s probe times them (``probe_model``)."""
-    from hetero_core.model.cpu.prepared_file import _assemble
-
+    converted folder), loaded a layer at a time, each group handed to ``packing`` (a ``LayerPacking``
+    for ``kernels``, writing a prepared file where it has one; a fresh one without a file if None).
+    ``num_layers``: only the first decoder layers (with the embedding, the final norm and the head),
+    as ``dtype = "auto"``'s probe times them (``probe_model``)."""
     reader = open_gguf(gguf_path)
     raw_config = gguf_config(reader, gguf_path)
     config = ModelConfig.from_dir(source) if Path(source).is_dir() else ModelConfig.from_dict(raw_config)
@@ -88,19 +103,27 @@ def load_codes_model(
         name = hf_tensor_name(tensor.name)
         if name is not None and (num_layers is None or _layer_index(name) < num_layers):
             by_name[name] = tensor
-    tensors, skipped = _tensors(by_name, config, dtype, kernels, raw_config["model_type"] == "llama")
-    _warn_expanded(skipped)
+    # The metadata is read: its fields (a tokenizer's every token and merge, each as numpy views) held
+    # ~120 MB of Python objects for a 49k vocabulary, which would stay beside the weights to the end.
+    reader.fields.clear()
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config, backend)
+    loader = _GroupLoader(reader, by_name, config, dtype, kernels, raw_config["model_type"] == "llama")
+    packing = packing if packing is not None else LayerPacking(kernels)
     try:
-        model = _assemble(config, tensors, backend, kernels)
-    except (ValueError, RuntimeError) as exc:
+        for prefix, names in weight_groups(loader.names):
+            loader.load(model, names)
+            packing(model, prefix)
+            release_freed_memory()  # the group's decoded codes and dequantized copies
+    except (ValueError, RuntimeError) as exc:  # shapes that are not the config's
         raise ModelLoadError(
             f"{gguf_path} does not match its architecture {config.architecture}: {exc}"
         ) from exc
-    in_kernel_layout = {f"{n}.weight" for n, m in model.named_modules() if getattr(m, "all_rows", False)}
-    plain = {
-        k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX) and k not in in_kernel_layout
-    }
-    return model, plain  # (dequantized linears now packed are dropped: their plain copy goes)
+    left = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if left:
+        raise ModelLoadError(f"{gguf_path}: no tensor loaded for {left[:3]}; is it a whole model?")
+    model.requires_grad_(False)
+    return model.eval()
 
 
 def _layer_index(name: str) -> int:
@@ -109,56 +132,103 @@ def _layer_index(name: str) -> int:
     return int(parts[2]) if name.startswith("model.layers.") else -1
 
 
-def _tensors(by_name: dict, config: ModelConfig, dtype: torch.dtype, kernels, unpermute: bool):
-    """``prepared_file``'s tensors for the model: linears as packed codes where their parts have them
-    (``<name>.kernel_weight``), every other tensor dequantized to ``dtype``; and the tensors of types
-    kept without codes (type -> names). ``unpermute``: q/k rows are llama.cpp's permuted ones."""
-    permuted = _permuted_heads(by_name, config) if unpermute else {}
-    from hetero_core.model.attention import NoAttention
-    from hetero_core.model.llama import LlamaForCausalLM
+class _GroupLoader:
+    """The model's tensors from the GGUF a group at a time. ``names``: the module's linears (as
+    ``<linear>.weight``) and its other tensors, checked against the file up front (nothing read);
+    ``load(model, names)`` puts one group of them in place, each linear as codes where its parts have
+    them (``gguf_code_linears``), everything else dequantized to ``dtype``. ``unpermute``: q/k rows
+    are llama.cpp's permuted ones."""
 
-    with torch.device("meta"):
-        skeleton = LlamaForCausalLM(config, NoAttention())
-    skeleton.untie_lm_head()
-    linears = {name for name, module in skeleton.named_modules() if isinstance(module, nn.Linear)}
-    expected = [
-        n for n in skeleton.state_dict() if n.rpartition(".")[0] not in linears or n.endswith(".bias")
-    ]
-    tensors: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    skipped: dict[str, list[str]] = {}
-    for linear in sorted(linears):
-        parts = _parts(linear, config)
-        missing = [part for part, _ in parts if part not in by_name]
-        if missing:
-            raise ModelLoadError(f"this GGUF has no tensor for {missing[0]}; is it a whole model?")
-        for part, _ in parts:
-            type_name = by_name[part].tensor_type.name
-            if not has_codes(type_name) and type_name not in PLAIN_TYPES:
-                skipped.setdefault(type_name, []).append(by_name[part].name)
-        swiglu = linear.endswith("gate_up_proj")
-        packed = _packed_codes(by_name, parts, permuted, kernels, swiglu)
-        if packed is not None:
-            tensors[linear + KERNEL_LAYOUT_SUFFIX] = packed
-        elif linear != "lm_head" or not config.tie_word_embeddings:  # tied: the embedding itself
-            tensors[linear + ".weight"] = _dequantized(by_name, parts, permuted, dtype)
-        used.update(part for part, _ in parts)
-    for name in expected:
-        parts = checkpoint_parts(name, config) or [(name, None)]
-        missing = [part for part, _ in parts if part not in by_name]
-        if missing and name.endswith(".bias"):
-            continue  # a linear without a bias: the module's own bias is None then
-        if missing:
-            raise ModelLoadError(f"this GGUF has no tensor for {missing[0]}; is it a whole model?")
-        tensors[name] = _dequantized(by_name, parts, permuted, dtype)
-        used.update(part for part, _ in parts)
-    unexpected = sorted(set(by_name) - used)
-    if unexpected:
-        raise ModelLoadError(
-            f"this GGUF holds tensors {config.architecture} does not take: {unexpected[:5]} "
-            f"({len(unexpected)} in all)"
+    def __init__(self, reader, by_name: dict, config: ModelConfig, dtype: torch.dtype, kernels, unpermute):
+        from hetero_core.model.attention import NoAttention
+
+        self.reader, self.by_name, self.config, self.dtype, self.kernels = (
+            reader,
+            by_name,
+            config,
+            dtype,
+            kernels,
         )
-    return tensors, skipped
+        self.permuted = _permuted_heads(by_name, config) if unpermute else {}
+        with torch.device("meta"):
+            skeleton = LlamaForCausalLM(config, NoAttention())
+        skeleton.untie_lm_head()
+        self.shapes = {
+            n: tuple(m.weight.shape) for n, m in skeleton.named_modules() if isinstance(m, nn.Linear)
+        }
+        self.biased = {
+            n for n, m in skeleton.named_modules() if isinstance(m, nn.Linear) and m.bias is not None
+        }
+        others = [n for n in skeleton.state_dict() if n.rpartition(".")[0] not in self.shapes]
+        self.names = [f"{linear}.weight" for linear in sorted(self.shapes)] + others
+        self._check()
+
+    def load(self, model: LlamaForCausalLM, names: list[str]) -> None:
+        tensors, read = {}, []
+        for name in names:
+            linear = name.rpartition(".")[0]
+            if linear in self.shapes:
+                self._linear(model, linear, tensors)
+                read += [p for p, _ in _parts(linear, self.config)]
+            else:
+                tensors[name] = self._plain(name)
+                read += [p for p, _ in _tensor_parts(name, self.config)]
+        result = model.load_state_dict(tensors, strict=False, assign=True)
+        if result.unexpected_keys:
+            raise ValueError(f"tensors the module does not have: {result.unexpected_keys[:3]}")
+        for part in read:  # the pages of the mapping they were read from: back to the page cache
+            release_pages(self.reader, self.by_name[part])
+
+    def _linear(self, model: LlamaForCausalLM, linear: str, tensors: dict) -> None:
+        parts = _parts(linear, self.config)
+        bias = self._plain(f"{linear}.bias") if linear in self.biased else None
+        module = coded_linear(
+            [self.by_name[p] for p, _ in parts],
+            [self.permuted.get(p) for p, _ in parts],
+            bias,
+            self.kernels,
+            linear.endswith("gate_up_proj"),
+        )
+        if module is not None:
+            if (module.out_features, module.in_features) != self.shapes[linear]:
+                raise ValueError(
+                    f"{linear}'s codes are [{module.out_features}, {module.in_features}], the config's "
+                    f"linear {list(self.shapes[linear])}"
+                )
+            parent, _, child = linear.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, module)
+        elif linear != "lm_head" or not self.config.tie_word_embeddings:  # tied: the embedding itself
+            tensors[f"{linear}.weight"] = _dequantized(self.by_name, parts, self.permuted, self.dtype)
+            if bias is not None:
+                tensors[f"{linear}.bias"] = bias
+
+    def _plain(self, name: str) -> torch.Tensor:
+        return _dequantized(self.by_name, _tensor_parts(name, self.config), self.permuted, self.dtype)
+
+    def _check(self) -> None:
+        """Every tensor the module takes is in the file and the file holds no other (ModelLoadError);
+        one warning per type kept without codes."""
+        used, skipped = set(), {}
+        wanted = [*self.names, *(f"{linear}.bias" for linear in self.biased)]
+        for name in wanted:
+            linear = name.rpartition(".")[0]
+            is_weight = linear in self.shapes and name.endswith(".weight")
+            parts = _parts(linear, self.config) if is_weight else _tensor_parts(name, self.config)
+            missing = [part for part, _ in parts if part not in self.by_name]
+            if missing:
+                raise ModelLoadError(f"this GGUF has no tensor for {missing[0]}; is it a whole model?")
+            used.update(part for part, _ in parts)
+            for part, _ in parts if is_weight else []:
+                type_name = self.by_name[part].tensor_type.name
+                if not has_codes(type_name) and type_name not in PLAIN_TYPES:
+                    skipped.setdefault(type_name, []).append(self.by_name[part].name)
+        unexpected = sorted(set(self.by_name) - used)
+        if unexpected:
+            raise ModelLoadError(
+                f"this GGUF holds tensors {self.config.architecture} does not take: {unexpected[:5]} "
+                f"({len(unexpected)} in all)"
+            )
+        _warn_expanded(skipped)
 
 
 def _parts(linear: str, config: ModelConfig) -> list[tuple[str, int | None]]:
@@ -168,53 +238,9 @@ def _parts(linear: str, config: ModelConfig) -> list[tuple[str, int | None]]:
     return checkpoint_parts(linear + ".weight", config) or [(linear + ".weight", None)]
 
 
-def _packed_codes(by_name, parts, permuted: dict[str, int], kernels, swiglu: bool) -> torch.Tensor | None:
-    """The parts' codes packed for ``coded_linear`` (rows concatenated, in the SwiGLU order for
-    gate/up), or None where a part has none or the rows do not fill the kernels' panels."""
-    if len(parts) == 1 and not swiglu and parts[0][0] not in permuted:
-        return _packed_in_chunks(by_name[parts[0][0]])
-    codes = []
-    for part, _ in parts:
-        tensor = by_name[part]
-        found = codes_of(tensor.data, tensor.tensor_type.name) if tensor.data.ndim == 2 else None
-        if found is None:
-            return None
-        codes.append(_unpermuted(found, permuted.get(part)))
-    rows = sum(c.shape[0] for c in codes)
-    if rows % (2 * PANEL if swiglu else PANEL):
-        return None
-    if len({c.bits for c in codes}) > 1:
-        codes = [c.widened() for c in codes]
-    d = torch.from_numpy(np.concatenate([c.d for c in codes]))
-    m = torch.from_numpy(np.concatenate([c.m for c in codes]))
-    q = torch.from_numpy(np.concatenate([c.q for c in codes]))
-    if swiglu:
-        d, m, q = (kernels.swiglu_order(t) for t in (d, m, q))
-    return pack_code_panels(d, m, q, codes[0].bits)
-
-
-def _packed_in_chunks(tensor) -> torch.Tensor | None:
-    """One tensor's codes packed ``CHUNK_ROWS`` rows at a time (the LM head's codes alone are ~1 byte a
-    weight before packing), or None as for ``_packed_codes``."""
-    raw, type_name = tensor.data, tensor.tensor_type.name
-    if raw.ndim != 2 or not has_codes(type_name) or raw.shape[0] % PANEL:
-        return None
-    out = None
-    for start in range(0, raw.shape[0], CHUNK_ROWS):
-        codes = codes_of(raw[start : start + CHUNK_ROWS], type_name)
-        d, m, q = (torch.from_numpy(t) for t in (codes.d, codes.m, codes.q))
-        packed = pack_code_panels(d, m, q, codes.bits)
-        if out is None:
-            out = torch.empty((raw.shape[0] // PANEL, *packed.shape[1:]), dtype=packed.dtype)
-        out[start // PANEL : start // PANEL + packed.shape[0]] = packed
-    return out
-
-
-def _unpermuted(codes: BlockCodes, heads: int | None) -> BlockCodes:
-    if heads is None:
-        return codes
-    d, m, q = (reverse_permute(t, heads) for t in (codes.d, codes.m, codes.q))
-    return BlockCodes(d, m, q, codes.bits)
+def _tensor_parts(name: str, config: ModelConfig) -> list[tuple[str, int | None]]:
+    """A module tensor's checkpoint tensors (a fused bias's parts, or itself)."""
+    return checkpoint_parts(name, config) or [(name, None)]
 
 
 def _permuted_heads(by_name: dict, config: ModelConfig) -> dict[str, int]:
@@ -246,7 +272,9 @@ def _dequantized(by_name, parts, permuted: dict[str, int], dtype: torch.dtype) -
     row = 0
     for (part, _), tensor in zip(parts, tensors, strict=True):
         rows = int(tensor.shape[1])
-        step = rows if part in permuted else CHUNK_ROWS  # a permutation spans the whole tensor
+        step = (
+            rows if part in permuted else gguf_code_linears.CHUNK_ROWS
+        )  # a permutation spans the whole tensor
         for start in range(0, rows, step):
             values = dequantize(tensor.data[start : start + step], tensor.tensor_type)
             values = np.asarray(values, dtype=np.float32).reshape(-1, columns[0])

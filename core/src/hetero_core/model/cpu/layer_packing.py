@@ -8,8 +8,10 @@ in hand is in both. The LM head comes last (``REST``), untied from tied embeddin
 ``prepared_weights.pack_model`` does it for a model loaded whole.
 
 What is written for a packed model, as ``prepared_file`` loads it back: every tensor of its state
-dict (norms, embeddings, biases), each linear in the kernels' layout (``<name>.kernel_weight``), or,
-for a linear oneDNN packs (opaque, reordered again at load), its plain fused weight. Only the
+dict (norms, embeddings, biases), each linear in the kernels' layout (``<name>.kernel_weight``; a
+``SplitLinear``'s parts as ``<name>.kernel_parts.<i>``), or, for a linear oneDNN packs (opaque,
+reordered again at load), its plain fused weight. A group may arrive with linears already packed (a
+GGUF's codes, ``gguf_codes_loader``): they are written as they are. Only the
 built-in ``LlamaForCausalLM`` is written (``prepared_file._assemble`` rebuilds that class).
 
 With ``quantization`` (int8 or W8A8, ``int8_linear.Quantization``) each group's linears are quantized
@@ -33,10 +35,13 @@ from hetero_core.model.cpu.linear import PackedLinear, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
 from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, KERNEL_LAYOUT_SUFFIX
 from hetero_core.model.cpu.prepared_writer import PreparedFileWriter, header_room
+from hetero_core.model.cpu.split_linear import PARTS_SUFFIX, SplitLinear
 from hetero_core.model.llama import LlamaForCausalLM
 from hetero_core.model.model_builder import REST
 
 log = get_logger("hetero.executor")
+
+MAX_PARTS = 3  # a SplitLinear's parts at most (q, k, v), for the header's room
 
 
 class NotWritten(Exception):
@@ -100,13 +105,17 @@ class LayerPacking:
                 self.failure = f"a {type(model).__name__} is packed at every load (no prepared file)"
                 return False
             names = [*model.state_dict(keep_vars=True), "lm_head.weight"]
-            suffixes = (KERNEL_LAYOUT_SUFFIX, *(STORED_SUFFIXES if self.quantization else ()))
-            names += [
-                name + suffix
+            linears = [
+                name
                 for name, child in model.named_modules()
-                if isinstance(child, nn.Linear) or name == "lm_head"
-                for suffix in suffixes
+                if isinstance(child, (nn.Linear, SplitLinear))
+                or name == "lm_head"
+                or (isinstance(child, PackedLinear) and ".parts." not in name)
             ]
+            names += [name + KERNEL_LAYOUT_SUFFIX for name in linears]
+            names += [f"{name}{PARTS_SUFFIX}{i}" for name in linears for i in range(MAX_PARTS)]
+            if self.quantization:
+                names += [name + suffix for name in linears for suffix in STORED_SUFFIXES]
             self.writer = PreparedFileWriter(self.file, header_room(names, self._metadata(model)))
         return True
 
@@ -121,12 +130,17 @@ class LayerPacking:
         for name, child in module.named_modules(prefix=prefix):
             if isinstance(child, Int8Linear) and name + STORED_CODES not in self.written:
                 tensors.update({name + k: v for k, v in child.stored_tensors().items()})
-            if not isinstance(child, PackedLinear) or name + ".weight" not in plain:
-                continue  # not packed in this group
+            if isinstance(child, SplitLinear):  # (its parts are PackedLinears: skipped below)
+                for index, part in enumerate(child.parts):
+                    tensors[f"{name}{PARTS_SUFFIX}{index}"] = part.kernel_weight
+                continue
+            if not isinstance(child, PackedLinear) or ".parts." in name:
+                continue
             if child.all_rows:
                 tensors[name + KERNEL_LAYOUT_SUFFIX] = child.kernel_weight
-            elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
-                tensors[name + ".weight"] = plain[name + ".weight"]
+            elif name + ".weight" in plain and not (name == "lm_head" and model.config.tie_word_embeddings):
+                tensors[name + ".weight"] = plain[name + ".weight"]  # tied: the embedding itself
+        tensors = {name: tensor for name, tensor in tensors.items() if name not in self.written}
         try:
             for name, tensor in tensors.items():
                 self.writer.add(name, tensor)

@@ -3,16 +3,16 @@ checksum footer, written once as loading streams (``layer_packing``, ``prepared_
 memory-mapped at later starts (``prepared_weights`` decides when and where).
 
 Linears in the layout of the compiled kernels' linear are stored in it as they run
-(``<name>.kernel_weight``); oneDNN's packed weights are opaque, so those linears are stored fused and
-converted and are reordered again at load. A quantized model's int8 linears are stored as their
-codes, scales and (W8A8) group sums (``int8_linear.STORED_SUFFIXES``), its quantization in the
-metadata. Loading builds the model on the meta device and assigns views of the mapping: no
-conversion and no copy.
+(``<name>.kernel_weight``; the parts of a ``SplitLinear``, a GGUF's fused linear of mixed code
+layouts, as ``<name>.kernel_parts.<i>``); oneDNN's packed weights are opaque, so those linears are
+stored fused and converted and are reordered again at load. A quantized model's int8 linears are
+stored as their codes, scales and (W8A8) group sums (``int8_linear.STORED_SUFFIXES``), its
+quantization in the metadata. Loading builds the model on the meta device and assigns views of the
+mapping: no conversion and no copy.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -27,43 +27,13 @@ from hetero_core.model.config import ModelConfig
 from hetero_core.model.cpu.int8_linear import STORED_CODES, STORED_SUFFIXES, Int8Linear, Quantization
 from hetero_core.model.cpu.linear import PackedLinear, is_swiglu_projection, pack_linears
 from hetero_core.model.cpu.prepared_writer import PADDING_PREFIX
+from hetero_core.model.cpu.split_linear import PARTS_SUFFIX, SplitLinear
 from hetero_core.model.llama import LlamaForCausalLM
 
 log = get_logger("hetero.executor")
 
 FORMAT_VERSION = 3  # 2: a checksum footer (cache_file); 3: tensors aligned, written streaming
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
-
-
-def save_prepared(path: Path, model: LlamaForCausalLM, unpacked: dict[str, torch.Tensor]) -> bool:
-    """Write ``model``'s tensors (packed ones in their layout, ``unpacked``'s for oneDNN's linears)
-    to ``path`` atomically, all at once (the GGUF codes' loader: ``gguf_codes_loader``; a checkpoint's
-    weights stream into the file instead, ``layer_packing``); return whether it was written (a failure
-    is logged, never raised). Only a
-    built-in ``LlamaForCausalLM`` is saved (``_assemble`` rebuilds that class): other architectures
-    are packed on every load."""
-    if type(model) is not LlamaForCausalLM or type(model.config) is not ModelConfig:
-        return False
-    from safetensors.torch import save_file
-
-    tensors = {}
-    for name, tensor in model.state_dict().items():
-        tensors[name] = tensor
-    for name, module in model.named_modules():
-        if not isinstance(module, PackedLinear):
-            continue
-        if module.all_rows:
-            tensors[name + KERNEL_LAYOUT_SUFFIX] = module.kernel_weight
-        elif not (name == "lm_head" and model.config.tie_word_embeddings):  # tied: the embedding itself
-            tensors[name + ".weight"] = unpacked[name + ".weight"]
-    metadata = {"config": json.dumps(dataclasses.asdict(model.config)), "format": str(FORMAT_VERSION)}
-    try:
-        with cache_file.written_checked(path, ".tmp") as tmp:
-            save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
-    except (OSError, RuntimeError, ValueError) as exc:
-        log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
-        return False
-    return True
 
 
 def load_prepared(
@@ -116,11 +86,17 @@ def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, ke
                 setattr(parent, child_name, Int8Linear.from_stored(stored, kernels))
                 continue
             packed = tensors.get(name + KERNEL_LAYOUT_SUFFIX)
-            if packed is not None and isinstance(child, nn.Linear):
+            parts = _split_parts(tensors, name)
+            if parts and isinstance(child, nn.Linear):
+                biases = [tensors.get(f"{name}.parts.{i}.bias") for i in range(len(parts))]
+                setattr(parent, child_name, SplitLinear.from_kernel_layouts(parts, biases, kernels))
+            elif packed is not None and isinstance(child, nn.Linear):
                 swiglu = is_swiglu_projection(parent, child_name)
                 linear = PackedLinear.from_kernel_layout(packed, tensors.get(name + ".bias"), kernels, swiglu)
                 setattr(parent, child_name, linear)
-    plain = {k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX)}
+    plain = {
+        k: v for k, v in tensors.items() if not k.endswith(KERNEL_LAYOUT_SUFFIX) and PARTS_SUFFIX not in k
+    }
     model.load_state_dict(plain, strict=False, assign=True)
     if model.lm_head is None:  # tied and not in the kernels' layout: share the loaded embedding
         model.untie_lm_head()
@@ -130,3 +106,11 @@ def _assemble(config: ModelConfig, tensors: dict[str, torch.Tensor], backend, ke
         raise ValueError(f"missing tensors {left[:3]}")
     model.requires_grad_(False)
     return model.eval()
+
+
+def _split_parts(tensors: dict[str, torch.Tensor], name: str) -> list[torch.Tensor]:
+    """A split linear's parts as stored (``<name>.kernel_parts.0``, ``.1``, ...), in order; [] for others."""
+    parts = []
+    while f"{name}{PARTS_SUFFIX}{len(parts)}" in tensors:
+        parts.append(tensors[f"{name}{PARTS_SUFFIX}{len(parts)}"])
+    return parts

@@ -46,7 +46,7 @@ from hetero_core.model.cpu.int8_linear import Quantization
 from hetero_core.model.cpu.layer_packing import LayerPacking, NotWritten, is_saved
 from hetero_core.model.cpu.linear import kernel_layout, pack_linears
 from hetero_core.model.cpu.packed_experts import pack_experts
-from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared, save_prepared
+from hetero_core.model.cpu.prepared_file import FORMAT_VERSION, load_prepared
 from hetero_core.model.freed_memory import release_freed_memory
 from hetero_core.model.gguf_cache import gguf_source
 from hetero_core.model.llama import LlamaForCausalLM
@@ -72,11 +72,17 @@ _LAYOUT_MODULES = (
     "hetero_core.model.llama",
     "hetero_core.model.gguf_codes",
     "hetero_core.model.cpu.gguf_codes_loader",
+    "hetero_core.model.cpu.gguf_code_linears",
+    "hetero_core.model.cpu.split_linear",
     "hetero_core.model.cpu.int8_linear",
     "hetero_core.model.cpu.kernel_int8",
 )
-# the kernels that read the packed layouts
-_LAYOUT_SOURCES = ("csrc/f32_linear.c", "csrc/bf16_linear.c", "csrc/int8_linear.c")
+_LAYOUT_SOURCES = (
+    "csrc/f32_linear.c",
+    "csrc/bf16_linear.c",
+    "csrc/int8_linear.c",
+    "csrc/code_blocks.h",
+)  # the kernels that read the packed layouts
 
 
 def pack_model(model: LlamaForCausalLM, kernels=None) -> None:
@@ -101,16 +107,25 @@ def load_packed_model(
     one for this checkpoint, dtype, packing and quantization (and saved there, as loading streams,
     when there is not and it fits: ``prepared_room``; never with ``prepared_file`` False). A GGUF (or
     a folder converted from one) whose linears the kernels take as codes loads from its codes
-    (``gguf_codes_loader``), never expanding the model's weights; with ``quantization`` its weights
-    are dequantized a layer at a time and quantized to int8 as they come, as any checkpoint's."""
+    (``gguf_codes_loader``), never expanding the model's weights, and streams into the file the same
+    way; with ``quantization`` its weights are dequantized a layer at a time and quantized to int8 as
+    they come, as any checkpoint's."""
     source = resolve_model_source(source)
     gguf = codes_source(source, dtype, kernels) if quantization is None else None
-    small = sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES
 
-    if gguf is not None and (small or not prepared_file):
-        return load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)[0]
+    def load(packing: LayerPacking) -> LlamaForCausalLM:  # a layer at a time, each group to ``packing``
+        if gguf is not None:
+            return load_codes_model(
+                source, gguf, backend=backend, dtype=dtype, kernels=kernels, packing=packing
+            )
+        return load_model(source, backend=backend, dtype=dtype, on_group=packing)
+
+    def streamed() -> LlamaForCausalLM:  # no prepared file
+        return load(LayerPacking(kernels, None, quantization))
+
+    small = sum(p.stat().st_size for p in _checkpoint_files(source)) < MIN_CHECKPOINT_BYTES
     if small or not prepared_file:
-        return _load_streamed(source, backend, dtype, kernels, quantization)
+        return streamed()
     path = prepared_path(source, cache_dir, dtype, kernels, quantization)
     try:
         model = load_prepared(path, backend, kernels, quantization)
@@ -123,12 +138,6 @@ def load_packed_model(
         _touch(path)
         log.info("executor.prepared_weights", path=str(path), hit=True)
         return model
-    if gguf is not None:  # the codes' own loader (its plain tensors kept for the file: save_prepared)
-        model, unpacked = load_codes_model(source, gguf, backend=backend, dtype=dtype, kernels=kernels)
-        if save_prepared(path, model, unpacked):
-            _prune(path.parent, keep=path)
-        log.info("executor.prepared_weights", path=str(path), hit=False)
-        return model
     needed, room = prepared_bytes(source, dtype, quantization), prepared_room(path.parent)
     if needed > room:
         log.warning(
@@ -139,21 +148,19 @@ def load_packed_model(
             reason="the prepared file would not fit in the cache's free disk space: converted and packed "
             "at every start",
         )
-        return _load_streamed(source, backend, dtype, kernels, quantization)
-    return _load_and_save(source, path, backend, dtype, kernels, quantization)
+        return streamed()
+    return _load_and_save(load, streamed, path, backend=backend, kernels=kernels, quantization=quantization)
 
 
-def _load_and_save(
-    source: Path, path: Path, backend, dtype: torch.dtype, kernels, quantization
-) -> LlamaForCausalLM:
-    """Load and pack layer by layer, each layer written to the prepared file as it is packed; then the
-    anonymous weights go and the model is mapped from the file, as a cache hit maps it (one copy in
+def _load_and_save(load, streamed, path: Path, *, backend, kernels, quantization) -> LlamaForCausalLM:
+    """``load(packing)`` layer by layer, each layer written to the prepared file as it is packed; then
+    the anonymous weights go and the model is mapped from the file, as a cache hit maps it (one copy in
     memory at every moment). A file that cannot be written costs only the saving."""
     model = None
     try:
         with cache_file.written_checked(path, ".tmp") as tmp, open(tmp, "wb") as file:
             packing = LayerPacking(kernels, file, quantization)
-            model = load_model(source, backend=backend, dtype=dtype, on_group=packing)
+            model = load(packing)
             packing.finish(model)
             file.close()
             model = None  # before the checksum maps the file: its pages and these weights never both
@@ -166,20 +173,14 @@ def _load_and_save(
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
         if model is not None:
             return model
-        return _load_streamed(source, backend, dtype, kernels, quantization)
+        return streamed()
     _prune(path.parent, keep=path)
     log.info("executor.prepared_weights", path=str(path), hit=False, saved=True)
     try:
         return load_prepared(path, backend, kernels, quantization)
     except (FileNotFoundError, cache_file.CacheFileInvalid) as exc:  # pruned or damaged by another process
         log.warning("executor.prepared_weights_not_saved", path=str(path), error=str(exc))
-        return _load_streamed(source, backend, dtype, kernels, quantization)
-
-
-def _load_streamed(source: Path, backend, dtype: torch.dtype, kernels, quantization) -> LlamaForCausalLM:
-    """The model loaded, quantized and packed a layer at a time, with no prepared file."""
-    packing = LayerPacking(kernels, None, quantization)
-    return load_model(source, backend=backend, dtype=dtype, on_group=packing)
+        return streamed()
 
 
 def prepared_bytes(source: Path, dtype: torch.dtype, quantization: Quantization | None = None) -> int:
