@@ -83,9 +83,10 @@
  * runs the same packed weight with the activations quantized to int8.) */
 #include "code_blocks.h"
 /* Passes that expand the codes in registers, each pass again; more expand them once into a buffer.
- * Measured on an Emerald Rapids Xeon with cold weights: 2 with AVX-512 (32 registers), 1 with AVX2. */
+ * AVX-512 (32 registers): every pass a decode step or prompt chunk has (see coded_linear); AVX2: 1
+ * (measured on an Emerald Rapids Xeon with cold weights). */
 #if LANES == 16
-#define FUSED_CODE_PASSES 2
+#define FUSED_CODE_PASSES 64
 #else
 #define FUSED_CODE_PASSES 1
 #endif
@@ -376,18 +377,24 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
     }
 }
 
-/* Bytes of expanded panels a thread keeps for the row chunks of a large x (see coded_linear). */
+/* Bytes of expanded panels an AVX2 thread keeps for the row chunks of a large x. */
 #define EXPANDED_GROUPS_BYTES (512 * 1024)
+/* Bytes of codes a thread walks every chunk of a large x against before its next groups (see coded_linear). */
+#define CODE_GROUPS_BYTES (256 * 1024)
 
 /* As f32_linear, with ``packed`` holding block codes in the layout of code_blocks.h, ``bits`` its
  * format (CODES_Q4, CODES_Q8, CODES_Q8_SUB16; K a multiple of its block). Returns 0; -1 for shapes
  * linear_refuses or another format (nothing written); -2 when a thread's buffer cannot be allocated.
  *
- * One chunk of x (decode steps, short prompts): each group's codes are expanded in registers (up to
- * FUSED_CODE_PASSES passes) or into a buffer once, and its passes pull the next group's codes into
- * cache. Several chunks (long prefills): a thread expands a run of its groups at once, about
- * EXPANDED_GROUPS_BYTES, and runs every chunk of x against that run before the next, so neither a
- * group's expansion (once per chunk, 5-6 % of a prefill) nor x's chunks (once per group) repeat. */
+ * Every pass expands its group's codes in registers (AVX-512: up to FUSED_CODE_PASSES passes, all a
+ * decode step or short prompt has), reading a group's codes (about 20-80 KB) from L1/L2 again for
+ * each pass of 8 rows: on a 2-core Xeon this ran 2.4x the rate of expanding a group once into an fp32
+ * buffer and reading that from L2 at every pass (110 vs 45 GMAC/s at 32-128 rows, 2 threads; the
+ * buffer's 4 bytes a weight were the bound). One chunk of x (decode steps, short prompts): the passes
+ * pull the next group's codes into cache. Several chunks (long prefills): a thread takes a run of its
+ * groups, about CODE_GROUPS_BYTES of codes, and runs every chunk of x against that run before the
+ * next, so x's chunks stay in L2 and the codes are read from memory once. AVX2 (16 registers) keeps
+ * the buffer for more than one pass. */
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
     if (!code_format_known(bits) || linear_refuses(m, n, k, ldx, ldy, swiglu, code_block_inputs(bits))) return -1;
@@ -398,7 +405,7 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
     const int group_width = plan.group_width, max_rows = plan.max_rows;
     const int64_t panel_bytes = k / code_block_inputs(bits) * code_block_bytes(bits), group_floats = group_width * k * PANEL;
     int failed = 0;
-    if (chunk < m) {
+    if (chunk < m && FUSED_CODE_PASSES == 1) {  /* AVX2: a run of groups expanded once */
         int64_t run = EXPANDED_GROUPS_BYTES / (group_floats * (int64_t)sizeof(float));
         if (run < 1) run = 1;
         #pragma omp parallel num_threads(num_threads) reduction(| : failed)
@@ -419,6 +426,24 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
             }
         }
         return failed ? -2 : 0;
+    }
+    if (chunk < m) {
+        int64_t run = CODE_GROUPS_BYTES / (group_width * panel_bytes);
+        if (run < 1) run = 1;
+        #pragma omp parallel num_threads(num_threads)
+        {
+            const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
+            const int64_t first = groups * thread / threads, end = groups * (thread + 1) / threads;
+            for (int64_t g0 = first; g0 < end; g0 += run) {
+                const int64_t g1 = end - g0 < run ? end : g0 + run;
+                for (int64_t r0 = 0; r0 < m; r0 += chunk)
+                    for (int64_t g = g0; g < g1; g++)
+                        coded_group_passes(x + r0 * ldx, ldx, NULL, packed + g * group_width * panel_bytes, bias,
+                                           y + r0 * ldy, ldy, m - r0 < chunk ? m - r0 : chunk, panels, k, bits, swiglu,
+                                           group_width, max_rows, g, NULL, 0);
+            }
+        }
+        return 0;
     }
     const int64_t passes = (m + max_rows - 1) / max_rows;
     #pragma omp parallel for schedule(static) num_threads(num_threads) reduction(| : failed)
