@@ -108,7 +108,7 @@ def _check_coded_linear(kernels, rows, out_features, bias, in_features=96, codes
 
 
 @pytest.mark.parametrize("codes", ["q4_1", "q8_0"])
-@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 17, 33, 100])  # register-expanded (AVX-512: every pass) and buffered (AVX2 past one pass)
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 17, 33, 100])  # codes in registers or buffered (AVX2)
 @pytest.mark.parametrize("out_features, bias", [(48, True), (64, False), (16, True)])
 def test_the_coded_linear_equals_the_f32_linear_on_the_dequantized_weight(
     kernel, rows, out_features, bias, codes
