@@ -18,6 +18,7 @@ from hetero_core.model.cpu.kv_cache_size import (
     kv_pool_size,
 )
 from hetero_core.model.cpu.memory_budget import MemoryBudget
+from hetero_core.model.cpu.weight_size import CheckpointTensors
 from hetero_core.settings import load_settings
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -146,3 +147,32 @@ def test_a_draft_models_pool_stays_its_own_size_when_the_targets_is_sized_from_m
     proposer = DraftProposer(ctx)
     assert proposer.pool.num_blocks == 24
     assert proposer.executor.kv_caches[0].key.shape[1] == 24  # [heads, blocks, block_size, head_dim]
+
+
+class _CodedTensors(CheckpointTensors):
+    """A GGUF's tensors whose linear is Q4_K codes (the types injected: no file read)."""
+
+    @property
+    def code_types(self) -> dict[str, str]:
+        return {"model.layers.0.mlp.up_proj.weight": "Q4_K"}
+
+
+def test_a_gguf_pool_is_sized_from_the_memory_its_codes_leave():
+    """The codes' bytes, not the dense fp32 bound: an 8B Q4_K_M in fp32 is ~9 GB of codes where its
+    dense figure is ~30 GB, and a pool sized from the dense one finds no memory left."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hetero_core.model.cpu.memory_fit import MemoryFit
+
+    linear = 6 * GIB // 4  # 6 GiB in fp32, 1.125 GiB as 4-bit codes (24 bytes per 32 weights)
+    tensors = _CodedTensors({"model.layers.0.mlp.up_proj.weight": linear}, tied_embeddings=False)
+    budget = MemoryBudget(5 * GIB, "a test's budget")
+    fit = MemoryFit(tensors, budget, kv_bytes_per_token=MIB // 16, max_model_len=256, block_codes=True)
+    settings = SimpleNamespace(max_num_blocks_given=False, max_num_seqs=10_000, kv_cache_memory=None)
+    ctx = SimpleNamespace(settings=settings, block_size=16, max_model_len=256)
+    pool = torch_memory.kv_pool(ctx, fit, torch.float32)
+    left = 5 * GIB - fit.weight_bytes("float32", codes=True) - fit.working_set_bytes("float32", codes=True)
+    assert fit.weight_bytes("float32", codes=True) == linear * 24 // 32
+    assert pool.num_blocks == int(KV_MEMORY_FRACTION * left) // MIB  # 1 MiB blocks (16 tokens)

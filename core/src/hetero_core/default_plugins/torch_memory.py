@@ -46,7 +46,7 @@ def kv_pool(ctx, fit: MemoryFit, dtype: torch.dtype) -> KVPoolSize | None:
         max_num_seqs=settings.max_num_seqs,
         max_model_len=ctx.max_model_len,
         budget=fit.budget,
-        weight_bytes=fit.weight_bytes(name) + fit.working_set_bytes(name),
+        weight_bytes=fit.weight_bytes(name, codes=True) + fit.working_set_bytes(name, codes=True),
         kv_cache_memory=settings.kv_cache_memory,
     )
     log.info(

@@ -35,9 +35,9 @@ class MemoryFit:
         dense figure is an upper bound, and reading the GGUF's tensor types costs a little)."""
         return self.tensors.resident_bytes(dtype_name, codes and self.block_codes)
 
-    def working_set_bytes(self, dtype_name: str) -> int:
+    def working_set_bytes(self, dtype_name: str, codes: bool = False) -> int:
         """Activations, the packing's temporaries, the allocator's slack."""
-        return max(MIN_WORKING_SET_BYTES, int(WORKING_SET_FRACTION * self.weight_bytes(dtype_name)))
+        return max(MIN_WORKING_SET_BYTES, int(WORKING_SET_FRACTION * self.weight_bytes(dtype_name, codes)))
 
     def reserve_bytes(self, dtype_name: str) -> int:
         """Room kept beyond the weights: one max_model_len sequence's KV cache and the working set."""

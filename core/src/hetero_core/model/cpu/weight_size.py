@@ -7,9 +7,9 @@ The estimate: every parameter at the dtype's width (fp32 4 bytes, bf16 2), plus 
 where the checkpoint ties it to the embeddings (the executor unties it to pack it). A GGUF (or a
 folder converted from one, which holds no weights of its own) whose linears are block codes runs them
 as codes in fp32 and bf16 where the kernels take them (``block_codes``, ``gguf_codes_loader``): 24
-bytes per 32 weights for the 4-bit types (16 of codes, fp32 d and m), 40 for the 8-bit ones; its
-other tensors (norms, embeddings, Q6_K) at the dtype's width. The headers are a few KB: reading them
-costs nothing next to the weights.
+bytes per 32 weights for the 4-bit types (16 of codes, fp32 d and m), 40 for the 8-bit ones, 20
+per 16 for Q6_K (16 of codes, fp32 d); its other tensors (norms, embeddings) at the dtype's
+width. The headers are a few KB: reading them costs nothing next to the weights.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ _FOUR_BIT, _EIGHT_BIT = 24 / 32, 40 / 32  # bytes per weight of the kernels' blo
 CODE_BYTES = {
     **dict.fromkeys(("Q4_0", "Q4_1", "Q4_K"), _FOUR_BIT),
     **dict.fromkeys(("Q5_0", "Q5_1", "Q5_K", "Q8_0"), _EIGHT_BIT),
+    "Q6_K": 20 / 16,  # 16-input blocks: 16 bytes of codes and an fp32 d per column
 }
 _EMBEDDINGS = ("model.embed_tokens.weight", "token_embd.weight")
 
