@@ -75,6 +75,7 @@ class DeepseekForCausalLM(nn.Module):
         )
         self.rotary = DeepseekRotary(config)
         self.fused_decode = None  # no fused CPU decode step for MLA (the Llama one's layout differs)
+        self.pipeline = None  # MLA does not declare pipeline_parallel: always the whole model
 
     # The same forward and head as Llama's (``fused_decode`` stays None: no fused CPU decode step).
     forward = LlamaForCausalLM.forward
