@@ -49,6 +49,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     check_sections(settings, plugins.registry)
 
     executor_c, executor_options = select(settings, plugins, "executor")
+    tensor_parallel.check_backend(settings)
     tensor_parallel.check_executor(
         executor_c, plugins.registry, settings.tensor_parallel_size, settings.pipeline_parallel_size
     )
