@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import secrets
 import signal
 import socket
@@ -42,6 +43,9 @@ CONNECT_TIMEOUT_S = 300.0  # for every actor to start (a fresh worker process im
 ACCEPT_POLL_S = 0.5  # between checks that an actor that has not connected yet is still starting
 HANDSHAKE_TIMEOUT_S = 10.0  # for a connection's token and hello
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2  # a local instance's (nothing large travels through it)
+_WORKER_EXIT = re.compile(
+    r"(?P<what>.*?)\.? Worker exit type: (?P<type>\S+) Worker exit detail: (?P<detail>.*)"
+)
 NODE_BUNDLE_SHARE = 0.001  # of this node's ``node:IP`` resource: rank 0's bundle lands on this node
 
 
@@ -272,7 +276,12 @@ def _death_cause(exc: BaseException) -> str:
     reason = text.partition("The actor is dead because ")[2] or text
     for tail in (" Some common causes", " There are some potential", " If the process", " Check the"):
         reason = reason.split(tail)[0]
-    return f"Ray reports the actor dead: {reason.rstrip('. ')}"
+    worker = _WORKER_EXIT.match(
+        reason
+    )  # "its worker process has died. Worker exit type: X Worker exit detail: Y"
+    if worker is not None:
+        return f"{worker['what']} (Ray: exit type {worker['type']}, {worker['detail'].rstrip('. ')})"
+    return f"{reason.rstrip('. ')} (Ray)"
 
 
 def _node_place(ip: str, node_id: str) -> str:
