@@ -103,6 +103,22 @@ def test_two_tensor_parallel_ranks_on_two_nodes_give_the_greedy_tokens_of_one(
     assert got == reference
 
 
+def test_hetero_run_across_the_cluster_prints_the_text_of_one_process(two_nodes, llama_dir):
+    """A second driver (the command) joins the cluster at its address; its rank 1 lands on the node
+    its rank 0 is not on, as in-process."""
+    from tests.cli_helpers import hetero
+
+    args = ["--model", str(llama_dir), "--tokenizer", "byte", "--dtype", "float32", "--block-size", "4"]
+    args += ["--max-model-len", "128", "--max-tokens", "12", "--temperature", "0", "--no-chat"]
+    ray_args = ["-pp", "2", "--distributed-executor-backend", "ray", "--ray-address", two_nodes.address]
+    texts = {}
+    for name, extra in (("one process", []), ("ray", ray_args)):
+        result = hetero("run", *args, *extra, "Hello there", timeout=300)
+        assert result.returncode == 0, result.stderr
+        texts[name] = result.stdout
+    assert texts["ray"] == texts["one process"] and texts["ray"].strip()
+
+
 def test_a_rank_killed_mid_request_fails_it_naming_its_node(two_nodes, llama_dir):
     engine = make_engine(llama_dir, pipeline_parallel_size=2, distributed_executor_backend="ray")
     try:

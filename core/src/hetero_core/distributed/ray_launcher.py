@@ -33,10 +33,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hetero_core.distributed.failures import WorkerReport
 from hetero_core.distributed.node_interface import pin_gloo_interface
+from hetero_core.distributed.ray_address import check_reachable
 from hetero_core.distributed.ray_rank import RankActor
 from hetero_core.errors import ConfigError, HeteroError
 from hetero_core.model.cpu.threads import available_cpus
-from hetero_core.ray_address import check_reachable
 
 PLACEMENT_TIMEOUT_S = 60.0  # for the cluster to find room for every rank's bundle
 CONNECT_TIMEOUT_S = 300.0  # for every actor to start (a fresh worker process imports Hetero) and connect

@@ -19,8 +19,8 @@ import ray
 from ray import serve
 from ray.serve.config import HTTPOptions
 
+from hetero_core.distributed.ray_address import check_reachable
 from hetero_core.errors import ConfigError, HeteroError
-from hetero_core.ray_address import check_reachable
 from hetero_core.replicas.deployment import build_application
 from hetero_core.server.settings import ServerSettings
 from hetero_core.server.signals import signals_blocked_in_children, take_back_sigterm
