@@ -225,12 +225,14 @@ class RayWorker:
         return not self.wait(0.0)
 
     def wait(self, timeout: float) -> bool:
+        if not ray.is_initialized():  # Ray shut down (its exit hook runs before ours): its actors with it
+            return True
         ended, _ = ray.wait([self.run], timeout=max(0.0, timeout), fetch_local=False)
         return bool(ended)
 
     def record_end(self, report: WorkerReport) -> None:
         """Why Ray says the actor died (nothing when ``run`` returned: it was told to shut down)."""
-        cause = _task_failure(self.run)
+        cause = _task_failure(self.run) if ray.is_initialized() else None
         if cause is not None:
             report.death_cause = cause
 
