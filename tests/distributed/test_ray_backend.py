@@ -72,8 +72,10 @@ def make_engine(model_dir, **overrides):
 
 
 def assert_ranks_on_two_nodes(executor, cluster) -> None:
-    """Rank 0 on this process's node, rank 1 (its actor's report) on the other node of the cluster."""
+    """Rank 0 on this process's node, rank 1 (its actor's report) on the other node of the cluster;
+    the rendezvous at this node's address as Ray knows it (what other machines reach)."""
     here = ray.get_runtime_context().get_node_id()
+    assert executor.rendezvous_host == ray.util.get_node_ip_address()
     (worker,) = executor._workers
     assert executor.worker_nodes == [here, worker.node_id]
     assert worker.node_id != here

@@ -65,7 +65,7 @@ class RayLauncher:
                 "use distributed_executor_backend 'mp' for CUDA ranks on one machine"
             )
         self.address = address
-        self.rendezvous_host = "127.0.0.1"  # until start: this node's address
+        self.rendezvous_host: str | None = None  # this node's address, once start has joined the cluster
         self.where: str | None = None
         self._started_ray = False
         self._placement = None

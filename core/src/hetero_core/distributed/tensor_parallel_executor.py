@@ -61,6 +61,7 @@ class TensorParallelExecutor:
         self.output_rank = (self.pipeline_parallel_size - 1) * self.tensor_parallel_size
         self.executor_name = executor_name
         self.dead_reason: str | None = None
+        self.rendezvous_host: str | None = None  # where rank 0's store listens (once the workers start)
         self._launcher = launcher or LocalProcessLauncher()
         self._workers: list[RankWorker] = []
         self._closed = False
@@ -87,9 +88,9 @@ class TensorParallelExecutor:
 
     def _start(self, payload: bytes, factory, ctx) -> None:
         backend = process_group.backend()
-        host = self._launcher.rendezvous_host
+        self._workers = self._launcher.start(self.size)  # they wait for their setup
+        self.rendezvous_host = host = self._launcher.rendezvous_host  # known once they are placed
         store = process_group.host_store(self.size, host)
-        self._workers = self._launcher.start(self.size)
         for worker in self._workers:
             setup = {
                 "sys_path": list(sys.path),
@@ -123,6 +124,7 @@ class TensorParallelExecutor:
             executor=self.executor_name,
             workers=self.worker_pids,
             nodes=self.worker_nodes or None,
+            rendezvous=f"{host}:{store.port}",
         )
 
     @property

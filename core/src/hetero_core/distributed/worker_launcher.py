@@ -49,7 +49,7 @@ class RankWorker(Protocol):
 class WorkerLauncher(Protocol):
     """Starts the workers of one group and releases what it holds for them."""
 
-    rendezvous_host: str  # where rank 0's store listens, as the workers reach it
+    rendezvous_host: str | None  # where rank 0's store listens, as the workers reach it (after start)
     where: str | None  # rank 0's place, for errors and logs (None: this machine)
 
     def start(self, world_size: int) -> list[RankWorker]:
