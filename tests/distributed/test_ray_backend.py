@@ -193,3 +193,10 @@ def test_a_ray_client_address_is_refused(llama_dir):
             distributed_executor_backend="ray",
             ray_address="ray://head:10001",
         )
+
+
+def test_cuda_ranks_are_refused_until_each_rank_gets_its_device():
+    from hetero_core.distributed.ray_launcher import RayLauncher
+
+    with pytest.raises(ConfigError, match="runs CPU ranks \\(gloo\\) so far, not device 'cuda:0'"):
+        RayLauncher(None, "cuda:0")

@@ -36,7 +36,7 @@ from hetero_core.distributed.node_interface import pin_gloo_interface
 from hetero_core.distributed.ray_address import check_reachable
 from hetero_core.distributed.ray_rank import RankActor
 from hetero_core.errors import ConfigError, HeteroError
-from hetero_core.model.cpu.threads import available_cpus
+from hetero_core.model.cpu.threads import available_cpus, is_cpu_device
 
 PLACEMENT_TIMEOUT_S = 60.0  # for the cluster to find room for every rank's bundle
 CONNECT_TIMEOUT_S = 300.0  # for every actor to start (a fresh worker process imports Hetero) and connect
@@ -59,7 +59,7 @@ class RayLauncher:
                 "which every rank connects to, so it must run on a node of the cluster: give the head's "
                 "HOST:PORT (its GCS) or auto, not a Ray Client address"
             )
-        if device != "cpu":
+        if not is_cpu_device(device):
             raise ConfigError(
                 f"distributed_executor_backend 'ray' runs CPU ranks (gloo) so far, not device {device!r}; "
                 "use distributed_executor_backend 'mp' for CUDA ranks on one machine"
