@@ -1,7 +1,7 @@
 """A GGUF file's metadata and tensor table, parsed in one quick pass over its header.
 
 ``gguf.GGUFReader`` makes a numpy view of every metadata item, two per string: the embedded model's
-tokenizer (49,152 tokens and 48,900 merges) costs it 5-11 s on the 2-core VM, and a first start
+tokenizer (49,152 tokens and 48,900 merges) costs it 5-30 s on the shared 2-core VM, and a first start
 opened the file three times (the conversion's config, the prepared file's size, the codes' load).
 ``GGUFFile`` reads the same header with ``struct`` (~0.1 s): the fields as Python values (a string
 array as its raw bytes, decoded when asked for), the tensors as ``gguf.GGUFReader`` gives them (the
