@@ -47,6 +47,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
     install_architectures(plugins.registry.architectures)  # what model loading looks config.json up in
     check_allow_list(settings.plugins, plugins)
     check_sections(settings, plugins.registry)
+    tensor_parallel.check_backend(settings)
 
     executor_c, executor_options = select(settings, plugins, "executor")
     tensor_parallel.check_executor(

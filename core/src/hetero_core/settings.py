@@ -171,6 +171,18 @@ class HeteroSettings(BaseSettings, _SeamFields):
         description="pipeline stages the model's layers are split across, "
         "one process per stage (times tensor_parallel_size); needs an executor that supports it",
     )
+    distributed_executor_backend: Literal["mp", "ray"] = Field(
+        "mp",
+        description="what runs the ranks of tensor_parallel_size x pipeline_parallel_size > 1 (vLLM's "
+        "name): mp, processes on this machine; ray, Ray actors on the cluster at ray_address "
+        "(needs hetero-core[ray])",
+    )
+    ray_address: str | None = Field(
+        None,
+        min_length=1,
+        description="the Ray cluster of distributed_executor_backend ray (and of hetero serve's "
+        "replicas): HOST:PORT (the head's GCS), auto; local or unset: a new local Ray instance",
+    )
     enable_expert_parallel: bool = Field(
         False,
         description="split a mixture-of-experts model's experts across "
@@ -225,6 +237,19 @@ class HeteroSettings(BaseSettings, _SeamFields):
     def _one_kv_pool_size(self) -> HeteroSettings:
         if self.kv_cache_memory is not None and "max_num_blocks" in self.model_fields_set:
             raise ValueError("set one of max_num_blocks and kv_cache_memory, not both")
+        return self
+
+    @model_validator(mode="after")
+    def _ray_backend_has_ranks_to_place(self) -> HeteroSettings:
+        if (
+            self.distributed_executor_backend == "ray"
+            and self.tensor_parallel_size * self.pipeline_parallel_size == 1
+        ):
+            raise ValueError(
+                "distributed_executor_backend 'ray' places the ranks of tensor_parallel_size x "
+                "pipeline_parallel_size on a Ray cluster, and both are 1 (one process, nothing to place): "
+                "set one of them > 1, or distributed_executor_backend = 'mp'"
+            )
         return self
 
     @property

@@ -152,7 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
             if server.role != "both":
                 return 130 if serve_role(settings, server, settings.log_level) else 0
             return 130 if serve_disaggregated(settings, server, _serve_argv(), settings.log_level) else 0
-        if server.uses_ray:
+        if server.uses_ray and not _ray_runs_only_the_ranks(settings, server):
             _serve_replicas(settings, server)  # until Ctrl-C or SIGTERM, which raise KeyboardInterrupt
             return 130
         with listen(
@@ -190,6 +190,12 @@ def _serve_argv() -> list[str]:
     its role processes, less the flags it sets itself)."""
     argv = sys.argv[1:]
     return argv[argv.index("serve") + 1 :] if "serve" in argv else argv
+
+
+def _ray_runs_only_the_ranks(settings, server) -> bool:
+    """One engine whose ranks run on Ray (``--distributed-executor-backend ray``): ``--ray-address`` is
+    their cluster, and this process serves as without Ray (no Ray Serve replica around it)."""
+    return settings.distributed_executor_backend == "ray" and server.replicas == 1
 
 
 def _serve_replicas(settings, server) -> None:

@@ -40,6 +40,16 @@ def check_executor(component, registry, size: int, pipeline_size: int = 1) -> No
         )
 
 
+def check_backend(settings) -> None:
+    """Refuse a ``ray_address`` the engine would not use (the ``mp`` backend runs no Ray), in one line."""
+    if settings.ray_address is not None and settings.distributed_executor_backend != "ray":
+        raise ConfigError(
+            f"ray_address {settings.ray_address!r} is the Ray cluster distributed_executor_backend 'ray' "
+            "places the ranks on; set distributed_executor_backend = 'ray' (--distributed-executor-backend "
+            "ray) or leave ray_address out (hetero serve --replicas takes it for its replicas)"
+        )
+
+
 def check_model(model_dir: Path, size: int, expert_parallel: bool = False, pipeline_size: int = 1) -> None:
     """Refuse a size that does not divide the model's heads, KV heads, MLP or vocabulary (config.json),
     expert parallelism on one rank, on a model without experts or over a size that does not
@@ -80,8 +90,10 @@ def create_executor(component, ctx):
     # Before torch loads here; the workers rank 0 starts inherit the environment.
     choose_openmp_wait(getattr(ctx.options, "device", "cpu"))
     from hetero_core.distributed.tensor_parallel_executor import TensorParallelExecutor
+    from hetero_core.distributed.worker_launcher import launcher_for
 
-    return TensorParallelExecutor(component.factory, pin_auto_dtype(ctx), component.name)
+    ctx = pin_auto_dtype(ctx)
+    return TensorParallelExecutor(component.factory, ctx, component.name, launcher_for(ctx))
 
 
 def pin_auto_dtype(ctx):

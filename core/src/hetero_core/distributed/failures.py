@@ -2,8 +2,9 @@
 
 When a step fails, every rank fails with it: the rank that broke (an exception, an exit, or killed)
 and the ranks whose collectives then lost a peer. The cause is, in this order: a worker killed by a
-signal; else the worker that reported an exception first; else a worker that exited without a word;
-else rank 0's own error (``otherwise``). A worker that died or exited is quoted by its last stderr
+signal (or, for a Ray actor, one that died without a word: Ray's death cause says how); else the
+worker that reported an exception first; else a worker that exited without a word; else rank 0's own
+error (``otherwise``). A worker that died or exited is quoted by its last stderr
 line, when it wrote one (a fatal error's message, say).
 """
 
@@ -24,6 +25,7 @@ class WorkerReport:
     summary: str | None = None  # "ValueError: ..." (first line)
     traceback: str | None = None
     last_stderr_line: str | None = None  # what it last wrote to stderr before it died or exited
+    death_cause: str | None = None  # a Ray actor's: why Ray says it died (one line)
 
     @property
     def killed_by(self) -> str | None:
@@ -37,7 +39,7 @@ class WorkerReport:
 
 def blame(reports: list[WorkerReport]) -> WorkerReport | None:
     """The worker that caused the failure, or None when none did (rank 0's own error)."""
-    killed = [r for r in reports if r.killed_by is not None]
+    killed = [r for r in reports if r.killed_by is not None or (r.death_cause and r.summary is None)]
     errors = sorted((r for r in reports if r.summary is not None), key=lambda r: (r.error_time, r.rank))
     exited = [r for r in reports if r.exitcode is not None]
     return (killed or errors or exited or [None])[0]
@@ -55,6 +57,8 @@ def describe_failure(
     culprit = blame(reports)
     if culprit is None:
         return otherwise.splitlines()[0]
+    if culprit.death_cause is not None and culprit.summary is None:
+        return f"{name(culprit.rank)} died: {culprit.death_cause}"
     if culprit.killed_by is not None:
         return f"{name(culprit.rank)} died: killed by {culprit.killed_by}{_last_words(culprit)}"
     if culprit.summary is not None:

@@ -1,8 +1,10 @@
 """The process group of a tensor-parallel engine: gloo for CPU tensors, NCCL for CUDA tensors.
 
 Rank 0 hosts the rendezvous store on a port the OS picks (no race for a "free" port), the workers
-connect to it. Every collective gets a timeout, so a rank that stops answering (stopped, not
-killed: a killed rank closes its sockets and its peers fail at once) fails the step, never hangs it.
+connect to it: on the loopback address when they are local processes, on rank 0's node address when
+they run on other machines (Ray actors). Every collective gets a timeout, so a rank that stops
+answering (stopped, not killed: a killed rank closes its sockets and its peers fail at once) fails
+the step, never hangs it.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ def backend() -> str:
     return "gloo"
 
 
-def host_store(world_size: int) -> dist.TCPStore:
-    """Rank 0's rendezvous store, on a port the OS picks (``store.port``)."""
-    return dist.TCPStore(HOST, 0, world_size, is_master=True, timeout=START_TIMEOUT, wait_for_workers=False)
+def host_store(world_size: int, host: str = HOST) -> dist.TCPStore:
+    """Rank 0's rendezvous store at ``host``, on a port the OS picks (``store.port``)."""
+    return dist.TCPStore(host, 0, world_size, is_master=True, timeout=START_TIMEOUT, wait_for_workers=False)
 
 
-def join_store(port: int, world_size: int) -> dist.TCPStore:
-    return dist.TCPStore(HOST, port, world_size, is_master=False, timeout=START_TIMEOUT)
+def join_store(host: str, port: int, world_size: int) -> dist.TCPStore:
+    return dist.TCPStore(host, port, world_size, is_master=False, timeout=START_TIMEOUT)
 
 
 def init_group(store: dist.TCPStore, rank: int, world_size: int, backend_name: str) -> None:

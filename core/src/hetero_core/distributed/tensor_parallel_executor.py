@@ -1,5 +1,6 @@
 """The executor a tensor- or pipeline-parallel engine sees: rank 0 here, ranks 1..size-1 in worker
-processes (``size = tensor_parallel_size * pipeline_parallel_size``; global rank ``r`` is stage
+processes, local or Ray actors on a cluster, as its launcher starts them (``worker_launcher.py``;
+``size = tensor_parallel_size * pipeline_parallel_size``; global rank ``r`` is stage
 ``r // tensor_parallel_size``, tensor-parallel rank ``r % tensor_parallel_size``).
 
 The scheduler and the KV bookkeeping run once, in the engine's process. Each step rank 0 sends the
@@ -10,7 +11,8 @@ logits and sends its ``ExecutorOutput`` back with its answer (rank 0, in the fir
 head). Block copies and swaps go to every rank the same way, since each rank owns its share of the
 KV heads, or its stage's layers. Its declaration (``capabilities``) is rank 0's executor's, less
 KV export and import (a rank holds only its share of the heads: a handoff would miss the rest).
-Workers are ``python -m`` processes (``worker_process.py``).
+Workers are ``python -m`` processes (``worker_process.py``) or Ray actors (``ray_launcher.py``), both
+running ``worker.run``.
 
 Any failure (a worker's exception, a worker that exits or is killed, a collective timing out) stops
 the group: the workers are stopped and this and every later call raises ``ExecutorDeadError`` with
@@ -33,7 +35,8 @@ from multiprocessing.connection import wait
 from hetero_core.distributed import process_group
 from hetero_core.distributed.failures import WorkerReport, blame, describe_failure
 from hetero_core.distributed.worker import ERROR, OK, READY, STARTED
-from hetero_core.distributed.worker_process import WorkerProcess, pickle_for_workers
+from hetero_core.distributed.worker_launcher import RankWorker, WorkerLauncher
+from hetero_core.distributed.worker_process import LocalProcessLauncher, pickle_for_workers
 from hetero_core.engine.executor_capabilities import check_capabilities
 from hetero_core.engine.scheduling.batch import Batch, ExecutorOutput
 from hetero_core.errors import ConfigError, ExecutorDeadError, HeteroError
@@ -47,9 +50,10 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()  # executors not shut down yet (stopp
 
 class TensorParallelExecutor:
     """``factory(ctx)`` builds one rank's executor (the executor's own factory, picklable:
-    a module-level function); ``ctx.tensor_parallel_size`` ranks in all."""
+    a module-level function); ``ctx.tensor_parallel_size * ctx.pipeline_parallel_size`` ranks in all,
+    the workers started by ``launcher`` (local processes by default)."""
 
-    def __init__(self, factory, ctx, executor_name: str):
+    def __init__(self, factory, ctx, executor_name: str, launcher: WorkerLauncher | None = None):
         self.tensor_parallel_size = ctx.tensor_parallel_size
         self.pipeline_parallel_size = ctx.pipeline_parallel_size
         self.size = ctx.tensor_parallel_size * ctx.pipeline_parallel_size
@@ -57,7 +61,9 @@ class TensorParallelExecutor:
         self.output_rank = (self.pipeline_parallel_size - 1) * self.tensor_parallel_size
         self.executor_name = executor_name
         self.dead_reason: str | None = None
-        self._workers: list[WorkerProcess] = []
+        self.rendezvous_host: str | None = None  # where rank 0's store listens (once the workers start)
+        self._launcher = launcher or LocalProcessLauncher()
+        self._workers: list[RankWorker] = []
         self._closed = False
         self.local = None
         self._in_flight = 0  # steps started (``start_step``) whose answers are not read yet
@@ -82,14 +88,15 @@ class TensorParallelExecutor:
 
     def _start(self, payload: bytes, factory, ctx) -> None:
         backend = process_group.backend()
-        store = process_group.host_store(self.size)
-        for rank in range(1, self.size):
-            self._workers.append(WorkerProcess(rank))
+        self._workers = self._launcher.start(self.size)  # they wait for their setup
+        self.rendezvous_host = host = self._launcher.rendezvous_host  # known once they are placed
+        store = process_group.host_store(self.size, host)
         for worker in self._workers:
             setup = {
                 "sys_path": list(sys.path),
                 "rank": worker.rank,
                 "world_size": self.size,
+                "host": host,
                 "port": store.port,
                 "backend": backend,
                 "ranks": self._ranks(worker.rank),
@@ -116,6 +123,8 @@ class TensorParallelExecutor:
             backend=backend,
             executor=self.executor_name,
             workers=self.worker_pids,
+            nodes=self.worker_nodes or None,
+            rendezvous=f"{host}:{store.port}",
         )
 
     @property
@@ -124,10 +133,14 @@ class TensorParallelExecutor:
 
     def _worker_name(self, rank: int) -> str:
         """How errors name a worker: ``tensor-parallel worker rank 1``, or with pipeline stages
-        ``pipeline-parallel worker rank 1 (stage 1)``."""
+        ``pipeline-parallel worker rank 1 (stage 1)``; a Ray actor's with its node (``... on node
+        10.0.0.5 (1a2b3c4d)``)."""
         if self.pipeline_parallel_size == 1:
-            return f"tensor-parallel worker rank {rank}"
-        return f"pipeline-parallel worker rank {rank} (stage {rank // self.tensor_parallel_size})"
+            name = f"tensor-parallel worker rank {rank}"
+        else:
+            name = f"pipeline-parallel worker rank {rank} (stage {rank // self.tensor_parallel_size})"
+        where = self._workers[rank - 1].where if 0 < rank <= len(self._workers) else None
+        return f"{name} {where}" if where else name
 
     def _ranks(self, rank: int) -> dict[str, int]:
         """Global ``rank``'s place in the ``ExecutorContext``."""
@@ -192,6 +205,11 @@ class TensorParallelExecutor:
     @property
     def worker_pids(self) -> list[int]:
         return [w.pid for w in self._workers]
+
+    @property
+    def worker_nodes(self) -> list[str]:
+        """Each rank's Ray node id, rank 0's first (empty for local processes)."""
+        return self._launcher.node_ids()
 
     def __getattr__(self, name):
         """Everything else (``vocab_size``, ``eos_token_id``, ``model``, ...) is rank 0's."""
@@ -301,7 +319,7 @@ class TensorParallelExecutor:
                 report = reports[worker.rank]
                 closed = _drain(worker.conn, report)
                 if closed and worker.wait(deadline - time.monotonic()):  # exited: how, and its last words
-                    report.exitcode, report.last_stderr_line = worker.exitcode, worker.last_stderr_line
+                    worker.record_end(report)
                 elif report.summary is None and not closed:
                     waiting.append(worker)
             remaining = deadline - time.monotonic()
@@ -318,6 +336,7 @@ class TensorParallelExecutor:
         for worker in self._workers:
             worker.kill()
             worker.close()
+        self._launcher.close()
 
 
 class _WorkerGone(HeteroError):

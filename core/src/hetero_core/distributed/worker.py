@@ -2,8 +2,9 @@
 ``python -m hetero_core.distributed.worker FD`` (``worker_process.py``). It never runs the caller's
 ``__main__``: a script without an ``if __name__ == "__main__":`` guard, stdin or ``-c`` all work.
 
-``FD`` is this end of a socket pair to rank 0. Down it come, in order: the setup (rank 0's
-``sys.path``, this rank, the world size, the rendezvous port and the backend), the executor's factory
+``FD`` is this end of a socket pair to rank 0 (a Ray actor runs the same loop, ``run``, over a TCP
+connection to rank 0: ``ray_rank.py``). Down it come, in order: the setup (rank 0's ``sys.path``, this
+rank, the world size, the rendezvous host and port and the backend), the executor's factory
 and context (pickled by rank 0), then rank 0's commands, served in order until told to stop:
 ``("execute", (batch,))``, ``("copy_blocks" | "swap_out" | "swap_in", (pairs,))``, ``("shutdown", ())``.
 Each is answered ``("ok",)`` (the last pipeline stage's first rank answers ``execute`` with
@@ -41,19 +42,29 @@ def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     argv = sys.argv[1:] if argv is None else argv
-    conn = Connection(int(argv[0]))
+    run(Connection(int(argv[0])))
+
+
+def run(conn: Connection, own_sys_path: bool = False) -> None:
+    """Serve rank 0 down ``conn`` until it says shutdown; on any failure report it and exit the process.
+    The same for a local worker process and a Ray actor (``ray_rank.py``). ``own_sys_path``: keep this
+    interpreter's ``sys.path`` and only add rank 0's entries it lacks (another machine's interpreter,
+    whose own installation of Hetero comes first); else take rank 0's whole (the same machine)."""
     watch_rank0(conn)
     executor = None
     try:
         setup = conn.recv()
-        sys.path[:] = setup["sys_path"]  # rank 0's: the factory's module imports as it did there
+        if own_sys_path:
+            sys.path.extend(entry for entry in setup["sys_path"] if entry not in sys.path)
+        else:
+            sys.path[:] = setup["sys_path"]  # rank 0's: the factory's module imports as it did there
         factory, ctx = pickle.loads(conn.recv_bytes())
         choose_openmp_wait(getattr(ctx.options, "device", "cpu"))  # before process_group loads torch
         from hetero_core.distributed import process_group
 
         conn.send((STARTED,))
         rank, world_size = setup["rank"], setup["world_size"]
-        store = process_group.join_store(setup["port"], world_size)
+        store = process_group.join_store(setup["host"], setup["port"], world_size)
         process_group.init_group(store, rank, world_size, setup["backend"])
         executor = factory(replace(ctx, **setup["ranks"]))
         conn.send((READY,))

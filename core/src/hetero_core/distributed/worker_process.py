@@ -1,4 +1,5 @@
-"""One tensor-parallel worker process, as rank 0 sees it.
+"""One tensor-parallel worker process, as rank 0 sees it, and the launcher of the ``mp`` backend
+(``LocalProcessLauncher``: a process per rank on this machine).
 
 A worker is a fresh interpreter, ``python -m hetero_core.distributed.worker FD`` (never a fork of
 rank 0, never a re-run of the caller's ``__main__``), in a session of its own, so that Ctrl-C in a
@@ -22,6 +23,7 @@ import types
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from hetero_core.distributed.failures import WorkerReport
 from hetero_core.errors import ConfigError
 
 WORKER_MODULE = "hetero_core.distributed.worker"
@@ -29,8 +31,35 @@ MAX_LINE_CHARS = 300  # of the last stderr line quoted in an error
 STDERR_DRAIN_S = 2.0  # after a worker exited: how long its last stderr lines may take to arrive
 
 
+class LocalProcessLauncher:
+    """The ``mp`` backend: every worker a process on this machine; the rendezvous on the loopback."""
+
+    rendezvous_host = "127.0.0.1"
+    where = None
+
+    def start(self, world_size: int) -> list[WorkerProcess]:
+        workers: list[WorkerProcess] = []
+        try:
+            for rank in range(1, world_size):
+                workers.append(WorkerProcess(rank))
+        except BaseException:
+            for worker in workers:
+                worker.kill()
+                worker.close()
+            raise
+        return workers
+
+    def node_ids(self) -> list[str | None]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
 class WorkerProcess:
     """Rank ``rank``'s process, started at construction; ``send_setup`` then gives it its work."""
+
+    where = None  # this machine
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -82,6 +111,10 @@ class WorkerProcess:
             return False
         self._stderr.join(timeout=STDERR_DRAIN_S)  # its last words, for the error
         return True
+
+    def record_end(self, report: WorkerReport) -> None:
+        """Its exit code (negative: the signal that killed it) and its last stderr line."""
+        report.exitcode, report.last_stderr_line = self.exitcode, self.last_stderr_line
 
     def kill(self) -> None:
         if self.is_alive():

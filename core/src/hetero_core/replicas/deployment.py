@@ -58,7 +58,7 @@ def build_application(settings, server: ServerSettings):
         graceful_shutdown_timeout_s=server.graceful_shutdown_seconds,
         max_constructor_retry_count=MAX_CONSTRUCTOR_RETRIES,
         logging_config={"log_level": log_level},
-    ).bind(settings, server.max_pending_requests)
+    ).bind(_replica_settings(settings), server.max_pending_requests)
     frontend = serve.deployment(
         serve.ingress()(Frontend),
         name="Frontend",
@@ -77,6 +77,12 @@ def build_application(settings, server: ServerSettings):
         max_pending_choices=server.replicas * server.max_pending_requests,
         chat_page=server.chat_page,
     )
+
+
+def _replica_settings(settings):
+    """A replica's engine settings: without ``ray_address`` (the replicas' cluster, which the replica
+    already runs on; its ranks, with distributed_executor_backend 'ray', use the same connection)."""
+    return settings.model_copy(update={"ray_address": None})
 
 
 def app_builder(args: dict[str, str]):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -20,13 +19,13 @@ import ray
 from ray import serve
 from ray.serve.config import HTTPOptions
 
+from hetero_core.distributed.ray_address import check_reachable
 from hetero_core.errors import ConfigError, HeteroError
 from hetero_core.replicas.deployment import build_application
 from hetero_core.server.settings import ServerSettings
 from hetero_core.server.signals import signals_blocked_in_children, take_back_sigterm
 
 APP_NAME = "hetero"
-CONNECT_TIMEOUT_S = 10.0
 
 
 def connect(server: ServerSettings, log_level: str = "warning") -> bool:
@@ -37,7 +36,7 @@ def connect(server: ServerSettings, log_level: str = "warning") -> bool:
         return False
     level = log_level.upper()
     if server.ray_address not in (None, "local"):
-        _check_reachable(server.ray_address)
+        check_reachable(server.ray_address)
         try:
             ray.init(address=server.ray_address, logging_level=level)
         except Exception as exc:  # ConnectionError, an authentication failure, ...
@@ -114,24 +113,6 @@ def _sigterm_during_ray_init_is_a_stop() -> Iterator[None]:
         take_back_sigterm()
     except SystemExit:
         raise KeyboardInterrupt from None
-
-
-def _check_reachable(address: str) -> None:
-    """Fail in one line at once: Ray itself retries an unreachable address for minutes."""
-    if address == "auto":  # Ray's own: the cluster already running on this machine
-        return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not (sep and host and port.isdigit()):
-        raise ConfigError(
-            f"ray_address {address!r} is not HOST:PORT (the head's GCS), ray://HOST:PORT "
-            "(Ray Client), auto or local"
-        )
-    try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        raise HeteroError(
-            f"could not connect to the Ray cluster at {address!r}: {exc.strerror or exc}"
-        ) from None
 
 
 def _failure_reason(exc: RuntimeError) -> str:
