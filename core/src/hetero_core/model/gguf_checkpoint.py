@@ -45,10 +45,17 @@ _GLOBAL_RE = re.compile(r"^(\w+)\.(weight|bias)$")
 
 
 def open_gguf(path: Path):
-    import gguf
+    """The GGUF's fields and tensors (``gguf_file.GGUFFile``: its header parsed in one quick pass; a
+    big-endian file through ``gguf.GGUFReader``, which reads either the same way)."""
+    from hetero_core.model.gguf_file import BigEndian, GGUFFile
 
     try:
-        return gguf.GGUFReader(str(path))
+        try:
+            return GGUFFile(path)
+        except BigEndian:
+            import gguf
+
+            return gguf.GGUFReader(str(path))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot read GGUF file {path}: {exc}") from exc
 
@@ -72,7 +79,7 @@ def gguf_config(reader, path: Path) -> dict[str, Any]:
     hidden_size = int(key("embedding_length"))
     num_heads = int(key("attention.head_count"))
     names = {t.name for t in reader.tensors}
-    vocab_size = key("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
+    vocab_size = key("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].contents())
     config = {
         "architectures": [GGUF_ARCHITECTURES[arch]],
         "model_type": arch,

@@ -42,21 +42,27 @@ def export_gguf(gguf_path: Path, out_dir: Path, description: str | None = None, 
         _write_json(out_dir / "generation_config.json", _generation_config(reader))
         progress.advance()
         if has_tokenizer:
-            export_tokenizer(gguf_path, out_dir, max_length=config["max_position_embeddings"])
+            export_tokenizer(
+                gguf_path,
+                out_dir,
+                max_length=config["max_position_embeddings"],
+                model_type=config["model_type"],
+            )
             progress.advance()
 
 
-def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int) -> None:
-    """Save the GGUF's tokenizer through transformers, then make the files self-describing."""
+def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int, model_type: str | None = None) -> None:
+    """Save the GGUF's tokenizer through transformers, then make the files self-describing.
+    ``model_type``: the GGUF's architecture as ``gguf_config`` names it (``tokenizer_class``)."""
     try:
-        from transformers import AutoTokenizer
+        tokenizer_class = gguf_tokenizer_class(model_type)
     except ImportError as exc:
         raise ModelLoadError(
             "converting a GGUF tokenizer needs transformers; run: pip install transformers"
         ) from exc
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        tokenizer = tokenizer_class.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     except Exception as exc:  # transformers raises many types for GGUF tokenizers it cannot convert
         raise ModelLoadError(
             f"cannot convert the tokenizer in {gguf_path}: {exc}; use the model's HF directory instead"
@@ -77,6 +83,25 @@ def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int) -> None:
         if getattr(tokenizer, name, None) is not None
     }
     _write_json(out_dir / "special_tokens_map.json", special)
+
+
+def gguf_tokenizer_class(model_type: str | None):
+    """The transformers class that converts a GGUF's tokenizer: for a ``llama`` GGUF the one
+    ``AutoTokenizer`` settles on there (transformers 5: ``TokenizersBackend``, the same files; test
+    ``test_gguf_tokenizer_as_auto``), called directly because ``AutoTokenizer`` first builds the
+    model's config through ``gguf.GGUFReader`` for architectures it has no fast reader for (5-15 s of a
+    first start for the embedded model's 49k-token vocabulary); ``AutoTokenizer`` itself for other
+    architectures and for transformers versions without that class."""
+    if model_type == "llama":
+        try:
+            from transformers import TokenizersBackend
+        except ImportError:
+            pass
+        else:
+            return TokenizersBackend
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer
 
 
 def _generation_config(reader) -> dict[str, Any]:

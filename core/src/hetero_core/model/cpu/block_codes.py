@@ -36,6 +36,15 @@ def block_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return None
 
 
+def may_be_block_codes(weight: torch.Tensor) -> bool:
+    """False where ``block_codes`` is certainly None for ``weight`` with its rows in any order: its first
+    rows are neither format's codes (every block of a weight must be), checked without reordering it."""
+    if weight.dtype != torch.float32 or weight.dim() != 2 or weight.shape[1] % BLOCK or weight.numel() == 0:
+        return False
+    head = weight[:_PROBE_ROWS]
+    return any(codes(head) is not None for codes in (_q4_1, _q8_0))
+
+
 def _q4_1(weight: torch.Tensor):
     blocks = weight.detach().reshape(weight.shape[0], -1, BLOCK)
     low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)

@@ -3,7 +3,8 @@ into the coded linear's panels, no weight of the model ever expanded to fp32 or 
 
 The old way converted the GGUF once into an fp32 checkpoint and loaded that (for the 1B Q4_K_M file,
 15.9 GB resident for 636 MiB of GGUF), then recovered the codes from the fp32 values where it could
-(``block_codes``). Here the GGUF is memory-mapped (``gguf.GGUFReader``) and read one tensor at a time:
+(``block_codes``). Here the GGUF is memory-mapped (``open_gguf``: ``gguf_file.GGUFFile``) and read one
+tensor at a time:
 
 - a linear whose parts all have codes (``gguf_codes``: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
   is packed from them (``gguf_code_linears``: fused parts of one layout as one weight, parts of Q6_K's
@@ -103,8 +104,8 @@ def load_codes_model(
         name = hf_tensor_name(tensor.name)
         if name is not None and (num_layers is None or _layer_index(name) < num_layers):
             by_name[name] = tensor
-    # The metadata is read: its fields (a tokenizer's every token and merge, each as numpy views) held
-    # ~120 MB of Python objects for a 49k vocabulary, which would stay beside the weights to the end.
+    # The metadata is read: its fields (a tokenizer's every token and merge; with gguf.GGUFReader, each
+    # as numpy views: ~120 MB of Python objects for a 49k vocabulary) would stay beside the weights.
     reader.fields.clear()
     with torch.device("meta"):
         model = LlamaForCausalLM(config, backend)

@@ -22,6 +22,7 @@ from hetero_core.model.cpu.block_codes import (
     CODES_Q8,
     CODES_Q8_SUB16,
     block_codes,
+    may_be_block_codes,
     pack_code_panels,
     pack_code_panels_sub16,
 )
@@ -123,8 +124,11 @@ class LinearKernels:
         out_features, in_features = weight.shape
         if weight.dtype != torch.float32 or out_features % (2 * PANEL if swiglu else PANEL):
             return None
-        panels = self.swiglu_order(weight.detach()) if swiglu else weight.detach()
-        return panels.reshape(out_features // PANEL, PANEL, in_features).permute(0, 2, 1).contiguous()
+        if swiglu:
+            return swiglu_panels(weight.detach(), self.swiglu_pair_columns)
+        return (
+            weight.detach().reshape(out_features // PANEL, PANEL, in_features).permute(0, 2, 1).contiguous()
+        )
 
     def f32_linear(
         self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, swiglu: bool = False
@@ -165,6 +169,8 @@ class LinearKernels:
             or weight.dtype != torch.float32
             or weight.shape[0] % (2 * PANEL if swiglu else PANEL)
         ):
+            return None
+        if swiglu and not may_be_block_codes(weight):  # refused before a reordered copy is made
             return None
         found = block_codes(self.swiglu_order(weight.detach()) if swiglu else weight)
         return None if found is None else pack_code_panels(*found)
@@ -286,6 +292,25 @@ def swiglu_panel_order(gate_up: torch.Tensor, columns: int) -> torch.Tensor:
     size = gate_up.shape[0] // 2
     halves = gate_up.reshape(2, size // columns, columns, *gate_up.shape[1:])
     return halves.transpose(0, 1).reshape(gate_up.shape)
+
+
+def swiglu_panels(gate_up: torch.Tensor, columns: int) -> torch.Tensor:
+    """``swiglu_panel_order(gate_up, columns)`` packed in panels of ``PANEL`` rows ([N / 16][K][16], as
+    ``pack_f32_linear`` lays out any weight) in one copy, not a reordered copy and then the panels."""
+    rows, inputs = gate_up.shape
+    half = rows // 2
+    out = torch.empty((rows // PANEL, inputs, PANEL), dtype=gate_up.dtype)
+    if PANEL % (2 * columns) == 0:  # each panel holds PANEL / (2 * columns) gate/up pairs of columns
+        pairs = PANEL // (2 * columns)
+        source = gate_up.reshape(2, rows // PANEL, pairs, columns, inputs).permute(1, 4, 2, 0, 3)
+        out.view(rows // PANEL, inputs, pairs, 2, columns).copy_(source)
+    elif columns % PANEL == 0:  # each half-pair of columns fills columns / PANEL panels
+        per_half = columns // PANEL
+        source = gate_up.reshape(2, half // columns, per_half, PANEL, inputs).permute(1, 0, 2, 4, 3)
+        out.view(half // columns, 2, per_half, inputs, PANEL).copy_(source)
+    else:
+        out.copy_(swiglu_panel_order(gate_up, columns).reshape(rows // PANEL, PANEL, inputs).permute(0, 2, 1))
+    return out
 
 
 def check_status(status: int, kernel: str, shapes: str) -> None:
