@@ -86,6 +86,43 @@ class GGUFTensor(NamedTuple):
     data: np.ndarray
 
 
+class HeaderCursor:
+    """A walk over a GGUF header in ``view`` from ``offset``: ``take`` bytes, ``number`` (a struct
+    format), ``string`` (u64 length, bytes), ``skip_value`` (a field's value stepped over, unread).
+    ValueError where the header runs past the end of the view."""
+
+    def __init__(self, view: memoryview):
+        self.view, self.offset = view, 0
+
+    def take(self, size: int) -> memoryview:
+        if self.offset + size > len(self.view):
+            raise ValueError("the header runs past the end of the file")
+        chunk = self.view[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+    def number(self, fmt: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> bytes:
+        return bytes(self.take(self.number("<Q")))
+
+    def skip_value(self, type_id: int) -> None:
+        if type_id in SCALARS:
+            self.take(struct.calcsize(SCALARS[type_id]))
+        elif type_id == STRING:
+            self.take(self.number("<Q"))
+        elif type_id == ARRAY:
+            item, count = self.number("<I"), self.number("<Q")
+            if item in SCALARS:
+                self.take(struct.calcsize(SCALARS[item]) * count)
+            else:
+                for _ in range(count):
+                    self.skip_value(item)
+        else:
+            raise ValueError(f"unknown metadata value type {type_id}")
+
+
 class GGUFFile:
     """The parsed header of the GGUF at ``path`` and its mapping: ``fields`` (key -> ``GGUFField``),
     ``tensors`` (``GGUFTensor``s in file order), ``data`` (the file as a read-only ``np.memmap``).
@@ -98,26 +135,26 @@ class GGUFFile:
         self.path = Path(path)
         self.data = np.memmap(self.path, mode="r")
         view = memoryview(self.data)
-        self._view, self._offset = view, 0
+        cursor = HeaderCursor(view)
         try:
-            if bytes(self._take(4)) != b"GGUF":
+            if bytes(cursor.take(4)) != b"GGUF":
                 raise ValueError("not a GGUF file (no GGUF magic)")
-            version = self._number("<I")
+            version = cursor.number("<I")
             if version not in VERSIONS:
                 if struct.unpack("<I", struct.pack(">I", version))[0] in VERSIONS:
                     raise BigEndian(str(self.path))
                 raise ValueError(f"GGUF version {version}; this reader takes {VERSIONS}")
-            num_tensors, num_fields = self._number("<Q"), self._number("<Q")
+            num_tensors, num_fields = cursor.number("<Q"), cursor.number("<Q")
             self.fields: dict[str, GGUFField] = {}
             for _ in range(num_fields):
-                key = self._string().decode("utf-8")
-                self.fields[key] = GGUFField(key, self._value(self._number("<I")))
-            infos = [self._tensor_info() for _ in range(num_tensors)]
+                key = cursor.string().decode("utf-8")
+                self.fields[key] = GGUFField(key, _value(cursor, cursor.number("<I")))
+            infos = [tensor_info(cursor) for _ in range(num_tensors)]
             alignment = self.fields.get("general.alignment")
             align = DEFAULT_ALIGNMENT if alignment is None else int(alignment.value)
             if align <= 0 or align & (align - 1):
                 raise ValueError(f"general.alignment {align} is not a power of two")
-            start = -(-self._offset // align) * align
+            start = -(-cursor.offset // align) * align
             self.tensors: list[GGUFTensor] = []
             seen = set()
             for name, dims, type_id, offset in infos:
@@ -146,48 +183,39 @@ class GGUFFile:
         except (struct.error, UnicodeDecodeError) as exc:
             raise ValueError(f"its header is damaged: {exc}") from None
         finally:
-            self._view = None
+            cursor.view = None
             view.release()
 
-    def _take(self, size: int) -> memoryview:
-        if self._offset + size > len(self._view):
+
+def _value(cursor: HeaderCursor, type_id: int) -> Any:
+    if type_id in SCALARS:
+        return cursor.number(SCALARS[type_id])
+    if type_id == STRING:
+        return cursor.string()
+    if type_id != ARRAY:
+        raise ValueError(f"unknown metadata value type {type_id}")
+    item, count = cursor.number("<I"), cursor.number("<Q")
+    if item in ARRAY_DTYPES:
+        dtype = np.dtype(ARRAY_DTYPES[item])
+        return np.frombuffer(cursor.take(dtype.itemsize * count), dtype=dtype).copy()
+    if item == STRING:  # a vocabulary: a tight loop, decoded only if asked for
+        view, offset, strings = cursor.view, cursor.offset, []
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            (length,) = unpack(view, offset)
+            offset += 8
+            strings.append(bytes(view[offset : offset + length]))
+            offset += length
+        if offset > len(view):
             raise ValueError("the header runs past the end of the file")
-        chunk = self._view[self._offset : self._offset + size]
-        self._offset += size
-        return chunk
+        cursor.offset = offset
+        return strings
+    return [_value(cursor, item) for _ in range(count)]
 
-    def _number(self, fmt: str):
-        return struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0]
 
-    def _string(self) -> bytes:
-        return bytes(self._take(self._number("<Q")))
-
-    def _value(self, type_id: int) -> Any:
-        if type_id in SCALARS:
-            return self._number(SCALARS[type_id])
-        if type_id == STRING:
-            return self._string()
-        if type_id != ARRAY:
-            raise ValueError(f"unknown metadata value type {type_id}")
-        item, count = self._number("<I"), self._number("<Q")
-        if item in ARRAY_DTYPES:
-            dtype = np.dtype(ARRAY_DTYPES[item])
-            return np.frombuffer(self._take(dtype.itemsize * count), dtype=dtype).copy()
-        if item == STRING:  # a vocabulary: a tight loop, decoded only if asked for
-            view, offset, strings = self._view, self._offset, []
-            unpack = struct.Struct("<Q").unpack_from
-            for _ in range(count):
-                (length,) = unpack(view, offset)
-                offset += 8
-                strings.append(bytes(view[offset : offset + length]))
-                offset += length
-            if offset > len(view):
-                raise ValueError("the header runs past the end of the file")
-            self._offset = offset
-            return strings
-        return [self._value(item) for _ in range(count)]
-
-    def _tensor_info(self) -> tuple[str, list[int], int, int]:
-        name = self._string().decode("utf-8")
-        dims = [self._number("<Q") for _ in range(self._number("<I"))]
-        return name, dims, self._number("<I"), self._number("<Q")
+def tensor_info(cursor: HeaderCursor) -> tuple[str, list[int], int, int]:
+    """The next tensor info of the header: its name, dimensions (the file's order), ggml type id and
+    data offset (from the data's start)."""
+    name = cursor.string().decode("utf-8")
+    dims = [cursor.number("<Q") for _ in range(cursor.number("<I"))]
+    return name, dims, cursor.number("<I"), cursor.number("<Q")

@@ -142,8 +142,6 @@ GGUF_TYPES = {  # ggml type ids
     14: "Q6_K",
     30: "BF16",
 }
-_GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type -> bytes
-_GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
 def gguf_tensor_infos(path: Path) -> list[tuple[str, int, int]]:
@@ -152,11 +150,13 @@ def gguf_tensor_infos(path: Path) -> list[tuple[str, int, int]]:
     for the embedded model's tokenizer on a loaded 2-core VM)."""
     import mmap
 
+    from hetero_core.model.gguf_file import VERSIONS, HeaderCursor, tensor_info
+
     try:
         with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            reader = _Cursor(memoryview(data))
+            reader = HeaderCursor(memoryview(data))
             try:
-                if bytes(reader.take(4)) != b"GGUF" or reader.number("<I") not in (2, 3):
+                if bytes(reader.take(4)) != b"GGUF" or reader.number("<I") not in VERSIONS:
                     raise ValueError("not a GGUF v2/v3 file")
                 num_tensors, num_fields = reader.number("<Q"), reader.number("<Q")
                 for _ in range(num_fields):
@@ -164,49 +164,13 @@ def gguf_tensor_infos(path: Path) -> list[tuple[str, int, int]]:
                     reader.skip_value(reader.number("<I"))
                 infos = []
                 for _ in range(num_tensors):
-                    name = bytes(reader.string()).decode()
-                    dims = [reader.number("<Q") for _ in range(reader.number("<I"))]
-                    type_id = reader.number("<I")
-                    reader.number("<Q")  # the data's offset
+                    name, dims, type_id, _ = tensor_info(reader)
                     infos.append((name, math.prod(dims), type_id))
                 return infos
             finally:
                 reader.view.release()
     except (OSError, ValueError, struct.error, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"cannot read the GGUF header of {path}: {exc}") from exc
-
-
-class _Cursor:
-    def __init__(self, view: memoryview):
-        self.view, self.offset = view, 0
-
-    def take(self, size: int) -> memoryview:
-        if self.offset + size > len(self.view):
-            raise ValueError("the header runs past the end of the file")
-        chunk = self.view[self.offset : self.offset + size]
-        self.offset += size
-        return chunk
-
-    def number(self, fmt: str) -> int:
-        return struct.unpack_from(fmt, self.take(struct.calcsize(fmt)))[0]
-
-    def string(self) -> memoryview:
-        return self.take(self.number("<Q"))
-
-    def skip_value(self, type_id: int) -> None:
-        if type_id in _GGUF_SCALARS:
-            self.take(_GGUF_SCALARS[type_id])
-        elif type_id == _GGUF_STRING:
-            self.string()
-        elif type_id == _GGUF_ARRAY:
-            item, count = self.number("<I"), self.number("<Q")
-            if item in _GGUF_SCALARS:
-                self.take(_GGUF_SCALARS[item] * count)
-            else:
-                for _ in range(count):
-                    self.skip_value(item)
-        else:
-            raise ValueError(f"unknown metadata value type {type_id}")
 
 
 def _converted_gguf_source(folder: Path) -> Path | None:
