@@ -25,7 +25,7 @@ _PROBE_ROWS = 64  # rows checked first, so most tensors that are not codes are r
 def block_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
     """``weight`` [N, K] fp32 -> ``(d, m, q, bits)``: [N, K / 32] fp32 twice, [N, K / 32, 32] codes
     (uint8 for 4 bits, int8 for 8) with ``d * q + m == weight`` exactly; None for any other tensor."""
-    if weight.dtype != torch.float32 or weight.dim() != 2 or weight.shape[1] % BLOCK or weight.numel() == 0:
+    if not _code_shaped(weight):
         return None
     for codes in (_q4_1, _q8_0):
         if weight.shape[0] > _PROBE_ROWS and codes(weight[:_PROBE_ROWS]) is None:
@@ -39,10 +39,20 @@ def block_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 def may_be_block_codes(weight: torch.Tensor) -> bool:
     """False where ``block_codes`` is certainly None for ``weight`` with its rows in any order: its first
     rows are neither format's codes (every block of a weight must be), checked without reordering it."""
-    if weight.dtype != torch.float32 or weight.dim() != 2 or weight.shape[1] % BLOCK or weight.numel() == 0:
+    if not _code_shaped(weight):
         return False
     head = weight[:_PROBE_ROWS]
     return any(codes(head) is not None for codes in (_q4_1, _q8_0))
+
+
+def _code_shaped(weight: torch.Tensor) -> bool:
+    """An fp32 matrix, not empty, whose rows are whole blocks: the only tensors codes can be found in."""
+    return (
+        weight.dtype == torch.float32
+        and weight.dim() == 2
+        and weight.shape[1] % BLOCK == 0
+        and weight.numel() > 0
+    )
 
 
 def _q4_1(weight: torch.Tensor):
