@@ -162,3 +162,16 @@ def test_the_torch_executors_options_come_from_the_flags():
     assert executor_options(args) == {"num_threads": 3}  # the executor's defaults
     args = SimpleNamespace(executor="mock", threads=3, code_activations=None, amx_linears=None)
     assert executor_options(args) is None
+
+
+def test_the_longer_shipped_text_is_the_gpl_verbatim_and_read_in_place():
+    """``--perplexity gpl-3``: the package's own copy of the GNU GPL v3, handed to llama-perplexity as it
+    lies (no temporary copy to remove), long enough for many more 512-token chunks than 'shipped'."""
+    from hetero_bench.benchmarks import gguf as gguf_bench
+
+    path, text = gguf_bench._text(gguf_bench.GPL3)
+    assert Path(path).parent.name == "data" and Path(path).read_text(encoding="utf-8") == text
+    assert text.lstrip().startswith("GNU GENERAL PUBLIC LICENSE") and "Version 3, 29 June 2007" in text
+    shipped_path, shipped = gguf_bench._text(gguf_bench.SHIPPED)
+    Path(shipped_path).unlink()  # the shipped text's temporary copy
+    assert len(text) > 5 * len(shipped)

@@ -23,6 +23,10 @@ from hetero_bench.report import Column, Report, Table
 SUMMARY = "a GGUF file beside llama.cpp: batch-1 and 32-parallel tok/s, perplexity by llama.cpp's method"
 NEEDS = "torch and a .gguf file; llama.cpp's tools (--llama-cpp DIR or PATH) for the peer"
 SHIPPED = "shipped"  # --perplexity's name for the shipped text (quality.py's and spec-decode's, joined)
+# --perplexity's name for a longer shipped text: the GNU GPL v3 (verbatim, as its licence allows), about
+# 8,000 SmolLM2 tokens (14 chunks of 512: a figure steadier than the shipped text's 2 chunks)
+GPL3 = "gpl-3"
+GPL3_FILE = "gpl-3.0.txt"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--perplexity",
         metavar="TEXT",
-        help=f"also perplexity on TEXT (a file; {SHIPPED!r}: the text shipped in hetero_bench/data)",
+        help=f"also perplexity on TEXT (a file; {SHIPPED!r}: the text shipped in hetero_bench/data, 2 chunks; "
+        f"{GPL3!r}: the GNU GPL v3's text shipped there, 14 chunks)",
     )
     parser.add_argument("--ctx", type=positive_int, default=512, help="perplexity chunk tokens (512)")
     parser.add_argument(
@@ -158,9 +163,11 @@ def _text(name: str) -> tuple[str, str]:
         with handle:
             handle.write(text)
         return handle.name, text
-    path = Path(name).expanduser()
+    path = DATA / GPL3_FILE if name == GPL3 else Path(name).expanduser()
     if not path.is_file():
-        raise HeteroError(f"--perplexity {name}: no such file (or {SHIPPED!r} for the shipped text)")
+        raise HeteroError(
+            f"--perplexity {name}: no such file (or {SHIPPED!r} or {GPL3!r} for a text shipped with hetero-bench)"
+        )
     return str(path), path.read_text(encoding="utf-8")
 
 
