@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--perplexity",
         metavar="TEXT",
-        help=f"also perplexity on TEXT (a file; {SHIPPED!r}: the text shipped in hetero_bench/data, 2 chunks; "
-        f"{GPL3!r}: the GNU GPL v3's text shipped there, 14 chunks)",
+        help=f"also perplexity on TEXT (a file; {SHIPPED!r}: the text shipped in hetero_bench/data, "
+        f"2 chunks; {GPL3!r}: the GNU GPL v3's text shipped there, 14 chunks)",
     )
     parser.add_argument("--ctx", type=positive_int, default=512, help="perplexity chunk tokens (512)")
     parser.add_argument(
@@ -166,7 +166,8 @@ def _text(name: str) -> tuple[str, str]:
     path = DATA / GPL3_FILE if name == GPL3 else Path(name).expanduser()
     if not path.is_file():
         raise HeteroError(
-            f"--perplexity {name}: no such file (or {SHIPPED!r} or {GPL3!r} for a text shipped with hetero-bench)"
+            f"--perplexity {name}: no such file "
+            f"(or {SHIPPED!r} or {GPL3!r} for a text shipped with hetero-bench)"
         )
     return str(path), path.read_text(encoding="utf-8")
 
