@@ -60,6 +60,11 @@ _ARRAY_TYPES = {
 }
 
 
+def fields_type(key: str, values: list) -> gguf.GGUFValueType:
+    """The item type of an array: llama.cpp's INT32 for token types, else by the first item."""
+    return gguf.GGUFValueType.INT32 if key.endswith("token_type") else _scalar_type(values[0])
+
+
 def _scalar_type(value: Any) -> gguf.GGUFValueType:
     if isinstance(value, bool):
         return gguf.GGUFValueType.BOOL
@@ -77,13 +82,15 @@ def add_fields(writer: gguf.GGUFWriter, fields: dict[str, tuple[Any, gguf.GGUFVa
 
 
 def write_vocab_copy(source: Path, path: Path, **changes: Any) -> Path:
-    """A vocab-only copy of ``source`` at ``path`` with ``changes`` (key -> string value, or None to
-    leave the key out): a chat template added, the pre-tokenizer type changed."""
+    """A vocab-only copy of ``source`` at ``path`` with ``changes`` (key -> a value, or None to leave the
+    key out): a chat template added, the pre-tokenizer type changed, the merges damaged."""
     fields = {key: field for key, field in gguf_fields(source).items() if not key.startswith("GGUF.")}
     arch = fields.pop("general.architecture")[0]
     for key, value in changes.items():
         fields.pop(key, None)
-        if value is not None:
+        if isinstance(value, list):
+            fields[key] = (value, gguf.GGUFValueType.ARRAY, fields_type(key, value))
+        elif value is not None:
             fields[key] = (value, _scalar_type(value), None)
     writer = gguf.GGUFWriter(str(path), arch)
     add_fields(writer, fields)

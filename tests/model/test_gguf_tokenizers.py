@@ -14,7 +14,7 @@ from hetero_core.default_plugins.hf_tokenizer import HFTokenizer
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.gguf_cache import ensure_gguf_converted
-from tests.model.gguf_vocab import unpack_vocab, vocab_cases, write_vocab_copy
+from tests.model.gguf_vocab import gguf_fields, unpack_vocab, vocab_cases, write_vocab_copy
 
 pytest.importorskip("tokenizers")
 
@@ -138,3 +138,18 @@ def test_an_unknown_pre_tokenizer_type_is_one_clear_line(pre, named, vocab_files
     assert named in message and "known: deepseek-r1-qwen, llama-bpe" in message and "\n" not in message
     assert "HF directory" in message
     assert not list((tmp_path / "cache").glob("odd-*"))  # nothing half-converted is left
+
+
+@pytest.mark.parametrize(
+    ("merge", "named"),
+    [("Ġt", "merge 3 of its tokenizer (tokenizer.ggml.merges) is 'Ġt', not two tokens"), ("Ġ ☃☃", "☃☃")],
+)
+def test_damaged_merges_are_one_clear_line(merge, named, vocab_files, tmp_path):
+    merges = gguf_fields(vocab_files["qwen2"], "tokenizer.ggml.merges")["tokenizer.ggml.merges"][0]
+    merges[3] = merge
+    copy = write_vocab_copy(
+        vocab_files["qwen2"], tmp_path / "damaged.gguf", **{"tokenizer.ggml.merges": merges}
+    )
+    with pytest.raises(ModelLoadError) as error:
+        ensure_gguf_converted(copy, tmp_path / "cache")
+    assert named in str(error.value) and "damaged.gguf" in str(error.value) and "\n" not in str(error.value)

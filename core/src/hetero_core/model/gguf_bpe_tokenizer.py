@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetero_core.errors import ModelLoadError
 from hetero_core.model.gguf_checkpoint import field_value
 from hetero_core.model.gguf_pre_tokenizers import pre_tokenizer_family
 
@@ -31,6 +32,7 @@ CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types (gguf.TokenType)
 # tokenizer_config.json's names of the tokens a GGUF names (tokenizer.ggml.<key>_token_id).
 NAMED_TOKENS = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unknown", "pad_token": "padding"}
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+MERGES = "tokenizer.ggml.merges"
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,18 @@ def byte_level_bpe_tokenizer(reader, source: str) -> BPETokenizerParts:
     family = pre_tokenizer_family(field_value(reader, "tokenizer.ggml.pre"), source)
     tokens = list(field_value(reader, "tokenizer.ggml.tokens"))
     types = list(field_value(reader, "tokenizer.ggml.token_type", ()))
-    merges = [tuple(merge.split(" ", 1)) for merge in field_value(reader, "tokenizer.ggml.merges", ())]
+    merges = [
+        _merge_pair(merge, index, source) for index, merge in enumerate(field_value(reader, MERGES, ()))
+    ]
     vocab = {token: index for index, token in enumerate(tokens)}
-    tokenizer = Tokenizer(
-        models.BPE(vocab=vocab, merges=merges, ignore_merges=family.ignore_merges, fuse_unk=False)
-    )
+    try:
+        model = models.BPE(vocab=vocab, merges=merges, ignore_merges=family.ignore_merges, fuse_unk=False)
+    except Exception as exc:  # tokenizers raises a bare Exception for a merge of an unknown token
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelLoadError(
+            f"{source}: its tokenizer's merges ({MERGES}) do not fit its vocabulary: {problem}"
+        ) from exc
+    tokenizer = Tokenizer(model)
     splits = [pre_tokenizers.Split(Regex(pattern), behavior="isolated") for pattern in family.splits]
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
@@ -119,6 +128,16 @@ def chat_templates(reader) -> str | list[dict[str, str]] | None:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _merge_pair(merge: str, index: int, source: str) -> tuple[str, str]:
+    """A merge's two tokens: split at its first space after the first character, as llama.cpp splits."""
+    position = merge.find(" ", 1)
+    if position == -1:
+        raise ModelLoadError(
+            f"{source}: merge {index} of its tokenizer ({MERGES}) is {merge!r}, not two tokens"
+        )
+    return merge[:position], merge[position + 1 :]
 
 
 def _bos_eos_template(reader, tokens: list[str], add_bos: bool, add_eos: bool):
