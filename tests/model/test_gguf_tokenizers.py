@@ -14,7 +14,8 @@ from hetero_core.default_plugins.hf_tokenizer import HFTokenizer
 from hetero_core.errors import ModelLoadError
 from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.gguf_cache import ensure_gguf_converted
-from tests.model.gguf_vocab import gguf_fields, unpack_vocab, vocab_cases, write_vocab_copy
+from hetero_core.testing import TokenizerContract
+from tests.model.gguf_vocab import chat_template, gguf_fields, unpack_vocab, vocab_cases, write_vocab_copy
 
 pytest.importorskip("tokenizers")
 
@@ -153,3 +154,20 @@ def test_damaged_merges_are_one_clear_line(merge, named, vocab_files, tmp_path):
     with pytest.raises(ModelLoadError) as error:
         ensure_gguf_converted(copy, tmp_path / "cache")
     assert named in str(error.value) and "damaged.gguf" in str(error.value) and "\n" not in str(error.value)
+
+
+class TestAConvertedLlama3GGUFTokenizer(TokenizerContract):
+    """The kit every tokenizer passes, on the Llama 3 vocabulary converted with its chat template."""
+
+    special_tokens = {"<|eot_id|>": 128009, "<|start_header_id|>": 128006, "<|begin_of_text|>": 128000}
+
+    @pytest.fixture(autouse=True)
+    def _model_dir(self, vocab_files, tmp_path_factory):
+        if not hasattr(type(self), "model_dir"):
+            folder = tmp_path_factory.mktemp("contract")
+            template = {"tokenizer.chat_template": chat_template("meta-llama-Llama-3.1-8B-Instruct")}
+            copy = write_vocab_copy(vocab_files["llama-bpe"], folder / "llama3.gguf", **template)
+            type(self).model_dir = ensure_gguf_converted(copy, folder / "cache")
+
+    def make_tokenizer(self):  # without BOS: the kit checks that a special token's text is its one id
+        return raw_tokenizer(self.model_dir)
