@@ -224,6 +224,23 @@ def test_eos_token_id_sources(smollm2_dir, tmp_path, generation_config, expected
     assert HFTokenizer(model_dir).eos_token_id == expected
 
 
+@pytest.mark.parametrize(
+    "generation_config, stops",
+    [
+        (None, ()),
+        ({"eos_token_id": [0, 2, 4]}, (0, 4)),
+        ({"eos_token_id": [0, 1]}, (1,)),
+        ({"eos_token_id": 0}, ()),
+    ],
+)
+def test_the_other_listed_eos_ids_are_stop_ids(smollm2_dir, tmp_path, generation_config, stops):
+    """As vLLM reads generation_config.json: the listed ids besides the EOS end a request too."""
+    model_dir = copy_tokenizer(smollm2_dir, tmp_path / "stops")
+    if generation_config is not None:
+        (model_dir / "generation_config.json").write_text(json.dumps(generation_config))
+    assert HFTokenizer(model_dir).stop_token_ids == stops
+
+
 def test_named_special_tokens_missing_from_the_vocab_are_added(smollm2_dir, tmp_path):
     model_dir = copy_tokenizer(
         smollm2_dir, tmp_path / "sep", tokenizer_config=lambda c: c.update(sep_token="<|sep|>")

@@ -31,7 +31,8 @@ def test_cache_has_hf_layout_with_tokenizer_and_chat_template(smollm2_dir):
     tokenizer_config = json.loads((smollm2_dir / "tokenizer_config.json").read_text())
     assert "<|im_start|>" in tokenizer_config["chat_template"]
     assert tokenizer_config["eos_token"] == "<|im_end|>"
-    assert json.loads((smollm2_dir / "generation_config.json").read_text())["eos_token_id"] == 2
+    ends = json.loads((smollm2_dir / "generation_config.json").read_text())["eos_token_id"]
+    assert ends[0] == 2 and sorted(ends) == [0, 2, 4]  # EOS first, then llama.cpp's other end tokens
     assert json.loads((smollm2_dir / "special_tokens_map.json").read_text())["eos_token"] == "<|im_end|>"
 
 

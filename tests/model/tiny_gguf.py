@@ -39,7 +39,9 @@ def llama_cpp_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
     return np.array(factors, dtype=np.float32)
 
 
-def write_tiny_gguf(hf_model, path: Path) -> None:
+def write_tiny_gguf(hf_model, path: Path, add_metadata=None) -> None:
+    """``add_metadata(writer)``, when given, adds the tokenizer (a real vocabulary's fields: its EOS
+    among them) in place of the bare EOS id."""
     config = hf_model.config
     arch_name = config.model_type
     name_map = gguf.get_tensor_name_map(GGUF_ARCH[arch_name], config.num_hidden_layers)
@@ -55,7 +57,10 @@ def write_tiny_gguf(hf_model, path: Path) -> None:
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
-    writer.add_eos_token_id(config.eos_token_id)
+    if add_metadata is None:
+        writer.add_eos_token_id(config.eos_token_id)
+    else:
+        add_metadata(writer)
     if config.rope_parameters.get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama_cpp_rope_factors(config.rope_parameters, head_dim))
     for hf_name, tensor in hf_model.state_dict().items():

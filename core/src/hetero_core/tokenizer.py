@@ -36,6 +36,10 @@ class Tokenizer(Protocol):
     times that. Leave it out (or None) when no such bound holds (a tokenizer that can map a long
     run of text to one token, or drop text).
 
+    Optional: ``stop_token_ids`` (a sequence of ids), more tokens that end a request as EOS does (the
+    other end-of-turn tokens of the model, e.g. Llama 3's ``<|eot_id|>`` beside its EOS): the engine
+    adds them to each request's ``stop_token_ids`` unless ``ignore_eos``.
+
     Optional keywords (vLLM's request options; a tokenizer without them refuses those requests with
     its name): ``decode(ids, skip_special_tokens=True, spaces_between_special_tokens=True)`` and
     ``encode_chat(messages, add_generation_prompt=True, tools=None, chat_template_kwargs=None)``.

@@ -9,6 +9,8 @@ and a generic tokenizer class:
   ``add_bos_token`` / ``add_eos_token`` in tokenizer_config.json when tokenizer.json exists);
   the named special tokens of tokenizer_config.json are registered as special tokens;
 - ``decode`` skips special tokens, without transformers' (off by default) space clean-up;
+- the EOS is generation_config.json's (of a list, the tokenizer's own if listed), and the rest of that
+  list are stop ids (``stop_token_ids``), as vLLM reads it;
 - the chat template comes from chat_template.jinja, else tokenizer_config.json's
   ``chat_template``, and renders in a sandboxed jinja2 environment set up like transformers'
   (trim_blocks, lstrip_blocks, loopcontrols, ``tojson``, ``raise_exception``, ``strftime_now``),
@@ -66,6 +68,7 @@ class HFTokenizer:
         self._tokenizer.add_special_tokens(named)
         self.vocab_size: int = self._tokenizer.get_vocab_size(with_added_tokens=True)
         self.eos_token_id: int | None = self._find_eos_token_id(model_dir, config)
+        self.stop_token_ids: tuple[int, ...] = self._find_stop_token_ids(model_dir)
         self.chat_template: str | None = self._find_chat_template(model_dir, config)
         self._template = _compile_chat_template(self.chat_template) if self.chat_template else None
 
@@ -193,6 +196,18 @@ class HFTokenizer:
         if isinstance(generation_eos, list) and generation_eos:
             return tokenizer_eos if tokenizer_eos in generation_eos else generation_eos[0]
         return tokenizer_eos
+
+    def _find_stop_token_ids(self, model_dir: Path) -> tuple[int, ...]:
+        """The other ids of generation_config.json's ``eos_token_id`` list (Llama 3's ``<|eot_id|>`` and
+        ``<|eom_id|>`` beside its EOS; a converted GGUF's end-of-generation tokens): they end a request
+        as EOS does, as vLLM adds them to every request's stop ids."""
+        listed = _read_json(model_dir / "generation_config.json").get("eos_token_id")
+        if not isinstance(listed, list):
+            return ()
+        ids = [
+            i for i in listed if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.vocab_size
+        ]
+        return tuple(dict.fromkeys(i for i in ids if i != self.eos_token_id))
 
     def _find_chat_template(self, model_dir: Path, config: dict[str, Any]) -> str | None:
         if self.options.chat_template is not None:

@@ -28,7 +28,9 @@ from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.errors import ModelLoadError
 
 # Bump when the exported layout changes, so stale caches are rebuilt rather than trusted.
-EXPORT_VERSION = 2  # 2: the weights are converted only when a load needs them
+# 2: the weights are converted only when a load needs them; 3: byte-level BPE tokenizers built from the
+# GGUF's pre-tokenizer type (gguf_bpe_tokenizer), generation_config.json listing every end-of-turn token
+EXPORT_VERSION = 3
 STALE_TMP_SECONDS = 3600  # a conversion takes seconds; older temporaries are from killed runs
 
 

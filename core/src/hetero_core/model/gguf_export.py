@@ -3,7 +3,10 @@ when asked: ``gguf_cache`` converts the weights only for a load that reads them)
 
 The result loads like any HF checkpoint: our loader reads it in seconds, and the tokenizer files
 (tokenizer.json, tokenizer_config.json with the chat template, special_tokens_map.json,
-generation_config.json) work with ``AutoTokenizer`` or the bare ``tokenizers`` library.
+generation_config.json) work with ``AutoTokenizer`` or the bare ``tokenizers`` library. A byte-level
+BPE tokenizer (Llama 3, Qwen, SmolLM2) is built from the GGUF's metadata as llama.cpp reads it
+(``gguf_bpe_tokenizer``); a sentencepiece one goes through transformers' GGUF converter.
+generation_config.json's ``eos_token_id`` lists every token that ends generation (``gguf_stop_tokens``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hetero_core.errors import ModelLoadError
+from hetero_core.model.gguf_bpe_tokenizer import save_byte_level_tokenizer
 from hetero_core.model.gguf_checkpoint import field_value, gguf_config, gguf_state_dict, open_gguf
+from hetero_core.model.gguf_stop_tokens import end_of_generation_ids
 from hetero_core.model.progress import StepProgress
 
 WEIGHTS_FILE = "model.safetensors"
@@ -47,13 +52,28 @@ def export_gguf(gguf_path: Path, out_dir: Path, description: str | None = None, 
                 out_dir,
                 max_length=config["max_position_embeddings"],
                 model_type=config["model_type"],
+                reader=reader,
             )
             progress.advance()
 
 
-def export_tokenizer(gguf_path: Path, out_dir: Path, max_length: int, model_type: str | None = None) -> None:
-    """Save the GGUF's tokenizer through transformers, then make the files self-describing.
-    ``model_type``: the GGUF's architecture as ``gguf_config`` names it (``tokenizer_class``)."""
+def export_tokenizer(
+    gguf_path: Path, out_dir: Path, max_length: int, model_type: str | None = None, reader=None
+) -> None:
+    """Save the GGUF's tokenizer files into ``out_dir``: a byte-level BPE one (``tokenizer.ggml.model``
+    "gpt2") built here, any other through transformers. ``model_type``: the GGUF's architecture as
+    ``gguf_config`` names it (``gguf_tokenizer_class``); ``reader``: the file already opened."""
+    reader = reader if reader is not None else open_gguf(gguf_path)
+    if field_value(reader, "tokenizer.ggml.model") == "gpt2":
+        save_byte_level_tokenizer(reader, str(gguf_path), out_dir, max_length)
+        return
+    _export_through_transformers(gguf_path, out_dir, max_length, model_type)
+
+
+def _export_through_transformers(
+    gguf_path: Path, out_dir: Path, max_length: int, model_type: str | None
+) -> None:
+    """Save the GGUF's tokenizer through transformers, then make the files self-describing."""
     try:
         tokenizer_class = gguf_tokenizer_class(model_type)
     except ImportError as exc:
@@ -105,11 +125,16 @@ def gguf_tokenizer_class(model_type: str | None):
 
 
 def _generation_config(reader) -> dict[str, Any]:
+    """The GGUF's BOS and pad ids, and as ``eos_token_id`` its EOS, or the list of every token that ends
+    generation (its EOS first) where there are more."""
     config: dict[str, Any] = {}
     for name in ("bos_token_id", "eos_token_id", "padding_token_id"):
         value = field_value(reader, f"tokenizer.ggml.{name}")
         if value is not None:
             config[name.replace("padding_", "pad_")] = int(value)
+    ends = end_of_generation_ids(reader)
+    if len(ends) > 1:
+        config["eos_token_id"] = ends
     return config
 
 

@@ -4,7 +4,10 @@
 - ``bad_words`` become ``bad_words_token_ids`` as vLLM makes them: each word is encoded as it
   stands at the start of a text and, when that gives other tokens, with a leading space (as in the
   middle of a text); the sampler bans a word's last token when the output ends with the others;
-- ``skip_special_tokens=False`` needs a tokenizer whose ``decode`` takes that keyword.
+- ``skip_special_tokens=False`` needs a tokenizer whose ``decode`` takes that keyword;
+- the tokenizer's own stop ids (its optional ``stop_token_ids``: the other end-of-turn tokens of
+  generation_config.json's ``eos_token_id`` list, Llama 3's ``<|eot_id|>``, Qwen's ``<|im_end|>``)
+  join the request's ``stop_token_ids`` unless ``ignore_eos``, as vLLM adds them to every request.
 """
 
 from __future__ import annotations
@@ -33,12 +36,23 @@ def resolve_token_params(params: SamplingParams, tokenizer) -> SamplingParams:
             f"skip_special_tokens=False: the tokenizer {type(tokenizer).__name__} cannot show special tokens "
             "(its decode takes no skip_special_tokens); leave it True"
         )
+    params = with_tokenizer_stop_ids(params, tokenizer)
     if not params.bad_words:
         return params
     words = list(params.bad_words_token_ids)
     for word in params.bad_words:
         words += [ids for ids in bad_word_token_ids(tokenizer, word) if ids not in words]
     return replace(params, bad_words_token_ids=tuple(words), bad_words=params.bad_words)
+
+
+def with_tokenizer_stop_ids(params: SamplingParams, tokenizer) -> SamplingParams:
+    """``params`` with the tokenizer's stop ids added to its ``stop_token_ids`` (none with ``ignore_eos``:
+    like EOS they then end nothing)."""
+    extra = getattr(tokenizer, "stop_token_ids", None) or ()
+    if params.ignore_eos or not extra:
+        return params
+    merged = tuple(dict.fromkeys((*params.stop_token_ids, *(int(t) for t in extra))))
+    return params if merged == params.stop_token_ids else replace(params, stop_token_ids=merged)
 
 
 def bad_word_token_ids(tokenizer, word: str) -> list[tuple[int, ...]]:
