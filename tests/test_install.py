@@ -142,9 +142,8 @@ def test_fresh_venv_core_and_mock(tmp_path):
     )
     done = subprocess.run([str(python), "-c", shipped], capture_output=True, text=True, env=env, cwd=tmp_path)
     expected = sorted(p.name for p in (REPO / "bench/src/hetero_bench/data/lm_eval").iterdir())
-    assert done.stdout.strip() == (
-        f"{['gpl-3.0.txt', 'lm_eval', 'quality_prompts.txt', 'quality_text.txt', 'spec_decode_text.txt']} {expected}"
-    ), done.stderr
+    shipped = ["gpl-3.0.txt", "lm_eval", "quality_prompts.txt", "quality_text.txt", "spec_decode_text.txt"]
+    assert done.stdout.strip() == f"{shipped} {expected}", done.stderr
     offline = [
         str(hetero),
         "bench",
