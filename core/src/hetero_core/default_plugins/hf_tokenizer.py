@@ -67,8 +67,9 @@ class HFTokenizer:
         named = [AddedToken(c, special=True, normalized=False) for c in self.special_tokens.values()]
         self._tokenizer.add_special_tokens(named)
         self.vocab_size: int = self._tokenizer.get_vocab_size(with_added_tokens=True)
-        self.eos_token_id: int | None = self._find_eos_token_id(model_dir, config)
-        self.stop_token_ids: tuple[int, ...] = self._find_stop_token_ids(model_dir)
+        generation_eos = _read_json(model_dir / "generation_config.json").get("eos_token_id")
+        self.eos_token_id: int | None = self._find_eos_token_id(model_dir, generation_eos)
+        self.stop_token_ids: tuple[int, ...] = self._find_stop_token_ids(generation_eos)
         self.chat_template: str | None = self._find_chat_template(model_dir, config)
         self._template = _compile_chat_template(self.chat_template) if self.chat_template else None
 
@@ -182,7 +183,7 @@ class HFTokenizer:
         except TemplateError as exc:
             raise InvalidRequestError(f"the chat template rejected the messages: {exc}") from exc
 
-    def _find_eos_token_id(self, model_dir: Path, config: dict[str, Any]) -> int | None:
+    def _find_eos_token_id(self, model_dir: Path, generation_eos: Any) -> int | None:
         """generation_config.json's eos_token_id (of a list, the tokenizer's own eos if listed,
         else the first), else the eos_token of tokenizer_config.json or special_tokens_map.json.
         """
@@ -190,18 +191,16 @@ class HFTokenizer:
             _read_json(model_dir / "special_tokens_map.json").get("eos_token")
         )
         tokenizer_eos = self._tokenizer.token_to_id(eos_content) if eos_content else None
-        generation_eos = _read_json(model_dir / "generation_config.json").get("eos_token_id")
         if isinstance(generation_eos, int):
             return generation_eos
         if isinstance(generation_eos, list) and generation_eos:
             return tokenizer_eos if tokenizer_eos in generation_eos else generation_eos[0]
         return tokenizer_eos
 
-    def _find_stop_token_ids(self, model_dir: Path) -> tuple[int, ...]:
+    def _find_stop_token_ids(self, listed: Any) -> tuple[int, ...]:
         """The other ids of generation_config.json's ``eos_token_id`` list (Llama 3's ``<|eot_id|>`` and
         ``<|eom_id|>`` beside its EOS; a converted GGUF's end-of-generation tokens): they end a request
         as EOS does, as vLLM adds them to every request's stop ids."""
-        listed = _read_json(model_dir / "generation_config.json").get("eos_token_id")
         if not isinstance(listed, list):
             return ()
         ids = [

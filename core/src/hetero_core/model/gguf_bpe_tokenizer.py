@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hetero_core.errors import ModelLoadError
-from hetero_core.model.gguf_checkpoint import field_value
+from hetero_core.model.gguf_checkpoint import field_value, named_token_id
 from hetero_core.model.gguf_pre_tokenizers import pre_tokenizer_family
 
 __all__ = ["BPETokenizerParts", "byte_level_bpe_tokenizer", "save_byte_level_tokenizer"]
@@ -79,8 +79,8 @@ def byte_level_bpe_tokenizer(reader, source: str) -> BPETokenizerParts:
     )
     add_bos = bool(field_value(reader, "tokenizer.ggml.add_bos_token", family.add_bos))
     add_eos = bool(field_value(reader, "tokenizer.ggml.add_eos_token", False))
-    add_bos = add_bos and _token_id(reader, "bos", tokens) is not None
-    add_eos = add_eos and _token_id(reader, "eos", tokens) is not None
+    add_bos = add_bos and named_token_id(reader, "bos", len(tokens)) is not None
+    add_eos = add_eos and named_token_id(reader, "eos", len(tokens)) is not None
     if add_bos or add_eos:
         tokenizer.post_processor = _bos_eos_template(reader, tokens, add_bos, add_eos)
     return BPETokenizerParts(tokenizer, add_bos, add_eos)
@@ -95,7 +95,7 @@ def save_byte_level_tokenizer(reader, source: str, out_dir: Path, max_length: in
     special = {
         name: tokens[index]
         for name, key in NAMED_TOKENS.items()
-        if (index := _token_id(reader, key, tokens)) is not None
+        if (index := named_token_id(reader, key, len(tokens))) is not None
     }
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -143,7 +143,7 @@ def _merge_pair(merge: str, index: int, source: str) -> tuple[str, str]:
 def _bos_eos_template(reader, tokens: list[str], add_bos: bool, add_eos: bool):
     from tokenizers import processors
 
-    bos, eos = _token_id(reader, "bos", tokens), _token_id(reader, "eos", tokens)
+    bos, eos = named_token_id(reader, "bos", len(tokens)), named_token_id(reader, "eos", len(tokens))
     before = [f"{tokens[bos]}:0"] if add_bos else []
     after = [f"{tokens[eos]}:0"] if add_eos else []
     named = {tokens[i]: i for i, wanted in ((bos, add_bos), (eos, add_eos)) if wanted}
@@ -152,10 +152,3 @@ def _bos_eos_template(reader, tokens: list[str], add_bos: bool, add_eos: bool):
         pair=[*before, "$A:0", *after, *before, "$B:1", *after],
         special_tokens=list(named.items()),
     )
-
-
-def _token_id(reader, name: str, tokens: list[str]) -> int | None:
-    """``tokenizer.ggml.<name>_token_id`` where it names a token of the vocabulary (llama.cpp ignores
-    one outside it), else None."""
-    value = field_value(reader, f"tokenizer.ggml.{name}_token_id")
-    return int(value) if value is not None and 0 <= int(value) < len(tokens) else None

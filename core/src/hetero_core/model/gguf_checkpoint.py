@@ -65,6 +65,13 @@ def field_value(reader, key: str, default: Any = None) -> Any:
     return default if field is None else field.contents()
 
 
+def named_token_id(reader, name: str, vocab_size: int) -> int | None:
+    """``tokenizer.ggml.<name>_token_id`` where it names a token of the vocabulary (llama.cpp ignores
+    one outside it), else None."""
+    value = field_value(reader, f"tokenizer.ggml.{name}_token_id")
+    return int(value) if value is not None and 0 <= int(value) < vocab_size else None
+
+
 def gguf_config(reader, path: Path) -> dict[str, Any]:
     """Build an HF ``config.json`` dict from GGUF metadata."""
     arch = field_value(reader, "general.architecture")

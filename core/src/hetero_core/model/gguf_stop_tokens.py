@@ -15,7 +15,7 @@ PaddleOCR and which is an ordinary token in Qwen's vocabulary.
 
 from __future__ import annotations
 
-from hetero_core.model.gguf_checkpoint import field_value
+from hetero_core.model.gguf_checkpoint import field_value, named_token_id
 
 __all__ = ["end_of_generation_ids"]
 
@@ -55,13 +55,9 @@ def end_of_generation_ids(reader) -> list[int]:
     for index, token in enumerate(tokens):
         positions.setdefault(token, index)
 
-    def named(name: str) -> int | None:
-        value = field_value(reader, f"tokenizer.ggml.{name}_token_id")
-        return int(value) if value is not None and 0 <= int(value) < len(tokens) else None
-
-    ids = [named("eos")]
+    ids = [named_token_id(reader, "eos", len(tokens))]
     for name in _NAMED:
-        found = named(name)
+        found = named_token_id(reader, name, len(tokens))
         if found is None and name in _FIM_TEXTS:
             found = next((positions[t] for t in _FIM_TEXTS[name] if t in positions), None)
         ids.append(found)
