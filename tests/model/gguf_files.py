@@ -116,3 +116,25 @@ def _write(writer) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def mixed_types():
+    """Every code type in fused and plain linears, mixed bits inside q/k/v and gate/up, Q6_K alone
+    and as a part beside 32-input types (split), and a type without codes (Q2_K: one warning)."""
+    return {
+        "token_embd": "Q4_K",
+        "0.attn_q": "Q4_K",
+        "0.attn_k": "Q5_K",
+        "0.attn_v": "Q8_0",
+        "0.attn_output": "Q6_K",
+        "0.ffn_gate": "Q4_1",
+        "0.ffn_up": "Q4_1",
+        "0.ffn_down": "Q5_0",
+        "1.attn_q": "Q4_K",
+        "1.attn_k": "Q4_0",
+        "1.attn_v": "Q6_K",
+        "1.attn_output": "Q5_1",
+        "1.ffn_gate": "Q5_K",
+        "1.ffn_up": "Q6_K",
+        "1.ffn_down": "Q2_K",
+    }

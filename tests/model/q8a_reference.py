@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hetero_core.model.cpu.block_codes import pack_code_panels, pack_code_panels_sub16
+from hetero_core.model.cpu.code_panels import pack_code_panels, pack_code_panels_sub16
 
 FORMATS = ("q4", "q8", "q8_sub16")
 

@@ -180,14 +180,13 @@ def test_an_int8_executor_runs_its_code_linears_on_the_tiles_with_the_same_logit
     from hetero_core.model.cpu import kernels as cpu_kernels_module
     from hetero_core.model.cpu.linear import PackedLinear
     from hetero_core.model.gguf_cache import ensure_gguf_converted
-    from tests.model.gguf_files import write_mixed_gguf
+    from tests.model.gguf_files import mixed_types, write_mixed_gguf
     from tests.model.paged_batches import prompt_logits
-    from tests.model.test_gguf_codes_loader import mixed_types
 
     base = dataclasses.replace(emulated, code_tile_rows=0)
     if not dataclasses.replace(base, code_activations="int8").int8_code_activations:
         pytest.skip("no vector int8 code linear on this CPU (the int32 path)")
-    monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: base)
+    monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False, **_: base)
     monkeypatch.setattr(torch_executor, "amx_kernels", lambda kernels: None)  # the bf16 tiles: not here
     monkeypatch.setattr(amx_int8, "TILE_ROWS", 4)  # the test's prompt: tiles from 4 rows
     gguf = write_mixed_gguf(tmp_path / "mixed.gguf", mixed_types())

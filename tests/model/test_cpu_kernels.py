@@ -226,12 +226,32 @@ def test_sizes_beyond_the_kernels_limits_take_the_torch_path(kernel):
     assert kernel.supports(torch.randn(2, 4, 64), num_kv_heads=2)
 
 
+def _recording_compiler(tmp_path, body: str) -> tuple[str, object]:
+    """A ``$CC`` that appends its arguments to a log, then runs ``body`` (sh)."""
+    log = tmp_path / "cc.log"
+    script = tmp_path / "cc"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\n{body}\n')
+    script.chmod(0o755)
+    return str(script), log
+
+
 def test_the_library_is_built_once_into_the_cache(kernel, monkeypatch, tmp_path):
-    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    """Each source compiles in its own compiler process (at once, as many as there are cores), then
+    one link; a second load finds the library and starts no process."""
+    import shutil
+
+    compiler, calls = _recording_compiler(tmp_path, f'exec {shutil.which("cc") or shutil.which("gcc")} "$@"')
+    monkeypatch.setenv("CC", compiler)
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
     cpu_kernels_module._load.cache_clear()
     try:
         built = load_cpu_kernels(required=True).path
-        assert built.parent == tmp_path / "kernels" and built.is_file()
+        assert built.parent == tmp_path / "cache" / "kernels" and built.is_file()
+        lines = calls.read_text().splitlines()
+        compiled = sorted(line.split()[-1].rsplit("/", 1)[-1] for line in lines if " -c " in line)
+        assert compiled == sorted(cpu_kernels_module.SOURCES)
+        [link] = [line for line in lines if " -c " not in line]
+        assert "-shared" in link.split() and link.count(".o") == len(cpu_kernels_module.SOURCES)
         stamp = built.stat().st_mtime_ns
         cpu_kernels_module._load.cache_clear()
 
@@ -242,6 +262,57 @@ def test_the_library_is_built_once_into_the_cache(kernel, monkeypatch, tmp_path)
             patch.setattr(cpu_kernels_module.subprocess, "run", no_process)
             assert load_cpu_kernels(required=True).path == built and built.stat().st_mtime_ns == stamp
         assert [p.name for p in built.parent.iterdir()] == [built.name]  # no temporaries left
+    finally:
+        cpu_kernels_module._load.cache_clear()
+
+
+def test_the_settings_cache_dir_holds_the_kernels(kernel, tmp_path, tiny_model_dirs):
+    """``cache_dir`` (``--cache-dir``) is where a process's kernels are built and found at their first
+    load, as its converted models and prepared weights are (a copy of this machine's library: found,
+    not built)."""
+    import shutil
+    from pathlib import Path
+
+    from hetero_core.default_plugins.torch_executor import TorchExecutor
+    from hetero_core.executor import ExecutorContext
+    from hetero_core.settings import HeteroSettings
+
+    (tmp_path / "kernels").mkdir()
+    shutil.copy(kernel.path, tmp_path / "kernels" / kernel.path.name)
+    model_dir, _ = tiny_model_dirs["llama"]
+    ctx = ExecutorContext(
+        settings=HeteroSettings(cache_dir=tmp_path),
+        options=TorchExecutorOptions(cpu_kernels="compiled", prepared_weights_cache=False, dtype="float32"),
+        model_dir=Path(model_dir),
+        num_blocks=16,
+        block_size=16,
+        max_model_len=256,
+        max_num_batched_tokens=256,
+        max_num_seqs=4,
+        eos_token_id=None,
+        vocab_size=0,
+    )
+    cpu_kernels_module._load.cache_clear()  # a process keeps the first library it loads
+    try:
+        executor = TorchExecutor(ctx)
+        assert executor.backend.cpu_kernels.path == tmp_path / "kernels" / kernel.path.name
+    finally:
+        cpu_kernels_module._load.cache_clear()
+
+
+def test_a_source_that_does_not_compile_names_the_compilers_error(monkeypatch, tmp_path):
+    compiler, _ = _recording_compiler(
+        tmp_path,
+        'case "$*" in *q8a_coded_linear.c*) echo "q8a_coded_linear.c:1: error: boom" >&2; exit 1;; esac\n'
+        'while [ "$1" != "-o" ]; do shift; done; touch "$2"',  # every other step "succeeds"
+    )
+    monkeypatch.setenv("CC", compiler)
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
+    cpu_kernels_module._load.cache_clear()
+    try:
+        with pytest.raises(KernelUnavailable, match="could not build the CPU kernels: .*error: boom"):
+            load_cpu_kernels(required=True)
+        assert not list((tmp_path / "cache" / "kernels").glob("*.so"))  # nothing half-built is kept
     finally:
         cpu_kernels_module._load.cache_clear()
 

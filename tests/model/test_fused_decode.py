@@ -35,10 +35,10 @@ def fused_calls(monkeypatch):
     return outcomes
 
 
-def _run_both(model_dir, make_executor, steps_of, dtype: str = "float32"):
+def _run_both(model_dir, make_executor, steps_of, dtype: str = "float32", **more_options):
     """The same steps through an executor with the fused path and one without; each step's logits
     from both, and both executors."""
-    options = {**FP32, "dtype": dtype}
+    options = {**FP32, "dtype": dtype, **more_options}
     fused = make_executor(model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options))
     plain = make_executor(
         model_dir, block_size=BLOCK_SIZE, options=TorchExecutorOptions(**options, fused_decode=False)
@@ -112,6 +112,34 @@ def test_the_fused_path_applies_only_where_every_piece_is_a_kernel(
     assert make_executor(narrow_heads, options=TorchExecutorOptions(**FP32)).model.fused_decode is not None
     torch_only = make_executor(wide, options=TorchExecutorOptions(**FP32, cpu_kernels="torch"))
     assert torch_only.model.fused_decode is None
+
+
+@pytest.mark.parametrize(
+    "dtype, code_activations", [("float32", "float"), ("float32", "int8"), ("bfloat16", "int8")]
+)
+def test_a_gguf_of_mixed_types_decodes_fused_through_its_split_linears(
+    dtype, code_activations, tmp_path, make_executor, cpu_kernels, fused_calls
+):
+    """A Q4_K_M-style mix: q/k/v and gate/up whose parts keep codes of different layouts (SplitLinear)
+    run part by part inside the fused step, a split gate/up then the kernels' SiLU-and-multiply:
+    the model code's logits and KV cache, bit for bit, every decode fused."""
+    from hetero_core.model.cpu.split_linear import SplitLinear
+    from hetero_core.model.gguf_cache import ensure_gguf_converted
+    from tests.model.gguf_files import mixed_types, write_mixed_gguf
+
+    gguf_path = write_mixed_gguf(tmp_path / "mixed.gguf", mixed_types())
+    model_dir = ensure_gguf_converted(gguf_path, tmp_path / "cache")
+    (fused, plain), fused_executor, plain_executor = _run_both(
+        model_dir, make_executor, _decode_steps(vocab=256), dtype, code_activations=code_activations
+    )
+    layer = fused_executor.model.model.layers[1]
+    assert isinstance(layer.self_attn.qkv_proj, SplitLinear)
+    assert isinstance(layer.mlp.gate_up_proj, SplitLinear)
+    assert fused_calls == [False, True, True, True, True, True]
+    for step_logits, expected in zip(fused, plain, strict=True):
+        assert torch.isfinite(expected).all() and torch.equal(step_logits, expected)
+    for ours, theirs in zip(fused_executor.kv_caches, plain_executor.kv_caches, strict=True):
+        assert torch.equal(ours.key, theirs.key) and torch.equal(ours.value, theirs.value)
 
 
 @pytest.mark.slow

@@ -12,8 +12,13 @@ import pytest
 import torch
 
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
-from hetero_core.model.cpu.block_codes import CODES_Q8_SUB16
-from hetero_core.model.cpu.kernel_linears import code_bits
+from hetero_core.model.cpu.code_panels import (
+    CODES_Q4,
+    CODES_Q8,
+    CODES_Q8_SUB16,
+    CODES_Q8_SUB16_SUPER,
+    code_format,
+)
 from hetero_core.model.cpu.linear import PackedLinear
 from hetero_core.model.cpu.prepared_weights import load_packed_model, pack_model
 from hetero_core.model.cpu.split_linear import SplitLinear
@@ -21,7 +26,7 @@ from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.embedded import find_embedded_gguf
 from hetero_core.model.gguf_cache import ensure_gguf_converted
 from hetero_core.model.loader import load_model
-from tests.model.gguf_files import requantized, write_mixed_gguf
+from tests.model.gguf_files import mixed_types, requantized, write_mixed_gguf
 from tests.model.paged_batches import prompt_logits
 
 PROMPTS = ([1, 504, 3458, 314, 4155, 282], list(range(100, 121)), [9, 8, 7, 6, 5, 4, 3, 2])
@@ -98,28 +103,6 @@ def test_bf16_activations_run_over_the_same_codes(q8_0_dir, make_executor, cpu_k
     assert logits[-1].argmax() == reference[-1].argmax()
 
 
-def mixed_types():
-    """Every code type in fused and plain linears, mixed bits inside q/k/v and gate/up, Q6_K alone
-    and as a part beside 32-input types (split), and a type without codes (Q2_K: one warning)."""
-    return {
-        "token_embd": "Q4_K",
-        "0.attn_q": "Q4_K",
-        "0.attn_k": "Q5_K",
-        "0.attn_v": "Q8_0",
-        "0.attn_output": "Q6_K",
-        "0.ffn_gate": "Q4_1",
-        "0.ffn_up": "Q4_1",
-        "0.ffn_down": "Q5_0",
-        "1.attn_q": "Q4_K",
-        "1.attn_k": "Q4_0",
-        "1.attn_v": "Q6_K",
-        "1.attn_output": "Q5_1",
-        "1.ffn_gate": "Q5_K",
-        "1.ffn_up": "Q6_K",
-        "1.ffn_down": "Q2_K",
-    }
-
-
 @pytest.fixture
 def mixed_dir(tmp_path):
     path = write_mixed_gguf(tmp_path / "mixed.gguf", mixed_types())
@@ -146,14 +129,15 @@ def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
     layers = coded.model.layers
     assert layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8  # Q4_K q widened beside Q5_K k
     assert layers[0].mlp.gate_up_proj.kernel_weight.dtype == torch.uint8 and layers[0].mlp.gate_up_proj.swiglu
-    assert code_bits(layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16  # Q6_K
+    assert code_format(layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16  # Q6_K
     assert layers[0].mlp.down_proj.kernel_weight.dtype == torch.int8  # Q5_0
     qkv = layers[1].self_attn.qkv_proj  # Q4_K q and Q4_0 k as one 4-bit weight, the Q6_K v apart
-    assert isinstance(qkv, SplitLinear) and [code_bits(p.kernel_weight) for p in qkv.parts] == [4, 9]
+    assert isinstance(qkv, SplitLinear)
+    assert [code_format(p.kernel_weight) for p in qkv.parts] == [CODES_Q4, CODES_Q8_SUB16]
     assert [p.out_features for p in qkv.parts] == [256 + 128, 128]  # q and k rows, v rows
     gate_up = layers[1].mlp.gate_up_proj  # a Q5_K gate and a Q6_K up: split, the MLP applies SwiGLU
     assert isinstance(gate_up, SplitLinear) and not gate_up.swiglu
-    assert [code_bits(p.kernel_weight) for p in gate_up.parts] == [8, 9]
+    assert [code_format(p.kernel_weight) for p in gate_up.parts] == [CODES_Q8, CODES_Q8_SUB16]
     assert layers[1].mlp.down_proj.kernel_dtype == "f32"  # Q2_K: dequantized
     assert coded.lm_head.kernel_dtype == "codes"  # the tied head keeps the embedding's Q4_K codes
 
@@ -196,7 +180,8 @@ def test_the_prepared_file_keeps_the_codes(mixed_dir, cpu_kernels, monkeypatch):
     assert linear_kinds(again) == linear_kinds(first)
     assert again.model.layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8
     split = again.model.layers[1].self_attn.qkv_proj
-    assert isinstance(split, SplitLinear) and [code_bits(p.kernel_weight) for p in split.parts] == [4, 9]
+    assert isinstance(split, SplitLinear)
+    assert [code_format(p.kernel_weight) for p in split.parts] == [CODES_Q4, CODES_Q8_SUB16]
     assert not (mixed_dir / "model.safetensors").exists()
     prompt = list(range(3, 30))
     assert torch.equal(linears_only_logits(again, prompt), linears_only_logits(first, prompt))
@@ -248,7 +233,7 @@ def test_llama_cpps_q6_k_runs_as_codes_with_the_dequantized_fp32_models_tokens(
     folder = ensure_gguf_converted(DATA / f"tiny-{name}.gguf", tmp_path / "cache")
     coded = make_executor(folder, options=TorchExecutorOptions(**FP32))
     assert {kind for kind, _ in linear_kinds(coded.model)} == {"codes"}  # every linear
-    assert code_bits(coded.model.lm_head.kernel_weight) == CODES_Q8_SUB16  # the mixes' output is Q6_K
+    assert code_format(coded.model.lm_head.kernel_weight) == CODES_Q8_SUB16  # the output is Q6_K
     split = [m for m in coded.model.modules() if isinstance(m, SplitLinear)]
     assert bool(split) == (name == "Q4_K_M")  # the mix's Q6_K v beside Q4_K q and k
     plain = make_executor(folder, options=TorchExecutorOptions(**FP32, block_code_weights=False))
@@ -256,3 +241,27 @@ def test_llama_cpps_q6_k_runs_as_codes_with_the_dequantized_fp32_models_tokens(
     for prompt in ([1, 50, 3, 200, 7], list(range(10, 40))):
         assert torch.equal(prompt_logits(coded, prompt), prompt_logits(plain, prompt))
         assert greedy(coded, prompt) == greedy(plain, prompt)
+
+
+def test_int8_activations_keep_q6_k_scales_per_super_block_with_the_same_logits(
+    tmp_path, make_executor, monkeypatch
+):
+    """Under int8 activations Q6_K's scales stay per super-block as the file stores them (1.08 instead of
+    1.25 bytes a weight; ``super_block_scales``), and the model's logits are the per-block layout's bits."""
+    from hetero_core.model.cpu import gguf_code_linears
+    from tests.model.test_gguf_fixtures import DATA
+
+    folder = ensure_gguf_converted(DATA / "tiny-Q6_K.gguf", tmp_path / "cache")
+    options = TorchExecutorOptions(dtype="float32", prepared_weights_cache=False, code_activations="int8")
+    compact = make_executor(folder, options=options)
+    head = compact.model.lm_head.kernel_weight
+    assert code_format(head) == CODES_Q8_SUB16_SUPER
+    assert head.numel() == head.shape[0] * 16 * head.shape[1] * 256 * 1.078125  # [N / 16, K / 256, 4416]
+    assert code_format(compact.model.model.layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16_SUPER
+    monkeypatch.setattr(gguf_code_linears, "super_block_scales", lambda block, kernels: False)
+    per_block = make_executor(folder, options=options)
+    assert code_format(per_block.model.lm_head.kernel_weight) == CODES_Q8_SUB16
+    assert per_block.model.lm_head.kernel_weight.numel() > head.numel()
+    for prompt in ([1, 50, 3, 200, 7], list(range(10, 40))):
+        assert torch.equal(prompt_logits(compact, prompt), prompt_logits(per_block, prompt))
+        assert greedy(compact, prompt) == greedy(per_block, prompt)

@@ -77,6 +77,13 @@ def test_the_codes_of_every_matrix_expand_to_its_dequantized_values(name):
         assert codes.block == (16 if tensor.tensor_type.name == "Q6_K" else 32)
         reference = dequantize(tensor.data, tensor.tensor_type)
         np.testing.assert_array_equal(codes.values(), reference.reshape(codes.shape), err_msg=tensor.name)
+        k_quant = tensor.tensor_type.name.endswith("_K")  # scales per super-block too, as stored
+        assert (codes.base is not None) == k_quant, tensor.name
+        if k_quant:
+            scales = codes.base[..., None] * codes.factors.astype(np.float32)  # [N, S, n, blocks]
+            np.testing.assert_array_equal(scales[..., 0, :].reshape(codes.d.shape), codes.d)
+            if scales.shape[2] == 2:
+                np.testing.assert_array_equal(scales[..., 1, :].reshape(codes.m.shape), codes.m)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -47,7 +47,7 @@ def build_kernels(request, tmp_path_factory, monkeypatch):
     from hetero_core.model.cpu import kernels as cpu_kernels_module
 
     kernels = kernels_for(request.param, tmp_path_factory.getbasetemp() / "kernel_builds")
-    monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: kernels)
+    monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False, **_: kernels)
     return kernels
 
 

@@ -305,7 +305,7 @@ def test_the_fused_decode_step_does_nothing_for_no_rows(kernels, tiny_model_dirs
     from hetero_core.model.cpu import kernels as cpu_kernels_module
     from hetero_core.model.cpu.fused_decode import _Step
 
-    monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False: kernels)
+    monkeypatch.setattr(cpu_kernels_module, "load_cpu_kernels", lambda required=False, **_: kernels)
     model_dir, _ = tiny_model_dirs["llama_wide_heads"]
     executor = make_executor(
         model_dir, options=TorchExecutorOptions(dtype="float32", prepared_weights_cache=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hetero_core.model.cpu.block_codes import pack_code_panels_sub16
+from hetero_core.model.cpu.code_panels import pack_code_panels_sub16
 from tests.model.kernel_builds import kernels_for
 from tests.model.q8a_reference import FORMATS, dequantized, pack_codes, random_codes, reference
 

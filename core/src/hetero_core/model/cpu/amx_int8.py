@@ -13,7 +13,7 @@ every dtype candidate, fp32 or bf16, gets them). ``int8_code_tiles(kernels)`` is
 library: int8 code activations asked for, the build's tiles (none: nothing to say), the CPU's flags
 (``amx_tile``, ``amx_int8``; missing: silently the vector path), Linux's grant
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``) and a self-check: the tiles' results equal
-the vector path's bit for bit on shapes covering the three code formats, partial row blocks, bias,
+the vector path's bit for bit on shapes covering every code format, partial row blocks, bias,
 SwiGLU and bf16. A failure costs one warning, ``executor.amx_int8_unavailable``, and the vector path.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from hetero_core.logging import get_logger
-from hetero_core.model.cpu.block_codes import pack_code_panels, pack_code_panels_sub16
+from hetero_core.model.cpu.code_panels import SuperScales, pack_codes
 from hetero_core.model.cpu.cpu_info import cpu_flags
 
 log = get_logger("hetero.executor")
@@ -40,6 +40,10 @@ SELF_CHECK = (
     ("q4", 17, 48, 96, False, True, torch.float32),
     ("q8", 33, 32, 64, True, False, torch.bfloat16),
     ("q8_sub16", 16, 16, 160, False, True, torch.float32),
+    ("q4_f16", 18, 16, 64, False, False, torch.float32),
+    ("q8_f16", 16, 32, 96, True, True, torch.float32),
+    ("q4_super", 17, 32, 512, True, True, torch.bfloat16),
+    ("q8_sub16_super", 20, 16, 256, False, True, torch.float32),
 )
 _checked: dict[Path, bool] = {}  # library path -> its tiles passed the gate
 
@@ -99,13 +103,27 @@ def self_check(kernels) -> str | None:
 
 def _random_codes(fmt: str, outputs: int, inputs: int, generator: torch.Generator) -> torch.Tensor:
     """A packed weight of random codes in ``fmt`` (the codes' full ranges, random scales)."""
-    if fmt == "q8_sub16":
-        d = torch.rand(outputs, inputs // 16, generator=generator) * 1e-2
-        q = torch.randint(-128, 128, (outputs, inputs // 16, 16), generator=generator).to(torch.int8)
-        return pack_code_panels_sub16(d, q)
-    blocks, bits = inputs // 32, 4 if fmt == "q4" else 8
-    d = torch.rand(outputs, blocks, generator=generator) * 1e-2
-    m = -torch.rand(outputs, blocks, generator=generator) * 0.1 if bits == 4 else torch.zeros(outputs, blocks)
-    low, high = (0, 16) if bits == 4 else (-128, 128)
-    q = torch.randint(low, high, (outputs, blocks, 32), generator=generator)
-    return pack_code_panels(d, m, q.to(torch.uint8 if bits == 4 else torch.int8), bits)
+    sub16, four, supers = fmt.startswith("q8_sub16"), fmt.startswith("q4"), fmt.endswith("_super")
+    block = 16 if sub16 else 32
+    blocks = inputs // block
+    if supers:  # k-quant scales: f16 bases times integer factors per block
+        per, count = 256 // block, inputs // 256
+        d_base = (torch.rand(outputs, count, generator=generator) * 1e-3).half().float()
+        low = -128 if sub16 else 0
+        d_factors = torch.randint(low, low + 256 if sub16 else 64, (outputs, count, per), generator=generator)
+        d_factors = d_factors.to(torch.int8 if sub16 else torch.uint8)
+        m_base = m_factors = None
+        if four:
+            m_base = -(torch.rand(outputs, count, generator=generator) * 1e-2).half().float()
+            m_factors = torch.randint(0, 64, (outputs, count, per), generator=generator).to(torch.uint8)
+        scales = SuperScales(d_base, d_factors, m_base, m_factors)
+        d, m = scales.expanded()
+    else:
+        scales = None
+        d = torch.rand(outputs, blocks, generator=generator) * 1e-2
+        m = -torch.rand(outputs, blocks, generator=generator) * 0.1 if four else torch.zeros(outputs, blocks)
+        if fmt.endswith("_f16"):
+            d, m = d.half().float(), m.half().float()
+    low, high = (0, 16) if four else (-128, 128)
+    q = torch.randint(low, high, (outputs, blocks, block), generator=generator)
+    return pack_codes(d, m, q.to(torch.uint8 if four else torch.int8), scales)

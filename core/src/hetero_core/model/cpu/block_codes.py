@@ -1,4 +1,4 @@
-"""Find fp32 weights that are exact block codes (GGUF's Q4_1 and Q8_0), and pack them for ``coded_linear``.
+"""Find fp32 weights that are exact block codes (GGUF's Q4_1 and Q8_0), for ``coded_linear``.
 
 A quantized checkpoint dequantizes each weight from a code and per-block constants (blocks of 32
 inputs): Q4_1 as ``d * q + m`` (f16 ``d`` and ``m``, ``q`` in 0..15), Q8_0 as ``d * q`` (f16 ``d``,
@@ -10,7 +10,7 @@ values; ``block_codes`` recovers the codes from them and checks that every weigh
 - Q8_0: ``d`` is max |w| / 127 rounded to f16 (``m`` = 0);
 
 trying ``d``'s f16 neighbours where rounding went the other way. Any other tensor (a full-precision
-checkpoint, another quantization) is left as it is: None.
+checkpoint, another quantization) is left as it is: None. ``code_panels`` packs what is found.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 
 BLOCK = 32  # inputs per block
-PANEL = 16  # output columns per panel (the kernels' layout)
 _PROBE_ROWS = 64  # rows checked first, so most tensors that are not codes are refused cheaply
 
 
@@ -92,63 +91,3 @@ def _find_scales(blocks, estimate, m, lowest: int, highest: int):
     if torch.isnan(found_d).any():
         return None
     return found_d, found_q
-
-
-CODES_Q4, CODES_Q8, CODES_Q8_SUB16 = 4, 8, 9  # csrc/code_blocks.h's formats
-
-
-def pack_code_panels(d: torch.Tensor, m: torch.Tensor, q: torch.Tensor, bits: int) -> torch.Tensor:
-    """Codes of blocks of 32 inputs -> the layout ``coded_linear`` and ``q8a_coded_linear`` read
-    (``csrc/code_blocks.h``). ``d``, ``m``: [N, K / 32] fp32; ``q``: [N, K / 32, 32] codes with
-    ``w = d * q + m``: ``bits`` 4, q in 0..15 (Q4_1, Q4_K's sub-blocks with m = -dmin * min), or 8, q
-    in -128..127 (Q8_0 with m = 0); rows in the kernel's column order, N a multiple of 16.
-
-    Returns [N / 16, K / 32, bytes]: per panel of 16 columns and block, d[16] and m[16] fp32, then the
-    codes as VPDPBUSD takes them, per 64-byte vector 16 columns x 4 consecutive inputs (384 bytes,
-    uint8, for 4-bit codes: input 16 + i in the high nibble beside input i; 640 for 8-bit ones, stored
-    as q + 128, int8: the dtype tells a packed weight's format)."""
-    rows, blocks = d.shape
-    panels = rows // PANEL
-    scales = torch.cat([_per_panel(d, panels), _per_panel(m, panels)], dim=-1)  # [P, B, 32] fp32
-    if bits == 4:
-        codes = q.to(torch.uint8)
-        codes = codes[:, :, :16] | (codes[:, :, 16:] << 4)  # [N, B, 16]: inputs i and 16 + i
-    else:
-        codes = (q.to(torch.int16) + 128).to(torch.uint8)  # [N, B, 32]
-    packed = torch.cat([scales.contiguous().view(torch.uint8), _quads(codes, panels)], dim=-1).contiguous()
-    return packed if bits == 4 else packed.view(torch.int8)
-
-
-def pack_code_panels_sub16(d: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """8-bit codes with a scale per 16 inputs (GGUF Q6_K: ``d`` = the super-block's f16 d times the
-    sub-block's int8 scale, exact in fp32; ``q`` = the 6-bit code - 32) -> the layout ``coded_linear``
-    and ``q8a_coded_linear`` read as format CODES_Q8_SUB16 (``csrc/code_blocks.h``).
-
-    ``d``: [N, K / 16] fp32; ``q``: [N, K / 16, 16] int8 (any value -128..127) with ``w = d * q``; rows
-    in the kernel's column order (``swiglu_order`` for a fused gate/up weight), N a multiple of 16, K
-    of 16. Returns [N / 16, K / 16, 320] int8: per panel of 16 columns and sub-block d[16] fp32, then
-    the codes as q + 128, per 64-byte vector 16 columns x 4 consecutive inputs (the shape, 320 bytes
-    per block of 16, tells it from ``pack_code_panels``'s formats)."""
-    rows, blocks = d.shape
-    if q.shape != (rows, blocks, 16) or rows % PANEL:
-        raise ValueError(
-            f"pack_code_panels_sub16: d [N, K / 16] and q [N, K / 16, 16] with N a multiple of "
-            f"16, got d {tuple(d.shape)}, q {tuple(q.shape)}"
-        )
-    panels = rows // PANEL
-    codes = (q.to(torch.int16) + 128).to(torch.uint8)
-    scales = _per_panel(d.float(), panels).contiguous().view(torch.uint8)  # [P, B, 64]
-    return torch.cat([scales, _quads(codes, panels)], dim=-1).contiguous().view(torch.int8)
-
-
-def _per_panel(t: torch.Tensor, panels: int) -> torch.Tensor:
-    """[N, B, ...] -> [N / 16, B, 16, ...] (then the last two flattened: column-major per block)."""
-    out = t.reshape(panels, PANEL, t.shape[1], *t.shape[2:]).transpose(1, 2)
-    return out.reshape(*out.shape[:2], -1)
-
-
-def _quads(codes: torch.Tensor, panels: int) -> torch.Tensor:
-    """Bytes [N, B, S] (S per column and block) -> [N / 16, B, S * 16]: S / 4 vectors of 16 columns x 4."""
-    rows, blocks, size = codes.shape
-    grouped = codes.reshape(panels, PANEL, blocks, size // 4, 4).permute(0, 2, 3, 1, 4)  # [P, B, S/4, 16, 4]
-    return grouped.reshape(panels, blocks, size * PANEL)

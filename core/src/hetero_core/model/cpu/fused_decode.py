@@ -8,7 +8,9 @@ the model code's bit for bit; only the Python between the kernels is gone.
 
 It applies where every piece of a layer is one of those kernels: a Llama-family model (no q/k norm)
 whose linears all run in the kernels' layouts (in fp32 ``f32`` panels or block ``codes``, in bf16
-``bf16_linear``'s; the MLP's gate/up with SwiGLU inside), the torch paged
+``bf16_linear``'s; the MLP's gate/up with SwiGLU inside, or, for a GGUF's mixed types, q/k/v and
+gate/up in parts of different code layouts: ``split_linear``'s parts in turn, a split gate/up
+followed by the kernels' SiLU-and-multiply, as the model code runs them), the torch paged
 attention backend with the kernels and contiguous caches of the model's dtype, and a step whose
 every token is a decode. ``FusedDecode.for_model`` returns
 None where it does not apply; the torch executor's option ``fused_decode`` turns it off.
@@ -21,8 +23,8 @@ from typing import Any
 
 import torch
 
+from hetero_core.model.cpu.code_panels import code_format
 from hetero_core.model.cpu.kernel_attention import DECODE_ATTENTION_REFUSED
-from hetero_core.model.cpu.kernel_linears import code_bits
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -40,13 +42,20 @@ class _Linear(ctypes.Structure):
     ]
 
 
+MAX_PARTS = 3  # decode_layers.c's FUSED_MAX_PARTS: a projection's row ranges in different layouts
+
+
+class _Projection(ctypes.Structure):
+    _fields_ = [("part", _Linear * MAX_PARTS), ("num_parts", _I64)]
+
+
 class _Layer(ctypes.Structure):
     _fields_ = [
         ("input_norm", _PTR),
         ("post_attention_norm", _PTR),
-        ("qkv", _Linear),
+        ("qkv", _Projection),
+        ("gate_up", _Projection),
         ("o", _Linear),
-        ("gate_up", _Linear),
         ("down", _Linear),
         ("key_cache", _PTR),
         ("value_cache", _PTR),
@@ -80,6 +89,7 @@ class _Step(ctypes.Structure):
         ("qkv", _PTR),
         ("attention", _PTR),
         ("activation", _PTR),
+        ("gate_up", _PTR),
         ("cos", _PTR),
         ("sin", _PTR),
         ("slots", _PTR),
@@ -107,7 +117,7 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
         return None
     weight = module.kernel_weight
     if module.kernel_dtype == "codes":
-        bits = code_bits(weight)
+        bits = code_format(weight)
     else:
         bits = 0 if module.kernel_dtype == "f32" else 16
     bias = module.bias_f32
@@ -123,13 +133,32 @@ def _linear(module, dtype: torch.dtype) -> _Linear | None:
     )
 
 
+def _projection(module, dtype: torch.dtype) -> _Projection | None:
+    """``module`` as its parts: a ``SplitLinear``'s (its row ranges in their own layouts) or the one
+    linear; None where a part does not run in a kernel layout of ``dtype``."""
+    from hetero_core.model.cpu.split_linear import SplitLinear
+
+    modules = list(module.parts) if isinstance(module, SplitLinear) else [module]
+    parts = [_linear(m, dtype) for m in modules]
+    if len(parts) > MAX_PARTS or any(part is None for part in parts):
+        return None
+    return _Projection((_Linear * MAX_PARTS)(*parts), len(parts))
+
+
 class FusedDecode:
     """The ctypes view of a model's decoder layers for ``decode_layers``; ``__call__`` runs a step."""
 
     def __init__(
-        self, kernels, model_struct: _Model, layers, keep_alive: list, key_cache: torch.Tensor
+        self,
+        kernels,
+        model_struct: _Model,
+        layers,
+        keep_alive: list,
+        key_cache: torch.Tensor,
     ) -> None:
         self.kernels = kernels
+        # some layer's gate and up in parts: each step needs a buffer for both before silu_mul
+        self.split_gate_up = any(layer.gate_up.num_parts > 1 for layer in layers)
         self.dtype = key_cache.dtype
         self._first_key_cache = key_cache.data_ptr()  # the caches the structures point at
         self._model = model_struct
@@ -171,15 +200,14 @@ class FusedDecode:
         keep: list[Any] = []
         for index, (layer, cache) in enumerate(zip(model.model.layers, kv_caches, strict=True)):
             attention, mlp = layer.self_attn, layer.mlp
-            linears = [
-                _linear(m, dtype)
-                for m in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)
-            ]
+            qkv, gate_up = _projection(attention.qkv_proj, dtype), _projection(mlp.gate_up_proj, dtype)
+            o, down = _linear(attention.o_proj, dtype), _linear(mlp.down_proj, dtype)
             norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
             caches = (cache.key, cache.value)
+            split = gate_up is not None and gate_up.num_parts > 1  # gate, up, then the MLP's silu_mul
             if (
-                any(linear is None for linear in linears)
-                or not mlp.gate_up_proj.swiglu
+                any(p is None for p in (qkv, gate_up, o, down))
+                or not (mlp.gate_up_proj.swiglu or (split and _silu_mul_kernel(mlp, config, dtype)))
                 or attention.q_norm is not None
                 or attention.kernels is None
                 or layer.input_layernorm.kernels is None
@@ -190,7 +218,14 @@ class FusedDecode:
                 return None
             keep += [*norms, *caches]
             layers[index] = _Layer(
-                norms[0].data_ptr(), norms[1].data_ptr(), *linears, caches[0].data_ptr(), caches[1].data_ptr()
+                norms[0].data_ptr(),
+                norms[1].data_ptr(),
+                qkv,
+                gate_up,
+                o,
+                down,
+                caches[0].data_ptr(),
+                caches[1].data_ptr(),
             )
         key_cache = kv_caches[0].key
         struct = _Model(
@@ -235,6 +270,9 @@ class FusedDecode:
             for width in (model.hidden, q_width + 2 * kv_width, q_width, model.intermediate)
         ]
         normed, qkv, attention, activation = buffers
+        gate_up = None
+        if self.split_gate_up:
+            gate_up = torch.empty((rows, 2 * model.intermediate), dtype=self.dtype)
         cos, sin = cos.contiguous(), sin.contiguous()
         step = _Step(
             rows,
@@ -245,6 +283,7 @@ class FusedDecode:
             qkv.data_ptr(),
             attention.data_ptr(),
             activation.data_ptr(),
+            None if gate_up is None else gate_up.data_ptr(),
             cos.data_ptr(),
             sin.data_ptr(),
             metadata.slot_mapping.data_ptr(),
@@ -260,3 +299,10 @@ class FusedDecode:
         if status != 0:
             raise MemoryError("a CPU kernel of the fused decode step could not allocate its buffers")
         return hidden, residual
+
+
+def _silu_mul_kernel(mlp, config, dtype: torch.dtype) -> bool:
+    """Whether the model code's MLP takes the kernels' SiLU-and-multiply for a split gate/up of
+    ``dtype`` (the fused step runs that kernel: the same bits), not torch's."""
+    probe = torch.empty((1, 2 * config.intermediate_size), dtype=dtype)
+    return mlp.kernels is not None and mlp.kernels.handles(probe, config.intermediate_size)

@@ -5,10 +5,13 @@ differ (``gguf_codes_loader`` calls ``coded_linear`` for each linear of the mode
 - Parts whose codes have blocks of 32 inputs (Q4_0, Q4_1, Q4_K: 4-bit; Q5_0, Q5_1, Q5_K, Q8_0: 8-bit)
   are rows concatenated into one weight, a part with 8-bit codes widening the 4-bit ones to 8 bits
   (exact: 0..15 are int8 values); gate/up in the kernels' SwiGLU panel order.
-- Q6_K's codes have blocks of 16 (``CODES_Q8_SUB16``, ``pack_code_panels_sub16``). A fused linear of
-  Q6_K parts only is one such weight; one that mixes them with the 32-input types is split into runs
-  of consecutive parts of one block size (``split_linear`` says why no exact conversion exists), each
-  packed as above: Q4_K_M's q, k (Q4_K) and v (Q6_K) become a q/k weight and a v weight.
+- Q6_K's codes have blocks of 16 (``CODES_Q8_SUB16``). A fused linear of Q6_K parts only is one such
+  weight; one that mixes them with the 32-input types is split into runs of consecutive parts of one
+  block size (``split_linear`` says why no exact conversion exists), each packed as above: Q4_K_M's
+  q, k (Q4_K) and v (Q6_K) become a q/k weight and a v weight.
+- Each weight takes the most compact layout that holds its scales exactly (``code_panels.pack_codes``)
+  among those its kernel reads fastest: the f16-scale types' scales in fp16, Q6_K's per super-block as
+  the file stores them under int8 activations (``super_block_scales``), the others per block in fp32.
 - llama's q/k rows are un-permuted as codes (``reverse_permute``); a single unpermuted tensor is packed
   ``CHUNK_ROWS`` rows at a time (an LM head's codes alone are ~1 byte a weight before packing).
 
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetero_core.model.cpu.block_codes import PANEL, pack_code_panels, pack_code_panels_sub16
+from hetero_core.model.cpu.code_panels import PANEL, SuperScales, pack_codes
 from hetero_core.model.cpu.linear import PackedLinear
 from hetero_core.model.cpu.split_linear import SplitLinear
 from hetero_core.model.gguf_checkpoint import reverse_permute
@@ -39,7 +42,7 @@ def coded_linear(
     if any(t.data.ndim != 2 or not has_codes(t.tensor_type.name) for t in tensors):
         return None
     if len(tensors) == 1 and not swiglu and heads[0] is None:
-        packed = _packed_in_chunks(tensors[0])
+        packed = _packed_in_chunks(tensors[0], kernels)
         return None if packed is None else PackedLinear.from_kernel_layout(packed, bias, kernels)
     codes = [
         _unpermuted(codes_of(t.data, t.tensor_type.name), h) for t, h in zip(tensors, heads, strict=True)
@@ -66,29 +69,45 @@ def _runs(codes: list[BlockCodes]) -> list[BlockCodes]:
             groups[-1].append(part)
         else:
             groups.append([part])
-    return [_concatenated(group) for group in groups]
-
-
-def _concatenated(parts: list[BlockCodes]) -> BlockCodes:
-    if len(parts) == 1:
-        return parts[0]
-    if len({c.bits for c in parts}) > 1:
-        parts = [c.widened() for c in parts]
-    d, m, q = (np.concatenate([getattr(c, f) for c in parts]) for f in ("d", "m", "q"))
-    return BlockCodes(d, m, q, parts[0].bits)
+    return [BlockCodes.concatenated(group) for group in groups]
 
 
 def _packed(codes: BlockCodes, kernels, swiglu: bool) -> torch.Tensor:
-    """``codes`` in the kernels' layout for their block size (rows in the SwiGLU order with ``swiglu``)."""
-    d, m, q = (torch.from_numpy(np.ascontiguousarray(t)) for t in (codes.d, codes.m, codes.q))
+    """``codes`` in the kernels' layout for them (rows in the SwiGLU order with ``swiglu``): the most
+    compact that holds their scales exactly, but scales per super-block only for Q6_K's blocks of 16
+    under int8 activations (``super_block_scales``)."""
+    with_supers = codes.base is not None and super_block_scales(codes.block, kernels)
+    arrays = (codes.d, codes.m, codes.q) + ((codes.base, codes.factors) if with_supers else ())
+    tensors = [_tensor(t) for t in arrays]  # the super-block scales only where they are packed
     if swiglu:
-        d, m, q = (kernels.swiglu_order(t) for t in (d, m, q))
-    if codes.block == 16:
-        return pack_code_panels_sub16(d, q)
-    return pack_code_panels(d, m, q, codes.bits)
+        tensors = [kernels.swiglu_order(t) for t in tensors]
+    d, m, q = tensors[:3]
+    supers = None
+    if with_supers:
+        base, factors = tensors[3:]
+        with_m = base.shape[-1] == 2
+        m_base, m_factors = (base[..., 1], factors[..., 1, :]) if with_m else (None, None)
+        supers = SuperScales(base[..., 0], factors[..., 0, :], m_base, m_factors)
+    return pack_codes(d, m, q, supers)
 
 
-def _packed_in_chunks(tensor) -> torch.Tensor | None:
+def super_block_scales(block: int, kernels) -> bool:
+    """Whether k-quant codes with blocks of ``block`` inputs are packed with their scales per
+    super-block (``CODES_Q8_SUB16_SUPER``, ``CODES_Q4_SUPER``) rather than per block in fp32. Measured
+    at one row on the 2-core AMX Xeon, weights streamed from memory (docs/benchmarks.md): Q6_K's
+    super-block layout runs ``q8a_coded_linear`` 15 % faster (1.08 instead of 1.25 bytes a weight,
+    the kernel memory-bound) but ``coded_linear`` 20 % slower (compute-bound, and the scales' factors
+    cost it more); Q4_K's runs both slower (the int8 kernel becomes compute-bound at 0.59 bytes a
+    weight: 18 against 21 GMAC/s). So: Q6_K's under int8 activations only; Q4_K's never here, its
+    layout kept for the kernels that will pay for it (tested as every layout is)."""
+    return block == 16 and kernels is not None and kernels.int8_code_activations
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _packed_in_chunks(tensor, kernels) -> torch.Tensor | None:
     """One tensor's codes packed ``CHUNK_ROWS`` rows at a time, or None where its rows do not fill
     the panels."""
     raw, type_name = tensor.data, tensor.tensor_type.name
@@ -96,7 +115,7 @@ def _packed_in_chunks(tensor) -> torch.Tensor | None:
         return None
     out = None
     for start in range(0, raw.shape[0], CHUNK_ROWS):
-        packed = _packed(codes_of(raw[start : start + CHUNK_ROWS], type_name), None, False)
+        packed = _packed(codes_of(raw[start : start + CHUNK_ROWS], type_name), kernels, False)
         if out is None:
             out = torch.empty((raw.shape[0] // PANEL, *packed.shape[1:]), dtype=packed.dtype)
         out[start // PANEL : start // PANEL + packed.shape[0]] = packed
@@ -106,5 +125,4 @@ def _packed_in_chunks(tensor) -> torch.Tensor | None:
 def _unpermuted(codes: BlockCodes, heads: int | None) -> BlockCodes:
     if heads is None:
         return codes
-    d, m, q = (reverse_permute(t, heads) for t in (codes.d, codes.m, codes.q))
-    return BlockCodes(d, m, q, codes.bits)
+    return codes.rows_mapped(lambda t: reverse_permute(t, heads))

@@ -39,8 +39,10 @@ whatever else is in the batch and however many threads run it (batch invariance;
 ``kernel_linears``; this module builds and loads the library. Its ABI is written once, in
 ``csrc/hetero_kernels.h``: every source includes it and ``kernel_abi`` types the ctypes calls from it.
 
-They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``), so
-they compile in about two seconds; the shared library is cached under ``~/.cache/hetero/kernels``
+They have no Python or torch headers and need GCC (its vector extensions; ``$CC`` or ``cc``); each
+source compiles in its own compiler process, as many at once as there are cores (about a minute on
+two: the block-code linears' per-kind copies of their loops are most of it), and the shared library
+is cached under ``~/.cache/hetero/kernels``
 (``HETERO_CACHE_DIR``), keyed by the sources, the compiler and this CPU's own flags
 (``hardware_cpu_flags``, never the reported ones), with a checksum footer (``cache_file``) checked
 before it is loaded: a damaged library is rebuilt, never mapped.
@@ -57,6 +59,8 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -138,11 +142,16 @@ class CpuKernels(AttentionKernels, PointwiseKernels, LinearKernels, Int8Kernels)
     code_tile_rows: int = 0
 
 
-def load_cpu_kernels(required: bool = False, extra_flags: tuple[str, ...] = ()) -> CpuKernels | None:
+def load_cpu_kernels(
+    required: bool = False, extra_flags: tuple[str, ...] = (), cache_dir: Path | None = None
+) -> CpuKernels | None:
     """The kernels, built on first use; None (or, if ``required``, KernelUnavailable) when they cannot be.
-    ``extra_flags``: a variant of the library built with these compiler flags too (its own file)."""
+    ``extra_flags``: a variant of the library built with these compiler flags too (its own file);
+    ``cache_dir``: the cache the library is built into and found in at its first load in this process
+    (``kernels/`` there; default ``default_cache_dir()``: ``$HETERO_CACHE_DIR`` or ``~/.cache/hetero``);
+    later loads of the same variant return the library already loaded, wherever it came from."""
     try:
-        return _load(extra_flags)
+        return _load(extra_flags, Path(cache_dir) if cache_dir is not None else default_cache_dir())
     except KernelUnavailable as exc:
         if required:
             raise
@@ -150,9 +159,27 @@ def load_cpu_kernels(required: bool = False, extra_flags: tuple[str, ...] = ()) 
         return None
 
 
-@cache
-def _load(extra_flags: tuple[str, ...] = ()) -> CpuKernels:
-    path = _build(extra_flags)
+class _Loaded:
+    """The libraries loaded in this process, one per variant (``extra_flags``): a process maps one
+    library of each, whatever cache a later caller names. ``cache_clear`` forgets them (tests)."""
+
+    def __init__(self) -> None:
+        self._libraries: dict[tuple[str, ...], CpuKernels] = {}
+
+    def __call__(self, extra_flags: tuple[str, ...], cache_dir: Path) -> CpuKernels:
+        if extra_flags not in self._libraries:
+            self._libraries[extra_flags] = _load_library(extra_flags, cache_dir)
+        return self._libraries[extra_flags]
+
+    def cache_clear(self) -> None:
+        self._libraries.clear()
+
+
+_load = _Loaded()
+
+
+def _load_library(extra_flags: tuple[str, ...], cache_dir: Path) -> CpuKernels:
+    path = _build(extra_flags, cache_dir)
     try:
         library = ctypes.CDLL(str(path))
     except OSError as exc:
@@ -163,7 +190,7 @@ def _load(extra_flags: tuple[str, ...] = ()) -> CpuKernels:
     return CpuKernels(library, path, library.swiglu_pair_columns())
 
 
-def _build(extra_flags: tuple[str, ...] = ()) -> Path:
+def _build(extra_flags: tuple[str, ...], cache_dir: Path) -> Path:
     compiler = os.environ.get(COMPILER_ENV) or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         raise KernelUnavailable("no C compiler found (install gcc, or set CC)")
@@ -178,7 +205,7 @@ def _build(extra_flags: tuple[str, ...] = ()) -> Path:
         "\n".join([*texts, compiler, version, " ".join(flags), cpu, cache_file.FOOTER]).encode()
     ).hexdigest()[:16]
     variant = "-variant" if extra_flags else ""
-    target = default_cache_dir() / "kernels" / f"hetero_cpu_kernels{variant}-{key}.so"
+    target = cache_dir / "kernels" / f"hetero_cpu_kernels{variant}-{key}.so"
     try:
         cache_file.map_checked(target)  # before dlopen: a truncated library faults (SIGBUS) once mapped
         return target
@@ -190,17 +217,36 @@ def _build(extra_flags: tuple[str, ...] = ()) -> Path:
         with cache_file.written_checked(
             target, ".so"
         ) as tmp:  # concurrent builders (tensor-parallel ranks) are fine
-            sources = [str(SOURCE_DIR / name) for name in SOURCES]
-            result = subprocess.run(
-                [compiler, *flags, "-o", tmp, *sources, "-lm"], capture_output=True, text=True
-            )
-            if result.returncode != 0:
-                detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-                raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
+            _compile_and_link(compiler, flags, tmp)
     except OSError as exc:
         raise KernelUnavailable(f"cannot write the CPU kernels to {target}: {exc}") from None
     log.info("executor.cpu_kernels_built", path=str(target))
     return target
+
+
+def _compile_and_link(compiler: str, flags: tuple[str, ...], output: str) -> None:
+    """Every source compiled to an object at once (one compiler process per source, as many running as
+    this process may use cores: the block-code linears take most of the ~1 min), then linked."""
+    workers = max(1, min(len(SOURCES), len(os.sched_getaffinity(0))))
+    with tempfile.TemporaryDirectory(prefix="hetero-kernels-") as build:
+        objects = [str(Path(build) / f"{Path(name).stem}.o") for name in SOURCES]
+        compile_flags = tuple(flag for flag in flags if flag != "-shared")
+        commands = [
+            [compiler, *compile_flags, "-c", "-o", obj, str(SOURCE_DIR / name)]
+            for name, obj in zip(SOURCES, objects, strict=True)
+        ]
+        commands.sort(key=lambda command: -os.stat(command[-1]).st_size)  # the largest first
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(_run, commands))
+        results.append(_run([compiler, *flags, "-o", output, *objects, "-lm"]))
+    for result in results:
+        if result.returncode != 0:
+            detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise KernelUnavailable(f"{compiler} could not build the CPU kernels: {detail}")
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True)
 
 
 def _compiler_identity(compiler: str) -> str:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hetero_core.model.cpu.kernel_linears import code_in_features
+from hetero_core.model.cpu.code_panels import code_in_features
 
 
 def can_pack(device: torch.device, dtype: torch.dtype, kernels=None) -> bool:

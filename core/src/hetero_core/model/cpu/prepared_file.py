@@ -32,7 +32,8 @@ from hetero_core.model.llama import LlamaForCausalLM
 
 log = get_logger("hetero.executor")
 
-FORMAT_VERSION = 3  # 2: a checksum footer (cache_file); 3: tensors aligned, written streaming
+FORMAT_VERSION = 4  # 2: a checksum footer (cache_file); 3: tensors aligned, written streaming; 4: compact
+# block-code layouts (code_panels: fp16 and super-block scales)
 KERNEL_LAYOUT_SUFFIX = ".kernel_weight"  # a linear stored in the layout of the kernels' linear
 
 

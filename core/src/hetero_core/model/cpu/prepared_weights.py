@@ -69,6 +69,7 @@ _LAYOUT_MODULES = (
     "hetero_core.model.cpu.kernels",
     "hetero_core.model.cpu.kernel_linears",
     "hetero_core.model.cpu.block_codes",
+    "hetero_core.model.cpu.code_panels",
     "hetero_core.model.llama",
     "hetero_core.model.gguf_codes",
     "hetero_core.model.cpu.gguf_codes_loader",
@@ -229,6 +230,7 @@ def prepared_path(
         kernel_layout(kernels, dtype),
         getattr(kernels, "block_codes", False),
         getattr(kernels, "swiglu_pair_columns", None),
+        getattr(kernels, "int8_code_activations", False),  # which code layouts the loader picks
     ]
     quantized = quantization.key if quantization is not None else None
     source = resolve_model_source(source)
@@ -243,11 +245,6 @@ def prepared_path(
         digest.update(text)
     dtype_name = str(dtype).removeprefix("torch.") + (f"-{quantization.method}" if quantization else "")
     return Path(cache_dir) / "prepared" / f"{source.name}-{dtype_name}-{digest.hexdigest()[:16]}.safetensors"
-
-
-def checkpoint_identity(source: str | Path) -> list[tuple[str, int, int]]:
-    """The checkpoint's files as (resolved path, size, modification time): they change when it does."""
-    return [_identity(p) for p in _checkpoint_files(resolve_model_source(source))]
 
 
 def _checkpoint_files(source: Path) -> list[Path]:

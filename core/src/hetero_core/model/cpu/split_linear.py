@@ -9,8 +9,8 @@ code. So those parts stay apart, each a ``PackedLinear`` over its own codes (par
 merged first, ``gguf_codes_loader``), and ``SplitLinear`` runs them in turn and concatenates their
 outputs: the same values as the one fused weight, code for code. A split gate/up returns gate and up
 (no SwiGLU inside), and the MLP applies the activation (the kernels' SiLU-and-multiply: the fused
-SwiGLU's bits). The fused decode step (``fused_decode``) takes only whole ``PackedLinear``s: a model
-with a split linear decodes through the model code.
+SwiGLU's bits). The fused decode step (``fused_decode``) runs the same parts in the same order, each
+into its columns of the step's buffer.
 
 In the prepared file each part is stored as ``<name>.kernel_parts.<i>`` (``prepared_file``).
 """

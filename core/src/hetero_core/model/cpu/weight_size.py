@@ -6,10 +6,12 @@ OOM killer ends the process without a word), and the KV cache is sized from what
 The estimate: every parameter at the dtype's width (fp32 4 bytes, bf16 2), plus the LM head's own copy
 where the checkpoint ties it to the embeddings (the executor unties it to pack it). A GGUF (or a
 folder converted from one, which holds no weights of its own) whose linears are block codes runs them
-as codes in fp32 and bf16 where the kernels take them (``block_codes``, ``gguf_codes_loader``): 24
-bytes per 32 weights for the 4-bit types (16 of codes, fp32 d and m), 40 for the 8-bit ones, 20
-per 16 for Q6_K (16 of codes, fp32 d); its other tensors (norms, embeddings) at the dtype's
-width. The headers are a few KB: reading them costs nothing next to the weights.
+as codes in fp32 and bf16 where the kernels take them (``block_codes``, ``gguf_codes_loader``), in
+``code_panels``' layouts: per 32 weights 16 bytes of codes and f16 d and m (20) for Q4_0/Q4_1, 32 and
+an f16 d (34) for Q8_0/Q5_0, 16 and fp32 d and m (24) for Q4_K, 32 and fp32 d and m (40) for Q5_1/Q5_K;
+Q6_K 20 per 16 (fp32 d; with int8 activations its scales per super-block take less, 1.08 bytes a
+weight: the estimate is the larger); its other tensors (norms, embeddings) at the dtype's width.
+The headers are a few KB: reading them costs nothing next to the weights.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from pathlib import Path
 from hetero_core.errors import ModelLoadError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-_FOUR_BIT, _EIGHT_BIT = 24 / 32, 40 / 32  # bytes per weight of the kernels' block-code panels
-CODE_BYTES = {
-    **dict.fromkeys(("Q4_0", "Q4_1", "Q4_K"), _FOUR_BIT),
-    **dict.fromkeys(("Q5_0", "Q5_1", "Q5_K", "Q8_0"), _EIGHT_BIT),
-    "Q6_K": 20 / 16,  # 16-input blocks: 16 bytes of codes and an fp32 d per column
+CODE_BYTES = {  # bytes per weight of the kernels' block-code panels (code_panels)
+    **dict.fromkeys(("Q4_0", "Q4_1"), 20 / 32),
+    **dict.fromkeys(("Q5_0", "Q8_0"), 34 / 32),
+    **dict.fromkeys(("Q5_1", "Q5_K"), 40 / 32),
+    "Q4_K": 24 / 32,
+    "Q6_K": 20 / 16,
 }
 _EMBEDDINGS = ("model.embed_tokens.weight", "token_embd.weight")
 

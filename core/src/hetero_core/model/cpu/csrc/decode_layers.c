@@ -14,7 +14,7 @@
 #include "hetero_kernels.h" /* the ABI: every exported call's prototype */
 
 /* A linear in the layout of one of the kernels' linears: ``bits`` 0 for f32_linear's panels, a code
- * format (code_blocks.h: 4, 8, 9) for block codes, 16 for bf16_linear's; ``bias`` fp32 in the packed
+ * format (code_blocks.h: CODES_*) for block codes, 16 for bf16_linear's; ``bias`` fp32 in the packed
  * column order, or NULL. Block codes run coded_linear, or q8a_coded_linear with ``int8_activations``. */
 struct fused_linear {
     const void *weight;
@@ -24,9 +24,19 @@ struct fused_linear {
     int32_t tile_rows; /* int8 activations: q8a_coded_linear's tile_rows (AMX-INT8 from this many rows; 0 never) */
 };
 
+/* A projection whose row ranges may be stored in different layouts (split_linear.py: a GGUF's Q4_K q
+ * and k beside a Q6_K v): ``num_parts`` linears, each writing its columns of the output in turn, as
+ * SplitLinear concatenates them. One part is the plain case; only a lone part may apply SwiGLU. */
+#define FUSED_MAX_PARTS 3
+struct fused_projection {
+    struct fused_linear part[FUSED_MAX_PARTS];
+    int64_t num_parts;
+};
+
 struct fused_layer {
     const void *input_norm, *post_attention_norm; /* RMSNorm weights [hidden], the model's dtype */
-    struct fused_linear qkv, o, gate_up, down;
+    struct fused_projection qkv, gate_up; /* gate_up in parts: gate and up out, then silu_mul */
+    struct fused_linear o, down;
     void *key_cache, *value_cache; /* [num_kv_heads, num_blocks, block_size, head_dim] */
 };
 
@@ -43,13 +53,15 @@ struct fused_model {
 struct fused_step {
     int64_t rows, max_blocks;
     void *hidden, *residual, *normed, *qkv, *attention, *activation;
+    void *gate_up; /* [rows, 2 * intermediate] for a gate/up in parts (NULL where no layer has one) */
     const void *cos, *sin; /* [rows, head_dim / 2] */
     const int64_t *slots, *block_tables, *context_lens;
     int32_t num_threads;
 };
 
-static int run_linear(const struct fused_linear *linear, const void *x, void *y, int64_t rows, int threads, int bf16) {
-    const int64_t width = linear->swiglu ? linear->out_features / 2 : linear->out_features;
+/* ``linear`` over ``x`` into ``y``, whose rows are ``width`` elements apart. */
+static int run_linear(const struct fused_linear *linear, const void *x, void *y, int64_t width, int64_t rows,
+                      int threads, int bf16) {
     if (linear->int8_activations)  /* block codes, activations and outputs in the model's dtype */
         return q8a_coded_linear(x, linear->in_features, bf16, linear->weight, linear->bias, y, width, rows,
                                 linear->out_features, linear->in_features, linear->bits, linear->swiglu, bf16,
@@ -62,6 +74,21 @@ static int run_linear(const struct fused_linear *linear, const void *x, void *y,
                           linear->in_features, linear->swiglu, threads);
     return coded_linear(x, linear->in_features, linear->weight, linear->bias, y, width, rows, linear->out_features,
                         linear->in_features, linear->bits, linear->swiglu, threads);
+}
+
+/* Each part of ``projection`` into its columns of ``y`` (rows ``width`` elements apart). */
+static int run_projection(const struct fused_projection *projection, const void *x, char *y, int64_t width,
+                          int64_t rows, int threads, int bf16) {
+    if (projection->num_parts < 1 || projection->num_parts > FUSED_MAX_PARTS) return -1;
+    int64_t column = 0;
+    for (int64_t p = 0; p < projection->num_parts; p++) {
+        const struct fused_linear *part = &projection->part[p];
+        if (projection->num_parts > 1 && part->swiglu) return -1;
+        const int status = run_linear(part, x, y + column * (bf16 ? 2 : 4), width, rows, threads, bf16);
+        if (status != 0) return status;
+        column += part->out_features;
+    }
+    return column == (projection->part[0].swiglu ? 2 * width : width) ? 0 : -1;
 }
 
 /* A kernel's status as decode_layers reports it: 0 done, 1 shapes refused, 3 out of memory (attention's
@@ -88,7 +115,7 @@ static inline __attribute__((always_inline)) int layers_as(const struct fused_mo
             CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden, layer->input_norm,
                                                         step->normed, hidden, rows, hidden, model->eps, threads));
         }
-        CHECK(run_linear(&layer->qkv, step->normed, qkv, rows, threads, bf16));
+        CHECK(run_projection(&layer->qkv, step->normed, qkv, qkv_width, rows, threads, bf16));
         CHECK((bf16 ? rotary_bf16 : rotary_f32)(qkv, qkv_width, step->cos, step->sin, rows,
                                                 model->num_heads + model->num_kv_heads, head_dim, threads));
         const int attention = (bf16 ? paged_decode_attention_bf16 : paged_decode_attention_f32)(
@@ -97,12 +124,20 @@ static inline __attribute__((always_inline)) int layers_as(const struct fused_mo
             step->attention, rows, model->num_heads, model->num_kv_heads, head_dim, model->num_blocks,
             model->block_size, model->scale, threads);
         if (attention != 0) return attention == -2 ? 3 : 2;
-        CHECK(run_linear(&layer->o, step->attention, step->hidden, rows, threads, bf16));
+        CHECK(run_linear(&layer->o, step->attention, step->hidden, hidden, rows, threads, bf16));
         CHECK((bf16 ? rms_norm_bf16 : rms_norm_f32)(step->hidden, hidden, step->residual, hidden,
                                                     layer->post_attention_norm, step->normed, hidden, rows, hidden,
                                                     model->eps, threads));
-        CHECK(run_linear(&layer->gate_up, step->normed, step->activation, rows, threads, bf16));
-        CHECK(run_linear(&layer->down, step->activation, step->hidden, rows, threads, bf16));
+        const int64_t intermediate = model->intermediate;
+        if (layer->gate_up.num_parts == 1 && layer->gate_up.part[0].swiglu) {
+            CHECK(run_projection(&layer->gate_up, step->normed, step->activation, intermediate, rows, threads, bf16));
+        } else { /* gate and up apart (split), then the MLP's SiLU-and-multiply, as the model code runs it */
+            if (step->gate_up == NULL) return 1;
+            CHECK(run_projection(&layer->gate_up, step->normed, step->gate_up, 2 * intermediate, rows, threads, bf16));
+            CHECK((bf16 ? silu_mul_bf16 : silu_mul_f32)(step->gate_up, 2 * intermediate, step->activation,
+                                                        intermediate, rows, intermediate, threads));
+        }
+        CHECK(run_linear(&layer->down, step->activation, step->hidden, hidden, rows, threads, bf16));
     }
     return 0;
 }

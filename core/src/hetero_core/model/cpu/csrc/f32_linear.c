@@ -91,15 +91,16 @@
 #define FUSED_CODE_PASSES 1
 #endif
 
-/* Input ``input`` of a packed block: its codes for the LANES columns of vector ``v`` of the panel, as
+/* Input ``input`` of a packed block (its codes at ``block_codes``): its codes for the LANES columns of vector ``v`` of the panel, as
  * floats, straight from memory into registers (each column's 32-bit lane holds 4 inputs' codes). */
-static inline __attribute__((always_inline)) vfloat code_vector(const uint8_t *block, int input, int v,
+static inline __attribute__((always_inline)) vfloat code_vector(const uint8_t *block_codes, int input, int v,
                                                                 const int format) {
-    const uint8_t *codes = block + code_scale_bytes(format) + 64 * code_vector_index(input, format);
+    const uint8_t *codes = block_codes + 64 * code_vector_index(input, format);
     vint u;
     memcpy(&u, codes + v * LANES * 4, sizeof u);
-    const vint q = (u >> code_shift(input, format)) & (format == CODES_Q4 ? 15 : 255);
-    return __builtin_convertvector(format == CODES_Q4 ? q : q - 128, vfloat);  /* 8-bit codes are q + 128 */
+    const int four = code_kind(format) == CODES_Q4;
+    const vint q = (u >> code_shift(input, format)) & (four ? 15 : 255);
+    return __builtin_convertvector(four ? q : q - 128, vfloat);  /* 8-bit codes are q + 128 */
 }
 
 /* ``rows`` rows of x against ``width`` panels, ``slice`` vectors of each panel from vector ``v0``
@@ -107,7 +108,7 @@ static inline __attribute__((always_inline)) vfloat code_vector(const uint8_t *b
 static inline __attribute__((always_inline)) void f32_panel_rows(
     const float *x, int64_t ldx, const float *panel, const float *bias, float *y, int64_t ldy,
     int64_t k, const int rows, const int width, const int slice, int v0, const int swiglu, const char *ahead,
-    int64_t ahead_lines, const uint8_t *codes, const int bits) {
+    int64_t ahead_lines, const uint8_t *codes, const int bits, int layout) {
     vfloat acc[MAX_WIDTH * PANEL_VECTORS][MAX_ROWS];
     for (int c = 0; c < width; c++)
         for (int v = 0; v < slice; v++) {
@@ -122,12 +123,11 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
         const uint8_t *blocks[MAX_WIDTH];
         if (codes != NULL)  /* block codes (coded_linear): d and m once per block, the codes expanded in registers */
             for (int c = 0; c < width; c++) {
-                blocks[c] = codes + (c * (k / span) + i0 / span) * code_block_bytes(bits);
+                const uint8_t *panel_codes = codes + c * code_panel_bytes_as(k, bits, layout);
+                blocks[c] = code_block_codes(panel_codes, i0 / span, bits, layout);
                 for (int v = 0; v < slice; v++) {
-                    memcpy(&d[c * slice + v], blocks[c] + (v0 + v) * LANES * sizeof(float), sizeof(vfloat));
-                    m[c * slice + v] = (vfloat){0};
-                    if (code_has_m(bits))
-                        memcpy(&m[c * slice + v], blocks[c] + (PANEL + (v0 + v) * LANES) * sizeof(float), sizeof(vfloat));
+                    d[c * slice + v] = code_block_scale(panel_codes, i0 / span, v0 + v, 0, bits, layout);
+                    m[c * slice + v] = code_block_scale(panel_codes, i0 / span, v0 + v, 1, bits, layout);
                 }
             }
         for (int64_t i = i0; i < i0 + span; i++) {
@@ -186,16 +186,17 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
 #define CASES(n) CASES__(n)
 
 #define PLAIN_CALL(n, c) \
-    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines, codes, bits); break;
+    case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, PANEL_VECTORS, 0, 0, ahead, ahead_lines, codes, bits, layout); break;
 #define SWIGLU_CALL(n, c) \
     case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, SWIGLU_SLICE, v0, 1, v0 ? NULL : ahead, v0 ? 0 : ahead_lines, \
-                           codes, bits); \
+                           codes, bits, layout); \
     break;
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels. */
 static inline __attribute__((always_inline)) void f32_pass_as(
     const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy, int64_t k, int64_t rows,
-    int width, int swiglu, const char *ahead, int64_t ahead_lines, const uint8_t *codes, const int bits) {
+    int width, int swiglu, const char *ahead, int64_t ahead_lines, const uint8_t *codes, const int bits,
+    int layout) {
     if (swiglu) {
 #if SWIGLU_PAIR_COLUMNS == PANEL
         for (int v0 = 0; v0 < PANEL_VECTORS; v0 += SWIGLU_SLICE) {  /* a panel's vectors, a slice at a time */
@@ -220,19 +221,17 @@ static inline __attribute__((always_inline)) void f32_pass_as(
     }
 }
 
-/* f32_pass_as with the weight's format fixed at compile time (fp32 panels, or a code format):
- * one copy of the loops each, so none carries another format's code (and registers). */
+/* f32_pass_as with the weight's kind fixed at compile time (fp32 panels, or a kind of codes; their
+ * scales' storage read at run time): one copy of the loops each, so none carries another's code. */
 static inline void f32_pass(const float *xr, int64_t ldx, const float *w, const float *b, float *yr, int64_t ldy,
                             int64_t k, int64_t rows, int width, int swiglu, const char *ahead, int64_t ahead_lines,
                             const uint8_t *codes, int bits) {
+#define PASS_AS(f) f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, f, bits)
     if (codes == NULL)
-        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, NULL, 0);
-    else if (bits == CODES_Q4)
-        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, CODES_Q4);
-    else if (bits == CODES_Q8)
-        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, CODES_Q8);
+        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, NULL, 0, 0);
     else
-        f32_pass_as(xr, ldx, w, b, yr, ldy, k, rows, width, swiglu, ahead, ahead_lines, codes, CODES_Q8_SUB16);
+        CODE_KIND_SWITCH(bits, PASS_AS);
+#undef PASS_AS
 }
 
 /* How the rows of a fused gate/up weight are interleaved for ``swiglu`` (see SWIGLU_PAIR_COLUMNS):
@@ -316,15 +315,18 @@ int f32_linear(const float *x, int64_t ldx, const float *packed, const float *bi
 /* ``width`` panels (``k`` inputs each) of codes in ``format`` from ``packed`` into ``out`` in
  * f32_linear's layout. */
 static inline __attribute__((always_inline)) void expand_codes_as(const uint8_t *packed, int width, int64_t k,
-                                                                 const int format, float *out) {
+                                                                 const int format, int layout, float *out) {
     const int span = code_block_inputs(format);
     const int64_t blocks = k / span;
     for (int c = 0; c < width; c++)
         for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *block = packed + (c * blocks + b) * code_block_bytes(format);
-            vfloat d[PANEL_VECTORS], m[PANEL_VECTORS] = {{0}};
-            memcpy(d, block, sizeof d);
-            if (code_has_m(format)) memcpy(m, block + sizeof d, sizeof m);
+            const uint8_t *panel = packed + c * code_panel_bytes_as(k, format, layout);
+            const uint8_t *block = code_block_codes(panel, b, format, layout);
+            vfloat d[PANEL_VECTORS], m[PANEL_VECTORS];
+            for (int v = 0; v < PANEL_VECTORS; v++) {
+                d[v] = code_block_scale(panel, b, v, 0, format, layout);
+                m[v] = code_block_scale(panel, b, v, 1, format, layout);
+            }
             float *line = out + (c * k + b * span) * PANEL;
             for (int i = 0; i < span; i++)
                 for (int v = 0; v < PANEL_VECTORS; v++) {
@@ -336,9 +338,9 @@ static inline __attribute__((always_inline)) void expand_codes_as(const uint8_t 
 }
 
 static void expand_codes(const uint8_t *packed, int width, int64_t k, int format, float *out) {
-    if (format == CODES_Q4) expand_codes_as(packed, width, k, CODES_Q4, out);  /* one copy of the loop per format */
-    else if (format == CODES_Q8) expand_codes_as(packed, width, k, CODES_Q8, out);
-    else expand_codes_as(packed, width, k, CODES_Q8_SUB16, out);
+#define EXPAND_AS(f) expand_codes_as(packed, width, k, f, format, out)  /* one copy of the loop per kind */
+    CODE_KIND_SWITCH(format, EXPAND_AS);
+#undef EXPAND_AS
 }
 
 /* The expanded panels a thread works on (a group, or a run of groups for a large x); grown as
@@ -383,7 +385,7 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
 #define CODE_GROUPS_BYTES (256 * 1024)
 
 /* As f32_linear, with ``packed`` holding block codes in the layout of code_blocks.h, ``bits`` its
- * format (CODES_Q4, CODES_Q8, CODES_Q8_SUB16; K a multiple of its block). Returns 0; -1 for shapes
+ * format (code_blocks.h; K a multiple of code_k_multiple). Returns 0; -1 for shapes
  * linear_refuses or another format (nothing written); -2 when a thread's buffer cannot be allocated.
  *
  * Every pass expands its group's codes in registers (AVX-512: up to FUSED_CODE_PASSES passes, all a
@@ -397,13 +399,13 @@ static void coded_group_passes(const float *x, int64_t ldx, const float *w, cons
  * the buffer for more than one pass. */
 int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float *bias, float *y, int64_t ldy,
                  int64_t m, int64_t n, int64_t k, int bits, int swiglu, int num_threads) {
-    if (!code_format_known(bits) || linear_refuses(m, n, k, ldx, ldy, swiglu, code_block_inputs(bits))) return -1;
+    if (!code_format_known(bits) || linear_refuses(m, n, k, ldx, ldy, swiglu, code_k_multiple(bits))) return -1;
     if (m == 0 || n == 0) return 0;
     if (k == 0) return f32_linear(x, ldx, NULL, bias, y, ldy, m, n, 0, swiglu, num_threads);  /* y = bias */
     const struct linear_plan plan = plan_linear(m, n, k, swiglu);
     const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
     const int group_width = plan.group_width, max_rows = plan.max_rows;
-    const int64_t panel_bytes = k / code_block_inputs(bits) * code_block_bytes(bits), group_floats = group_width * k * PANEL;
+    const int64_t panel_bytes = code_panel_bytes(k, bits), group_floats = group_width * k * PANEL;
     int failed = 0;
     if (chunk < m && FUSED_CODE_PASSES == 1) {  /* AVX2: a run of groups expanded once */
         int64_t run = EXPANDED_GROUPS_BYTES / (group_floats * (int64_t)sizeof(float));

@@ -106,8 +106,9 @@ static inline int32_t load_quad(const int8_t *p) {
 static inline __attribute__((always_inline)) void block_sums(const uint8_t *const codes[], const int8_t *xa,
                                                             int64_t lda, const int rows, const int width,
                                                             const int format, vint sums[][Q8A_ROWS]) {
+    const int kind = code_kind(format);
 #if Q8A_PATH != 0
-    const int vectors = format == CODES_Q8 ? 8 : 4;  /* 64-byte code vectors per block */
+    const int vectors = kind == CODES_Q8 ? 8 : 4;  /* 64-byte code vectors per block */
 #endif
 #if Q8A_PATH == 2
     const __m512i nibbles = _mm512_set1_epi8(0x0f);
@@ -118,11 +119,11 @@ static inline __attribute__((always_inline)) void block_sums(const uint8_t *cons
         __m512i low[Q8A_ROWS], high[Q8A_ROWS];
         for (int r = 0; r < rows; r++) {
             low[r] = _mm512_set1_epi32(load_quad(xa + r * lda + 4 * t));
-            if (format == CODES_Q4) high[r] = _mm512_set1_epi32(load_quad(xa + r * lda + 16 + 4 * t));
+            if (kind == CODES_Q4) high[r] = _mm512_set1_epi32(load_quad(xa + r * lda + 16 + 4 * t));
         }
         for (int c = 0; c < width; c++) {
             const __m512i w = _mm512_loadu_si512((const void *)(codes[c] + 64 * t));
-            if (format == CODES_Q4) {
+            if (kind == CODES_Q4) {
                 const __m512i lo = _mm512_and_si512(w, nibbles), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibbles);
                 for (int r = 0; r < rows; r++) {
                     acc[c][r] = _mm512_dpbusd_epi32(acc[c][r], lo, low[r]);
@@ -144,11 +145,11 @@ static inline __attribute__((always_inline)) void block_sums(const uint8_t *cons
         __m256i low[Q8A_ROWS], high[Q8A_ROWS];
         for (int r = 0; r < rows; r++) {
             low[r] = _mm256_set1_epi32(load_quad(xa + r * lda + 4 * t));
-            if (format == CODES_Q4) high[r] = _mm256_set1_epi32(load_quad(xa + r * lda + 16 + 4 * t));
+            if (kind == CODES_Q4) high[r] = _mm256_set1_epi32(load_quad(xa + r * lda + 16 + 4 * t));
         }
         for (int h = 0; h < width * 2; h++) {
             const __m256i w = _mm256_loadu_si256((const __m256i *)(codes[h / 2] + 64 * t + 32 * (h % 2)));
-            if (format == CODES_Q4) {
+            if (kind == CODES_Q4) {
                 const __m256i lo = _mm256_and_si256(w, nibbles), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibbles);
                 for (int r = 0; r < rows; r++)
                     acc[h][r] = _mm256_add_epi16(acc[h][r], _mm256_add_epi16(_mm256_maddubs_epi16(lo, low[r]),
@@ -164,7 +165,7 @@ static inline __attribute__((always_inline)) void block_sums(const uint8_t *cons
     }
     for (int h = 0; h < width * 2; h++)
         for (int r = 0; r < rows; r++)
-            sums[h][r] = (vint)(format == CODES_Q4 ? _mm256_madd_epi16(acc[h][r], ones) : acc[h][r]);
+            sums[h][r] = (vint)(kind == CODES_Q4 ? _mm256_madd_epi16(acc[h][r], ones) : acc[h][r]);
 #else
     for (int c = 0; c < width; c++)
         for (int v = 0; v < PANEL_VECTORS; v++)
@@ -175,8 +176,8 @@ static inline __attribute__((always_inline)) void block_sums(const uint8_t *cons
             for (int v = 0; v < PANEL_VECTORS; v++) {
                 vint u;
                 memcpy(&u, codes[c] + 64 * code_vector_index(i, format) + v * LANES * 4, sizeof u);
-                vint q = (u >> code_shift(i, format)) & (format == CODES_Q4 ? 15 : 255);
-                if (format != CODES_Q4) q -= 128;
+                vint q = (u >> code_shift(i, format)) & (kind == CODES_Q4 ? 15 : 255);
+                if (kind != CODES_Q4) q -= 128;
                 for (int r = 0; r < rows; r++) sums[c * PANEL_VECTORS + v][r] += q * (int32_t)xa[r * lda + i];
             }
 #endif
@@ -186,7 +187,7 @@ static inline __attribute__((always_inline)) void block_sums(const uint8_t *cons
  * y = bias, then for each weight block in input order vfma(d * sx, isum, y) and, with m, vfma(m, sx * asum, y). */
 static inline __attribute__((always_inline)) void q8a_panel_rows(
     const struct q8a_rows *a, int64_t r0, const uint8_t *panel, int64_t panel_bytes, const float *bias, void *y,
-    int64_t ldy, const int rows, const int width, const int format, const int swiglu, const int out_bf16,
+    int64_t ldy, const int rows, const int width, const int format, const int layout, const int swiglu, const int out_bf16,
     int prefetch) {
     const int64_t k = a->k, span = code_block_inputs(format), blocks = k / span;
     const int64_t lda = a->lda, act_blocks = k / ACT_BLOCK, sum_blocks = k / 16;
@@ -197,13 +198,12 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
         for (int r = 0; r < rows; r++) acc[c][r] = start;
     }
     for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *block[Q8A_WIDTH], *codes[Q8A_WIDTH];
+        const uint8_t *codes[Q8A_WIDTH];
         for (int c = 0; c < width; c++) {
-            block[c] = panel + c * panel_bytes + b * code_block_bytes(format);
-            codes[c] = block[c] + code_scale_bytes(format);
+            codes[c] = code_block_codes(panel + c * panel_bytes, b, format, layout);
             if (prefetch)  /* the first pass streams the codes from memory: its next lines, ahead */
-                for (int l = 0; l < code_block_bytes(format); l += 64)
-                    __builtin_prefetch(block[c] + Q8A_PREFETCH_BYTES + l, 0, 2);
+                for (int l = 0; l < code_stream_bytes(format, layout); l += 64)
+                    __builtin_prefetch(codes[c] + Q8A_PREFETCH_BYTES + l, 0, 2);
         }
         const int64_t i0 = b * span, act = i0 / ACT_BLOCK;
         vint sums[Q8A_WIDTH * PANEL_VECTORS][Q8A_ROWS];
@@ -212,12 +212,11 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
         const int32_t *offsets = a->offsets + r0 * sum_blocks + i0 / 16;  /* row r: [r * sum_blocks], 1 or 2 */
         for (int c = 0; c < width; c++)
             for (int v = 0; v < PANEL_VECTORS; v++) {
-                vfloat d, m = {0};
-                memcpy(&d, block[c] + v * LANES * sizeof(float), sizeof d);
-                if (code_has_m(format)) memcpy(&m, block[c] + (PANEL + v * LANES) * sizeof(float), sizeof m);
+                const vfloat d = code_block_scale(panel + c * panel_bytes, b, v, 0, format, layout);
+                const vfloat m = code_block_scale(panel + c * panel_bytes, b, v, 1, format, layout);
                 for (int r = 0; r < rows; r++) {
                     vint s = sums[c * PANEL_VECTORS + v][r];
-                    if (BIASED_SUMS && format != CODES_Q4)
+                    if (BIASED_SUMS && code_kind(format) != CODES_Q4)
                         s -= span == 16 ? offsets[r * sum_blocks] : offsets[r * sum_blocks] + offsets[r * sum_blocks + 1];
                     const int i = c * PANEL_VECTORS + v;
                     acc[i][r] = vfma(d * vsplat(sx[r * act_blocks]), __builtin_convertvector(s, vfloat), acc[i][r]);
@@ -246,7 +245,7 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
 }
 
 #define Q8A_CALL(n, w, f) \
-    case n: q8a_panel_rows(a, r0, panel, panel_bytes, bias, y, ldy, n, w, f, swiglu, out_bf16, prefetch); break;
+    case n: q8a_panel_rows(a, r0, panel, panel_bytes, bias, y, ldy, n, w, f, layout, swiglu, out_bf16, prefetch); break;
 #if Q8A_ROWS == 4
 #define Q8A_CASES(w, f) Q8A_CALL(1, w, f) Q8A_CALL(2, w, f) Q8A_CALL(3, w, f) Q8A_CALL(4, w, f)
 #else
@@ -255,7 +254,7 @@ static inline __attribute__((always_inline)) void q8a_panel_rows(
 
 static inline __attribute__((always_inline)) void q8a_pass_as(
     const struct q8a_rows *a, int64_t r0, const uint8_t *panel, int64_t panel_bytes, const float *bias, void *y,
-    int64_t ldy, int64_t rows, int width, const int format, int swiglu, int out_bf16, int prefetch) {
+    int64_t ldy, int64_t rows, int width, const int format, const int layout, int swiglu, int out_bf16, int prefetch) {
 #if Q8A_WIDTH == 2
     if (width == 2) {
         switch (rows) { Q8A_CASES(2, format) }
@@ -267,16 +266,14 @@ static inline __attribute__((always_inline)) void q8a_pass_as(
     switch (rows) { Q8A_CASES(1, format) }
 }
 
-/* One pass, the format fixed at compile time: one copy of the loops per format. */
+/* One pass, the codes' format fixed at compile time: one copy of the loops per format. */
 static void q8a_pass(const struct q8a_rows *a, int64_t r0, const uint8_t *panel, int64_t panel_bytes,
                      const float *bias, void *y, int64_t ldy, int64_t rows, int width, int format, int swiglu,
                      int out_bf16, int prefetch) {
-    if (format == CODES_Q4)
-        q8a_pass_as(a, r0, panel, panel_bytes, bias, y, ldy, rows, width, CODES_Q4, swiglu, out_bf16, prefetch);
-    else if (format == CODES_Q8)
-        q8a_pass_as(a, r0, panel, panel_bytes, bias, y, ldy, rows, width, CODES_Q8, swiglu, out_bf16, prefetch);
-    else
-        q8a_pass_as(a, r0, panel, panel_bytes, bias, y, ldy, rows, width, CODES_Q8_SUB16, swiglu, out_bf16, prefetch);
+#define Q8A_PASS_AS(kind, layout) \
+    q8a_pass_as(a, r0, panel, panel_bytes, bias, y, ldy, rows, width, kind, layout, swiglu, out_bf16, prefetch)
+    CODE_FORMAT_SWITCH(format, Q8A_PASS_AS);
+#undef Q8A_PASS_AS
 }
 
 /* x [M, K] fp32 or bf16 (x_bf16; row stride ldx), ``packed`` block codes in ``format`` (code_blocks.h;
@@ -288,7 +285,9 @@ static void q8a_pass(const struct q8a_rows *a, int64_t r0, const uint8_t *panel,
 int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *packed, const float *bias, void *y,
                      int64_t ldy, int64_t m, int64_t n, int64_t k, int format, int swiglu, int out_bf16,
                      int64_t tile_rows, int num_threads) {
-    if (!code_format_known(format) || linear_refuses(m, n, k, ldx, ldy, swiglu, ACT_BLOCK) || k > MAX_K) return -1;
+    if (!code_format_known(format) || linear_refuses(m, n, k, ldx, ldy, swiglu, code_k_multiple(format)) ||
+        k % ACT_BLOCK || k > MAX_K)
+        return -1;
     if (m == 0 || n == 0) return 0;
     const int tiles = tile_rows > 0 && m >= tile_rows && k > 0 && q8a_tiles_granted();
     const int64_t element = out_bf16 ? 2 : 4;
@@ -312,7 +311,7 @@ int q8a_coded_linear(const void *x, int64_t ldx, int x_bf16, const uint8_t *pack
         return status;
     }
     const int64_t panels = n / PANEL, groups = (panels + Q8A_WIDTH - 1) / Q8A_WIDTH;
-    const int64_t panel_bytes = k / code_block_inputs(format) * code_block_bytes(format);
+    const int64_t panel_bytes = code_panel_bytes(k, format);
     int64_t chunk = k > 0 ? Q8A_CHUNK_BYTES / k / Q8A_ROWS * Q8A_ROWS : m;  /* (K = 0: y is the bias) */
     if (chunk < 16 * Q8A_ROWS) chunk = 16 * Q8A_ROWS;
     #pragma omp parallel num_threads(num_threads)

@@ -130,10 +130,11 @@ static inline __attribute__((always_inline)) void tile_sums(const int8_t *xa, in
 static inline __attribute__((always_inline)) void tile_rows(const struct q8a_rows *a, int64_t r0, int rows,
                                                            const uint8_t *panel, int64_t panel_bytes,
                                                            const float *bias, void *y, int64_t ldy, const int halves,
-                                                           const int width, const int format, int swiglu,
+                                                           const int width, const int format, int layout, int swiglu,
                                                            int out_bf16, int prefetch, const uint8_t *unpacked) {
     const int64_t k = a->k, span = code_block_inputs(format), blocks = k / span;
     const int64_t act_blocks = k / Q8A_ACT_BLOCK, sum_blocks = k / 16;
+    const int four = code_kind(format) == CODES_Q4;
     vfloat acc[BLOCK_ROWS][WIDTH * PANEL_VECTORS];
     int32_t sums[STEP_BLOCKS][4][TILE_ROWS][PANEL] __attribute__((aligned(64)));
     uint8_t nibbles[WIDTH][8 * 64] __attribute__((aligned(64)));
@@ -148,25 +149,21 @@ static inline __attribute__((always_inline)) void tile_rows(const struct q8a_row
         for (int j = 0; j < steps; j++) {
             const uint8_t *tiles[WIDTH];
             for (int c = 0; c < width; c++) {
-                const uint8_t *block = panel + c * panel_bytes + (b0 + j) * code_block_bytes(format);
+                const uint8_t *panel_c = panel + c * panel_bytes, *codes = code_block_codes(panel_c, b0 + j, format, layout);
                 if (prefetch)
-                    for (int l = 0; l < code_block_bytes(format); l += 64)
-                        __builtin_prefetch(block + PREFETCH_BYTES + l, 0, 2);
-                const uint8_t *codes = block + code_scale_bytes(format);
-                if (format == CODES_Q4 && unpacked != NULL) {
+                    for (int l = 0; l < code_stream_bytes(format, layout); l += 64)
+                        __builtin_prefetch(codes + PREFETCH_BYTES + l, 0, 2);
+                if (four && unpacked != NULL) {
                     tiles[c] = unpacked + ((b0 + j) * WIDTH + c) * Q4_TILE_BYTES;
-                } else if (format == CODES_Q4) {
+                } else if (four) {
                     unpack_nibbles(codes, nibbles[c]);
                     tiles[c] = nibbles[c];
                 } else {
                     tiles[c] = codes;
                 }
                 for (int v = 0; v < PANEL_VECTORS; v++) {
-                    memcpy(&d[j][c * PANEL_VECTORS + v], block + v * LANES * sizeof(float), sizeof(vfloat));
-                    m[j][c * PANEL_VECTORS + v] = (vfloat){0};
-                    if (code_has_m(format))
-                        memcpy(&m[j][c * PANEL_VECTORS + v], block + (PANEL + v * LANES) * sizeof(float),
-                               sizeof(vfloat));
+                    d[j][c * PANEL_VECTORS + v] = code_block_scale(panel_c, b0 + j, v, 0, format, layout);
+                    m[j][c * PANEL_VECTORS + v] = code_block_scale(panel_c, b0 + j, v, 1, format, layout);
                 }
             }
             tile_sums(a->codes + r0 * a->lda + (b0 + j) * span, a->lda, tiles, halves, width, sums[j]);
@@ -181,12 +178,12 @@ static inline __attribute__((always_inline)) void tile_rows(const struct q8a_row
                 const int64_t i0 = (b0 + j) * span, act = i0 / Q8A_ACT_BLOCK;
                 const float sx = a->scale[row * act_blocks + act], m_scale = a->m_scale[row * act_blocks + act];
                 const int32_t *offsets = a->offsets + row * sum_blocks + i0 / 16;
-                const int32_t offset = format == CODES_Q4 ? 0 : span == 16 ? offsets[0] : offsets[0] + offsets[1];
+                const int32_t offset = four ? 0 : span == 16 ? offsets[0] : offsets[0] + offsets[1];
                 for (int c = 0; c < width; c++)
                     for (int v = 0; v < PANEL_VECTORS; v++) {
                         vint s;
                         memcpy(&s, &sums[j][2 * (r / TILE_ROWS) + c][r % TILE_ROWS][v * LANES], sizeof s);
-                        if (format != CODES_Q4) s -= offset;  /* the codes' + 128 */
+                        if (!four) s -= offset;  /* the codes' + 128 */
                         const int i = c * PANEL_VECTORS + v;
                         out[i] = vfma(d[j][i] * vsplat(sx), __builtin_convertvector(s, vfloat), out[i]);
                         if (code_has_m(format)) out[i] = vfma(m[j][i], vsplat(m_scale), out[i]);
@@ -217,10 +214,10 @@ static inline __attribute__((always_inline)) void tile_rows(const struct q8a_row
 static inline __attribute__((always_inline)) void tile_rows_as(const struct q8a_rows *a, int64_t r0, int rows,
                                                               const uint8_t *panel, int64_t panel_bytes,
                                                               const float *bias, void *y, int64_t ldy, int width,
-                                                              const int format, int swiglu, int out_bf16,
+                                                              const int format, int layout, int swiglu, int out_bf16,
                                                               int prefetch, const uint8_t *unpacked) {
 #define TILE_ROWS_CALL(h, w) \
-    tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, h, w, format, swiglu, out_bf16, prefetch, unpacked)
+    tile_rows(a, r0, rows, panel, panel_bytes, bias, y, ldy, h, w, format, layout, swiglu, out_bf16, prefetch, unpacked)
     const int halves = rows > TILE_ROWS ? 2 : 1;
     if (halves == 2 && width == 2) TILE_ROWS_CALL(2, 2);
     else if (halves == 2) TILE_ROWS_CALL(2, 1);
@@ -233,19 +230,17 @@ static void tile_pass(const struct q8a_rows *a, int64_t r0, int rows, const uint
                       const float *bias, void *y, int64_t ldy, int width, int format, int swiglu, int out_bf16,
                       int prefetch, const uint8_t *unpacked) {
 #define TILE_PASS_AS(f) \
-    tile_rows_as(a, r0, rows, panel, panel_bytes, bias, y, ldy, width, f, swiglu, out_bf16, prefetch, unpacked)
-    if (format == CODES_Q4) TILE_PASS_AS(CODES_Q4);
-    else if (format == CODES_Q8) TILE_PASS_AS(CODES_Q8);
-    else TILE_PASS_AS(CODES_Q8_SUB16);
+    tile_rows_as(a, r0, rows, panel, panel_bytes, bias, y, ldy, width, f, format, swiglu, out_bf16, prefetch, unpacked)
+    CODE_KIND_SWITCH(format, TILE_PASS_AS);
 #undef TILE_PASS_AS
 }
 
 /* A group's 4-bit codes, every block of its ``width`` panels, as B tiles: [block][WIDTH][8 x 64]. */
-static void unpack_group(const uint8_t *panel, int64_t panel_bytes, int64_t blocks, int width, uint8_t *unpacked) {
+static void unpack_group(const uint8_t *panel, int64_t panel_bytes, int64_t blocks, int width, int layout,
+                         uint8_t *unpacked) {
     for (int64_t b = 0; b < blocks; b++)
         for (int c = 0; c < width; c++)
-            unpack_nibbles(panel + c * panel_bytes + b * code_block_bytes(CODES_Q4) + code_scale_bytes(CODES_Q4),
-                           unpacked + (b * WIDTH + c) * Q4_TILE_BYTES);
+            unpack_nibbles(code_block_codes(panel + c * panel_bytes, b, CODES_Q4, layout), unpacked + (b * WIDTH + c) * Q4_TILE_BYTES);
 }
 
 /* q8a_coded_linear's contract after its checks and quantization (m, n, k > 0; ``a``'s codes allocated
@@ -254,7 +249,7 @@ int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const floa
                      int64_t m, int64_t n, int format, int swiglu, int out_bf16, int num_threads) {
     const int64_t k = a->k, element = out_bf16 ? 2 : 4, span = code_block_inputs(format);
     const int64_t panels = n / PANEL, groups = (panels + WIDTH - 1) / WIDTH;
-    const int64_t panel_bytes = k / span * code_block_bytes(format);
+    const int64_t panel_bytes = code_panel_bytes(k, format);
     int64_t chunk = CHUNK_BYTES / a->lda / BLOCK_ROWS * BLOCK_ROWS;
     if (chunk < BLOCK_ROWS) chunk = BLOCK_ROWS;
     #pragma omp parallel num_threads(num_threads)
@@ -265,7 +260,7 @@ int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const floa
         /* 4-bit codes over several row blocks: each group's B tiles split once per chunk, not once per
          * row block (where the buffer cannot be had, block by block: the same tiles). */
         const int64_t blocks = k / span;
-        uint8_t *unpacked = format == CODES_Q4 && m > BLOCK_ROWS
+        uint8_t *unpacked = code_kind(format) == CODES_Q4 && m > BLOCK_ROWS
                                 ? aligned_alloc(64, (size_t)(blocks * WIDTH * Q4_TILE_BYTES))
                                 : NULL;
         for (int64_t c0 = 0; c0 < m; c0 += chunk) {
@@ -277,7 +272,7 @@ int q8a_tiles_linear(const struct q8a_rows *a, const uint8_t *packed, const floa
                 const int width = panels - p < WIDTH ? (int)(panels - p) : WIDTH;
                 const float *b = bias != NULL ? bias + p * PANEL : NULL;
                 const int reuse = unpacked != NULL && chunk_rows > BLOCK_ROWS;
-                if (reuse) unpack_group(packed + p * panel_bytes, panel_bytes, blocks, width, unpacked);
+                if (reuse) unpack_group(packed + p * panel_bytes, panel_bytes, blocks, width, format, unpacked);
                 char *y_group = (char *)y + (c0 * ldy + (swiglu ? p * PANEL / 2 : p * PANEL)) * element;
                 for (int64_t m0 = 0; m0 < chunk_rows; m0 += BLOCK_ROWS) {
                     const int rows = chunk_rows - m0 < BLOCK_ROWS ? (int)(chunk_rows - m0) : BLOCK_ROWS;
