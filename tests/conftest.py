@@ -100,8 +100,8 @@ def _reporting(flags: str, monkeypatch, name: str | None = None, native_bf16: bo
     monkeypatch.setattr(
         amx,
         "load_cpu_kernels",
-        lambda required=False, extra_flags=(): load(
-            required, amx.AMX_EMULATED_CFLAGS if extra_flags == amx.AMX_CFLAGS else extra_flags
+        lambda required=False, extra_flags=(), cache_dir=None: load(
+            required, amx.AMX_EMULATED_CFLAGS if extra_flags == amx.AMX_CFLAGS else extra_flags, cache_dir
         ),
     )
     amx._variant.cache_clear()

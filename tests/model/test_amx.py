@@ -45,13 +45,12 @@ def _warnings(caplog) -> list[str]:
 def test_the_amx_variant_compiles_and_links(march, tmp_path, monkeypatch):
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("AMX is x86")
-    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     flags = tuple(
         f"-march={march}" if flag == "-march=native" else flag for flag in cpu_kernels_module.CFLAGS
     )
     monkeypatch.setattr(cpu_kernels_module, "CFLAGS", flags)
     try:
-        path = cpu_kernels_module._build(amx.AMX_CFLAGS)
+        path = cpu_kernels_module._build(amx.AMX_CFLAGS, tmp_path)
     except KernelUnavailable as exc:
         pytest.skip(f"this compiler cannot build AMX code: {exc}")
     assert path.name.startswith("hetero_cpu_kernels-variant-")
@@ -141,7 +140,9 @@ def test_a_granted_variant_that_passes_is_used_with_the_callers_settings(emulate
         variant = amx.amx_kernels(base)
         assert amx.amx_kernels(base) == variant
     assert variant.amx and not variant.block_codes and variant.library is emulated.library
-    assert calls == [{"required": True, "extra_flags": amx.AMX_CFLAGS}] and _warnings(caplog) == []
+    cache = base.path.parent.parent  # built beside the base library, in its cache
+    assert calls == [{"required": True, "extra_flags": amx.AMX_CFLAGS, "cache_dir": cache}]
+    assert _warnings(caplog) == []
 
 
 def test_an_explicit_bf16_executor_runs_its_linears_on_the_amx_variant(

@@ -13,7 +13,7 @@ import transformers
 from hetero_core.default_plugins import torch_memory
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError, ModelLoadError
-from hetero_core.model.cpu import dtype_probe, probe_model
+from hetero_core.model.cpu import dtype_choice, dtype_probe, probe_model
 from hetero_core.model.cpu.dtype_choice import StepTimes
 from hetero_core.model.cpu.memory_budget import MemoryBudget
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
@@ -58,12 +58,16 @@ class LayerCountProbe:
 
     def __init__(self) -> None:
         self.runs = []  # (dtype, layers) of every runner timed
+        self.ceilings = False  # True: ``Outpaced`` above a ceiling, as the real probe
 
-    def time_steps(self, runner) -> StepTimes:
+    def time_steps(self, runner, ceiling_s=None) -> StepTimes:
         layers = len(runner.model.model.layers)
         self.runs.append((str(runner.dtype).removeprefix("torch."), layers))
         scale = 1.0 if runner.dtype == torch.bfloat16 else 2.0  # bf16 twice as fast
-        return StepTimes(*(scale * (0.01 + 0.002 * layers) * f for f in (10, 2, 1)))
+        times = StepTimes(*(scale * (0.01 + 0.002 * layers) * f for f in (10, 2, 1)))
+        if self.ceilings and ceiling_s is not None and times.workload_s() > ceiling_s:
+            raise dtype_choice.Outpaced(times)
+        return times
 
 
 @pytest.fixture
@@ -91,6 +95,24 @@ def test_candidates_are_timed_on_one_and_three_layers_and_extrapolated(
     # bf16's single decode on 7 layers: 0.01 + 0.002 x 7 = 24 ms, float32's twice that
     assert "decode 1 seq 24.0 ms" in line and "decode 1 seq 48.0 ms" in line
     assert "first 1 and 3 of 7 layers" in line and "2.00x" in line
+
+
+@pytest.mark.parametrize("cpu_flag_set", ["avx512_bf16"], indirect=True)
+def test_a_candidate_outpaced_on_its_larger_probe_model_is_timed_no_further_and_estimated(
+    cpu_flag_set, layer_probe, seven_layers, make_executor, tmp_path, monkeypatch, caplog
+):
+    """fp32 (2x slower) is timed after bf16: its 3-layer round is 2x bf16's (above LOSING), so its
+    1-layer model is never built and its whole model's times are its 3-layer ones scaled as bf16's."""
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    layer_probe.ceilings = True
+    with caplog.at_level(logging.INFO, logger="hetero"):
+        executor = make_executor(seven_layers[0], options=AUTO)
+    assert layer_probe.runs == [("bfloat16", 3), ("bfloat16", 1), ("float32", 3)]
+    assert executor.dtype == torch.bfloat16
+    [line] = [r.getMessage() for r in caplog.records if "executor.dtype " in r.getMessage() + " "]
+    assert "float32 (outpaced: estimated from one round)" in line
+    assert "decode 1 seq 24.0 ms" in line and "decode 1 seq 48.0 ms" in line  # exact: the same scale
+    assert "2.00x float32's speed (estimated)" in line
 
 
 @pytest.mark.parametrize("cpu_flag_set", ["avx512_bf16"], indirect=True)
@@ -152,7 +174,8 @@ def _ctx(model_dir):
 
 def test_the_gguf_header_reader_matches_gguf_readers_tensor_infos(tiny_model_dirs, tmp_path):
     """The header is stepped over without the gguf package (whose reader parses every field), to the
-    same tensors, element counts and types; a Q4_1 tensor counts at its code size in fp32."""
+    same tensors, element counts and types; a Q4_1 tensor counts at its packed code size in fp32
+    (code_panels' f16-scale layout: 16 bytes of codes and f16 d and m per 32 weights)."""
     import gguf
 
     from hetero_core.model.cpu.weight_size import CheckpointTensors, gguf_tensor_infos
@@ -168,7 +191,7 @@ def test_the_gguf_header_reader_matches_gguf_readers_tensor_infos(tiny_model_dir
     assert set(tensors.code_types.values()) == {"F32"}
     coded = CheckpointTensors({"model.layers.0.mlp.up_proj.weight": 3200}, False, None)
     object.__setattr__(coded, "code_types", {"model.layers.0.mlp.up_proj.weight": "Q4_1"})
-    assert coded.resident_bytes("float32", block_codes=True) == 3200 * 24 // 32
+    assert coded.resident_bytes("float32", block_codes=True) == 3200 * 20 // 32
     assert coded.resident_bytes("float32") == 4 * 3200 and coded.resident_bytes("bfloat16") == 2 * 3200
     (tmp_path / "bad.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 20)
     with pytest.raises(ModelLoadError, match="cannot read the GGUF header"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import pytest
 import torch
@@ -59,7 +60,7 @@ def test_times_that_are_not_positive_numbers_are_refused(bad):
 
 
 def _measure(times: dict[str, StepTimes], calls: list[str]):
-    def measure(name: str) -> StepTimes:
+    def measure(name: str, rival: str | None = None) -> StepTimes:
         calls.append(name)
         return times[name]
 
@@ -152,6 +153,68 @@ def test_the_probe_steps_are_a_prefill_a_batched_decode_and_a_single_decode():
     assert len(set(decode.slot_mapping)) == len(decode.slot_mapping)  # every sequence its own blocks
 
 
+def test_a_candidate_outpaced_by_the_fastest_so_far_is_recorded_as_an_estimate(tmp_path):
+    """``measure`` gets the fastest candidate measured so far as its rival; a candidate it stops
+    (``Outpaced``) loses with its figures marked as estimates, here and from the record."""
+    fast, slow = StepTimes(0.05, 0.01, 0.005), StepTimes(0.2, 0.04, 0.02)
+    rivals = []
+
+    def measure(name, rival=None):
+        rivals.append(rival)
+        if name == "bfloat16-amx":
+            return fast
+        raise dtype_choice.Outpaced(slow)
+
+    order = ["bfloat16-amx", "bfloat16", "float32"]
+    first = dtype_choice.choose(order, measure, "k", tmp_path)
+    assert first.name == "bfloat16-amx" and rivals == [None, "bfloat16-amx", "bfloat16-amx"]
+    assert "4.00x float32's speed (estimated)" in first.reason
+    assert "float32 (outpaced: estimated from one round)" in first.reason
+    again = dtype_choice.choose(order, measure, "k", tmp_path)
+    assert again.cached and again.name == "bfloat16-amx" and len(rivals) == 3
+    assert "4.00x bfloat16's speed (estimated)" in again.reason
+
+
+def test_a_step_round_above_the_ceiling_stops_the_timing(monkeypatch):
+    runner = ClockedRunner(2.0)
+    monkeypatch.setattr(dtype_probe.time, "perf_counter", lambda: runner.now)
+    with pytest.raises(dtype_choice.Outpaced) as stop:
+        dtype_probe.time_steps(runner, ceiling_s=1.0)
+    assert runner.runs.count("prefill") == 2  # the warm-up and one timed round
+    assert stop.value.times.prefill_s == pytest.approx(1.0)
+    runner = ClockedRunner(2.0)
+    monkeypatch.setattr(dtype_probe.time, "perf_counter", lambda: runner.now)
+    assert dtype_probe.time_steps(runner, ceiling_s=1e6).prefill_s == pytest.approx(1.0)
+
+
+class ClockedRunner:
+    """A runner whose steps take the fake clock's seconds: a prefill ``prefill_s``, a decode 0.01 s plus
+    0.001 s a sequence; a step gets faster each time it runs (its first run is the slowest)."""
+
+    def __init__(self, prefill_s: float):
+        self.now, self.prefill_s, self.runs = 0.0, prefill_s, []
+        self.kv_caches = []
+
+    def execute(self, batch):
+        kind = "prefill" if any(batch.is_prefill) else f"decode {len(batch.seq_ids)}"
+        self.runs.append(kind)
+        took = self.prefill_s if kind == "prefill" else 0.01 + 0.001 * len(batch.seq_ids)
+        self.now += took / self.runs.count(kind)
+
+
+@pytest.mark.parametrize("prefill_s", [0.01, 2.0])
+def test_a_long_step_is_timed_once_after_its_warm_up_and_a_short_one_best_of_repeats(prefill_s, monkeypatch):
+    runner = ClockedRunner(prefill_s)
+    monkeypatch.setattr(dtype_probe.time, "perf_counter", lambda: runner.now)
+    times = dtype_probe.time_steps(runner)
+    repeats = dtype_choice.REPEATS
+    prefill_runs = 2 if prefill_s > dtype_probe.STEP_BUDGET_S else repeats + 1
+    assert runner.runs.count("prefill") == prefill_runs
+    assert runner.runs.count("decode 1") == repeats + 1  # 11 ms steps: the best of every repeat
+    assert times.prefill_s == pytest.approx(prefill_s / prefill_runs)  # the best: the last, fastest run
+    assert times.single_s == pytest.approx(0.011 / (repeats + 1))
+
+
 # The candidates each CPU flag set offers (tests/conftest.py's CPU_FLAG_SETS): bf16 where the CPU computes it
 # natively, bf16 on AMX tiles (emulated here) beside it where it has AMX
 CANDIDATES = {
@@ -176,11 +239,16 @@ class FakeProbe:
     """Step times by the candidate of the runner the executor built (no timing); every run recorded."""
 
     def __init__(self) -> None:
-        self.faster, self.runs = "float32", []
+        self.faster, self.runs, self.outpaced = "float32", [], []
 
-    def time_steps(self, runner) -> StepTimes:
+    def time_steps(self, runner, ceiling_s=None) -> StepTimes:
+        """As the real probe: ``Outpaced`` where the times are above ``ceiling_s``."""
         self.runs.append(candidate_of(runner))
-        return FAST if self.runs[-1] == self.faster else SLOW
+        times = FAST if self.runs[-1] == self.faster else SLOW
+        if ceiling_s is not None and times.workload_s() > ceiling_s:
+            self.outpaced.append(self.runs[-1])
+            raise dtype_choice.Outpaced(times)
+        return times
 
 
 @pytest.fixture
@@ -222,8 +290,11 @@ def test_an_auto_executor_runs_the_candidate_its_probe_found_faster_and_says_why
     if len(candidates) == 1:
         assert fake_probe.runs == [] and "only candidate" in line
         return
-    assert sorted(fake_probe.runs) == sorted(candidates)  # each candidate timed once
+    assert fake_probe.runs == candidates[::-1]  # each candidate timed once, the likeliest fastest first
+    # SLOW is 2x FAST: a slow candidate timed after the fast one is outpaced (LOSING 1.5), not timed whole
+    assert fake_probe.outpaced == candidates[::-1][candidates[::-1].index(faster) + 1 :]
     assert "reference workload" in line and "2.00x" in line
+    assert all(f"{c} (outpaced: estimated from one round)" in line for c in fake_probe.outpaced)
     make_executor(model_dir, options=AUTO)
     assert len(fake_probe.runs) == len(candidates)  # the second start read the record
 
@@ -273,3 +344,62 @@ def test_a_record_of_more_candidates_answers_for_the_ones_that_fit_now(tmp_path)
     two = dtype_choice.choose(["float32", "bfloat16"], _measure(three, calls), "k", tmp_path)
     assert two.name == "bfloat16" and two.cached and len(calls) == 3
     assert set(two.times) == {"float32", "bfloat16"}
+
+
+@pytest.mark.parametrize("cpu_flag_set", ["amx", "avx512_bf16"], indirect=True)
+@pytest.mark.parametrize("activations", ["float", "int8"])
+def test_a_gguf_on_float_code_activations_is_float32_unmeasured(
+    cpu_flag_set, activations, fake_probe, make_executor, tmp_path, monkeypatch, caplog
+):
+    """A GGUF's linears are codes: on float activations they compute in fp32 whatever the dtype, and
+    bf16 would lose the fused decode, so ``auto`` is float32 untimed; int8 activations are timed."""
+    from hetero_core.model.gguf_cache import ensure_gguf_converted
+    from tests.model.test_gguf_fixtures import DATA
+
+    if load_cpu_kernels() is None:
+        pytest.skip("the CPU kernels cannot be built here (no codes without them)")
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    folder = ensure_gguf_converted(DATA / "tiny-Q4_K_M.gguf", tmp_path / "cache")
+    options = TorchExecutorOptions(dtype="auto", code_activations=activations)
+    if activations == "float":  # nothing to time: not even the AMX variant is built
+        monkeypatch.setattr(torch_auto_dtype, "amx_kernels", lambda *a, **k: pytest.fail("AMX variant built"))
+    with caplog.at_level(logging.INFO, logger="hetero"):
+        executor = make_executor(folder, options=options)
+    [line] = [r.getMessage() for r in caplog.records if "executor.dtype" in r.getMessage()]
+    if activations == "float":
+        assert executor.dtype == torch.float32 and fake_probe.runs == []
+        assert "block codes on float activations" in line
+    else:
+        assert sorted(set(fake_probe.runs)) == sorted(CANDIDATES[cpu_flag_set])
+
+
+def other_values(model_dir, target):
+    """A copy of ``model_dir`` elsewhere with every weight changed: a fine-tune of the same base."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(model_dir, target)
+    for path in target.glob("*.safetensors"):
+        save_file({name: t + 1 for name, t in load_file(path).items()}, path)
+    return target
+
+
+@pytest.mark.parametrize("cpu_flag_set", ["amx"], indirect=True)
+def test_a_fine_tune_of_a_measured_model_reads_its_record_and_another_layout_is_measured(
+    cpu_flag_set, fake_probe, tiny_model_dirs, make_executor, tmp_path, monkeypatch
+):
+    """The record is kept by the model's layout (shapes, tensor types), not its folder or values."""
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path / "cache"))
+    model_dir = tiny_model_dirs["llama"][0]
+    make_executor(model_dir, options=AUTO)
+    measured = len(fake_probe.runs)
+    assert measured == len(CANDIDATES["amx"])
+    make_executor(other_values(model_dir, tmp_path / "fine-tune"), options=AUTO)
+    assert len(fake_probe.runs) == measured  # read from the record
+    other = tmp_path / "bf16-copy"
+    shutil.copytree(model_dir, other)
+    from safetensors.torch import load_file, save_file
+
+    for path in other.glob("*.safetensors"):
+        save_file({name: t.to(torch.bfloat16) for name, t in load_file(path).items()}, path)
+    make_executor(other, options=AUTO)
+    assert len(fake_probe.runs) == 2 * measured  # stored in another type: measured again

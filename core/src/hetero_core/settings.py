@@ -98,7 +98,11 @@ class HeteroSettings(BaseSettings, _SeamFields):
 
     # Model
     model: str = Field(DEFAULT_MODEL, description="embedded model name, local HF dir, GGUF file or hub id")
-    cache_dir: Path | None = Field(None, description="where converted models are cached (~/.cache/hetero)")
+    cache_dir: Path | None = Field(
+        None,
+        description="where converted models, prepared weights and the compiled CPU kernels are cached "
+        "(~/.cache/hetero, or $HETERO_CACHE_DIR)",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
         None,
         description="the executor's compute dtype: sets its `dtype` option "

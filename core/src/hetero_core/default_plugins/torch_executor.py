@@ -18,6 +18,7 @@ without ``max_num_blocks`` the KV pool is sized from what the weights leave.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 
@@ -78,7 +79,8 @@ class TorchExecutor(RunnerExecutor):
             if self.device.type == "cpu" and options.num_threads is None and world == 1:
                 self._free_cpu_threads = FreeCpuThreads(threads, _set_threads)
         self.block_size = ctx.block_size
-        kernels = _cpu_kernels(options, self.device)  # attention, K/V writes, element-wise steps, linears
+        cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
+        kernels = _cpu_kernels(options, self.device, cache_dir)  # attention, K/V writes, pointwise, linears
         if kernels is not None and not options.block_code_weights:
             kernels = dataclasses.replace(kernels, block_codes=False)
         if kernels is not None and options.code_activations != kernels.code_activations:
@@ -87,7 +89,6 @@ class TorchExecutor(RunnerExecutor):
             kernels = int8_code_tiles(kernels)
         if kernels is not None and options.code_activations == "int8":
             log.info("executor.code_linears", path=kernels.code_linear_path)
-        cache_dir = (ctx.settings.cache_dir if ctx.settings is not None else None) or default_cache_dir()
 
         def build(dtype: torch.dtype, kernels, num_blocks: int, block_size: int, num_layers=None, model=None):
             """A runner of its own (a fresh backend: no state shared with another runner); one library
@@ -292,14 +293,15 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _cpu_kernels(options: TorchExecutorOptions, device: torch.device):
-    """The compiled CPU kernels where ``cpu_kernels`` allows them (None: the torch path)."""
+def _cpu_kernels(options: TorchExecutorOptions, device: torch.device, cache_dir: Path):
+    """The compiled CPU kernels where ``cpu_kernels`` allows them (None: the torch path), built into
+    and found in ``cache_dir``."""
     if options.cpu_kernels == "torch" or device.type != "cpu":
         return None
     from hetero_core.model.cpu.kernels import KernelUnavailable, load_cpu_kernels
 
     try:
-        return load_cpu_kernels(required=options.cpu_kernels == "compiled")
+        return load_cpu_kernels(required=options.cpu_kernels == "compiled", cache_dir=cache_dir)
     except KernelUnavailable as exc:
         raise ConfigError(
             f'[executor.torch] cpu_kernels = "compiled": {exc}; use "auto" or "torch"'

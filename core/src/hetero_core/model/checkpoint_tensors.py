@@ -109,6 +109,10 @@ class SafetensorsTensors(CheckpointTensors):
                 self._names[name] = shape
                 self._stored[name] = stored
 
+    def dtype(self, name: str) -> torch.dtype:
+        """``name``'s stored dtype, from the header: nothing read."""
+        return self._stored[name].dtype
+
     def _read(self, name: str) -> torch.Tensor:
         stored = self._stored[name]
         tensor = torch.empty(self._names[name], dtype=stored.dtype)

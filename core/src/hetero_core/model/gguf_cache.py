@@ -6,9 +6,10 @@ needs fp32 weights in the folder (``read_checkpoint``: another device, ``block_c
 ``quantization``...) converts them there on its first use (``check_converted_weights``), once.
 
 The cache lives in ``$HETERO_CACHE_DIR`` or ``~/.cache/hetero``, one folder per GGUF (keyed by
-its file name and size). Conversion writes into a temporary sibling that is renamed into place,
-so a killed conversion never leaves a half-written cache; temporaries it leaves behind are swept
-on a later conversion. A manifest (``cache_file``) lists every file with its size and checksum and
+its file name and size). Conversion writes into a temporary sibling that is swapped into place
+(``folder_swap``, under the cache folder's lock: a whole copy another start returned is never moved),
+so a killed conversion never leaves a half-written cache; temporaries it leaves behind are swept on
+a later conversion. A manifest (``cache_file``) lists every file with its size and checksum and
 the GGUF it came from: each start checks the small files (config, tokenizer: what every start
 reads) and the weights' sizes, ``check_converted_weights`` checks the weights before they are read
 (a start that maps its prepared weights never reads them). A damaged or manifest-less copy (an older
@@ -17,13 +18,12 @@ version's) is converted again, with one warning.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from hetero_core.cache import cache_file
+from hetero_core.cache import cache_file, folder_swap
 from hetero_core.cache.cache_dir import default_cache_dir
 from hetero_core.errors import ModelLoadError
 
@@ -141,18 +141,11 @@ def _convert_atomically(gguf_path: Path, target: Path, again: bool = False, weig
 
 
 def _move_into_place(tmp: Path, target: Path, gguf_path: Path, weights: bool) -> None:
-    if target.exists() and not _is_whole(target, gguf_path, weights):  # damaged: out of the way first
-        old = target.with_name(f".{target.name}.{os.getpid()}-{time.time_ns()}.tmp")
-        try:
-            target.rename(old)
-        except FileNotFoundError:
-            pass  # another process moved it first
-        shutil.rmtree(old, ignore_errors=True)
-    try:
-        tmp.rename(target)
-    except OSError:
-        if not _is_whole(target, gguf_path, weights):  # another process finished first: its copy wins
-            raise
+    """``tmp`` replaces ``target`` unless another process already put a whole copy there (the decision
+    is taken under the cache folder's lock, so a whole copy another start returned is never moved)."""
+    with folder_swap.exclusive(target.parent):
+        if not _is_whole(target, gguf_path, weights):
+            folder_swap.swap_in(tmp, target)
 
 
 def _is_whole(folder: Path, gguf_path: Path, weights: bool = False) -> bool:

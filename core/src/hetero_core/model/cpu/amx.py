@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cache
+from pathlib import Path
 
 import torch
 
@@ -51,7 +52,7 @@ def amx_kernels(base: CpuKernels) -> CpuKernels | None:
     """``base``'s AMX variant (``amx=True``, ``base``'s other settings, its AMX-INT8 code tiles where
     ``base`` has them and the variant's pass their own gate) where this CPU has AMX, the variant
     builds, the kernel grants the tiles and its linear passes the self-check; None otherwise."""
-    variant = _variant()
+    variant = _variant(base.path.parent.parent)  # built into the base library's cache
     if variant is None:
         return None
     variant = dataclasses.replace(
@@ -61,12 +62,12 @@ def amx_kernels(base: CpuKernels) -> CpuKernels | None:
 
 
 @cache
-def _variant() -> CpuKernels | None:
+def _variant(cache_dir: Path) -> CpuKernels | None:
     missing = [flag for flag in AMX_CPU_FLAGS if flag not in cpu_flags()]
     if missing:
         return None  # most CPUs: nothing to say
     try:
-        variant = load_cpu_kernels(required=True, extra_flags=AMX_CFLAGS)
+        variant = load_cpu_kernels(required=True, extra_flags=AMX_CFLAGS, cache_dir=cache_dir)
     except KernelUnavailable as exc:
         return _unavailable(f"the AMX build of the kernels failed: {exc}")
     if not variant.request_amx():

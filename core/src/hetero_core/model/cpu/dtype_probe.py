@@ -12,9 +12,17 @@ from __future__ import annotations
 import time
 
 from hetero_core.engine.scheduling.batch import Batch
-from hetero_core.model.cpu.dtype_choice import CONTEXT, DECODE_SEQS, PREFILL_TOKENS, REPEATS, StepTimes
+from hetero_core.model.cpu.dtype_choice import (
+    CONTEXT,
+    DECODE_SEQS,
+    PREFILL_TOKENS,
+    REPEATS,
+    Outpaced,
+    StepTimes,
+)
 
 BLOCK_SIZE = 16
+STEP_BUDGET_S = 0.3  # a step is timed again only while its timings add up to less
 PROMPT = 64  # tokens per prefilled prompt (PREFILL_TOKENS / PROMPT prompts in the step)
 
 
@@ -23,21 +31,31 @@ def num_blocks() -> int:
     return DECODE_SEQS * ((max(CONTEXT, PROMPT) + 1 + BLOCK_SIZE - 1) // BLOCK_SIZE)
 
 
-def time_steps(runner) -> StepTimes:
-    """The best of ``REPEATS`` timings (after one warm-up) of each probe step on ``runner`` (a
-    ``ModelRunner`` with ``num_blocks()`` blocks of ``BLOCK_SIZE``)."""
+def time_steps(runner, ceiling_s: float | None = None) -> StepTimes:
+    """The best of up to ``REPEATS`` timings (after one warm-up) of each probe step on ``runner`` (a
+    ``ModelRunner`` with ``num_blocks()`` blocks of ``BLOCK_SIZE``); a step stops repeating once its
+    timings add up to ``STEP_BUDGET_S`` (a long step's spread is a small part of it, and repeating it
+    was most of a first start's probe: a 1B model's 128-token prefill takes ~1 s in fp32). ``ceiling_s``:
+    ``Outpaced`` (with the first timed round's figures, of this runner's model) where that round's
+    reference workload is above it."""
     for cache in runner.kv_caches:
         cache.key.zero_()
         cache.value.zero_()
     steps = (prefill_batch(PREFILL_TOKENS // PROMPT), decode_batch(DECODE_SEQS), decode_batch(1))
     best = [float("inf")] * len(steps)
+    spent = [0.0] * len(steps)
     for repeat in range(REPEATS + 1):
         for index, batch in enumerate(steps):
+            if repeat > 1 and spent[index] >= STEP_BUDGET_S:
+                continue
             start = time.perf_counter()
             runner.execute(batch)
             elapsed = time.perf_counter() - start
             if repeat:  # the first round warms up (oneDNN's kernels, the page cache, the allocator)
                 best[index] = min(best[index], elapsed)
+                spent[index] += elapsed
+        if repeat == 1 and ceiling_s is not None and StepTimes(*best).workload_s() > ceiling_s:
+            raise Outpaced(StepTimes(*best))
     return StepTimes(*best)
 
 
