@@ -146,6 +146,19 @@ def test_user_mistakes_give_one_line_and_exit_2(args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_executor_that_cannot_run_here_fails_before_the_model_is_converted(tmp_path):
+    # the triton executor's preflight sees its options: without a GPU and without the interpreter it
+    # cannot run, and says so before the embedded GGUF is converted into an empty cache
+    result = hetero("run", "--executor", "triton", "hi", env={"HETERO_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "hetero: error: executor 'triton' cannot run here: no CUDA device is visible to torch; set "
+        "executor.triton.interpreter = true (or TRITON_INTERPRET=1) to run its kernels on the CPU through "
+        "Triton's interpreter (slow), or use --executor torch"
+    ]
+    assert not any(tmp_path.iterdir())
+
+
 def test_hetero_plugins_naming_a_missing_plugin_is_an_error():
     result = hetero("run", "hi", env={"HETERO_PLUGINS": "nonexistent", "HETERO_EXECUTOR": "mock"})
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -54,7 +54,7 @@ def build_engine(settings: HeteroSettings | None = None, plugins: PluginSet | No
         executor_c, plugins.registry, settings.tensor_parallel_size, settings.pipeline_parallel_size
     )
     preflight = executor_c.traits.get("preflight")
-    reasons = preflight() if preflight else []
+    reasons = preflight(executor_options) if preflight else []
     if reasons:
         raise PluginError(f"executor '{executor_c.name}' cannot run here: " + "; ".join(reasons))
     model_dir = resolve_model_dir(settings) if executor_c.traits.get("needs_model") else None

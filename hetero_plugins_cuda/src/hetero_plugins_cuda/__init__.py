@@ -16,7 +16,7 @@ def register_executors(register):
     )
 
 
-def _missing_requirements():
+def _missing_requirements(options):
     from hetero_plugins_cuda.preflight import missing_requirements
 
     return missing_requirements()

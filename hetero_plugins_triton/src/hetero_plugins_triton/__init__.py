@@ -37,14 +37,14 @@ def register_executors(register):
         _create_triton_executor,
         options=TritonExecutorOptions,
         needs_model=True,
-        preflight=_missing_packages,
+        preflight=_cannot_run,
     )
 
 
-def _missing_packages():
-    from hetero_plugins_triton.requirements import missing_packages
+def _cannot_run(options):
+    from hetero_plugins_triton.requirements import cannot_run
 
-    return missing_packages()
+    return cannot_run(options)
 
 
 def _create_triton_executor(ctx):

@@ -21,7 +21,7 @@ from hetero_core.model.runner import ModelRunner
 from hetero_core.model.runner_executor import RunnerExecutor
 from hetero_plugins_triton.capabilities import incompatibilities
 from hetero_plugins_triton.options import TritonExecutorOptions
-from hetero_plugins_triton.requirements import interpreter_problem, interpreter_requested
+from hetero_plugins_triton.requirements import device_problem, interpreter_requested
 
 log = get_logger("hetero.executor.triton")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -129,7 +129,7 @@ def _device(options: TritonExecutorOptions, interpret: bool) -> torch.device:
                 f"executor.triton.device is {name!r} but interpreter mode runs on the CPU; "
                 "set device = 'cpu' or turn the interpreter off"
             )
-        problem = interpreter_problem()
+        problem = device_problem(interpret)
         if problem:
             raise PluginError(f"executor 'triton' cannot run here: {problem}")
         return device
@@ -138,12 +138,9 @@ def _device(options: TritonExecutorOptions, interpret: bool) -> torch.device:
             f"executor.triton.device is {name!r}; the Triton kernels run on a CUDA device "
             "(or on the CPU with executor.triton.interpreter = true)"
         )
-    if not torch.cuda.is_available():
-        raise PluginError(
-            "executor 'triton' cannot run here: no CUDA device is visible to torch; set "
-            "executor.triton.interpreter = true (or TRITON_INTERPRET=1) to run its kernels on the CPU "
-            "through Triton's interpreter (slow), or use --executor torch"
-        )
+    problem = device_problem(interpret)
+    if problem:
+        raise PluginError(f"executor 'triton' cannot run here: {problem}")
     if device.index is not None and device.index >= torch.cuda.device_count():
         raise ConfigError(
             f"executor.triton.device is {name!r} but only {torch.cuda.device_count()} "

@@ -11,17 +11,41 @@ def interpreter_requested(option: bool) -> bool:
     return option or os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def missing_packages() -> list[str]:
-    """The preflight: packages the executor cannot start without (one line each, with the fix).
+def cannot_run(options) -> list[str]:
+    """The preflight (before the model is resolved or converted): the packages the executor cannot
+    start without, then, with them there, what its ``options`` ask of this machine that it lacks: a
+    CUDA device, or an interpreter that works (one line each, with the fix)."""
+    reasons = missing_packages()
+    if not reasons:
+        problem = device_problem(interpreter_requested(options.interpreter))
+        reasons += [problem] if problem else []
+    return reasons
 
-    Whether a CUDA GPU is needed depends on the ``interpreter`` option, which the preflight does not
-    see; the factory checks it before loading any weight."""
+
+def missing_packages() -> list[str]:
+    """The packages the executor cannot start without (one line each, with the fix)."""
     reasons = []
     if importlib.util.find_spec("torch") is None:
         reasons.append("torch is not installed (pip install 'hetero-core[torch]')")
     if importlib.util.find_spec("triton") is None:
         reasons.append("triton is not installed (pip install triton, or pip install hetero-plugins-triton)")
     return reasons
+
+
+def device_problem(interpret: bool) -> str | None:
+    """Why the kernels cannot run here: in interpreter mode, an interpreter that fails
+    (``interpreter_problem``); otherwise no CUDA device visible to torch."""
+    if interpret:
+        return interpreter_problem()
+    import torch
+
+    if not torch.cuda.is_available():
+        return (
+            "no CUDA device is visible to torch; set executor.triton.interpreter = true (or "
+            "TRITON_INTERPRET=1) to run its kernels on the CPU through Triton's interpreter (slow), or use "
+            "--executor torch"
+        )
+    return None
 
 
 def interpreter_problem() -> str | None:

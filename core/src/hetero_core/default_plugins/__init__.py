@@ -143,7 +143,7 @@ def _create_contiguous_allocator(num_blocks, block_size, options):
     return ContiguousBlockAllocator(num_blocks, block_size, options.max_model_len)
 
 
-def _missing_real_model_packages():
+def _missing_real_model_packages(options):
     from hetero_core.default_plugins.torch_requirements import missing_real_model_packages
 
     return missing_real_model_packages()

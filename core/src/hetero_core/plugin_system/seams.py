@@ -42,7 +42,11 @@ class Seam:
 
 EXECUTOR_TRAITS = (
     Trait("needs_model", bool, "core resolves the model directory first and passes it as ctx.model_dir"),
-    Trait("preflight", Callable, "called with no arguments, returns the reasons it cannot run here"),
+    Trait(
+        "preflight",
+        Callable,
+        "called with the executor's options (its settings section), returns the reasons it cannot run here",
+    ),
     Trait("tensor_parallel", bool, "the factory builds one rank of a tensor-parallel group"),
     Trait("pipeline_parallel", bool, "the factory builds one stage (its layers only) of a pipeline"),
 )
