@@ -66,8 +66,20 @@
 #define SWIGLU_FEW_ROWS F32_ROWS
 #define SWIGLU_SLICE PANEL_VECTORS
 #endif
+/* Block codes at few rows (decode steps), their codes expanded in registers: a pass of one panel keeps
+ * two chains (8 lanes) of fused multiply-adds per row, each waiting on the last (4-5 cycles), which
+ * bound AVX2's one-row rate; CODE_FEW_WIDTH panels a pass there, as many more chains, the same sums in
+ * the same order per output. (AVX-512's passes take 3 panels already.) */
+#if LANES == 8
+#define CODE_FEW_ROWS 2
+#define CODE_FEW_WIDTH 3
+#else
+#define CODE_FEW_ROWS 0
+#define CODE_FEW_WIDTH 1
+#endif
 #define MAX_ROWS (F32_ROWS > SWIGLU_FEW_ROWS ? F32_ROWS : SWIGLU_FEW_ROWS)
-#define MAX_WIDTH (F32_WIDTH > SWIGLU_WIDTH ? F32_WIDTH : SWIGLU_WIDTH)
+#define MAX_WIDTH_ (F32_WIDTH > SWIGLU_WIDTH ? F32_WIDTH : SWIGLU_WIDTH)
+#define MAX_WIDTH (MAX_WIDTH_ > CODE_FEW_WIDTH ? MAX_WIDTH_ : CODE_FEW_WIDTH)
 #define PANEL 16 /* output columns per panel */
 #define PANEL_VECTORS (PANEL / LANES)
 #define F32_PREFETCH_LINES 16 /* how far ahead of the panel stream the loads are asked for (64-byte lines) */
@@ -178,7 +190,8 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
 
 /* The cases of the switches below: rows 1 .. n. */
 #define CASES_1(F, w) F(1, w)
-#define CASES_3(F, w) CASES_1(F, w) F(2, w) F(3, w)
+#define CASES_2(F, w) CASES_1(F, w) F(2, w)
+#define CASES_3(F, w) CASES_2(F, w) F(3, w)
 #define CASES_6(F, w) CASES_3(F, w) F(4, w) F(5, w) F(6, w)
 #define CASES_8(F, w) CASES_6(F, w) F(7, w) F(8, w)
 #define CASES_12(F, w) CASES_8(F, w) F(9, w) F(10, w) F(11, w) F(12, w)
@@ -191,6 +204,15 @@ static inline __attribute__((always_inline)) void f32_panel_rows(
     case n: f32_panel_rows(xr, ldx, w, b, yr, ldy, k, n, c, SWIGLU_SLICE, v0, 1, v0 ? NULL : ahead, v0 ? 0 : ahead_lines, \
                            codes, bits, layout); \
     break;
+
+/* The few-row passes of 2 .. CODE_FEW_WIDTH panels (a group's last may be narrower), rows 1 .. CODE_FEW_ROWS. */
+#define FEW_CODE_WIDTH(F, c) \
+    case c: switch (rows) { CASES(CODE_FEW_ROWS)(F, c) } break;
+#if CODE_FEW_WIDTH == 4
+#define FEW_CODE_WIDTHS(F) switch (width) { FEW_CODE_WIDTH(F, 2) FEW_CODE_WIDTH(F, 3) FEW_CODE_WIDTH(F, 4) }
+#else
+#define FEW_CODE_WIDTHS(F) switch (width) { FEW_CODE_WIDTH(F, 2) FEW_CODE_WIDTH(F, 3) }
+#endif
 
 /* One pass: ``rows`` rows of x against a group of ``width`` panels. */
 static inline __attribute__((always_inline)) void f32_pass_as(
@@ -208,10 +230,22 @@ static inline __attribute__((always_inline)) void f32_pass_as(
         }
 #else
         const int v0 = 0;  /* every vector of the panel: it holds both halves of its pairs */
+#if CODE_FEW_WIDTH > 1
+        if (width > 1 && rows <= CODE_FEW_ROWS) {
+            FEW_CODE_WIDTHS(SWIGLU_CALL)
+            return;
+        }
+#endif
         switch (rows) { CASES(SWIGLU_ROWS)(SWIGLU_CALL, 1) }
 #endif
         return;
     }
+#if CODE_FEW_WIDTH > 1
+    if (width > F32_WIDTH && rows <= CODE_FEW_ROWS) {
+        FEW_CODE_WIDTHS(PLAIN_CALL)
+        return;
+    }
+#endif
     switch (width) {
         case F32_WIDTH: switch (rows) { CASES(F32_ROWS)(PLAIN_CALL, F32_WIDTH) } break;
 #if F32_WIDTH == 3
@@ -402,7 +436,11 @@ int coded_linear(const float *x, int64_t ldx, const uint8_t *packed, const float
     if (!code_format_known(bits) || linear_refuses(m, n, k, ldx, ldy, swiglu, code_k_multiple(bits))) return -1;
     if (m == 0 || n == 0) return 0;
     if (k == 0) return f32_linear(x, ldx, NULL, bias, y, ldy, m, n, 0, swiglu, num_threads);  /* y = bias */
-    const struct linear_plan plan = plan_linear(m, n, k, swiglu);
+    struct linear_plan plan = plan_linear(m, n, k, swiglu);
+    if (m <= CODE_FEW_ROWS && plan.group_width < CODE_FEW_WIDTH) {  /* decode steps: more chains a pass */
+        plan.group_width = CODE_FEW_WIDTH;
+        plan.groups = (plan.panels + CODE_FEW_WIDTH - 1) / CODE_FEW_WIDTH;
+    }
     const int64_t panels = plan.panels, groups = plan.groups, chunk = plan.chunk;
     const int group_width = plan.group_width, max_rows = plan.max_rows;
     const int64_t panel_bytes = code_panel_bytes(k, bits), group_floats = group_width * k * PANEL;
