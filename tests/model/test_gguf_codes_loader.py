@@ -14,6 +14,7 @@ import torch
 from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.model.cpu.code_panels import (
     CODES_Q4,
+    CODES_Q4_SUPER,
     CODES_Q8,
     CODES_Q8_SUB16,
     CODES_Q8_SUB16_SUPER,
@@ -129,15 +130,15 @@ def test_mixed_types_keep_their_codes_with_the_dequantized_models_logits(
     layers = coded.model.layers
     assert layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8  # Q4_K q widened beside Q5_K k
     assert layers[0].mlp.gate_up_proj.kernel_weight.dtype == torch.uint8 and layers[0].mlp.gate_up_proj.swiglu
-    assert code_format(layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16  # Q6_K
+    assert code_format(layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16_SUPER  # Q6_K
     assert layers[0].mlp.down_proj.kernel_weight.dtype == torch.int8  # Q5_0
     qkv = layers[1].self_attn.qkv_proj  # Q4_K q and Q4_0 k as one 4-bit weight, the Q6_K v apart
     assert isinstance(qkv, SplitLinear)
-    assert [code_format(p.kernel_weight) for p in qkv.parts] == [CODES_Q4, CODES_Q8_SUB16]
+    assert [code_format(p.kernel_weight) for p in qkv.parts] == [CODES_Q4, CODES_Q8_SUB16_SUPER]
     assert [p.out_features for p in qkv.parts] == [256 + 128, 128]  # q and k rows, v rows
     gate_up = layers[1].mlp.gate_up_proj  # a Q5_K gate and a Q6_K up: split, the MLP applies SwiGLU
     assert isinstance(gate_up, SplitLinear) and not gate_up.swiglu
-    assert [code_format(p.kernel_weight) for p in gate_up.parts] == [CODES_Q8, CODES_Q8_SUB16]
+    assert [code_format(p.kernel_weight) for p in gate_up.parts] == [CODES_Q8, CODES_Q8_SUB16_SUPER]
     assert layers[1].mlp.down_proj.kernel_dtype == "f32"  # Q2_K: dequantized
     assert coded.lm_head.kernel_dtype == "codes"  # the tied head keeps the embedding's Q4_K codes
 
@@ -181,7 +182,7 @@ def test_the_prepared_file_keeps_the_codes(mixed_dir, cpu_kernels, monkeypatch):
     assert again.model.layers[0].self_attn.qkv_proj.kernel_weight.dtype == torch.int8
     split = again.model.layers[1].self_attn.qkv_proj
     assert isinstance(split, SplitLinear)
-    assert [code_format(p.kernel_weight) for p in split.parts] == [CODES_Q4, CODES_Q8_SUB16]
+    assert [code_format(p.kernel_weight) for p in split.parts] == [CODES_Q4, CODES_Q8_SUB16_SUPER]
     assert not (mixed_dir / "model.safetensors").exists()
     prompt = list(range(3, 30))
     assert torch.equal(linears_only_logits(again, prompt), linears_only_logits(first, prompt))
@@ -233,7 +234,7 @@ def test_llama_cpps_q6_k_runs_as_codes_with_the_dequantized_fp32_models_tokens(
     folder = ensure_gguf_converted(DATA / f"tiny-{name}.gguf", tmp_path / "cache")
     coded = make_executor(folder, options=TorchExecutorOptions(**FP32))
     assert {kind for kind, _ in linear_kinds(coded.model)} == {"codes"}  # every linear
-    assert code_format(coded.model.lm_head.kernel_weight) == CODES_Q8_SUB16  # the output is Q6_K
+    assert code_format(coded.model.lm_head.kernel_weight) == CODES_Q8_SUB16_SUPER  # the output is Q6_K
     split = [m for m in coded.model.modules() if isinstance(m, SplitLinear)]
     assert bool(split) == (name == "Q4_K_M")  # the mix's Q6_K v beside Q4_K q and k
     plain = make_executor(folder, options=TorchExecutorOptions(**FP32, block_code_weights=False))
@@ -243,25 +244,42 @@ def test_llama_cpps_q6_k_runs_as_codes_with_the_dequantized_fp32_models_tokens(
         assert greedy(coded, prompt) == greedy(plain, prompt)
 
 
-def test_int8_activations_keep_q6_k_scales_per_super_block_with_the_same_logits(
-    tmp_path, make_executor, monkeypatch
+@pytest.mark.parametrize("activations", ["float", "int8"])
+@pytest.mark.parametrize(
+    "name, compact_format, per_block_format, bytes_per_weight",
+    [("Q6_K", CODES_Q8_SUB16_SUPER, CODES_Q8_SUB16, 1.078125), ("Q4_K", CODES_Q4_SUPER, CODES_Q4, 0.59375)],
+)
+def test_k_quant_scales_stay_per_super_block_with_the_same_logits(
+    activations,
+    name,
+    compact_format,
+    per_block_format,
+    bytes_per_weight,
+    tmp_path,
+    make_executor,
+    monkeypatch,
 ):
-    """Under int8 activations Q6_K's scales stay per super-block as the file stores them (1.08 instead of
-    1.25 bytes a weight; ``super_block_scales``), and the model's logits are the per-block layout's bits."""
+    """The k-quants' scales stay per super-block as the file stores them (``super_block_scales``: 1.08
+    instead of 1.25 bytes a weight for Q6_K, 0.59 instead of 0.75 for Q4_K), under either activations,
+    and the model's logits and tokens are the per-block layout's bits."""
     from hetero_core.model.cpu import gguf_code_linears
     from tests.model.test_gguf_fixtures import DATA
 
-    folder = ensure_gguf_converted(DATA / "tiny-Q6_K.gguf", tmp_path / "cache")
-    options = TorchExecutorOptions(dtype="float32", prepared_weights_cache=False, code_activations="int8")
+    folder = ensure_gguf_converted(DATA / f"tiny-{name}.gguf", tmp_path / "cache")
+    options = TorchExecutorOptions(
+        dtype="float32", prepared_weights_cache=False, code_activations=activations
+    )
     compact = make_executor(folder, options=options)
-    head = compact.model.lm_head.kernel_weight
-    assert code_format(head) == CODES_Q8_SUB16_SUPER
-    assert head.numel() == head.shape[0] * 16 * head.shape[1] * 256 * 1.078125  # [N / 16, K / 256, 4416]
-    assert code_format(compact.model.model.layers[0].self_attn.o_proj.kernel_weight) == CODES_Q8_SUB16_SUPER
-    monkeypatch.setattr(gguf_code_linears, "super_block_scales", lambda block, kernels: False)
+    o_proj = compact.model.model.layers[0].self_attn.o_proj.kernel_weight
+    assert code_format(o_proj) == compact_format
+    assert (
+        o_proj.numel() == o_proj.shape[0] * 16 * o_proj.shape[1] * 256 * bytes_per_weight
+    )  # [N / 16, K / 256, .]
+    monkeypatch.setattr(gguf_code_linears, "super_block_scales", lambda kernels: False)
     per_block = make_executor(folder, options=options)
-    assert code_format(per_block.model.lm_head.kernel_weight) == CODES_Q8_SUB16
-    assert per_block.model.lm_head.kernel_weight.numel() > head.numel()
+    o_proj_per_block = per_block.model.model.layers[0].self_attn.o_proj.kernel_weight
+    assert code_format(o_proj_per_block) == per_block_format
+    assert o_proj_per_block.numel() > o_proj.numel()
     for prompt in ([1, 50, 3, 200, 7], list(range(10, 40))):
         assert torch.equal(prompt_logits(compact, prompt), prompt_logits(per_block, prompt))
         assert greedy(compact, prompt) == greedy(per_block, prompt)

@@ -166,7 +166,7 @@ def test_a_gguf_pool_is_sized_from_the_memory_its_codes_leave():
 
     from hetero_core.model.cpu.memory_fit import MemoryFit
 
-    linear = 6 * GIB // 4  # 6 GiB in fp32, 1.125 GiB as 4-bit codes (24 bytes per 32 weights)
+    linear = 6 * GIB // 4  # 6 GiB in fp32, 0.89 GiB as Q4_K codes (2,432 bytes per 4,096 weights)
     tensors = _CodedTensors({"model.layers.0.mlp.up_proj.weight": linear}, tied_embeddings=False)
     budget = MemoryBudget(5 * GIB, "a test's budget")
     fit = MemoryFit(tensors, budget, kv_bytes_per_token=MIB // 16, max_model_len=256, block_codes=True)
@@ -174,5 +174,5 @@ def test_a_gguf_pool_is_sized_from_the_memory_its_codes_leave():
     ctx = SimpleNamespace(settings=settings, block_size=16, max_model_len=256)
     pool = torch_memory.kv_pool(ctx, fit, torch.float32)
     left = 5 * GIB - fit.weight_bytes("float32", codes=True) - fit.working_set_bytes("float32", codes=True)
-    assert fit.weight_bytes("float32", codes=True) == linear * 24 // 32
+    assert fit.weight_bytes("float32", codes=True) == linear * 2432 // 4096
     assert pool.num_blocks == int(KV_MEMORY_FRACTION * left) // MIB  # 1 MiB blocks (16 tokens)

@@ -9,9 +9,9 @@ differ (``gguf_codes_loader`` calls ``coded_linear`` for each linear of the mode
   weight; one that mixes them with the 32-input types is split into runs of consecutive parts of one
   block size (``split_linear`` says why no exact conversion exists), each packed as above: Q4_K_M's
   q, k (Q4_K) and v (Q6_K) become a q/k weight and a v weight.
-- Each weight takes the most compact layout that holds its scales exactly (``code_panels.pack_codes``)
-  among those its kernel reads fastest: the f16-scale types' scales in fp16, Q6_K's per super-block as
-  the file stores them under int8 activations (``super_block_scales``), the others per block in fp32.
+- Each weight takes the most compact layout that holds its scales exactly (``code_panels.pack_codes``):
+  the f16-scale types' scales in fp16, the k-quants' (Q4_K, Q6_K) per super-block as the file stores
+  them (``super_block_scales``), the others per block in fp32.
 - llama's q/k rows are un-permuted as codes (``reverse_permute``); a single unpermuted tensor is packed
   ``CHUNK_ROWS`` rows at a time (an LM head's codes alone are ~1 byte a weight before packing).
 
@@ -74,9 +74,8 @@ def _runs(codes: list[BlockCodes]) -> list[BlockCodes]:
 
 def _packed(codes: BlockCodes, kernels, swiglu: bool) -> torch.Tensor:
     """``codes`` in the kernels' layout for them (rows in the SwiGLU order with ``swiglu``): the most
-    compact that holds their scales exactly, but scales per super-block only for Q6_K's blocks of 16
-    under int8 activations (``super_block_scales``)."""
-    with_supers = codes.base is not None and super_block_scales(codes.block, kernels)
+    compact that holds their scales exactly (``super_block_scales``)."""
+    with_supers = codes.base is not None and super_block_scales(kernels)
     arrays = (codes.d, codes.m, codes.q) + ((codes.base, codes.factors) if with_supers else ())
     tensors = [_tensor(t) for t in arrays]  # the super-block scales only where they are packed
     if swiglu:
@@ -91,16 +90,16 @@ def _packed(codes: BlockCodes, kernels, swiglu: bool) -> torch.Tensor:
     return pack_codes(d, m, q, supers)
 
 
-def super_block_scales(block: int, kernels) -> bool:
-    """Whether k-quant codes with blocks of ``block`` inputs are packed with their scales per
-    super-block (``CODES_Q8_SUB16_SUPER``, ``CODES_Q4_SUPER``) rather than per block in fp32. Measured
-    at one row on the 2-core AMX Xeon, weights streamed from memory (docs/benchmarks.md): Q6_K's
-    super-block layout runs ``q8a_coded_linear`` 15 % faster (1.08 instead of 1.25 bytes a weight,
-    the kernel memory-bound) but ``coded_linear`` 20 % slower (compute-bound, and the scales' factors
-    cost it more); Q4_K's runs both slower (the int8 kernel becomes compute-bound at 0.59 bytes a
-    weight: 18 against 21 GMAC/s). So: Q6_K's under int8 activations only; Q4_K's never here, its
-    layout kept for the kernels that will pay for it (tested as every layout is)."""
-    return block == 16 and kernels is not None and kernels.int8_code_activations
+def super_block_scales(kernels) -> bool:
+    """Whether k-quant codes (Q4_K, Q6_K) are packed with their scales per super-block
+    (``CODES_Q4_SUPER``, ``CODES_Q8_SUB16_SUPER``: 0.59 and 1.08 bytes a weight) rather than per block
+    in fp32 (0.75, 1.25): always, with the kernels. Each block's d and m are rebuilt from the
+    super-block's base and the block's integer factor, widened with one ``vpmovzxbd``/``vpmovsxbd``;
+    before that widening was written out (GCC had made it 8-16 scalar inserts a vector) the rebuild cost
+    more than the bytes saved and Q4_K stayed per block. Measured after (docs/benchmarks.md; one row,
+    weights streamed from memory, 2 threads, AVX2 EPYC): Q4_K's layout 1.14x the per-block one's rate
+    with int8 activations and 1.05x with float ones, Q6_K's 1.29x and 1.01x."""
+    return kernels is not None
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

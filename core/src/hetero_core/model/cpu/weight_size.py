@@ -8,9 +8,9 @@ where the checkpoint ties it to the embeddings (the executor unties it to pack i
 folder converted from one, which holds no weights of its own) whose linears are block codes runs them
 as codes in fp32 and bf16 where the kernels take them (``block_codes``, ``gguf_codes_loader``), in
 ``code_panels``' layouts: per 32 weights 16 bytes of codes and f16 d and m (20) for Q4_0/Q4_1, 32 and
-an f16 d (34) for Q8_0/Q5_0, 16 and fp32 d and m (24) for Q4_K, 32 and fp32 d and m (40) for Q5_1/Q5_K;
-Q6_K 20 per 16 (fp32 d; with int8 activations its scales per super-block take less, 1.08 bytes a
-weight: the estimate is the larger); its other tensors (norms, embeddings) at the dtype's width.
+an f16 d (34) for Q8_0/Q5_0, 32 and fp32 d and m (40) for Q5_1/Q5_K; the k-quants' scales per
+super-block of 256 inputs (Q4_K 0.59 bytes a weight, Q6_K 1.08); its other tensors (norms,
+embeddings) at the dtype's width.
 The headers are a few KB: reading them costs nothing next to the weights.
 """
 
@@ -30,8 +30,8 @@ CODE_BYTES = {  # bytes per weight of the kernels' block-code panels (code_panel
     **dict.fromkeys(("Q4_0", "Q4_1"), 20 / 32),
     **dict.fromkeys(("Q5_0", "Q8_0"), 34 / 32),
     **dict.fromkeys(("Q5_1", "Q5_K"), 40 / 32),
-    "Q4_K": 24 / 32,
-    "Q6_K": 20 / 16,
+    "Q4_K": 2432 / 4096,  # per super-block and panel: fp32 d and m bases, 8-bit factors, the codes
+    "Q6_K": 4416 / 4096,
 }
 _EMBEDDINGS = ("model.embed_tokens.weight", "token_embd.weight")
 

@@ -183,24 +183,33 @@ static inline __attribute__((always_inline)) vfloat code_block_scale(const uint8
                                                                     const int which, const int kind, int layout) {
     if (which == 1 && !code_stores_m(layout)) return (vfloat){0};
     if (code_super(layout)) {
-        typedef uint8_t vu8 __attribute__((vector_size(LANES)));
-        typedef int8_t vi8 __attribute__((vector_size(LANES)));
         const int per = code_super_blocks(kind), bases = kind == CODES_Q4 ? 2 : 1;
         const uint8_t *super = panel + (b / per) * code_super_bytes(kind);
         vfloat base;
         memcpy(&base, super + (which * CODE_PANEL + v * LANES) * sizeof(float), sizeof base);
         const uint8_t *factors = super + bases * CODE_PANEL * sizeof(float) + (which * per + b % per) * CODE_PANEL;
-        vfloat factor;
-        if (kind == CODES_Q8_SUB16) {  /* Q6_K's int8 sub-block scales */
-            vi8 f;
-            memcpy(&f, factors + v * LANES, sizeof f);
-            factor = __builtin_convertvector(__builtin_convertvector(f, vint), vfloat);
+        const uint8_t *f = factors + v * LANES;
+        vint widened;  /* Q6_K's int8 sub-block scales, Q4_K's uint8 ones, widened to 32 bits */
+#if LANES == 8 && defined(__AVX2__)  /* (GCC's own widening of an 8-byte vector is 8 scalar moves) */
+        const __m128i bytes = _mm_loadl_epi64((const __m128i *)f);
+        widened = (vint)(kind == CODES_Q8_SUB16 ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes));
+#elif LANES == 16 && defined(__AVX512F__)
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)f);
+        widened = (vint)(kind == CODES_Q8_SUB16 ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes));
+#else
+        typedef uint8_t vu8 __attribute__((vector_size(LANES)));
+        typedef int8_t vi8 __attribute__((vector_size(LANES)));
+        if (kind == CODES_Q8_SUB16) {
+            vi8 narrow;
+            memcpy(&narrow, f, sizeof narrow);
+            widened = __builtin_convertvector(narrow, vint);
         } else {
-            vu8 f;
-            memcpy(&f, factors + v * LANES, sizeof f);
-            factor = __builtin_convertvector(__builtin_convertvector(f, vint), vfloat);
+            vu8 narrow;
+            memcpy(&narrow, f, sizeof narrow);
+            widened = __builtin_convertvector(narrow, vint);
         }
-        return base * factor;  /* exact: the stored fp32 value itself */
+#endif
+        return base * __builtin_convertvector(widened, vfloat);  /* exact: the stored fp32 value itself */
     }
     const uint8_t *scales = panel + b * (code_scale_bytes(layout) + code_codes_bytes(kind));
     if (code_f16(layout)) return code_f16_vector(scales + (which * CODE_PANEL + v * LANES) * 2);
