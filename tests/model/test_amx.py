@@ -179,7 +179,7 @@ def test_auto_times_the_amx_variant_as_a_candidate_of_its_own(
     monkeypatch.setattr(torch_auto_dtype, "amx_kernels", lambda base: emulated)
     timed = []
 
-    def time_steps(runner) -> StepTimes:
+    def time_steps(runner, ceiling_s=None) -> StepTimes:
         on_amx = any(
             getattr(m, "kernels", None) is not None and m.kernels.library is emulated.library
             for m in runner.model.modules()

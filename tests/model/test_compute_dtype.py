@@ -196,7 +196,7 @@ def test_an_auto_executor_whose_probe_finds_bf16_faster_runs_bf16_with_packed_li
     monkeypatch.setattr(
         dtype_probe,
         "time_steps",
-        lambda runner: StepTimes(*[1.0 if runner.dtype == torch.float32 else 0.5] * 3),
+        lambda runner, ceiling_s=None: StepTimes(*[1.0 if runner.dtype == torch.float32 else 0.5] * 3),
     )
     model_dir, _ = tiny_model_dirs["llama"]
     executor = make_executor(model_dir, options=TorchExecutorOptions(dtype="auto"))

@@ -15,6 +15,7 @@ from hetero_core.default_plugins.torch_options import TorchExecutorOptions
 from hetero_core.errors import ConfigError, ModelLoadError
 from hetero_core.model.cpu import dtype_choice, dtype_probe, probe_model
 from hetero_core.model.cpu.dtype_choice import StepTimes
+from hetero_core.model.cpu.linear import PackedLinear
 from hetero_core.model.cpu.memory_budget import MemoryBudget
 from hetero_core.model.cpu.torch_attention import TorchPagedAttention
 from hetero_core.model.cpu.weight_size import checkpoint_tensors
@@ -132,6 +133,27 @@ def test_a_candidate_whose_weights_do_not_fit_is_never_loaded(
     assert "skipped: float32: its weights" in messages and "fake cgroup" in messages
 
 
+@pytest.mark.parametrize("cpu_flag_set", ["avx2", "avx512"], indirect=True)
+def test_without_native_bf16_bf16_weights_run_on_the_kernels_where_fp32_does_not_fit(
+    cpu_flag_set, layer_probe, seven_layers, make_executor, tmp_path, monkeypatch, caplog
+):
+    """No native bf16 (AVX2, AVX-512 without bf16): fp32 alone where it fits; where it does not, the
+    kernels' bf16 linears (weights widened to fp32) run the bf16 weights, unmeasured; torch alone has
+    no bf16 worth running there, so none fits."""
+    monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
+    assert make_executor(seven_layers[0], options=AUTO).dtype == torch.float32 and layer_probe.runs == []
+    fit = torch_memory.memory_fit(_ctx(seven_layers[0]), AUTO, None)
+    fake_memory(monkeypatch, (fit.needed_bytes("bfloat16") + fit.needed_bytes("float32")) // 2)
+    with caplog.at_level(logging.INFO, logger="hetero"):
+        executor = make_executor(seven_layers[0], options=AUTO)
+    assert executor.dtype == torch.bfloat16 and layer_probe.runs == []
+    assert any(isinstance(m, PackedLinear) for m in executor.model.modules())  # the kernels' bf16 linears
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "skipped: float32: its weights" in messages
+    with pytest.raises(ConfigError, match="bfloat16|dtype"):
+        make_executor(seven_layers[0], options=TorchExecutorOptions(dtype="auto", cpu_kernels="torch"))
+
+
 @pytest.mark.parametrize("cpu_flag_set", ["avx512_bf16"], indirect=True)
 def test_a_model_that_fits_in_no_candidate_is_a_clear_error(
     cpu_flag_set, layer_probe, seven_layers, make_executor, tmp_path, monkeypatch
@@ -219,7 +241,7 @@ def test_real_probe_steps_run_on_the_first_layers_and_their_view(
 
     monkeypatch.setenv("HETERO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(dtype_probe, "REPEATS", 1)
-    candidates = lambda kernels, amx=True: {  # noqa: E731
+    candidates = lambda kernels, amx=True, widened_bf16=False: {  # noqa: E731
         "float32": (torch.float32, kernels),
         "float32-torch": (torch.float32, None),
     }

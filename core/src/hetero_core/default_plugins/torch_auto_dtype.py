@@ -4,7 +4,9 @@ executor runs them (``model/cpu/dtype_choice.py`` decides and remembers, ``model
 times, ``model/cpu/probe_model.py`` builds the few-layer models and extrapolates).
 
 Candidates: ``float32`` everywhere; ``bfloat16`` where the CPU computes bf16 natively (avx512_bf16 or
-amx_bf16, and torch's oneDNN takes it); ``bfloat16-amx`` beside it where the kernels' AMX variant
+amx_bf16, and torch's oneDNN takes it), and elsewhere where fp32's weights do not fit but the compiled
+kernels run bf16 ones (widened to fp32 in their linears: every x86 CPU they build for; an 8B bf16
+checkpoint on a 24 GB AVX2 machine); ``bfloat16-amx`` beside it where the kernels' AMX variant
 passes its gate (``model/cpu/amx.py``; option ``amx_linears``), ``bfloat16`` then being the AVX-512
 one. A candidate that does not fit is skipped (its reason in the ``executor.dtype`` line); none that
 fits: a ``ConfigError``. With one candidate left nothing is timed. The first start of a model on a
@@ -39,14 +41,21 @@ from hetero_core.model.freed_memory import release_freed_memory
 log = get_logger("hetero.executor")
 
 
-def auto_candidates(kernels, amx: bool = True) -> dict[str, tuple[torch.dtype, object]]:
-    """Candidate name -> (dtype, the kernels it runs on) on this CPU; ``amx``: the AMX variant may be one."""
+def auto_candidates(
+    kernels, amx: bool = True, widened_bf16: bool = False
+) -> dict[str, tuple[torch.dtype, object]]:
+    """Candidate name -> (dtype, the kernels it runs on) on this CPU; ``amx``: the AMX variant may be one.
+    ``widened_bf16``: without native bf16, bf16 weights are a candidate too where the compiled kernels
+    run them (their bf16 linears widen each weight to fp32: half the bytes a decode step reads), never
+    on torch's emulated bf16."""
     candidates = {"float32": (torch.float32, kernels)}
     if compute_dtype.cpu_has_native_bf16():
         candidates["bfloat16"] = (torch.bfloat16, kernels)
         variant = amx_kernels(kernels) if amx and kernels is not None else None
         if variant is not None:
             candidates["bfloat16-amx"] = (torch.bfloat16, variant)
+    elif widened_bf16 and kernels is not None:
+        candidates["bfloat16"] = (torch.bfloat16, kernels)
     return candidates
 
 
@@ -60,8 +69,9 @@ def choose_auto_dtype(
     float_codes = _float_code_linears(model_dir, kernels)
     if float_codes:  # (before the candidates: the AMX variant need not be built for nothing)
         offered = {"float32": (torch.float32, kernels)}
-    else:
-        offered = auto_candidates(kernels, options.amx_linears)
+    else:  # without native bf16, bf16 weights on the kernels where fp32's do not fit (a 15 GB 8B on 24 GB)
+        fp32_problem = fit.problem("float32") if fit is not None else None
+        offered = auto_candidates(kernels, options.amx_linears, widened_bf16=fp32_problem is not None)
     skipped = {name: fit.problem(_dtype_name(dtype)) for name, (dtype, _) in offered.items()} if fit else {}
     skipped = {name: problem for name, problem in skipped.items() if problem is not None}
     candidates = {name: offered[name] for name in offered if name not in skipped}

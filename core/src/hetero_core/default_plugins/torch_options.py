@@ -13,7 +13,8 @@ class TorchExecutorOptions(BaseModel):
         "auto",
         description="weights, activations and KV cache dtype; auto on the CPU: float32, or bfloat16 (and "
         "bfloat16 on AMX tiles, amx_linears) where the CPU computes bf16 natively (avx512_bf16 or "
-        "amx_bf16) and timed steps of the model's first layers (a prefill, a batched and a single "
+        "amx_bf16), or where fp32 does not fit and the compiled kernels run bf16 weights (widened to "
+        "fp32), and timed steps of the model's first layers (a prefill, a batched and a single "
         "decode on 1- and 3-layer models of the checkpoint, extrapolated to all its layers, in each "
         "candidate; once per CPU, model and version, kept in <cache_dir>/cpu_dtype_choice.json) show "
         "it at least 3% faster on a reference workload; a candidate whose weights do not fit in the "
