@@ -42,7 +42,7 @@ class TorchExecutorOptions(BaseModel):
         True,
         description="on the CPU with the compiled kernels: a GGUF's linears load from its codes (Q4_0, "
         "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; other types dequantized) and run them in "
-        "float32 and bfloat16 alike (dtype picks activations and attention), 0.75-1.25 bytes a weight, "
+        "float32 and bfloat16 alike (dtype picks activations and attention), 0.59-1.25 bytes a weight, "
         "never the model's fp32 weights; an fp32 checkpoint whose weights are exact Q4_1/Q8_0 codes "
         "streams them too; with code_activations = float the same results bit for bit as the fp32 weights; "
         "false: weights in dtype",
