@@ -230,7 +230,6 @@ def prepared_path(
         kernel_layout(kernels, dtype),
         getattr(kernels, "block_codes", False),
         getattr(kernels, "swiglu_pair_columns", None),
-        getattr(kernels, "int8_code_activations", False),  # which code layouts the loader picks
     ]
     quantized = quantization.key if quantization is not None else None
     source = resolve_model_source(source)
